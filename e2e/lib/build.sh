@@ -1,0 +1,75 @@
+# Fetching and building the world's components into $MF_CACHE. Sourced by world.sh after common.sh.
+# Each function is a no-op when its versioned cache entry is complete (marked by a `.done` file), so
+# re-running set-up costs seconds.
+
+go_env() {
+  need go "install Go 1.26+ (https://go.dev/dl is not reachable here; use the machine's toolchain)"
+  export GOFLAGS="-mod=mod" CGO_ENABLED=0
+  # The checksum database may be unreachable; modules still come from the proxy.
+  export GOSUMDB="${GOSUMDB:-off}"
+}
+
+# Kubernetes publishes its binaries only from a module with replace lines, so `go install` refuses
+# it. A throw-away wrapper module that pins every staging module to its published twin builds them.
+build_k8s() {
+  [ -f "$K8S_BIN/.done" ] && return 0
+  go_env
+  local minor="${K8S_VERSION#v1.}" work="$MF_CACHE/build/k8s-$K8S_VERSION"
+  minor="v0.$minor"
+  rm -rf "$work" && mkdir -p "$work" "$K8S_BIN"
+  (
+    cd "$work"
+    go mod init mirrorflow.local/k8s-world >/dev/null 2>&1
+    local modfile
+    modfile="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    [ -f "$modfile" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
+    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk '{print $1}' | while read -r m; do
+      echo "replace $m => $m $minor" >>go.mod
+    done
+    go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
+      "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+      "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+    go build -trimpath -ldflags "-s -w" -o "$K8S_BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  ) || die "building Kubernetes $K8S_VERSION failed"
+  touch "$K8S_BIN/.done"
+  rm -rf "$work"
+}
+
+build_etcd() {
+  [ -f "$ETCD_BIN/.done" ] && return 0
+  go_env
+  local work="$MF_CACHE/build/etcd-$ETCD_VERSION"
+  rm -rf "$work" && mkdir -p "$work" "$ETCD_BIN"
+  (
+    cd "$work"
+    go mod init mirrorflow.local/etcd-world >/dev/null 2>&1
+    go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3
+  ) || die "building etcd $ETCD_VERSION failed"
+  touch "$ETCD_BIN/.done"
+  rm -rf "$work"
+}
+
+build_helm() {
+  [ -f "$HELM_BIN/.done" ] && return 0
+  go_env
+  mkdir -p "$HELM_BIN"
+  GOBIN="$HELM_BIN" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ||
+    die "building Helm $HELM_VERSION failed"
+  touch "$HELM_BIN/.done"
+}
+
+# Kafka, its tools and MirrorMaker 2 come as jars from Maven Central; one classpath holds them all so
+# interop tests and benchmarks run the real MM2 beside the brokers.
+fetch_kafka() {
+  [ -f "$KAFKA_HOME/.done" ] && return 0
+  need java "install a Java 17+ JDK (apt-get install openjdk-17-jdk-headless)"
+  need mvn "install Maven (apt-get install maven)"
+  mkdir -p "$KAFKA_HOME"
+  sed "s/@KAFKA_VERSION@/$KAFKA_VERSION/" "$MF_ROOT/e2e/kafka/pom.xml" >"$KAFKA_HOME/pom.xml"
+  (cd "$KAFKA_HOME" && mvn -B -q dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime) ||
+    die "fetching Kafka $KAFKA_VERSION jars from Maven Central failed"
+  cp "$MF_ROOT/e2e/kafka/log4j2.properties" "$KAFKA_HOME/log4j2.properties"
+  touch "$KAFKA_HOME/.done"
+}

@@ -1,0 +1,91 @@
+# Shared by every e2e script: pinned versions, cache and state locations, logging, waits.
+# Sourced, never run. Everything downloaded or built lives under $MF_CACHE keyed by version, so a
+# second machine set-up reuses it and a version bump never mixes artefacts.
+
+# Pinned versions: change one here and the matching cache entry is rebuilt.
+KAFKA_VERSION="${KAFKA_VERSION:-4.2.2}"
+K8S_VERSION="${K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+
+MF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MF_CACHE="${MF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mirrorflow}"
+# Runtime state (logs, data dirs, pids) of the running world; wiped by `world.sh down`.
+MF_STATE="${MF_STATE:-${TMPDIR:-/tmp}/mirrorflow-world}"
+
+KAFKA_HOME="$MF_CACHE/kafka-$KAFKA_VERSION"
+K8S_BIN="$MF_CACHE/k8s-$K8S_VERSION"
+ETCD_BIN="$MF_CACHE/etcd-$ETCD_VERSION"
+HELM_BIN="$MF_CACHE/helm-$HELM_VERSION"
+
+# Loopback ports of the world. Kept in one place so tests and docs agree.
+KAFKA_SOURCE_PORT="${KAFKA_SOURCE_PORT:-19092}"
+KAFKA_TARGET_PORT="${KAFKA_TARGET_PORT:-29092}"
+KAFKA_THIRD_PORT="${KAFKA_THIRD_PORT:-39092}"
+ETCD_PORT="${ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${APISERVER_PORT:-16443}"
+KCM_PORT="${KCM_PORT:-10257}"
+
+log() { printf '[world %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[world] error: %s\n' "$*" >&2; exit 1; }
+
+need() {
+  # need CMD "how to get it"
+  command -v "$1" >/dev/null 2>&1 || die "'$1' is required but not on PATH: $2"
+}
+
+port_free() {
+  # true when nothing listens on 127.0.0.1:$1
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+require_port_free() {
+  port_free "$1" || die "port 127.0.0.1:$1 ($2) is already in use; stop what holds it (ss -ltnp 'sport = :$1') or set $3"
+}
+
+wait_until() {
+  # wait_until SECONDS DESCRIPTION CMD...: polls CMD every 0.5 s.
+  local deadline=$((SECONDS + $1)) what="$2"
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "timed out waiting for $what"
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+stop_pidfile() {
+  # stop_pidfile FILE [GRACE_SECONDS]: SIGTERM, then SIGKILL after the grace period.
+  local f="$1" grace="${2:-20}" pid
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + grace))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$f"
+}
+
+# Runs a long step with a heartbeat line every 30 s so a cold set-up shows it is alive.
+with_progress() {
+  local what="$1"
+  shift
+  log "$what ..."
+  local start=$SECONDS
+  "$@" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (((SECONDS - start) % 30 == 0)); then log "$what: still working ($((SECONDS - start)) s)"; fi
+  done
+  wait "$pid" || die "$what failed (see output above)"
+  log "$what: done in $((SECONDS - start)) s"
+}

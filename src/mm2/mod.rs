@@ -1,0 +1,1 @@
+//! MirrorMaker 2 compatibility core (filled in by the replication-core work).
