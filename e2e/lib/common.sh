@@ -3,7 +3,7 @@
 # second machine set-up reuses it and a version bump never mixes artefacts.
 
 # Pinned versions: change one here and the matching cache entry is rebuilt.
-KAFKA_VERSION="${KAFKA_VERSION:-4.2.2}"
+KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"

@@ -1,1 +1,125 @@
-//! Helpers shared by the world tests: endpoints of the running world and small waits.
+//! Helpers shared by the world tests: where the running world is, commands against it, waits.
+//!
+//! The tests run through `e2e/test.sh`, which starts the world and exports its endpoints; run
+//! alone they stop at once with a message saying so rather than pass vacuously.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Endpoints of the running world, read from the environment `e2e/world.sh env` prints.
+pub struct World {
+    pub source_bootstrap: String,
+    pub target_bootstrap: String,
+    pub kubeconfig: PathBuf,
+    pub node_state: PathBuf,
+    pub repo_root: PathBuf,
+}
+
+fn var(name: &str) -> Result<String> {
+    std::env::var(name).with_context(|| {
+        format!("{name} is not set: these tests need the local world; run them with e2e/test.sh")
+    })
+}
+
+impl World {
+    pub fn from_env() -> Result<World> {
+        Ok(World {
+            source_bootstrap: var("MF_SOURCE_BOOTSTRAP")?,
+            target_bootstrap: var("MF_TARGET_BOOTSTRAP")?,
+            kubeconfig: PathBuf::from(var("KUBECONFIG")?),
+            node_state: PathBuf::from(var("MF_NODE_STATE")?),
+            repo_root: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+        })
+    }
+
+    /// Runs `e2e/world.sh` with the given arguments (e.g. restarting a broker) and fails on error.
+    pub fn world_sh(&self, args: &[&str]) -> Result<()> {
+        let out = Command::new(self.repo_root.join("e2e/world.sh"))
+            .args(args)
+            .output()
+            .context("running e2e/world.sh")?;
+        check("e2e/world.sh", args, out).map(|_| ())
+    }
+
+    pub async fn kube_client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// Runs a program of the world's PATH (kubectl, helm) and returns its stdout; a non-zero exit
+/// is an error carrying stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    check(program, args, out)
+}
+
+/// Runs a program feeding `input` on stdin (kubectl apply -f -).
+pub fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {program}"))?;
+    child
+        .stdin
+        .take()
+        .context("stdin of child")?
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    check(program, args, out)
+}
+
+fn check(program: &str, args: &[&str], out: Output) -> Result<String> {
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `probe` until it returns `Some`, or fails after `timeout` with `what` and the last error.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("condition not met");
+    loop {
+        match probe().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A name unique to this test run, so reruns against a live world never collide.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{:x}", nanos & 0xff_ffff_ffff)
+}
+
+pub mod kafka;

@@ -1,0 +1,91 @@
+//! Small rdkafka helpers for world tests: admin, producer, a consumer that reads a partition fully.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureProducer;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+pub fn admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?)
+}
+
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
+    let results = admin(bootstrap)?
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            bail!("creating topic {name} failed: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// Names of the topics the cluster reports in its metadata.
+pub fn topics(bootstrap: &str) -> Result<HashSet<String>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let md = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+    Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
+}
+
+/// An idempotent producer with acks=all that retries across broker restarts for up to `timeout`.
+pub fn producer(bootstrap: &str, timeout: Duration) -> Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("delivery.timeout.ms", timeout.as_millis().to_string())
+        .set("reconnect.backoff.max.ms", "1000")
+        .create()?)
+}
+
+/// Reads every record of one partition from the beginning up to its current end.
+/// Returns (offset, key, value) triples.
+pub fn read_partition(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirrorflow-e2e-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let (_, high) = consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .context("fetching watermarks")?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.last().map(|(o, _, _)| o + 1).unwrap_or(0) < high {
+        if Instant::now() > deadline {
+            bail!("reading {topic}-{partition} timed out at {} of {high}", out.len());
+        }
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => out.push((
+                m.offset(),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().map(<[u8]>::to_vec),
+            )),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(e)) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
