@@ -1,1 +1,37 @@
-//! MirrorMaker 2 compatibility core (filled in by the replication-core work).
+//! MirrorMaker 2 compatibility core: wire formats, topic naming, filters, offset syncs and
+//! translation, checkpoint emission rules.
+//!
+//! Pure: no Kafka client, no async, no files. The replicator and the operator do the I/O and
+//! call into this module, so every rule here is testable without a cluster.
+//!
+//! | concern | items |
+//! |---|---|
+//! | records on MM2's internal topics | [`Checkpoint`], [`Heartbeat`], [`OffsetSync`] |
+//! | topic naming, cycles | [`ReplicationPolicy`], [`PrefixPolicy`], [`IdentityPolicy`] |
+//! | which topics and groups | [`Filters`], [`NameFilter`] |
+//! | when to write an offset sync | [`SyncPolicy`] |
+//! | committed source offset -> target offset | [`OffsetSyncStore`], [`Translation`] |
+//! | when to write a checkpoint | [`CheckpointTracker`] |
+
+mod checkpoint;
+mod filter;
+mod policy;
+mod records;
+mod sync;
+mod wire;
+
+pub use checkpoint::CheckpointTracker;
+pub use filter::{
+    DEFAULT_GROUPS, DEFAULT_GROUPS_EXCLUDE, DEFAULT_TOPICS, DEFAULT_TOPICS_EXCLUDE, FilterError,
+    Filters, NameFilter, SkipReason, TopicDecision, parse_list,
+};
+pub use policy::{
+    DEFAULT_HEARTBEATS_TOPIC, DEFAULT_SEPARATOR, IdentityPolicy, PolicyError, PrefixPolicy,
+    ReplicationPolicy,
+};
+pub use records::{Checkpoint, EncodedRecord, Heartbeat, OffsetSync, TopicPartition};
+pub use sync::{
+    Coverage, DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, StoreConfig,
+    SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
+};
+pub use wire::{DecodeError, EncodeError, MAX_STRING_LEN};

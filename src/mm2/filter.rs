@@ -1,0 +1,263 @@
+//! Topic and group include/exclude lists, with MM2's defaults and full-match semantics.
+//!
+//! MM2 joins each list with `|` and calls Java's `Matcher.matches()`, so every pattern must
+//! match the whole name. Here each pattern is anchored as `^(?:p)$` and compiled on its own,
+//! which gives the same answers and lets an error name the pattern and its list.
+
+use regex::{Regex, RegexSet, RegexSetBuilder};
+use thiserror::Error;
+
+use super::policy::ReplicationPolicy;
+
+pub const DEFAULT_TOPICS: &[&str] = &[".*"];
+pub const DEFAULT_TOPICS_EXCLUDE: &[&str] = &[r".*[\-\.]internal", r".*\.replica", "__.*"];
+pub const DEFAULT_GROUPS: &[&str] = &[".*"];
+pub const DEFAULT_GROUPS_EXCLUDE: &[&str] = &["console-consumer-.*", "connect-.*", "__.*"];
+
+/// Bounds the compiled size of a user pattern, so a hostile config cannot exhaust memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// A filter pattern could not be compiled.
+#[derive(Debug, Clone, Error)]
+#[error("invalid regex {pattern:?} in `{field}`: {source}")]
+pub struct FilterError {
+    /// The configuration field holding the pattern, e.g. `topics.exclude`.
+    pub field: String,
+    pub pattern: String,
+    #[source]
+    pub source: regex::Error,
+}
+
+/// A name is allowed when it fully matches some include pattern and no exclude pattern.
+///
+/// An empty include list allows nothing and an empty exclude list excludes nothing, as MM2
+/// (whose joined empty pattern matches only the empty name).
+#[derive(Debug, Clone)]
+pub struct NameFilter {
+    include: RegexSet,
+    exclude: RegexSet,
+}
+
+impl NameFilter {
+    /// `include_field`/`exclude_field` are the config field names used in error messages.
+    pub fn new<S: AsRef<str>>(
+        include_field: &str,
+        include: &[S],
+        exclude_field: &str,
+        exclude: &[S],
+    ) -> Result<Self, FilterError> {
+        Ok(Self {
+            include: compile(include_field, include)?,
+            exclude: compile(exclude_field, exclude)?,
+        })
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        self.include.is_match(name) && !self.exclude.is_match(name)
+    }
+}
+
+fn anchored(pattern: &str) -> String {
+    format!("^(?:{pattern})$")
+}
+
+fn compile<S: AsRef<str>>(field: &str, patterns: &[S]) -> Result<RegexSet, FilterError> {
+    let error = |pattern: &str, source| FilterError {
+        field: field.to_owned(),
+        pattern: pattern.to_owned(),
+        source,
+    };
+    for pattern in patterns {
+        let pattern = pattern.as_ref();
+        regex::RegexBuilder::new(&anchored(pattern))
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map(|_: Regex| ())
+            .map_err(|e| error(pattern, e))?;
+    }
+    RegexSetBuilder::new(patterns.iter().map(|p| anchored(p.as_ref())))
+        .size_limit(REGEX_SIZE_LIMIT.saturating_mul(patterns.len().max(1)))
+        .build()
+        .map_err(|e| error("<combined>", e))
+}
+
+/// Splits an MM2-style comma separated list (`a, b ,c`) into trimmed, non-empty entries.
+pub fn parse_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The topic and group filters of one replication flow.
+#[derive(Debug, Clone)]
+pub struct Filters {
+    pub topics: NameFilter,
+    pub groups: NameFilter,
+}
+
+impl Filters {
+    pub fn new<S: AsRef<str>>(
+        topics: &[S],
+        topics_exclude: &[S],
+        groups: &[S],
+        groups_exclude: &[S],
+    ) -> Result<Self, FilterError> {
+        Ok(Self {
+            topics: NameFilter::new("topics", topics, "topics.exclude", topics_exclude)?,
+            groups: NameFilter::new("groups", groups, "groups.exclude", groups_exclude)?,
+        })
+    }
+
+    /// MM2's defaults for all four lists.
+    pub fn mm2_defaults() -> Self {
+        Self::new(
+            DEFAULT_TOPICS,
+            DEFAULT_TOPICS_EXCLUDE,
+            DEFAULT_GROUPS,
+            DEFAULT_GROUPS_EXCLUDE,
+        )
+        .unwrap_or_else(|e| unreachable!("MM2 default patterns are valid: {e}"))
+    }
+
+    /// The topic lists alone; see [`Self::topic_decision`] for the full replication rule.
+    pub fn topic_allowed(&self, topic: &str) -> bool {
+        self.topics.matches(topic)
+    }
+
+    pub fn group_allowed(&self, group: &str) -> bool {
+        self.groups.matches(group)
+    }
+
+    /// MM2's `shouldReplicateTopic`: (filters allow it or it is a heartbeats topic) and it is
+    /// not internal and replicating it to `target_alias` would not close a cycle.
+    pub fn topic_decision(
+        &self,
+        policy: &dyn ReplicationPolicy,
+        topic: &str,
+        target_alias: &str,
+    ) -> TopicDecision {
+        if policy.is_internal_topic(topic) {
+            TopicDecision::Skip(SkipReason::Internal)
+        } else if policy.is_cycle(topic, target_alias) {
+            TopicDecision::Skip(SkipReason::Cycle)
+        } else if policy.is_heartbeats_topic(topic) || self.topic_allowed(topic) {
+            TopicDecision::Replicate
+        } else {
+            TopicDecision::Skip(SkipReason::Filtered)
+        }
+    }
+}
+
+/// Whether a source topic is replicated, and if not, why (for status and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicDecision {
+    Replicate,
+    Skip(SkipReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Kafka, Connect or MM2 internal topic.
+    Internal,
+    /// The topic already went through the target cluster.
+    Cycle,
+    /// Not included, or excluded, by the topic lists.
+    Filtered,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm2::policy::PrefixPolicy;
+
+    #[test]
+    fn mm2_defaults_exclude_internal_replica_and_double_underscore_topics() {
+        let f = Filters::mm2_defaults();
+        assert!(f.topic_allowed("orders"));
+        assert!(f.topic_allowed("A.orders"));
+        for t in [
+            "x.internal",
+            "x-internal",
+            "orders.replica",
+            "__consumer_offsets",
+        ] {
+            assert!(!f.topic_allowed(t), "{t}");
+        }
+        assert!(f.group_allowed("payments"));
+        for g in ["console-consumer-123", "connect-mirror", "__internal"] {
+            assert!(!f.group_allowed(g), "{g}");
+        }
+    }
+
+    #[test]
+    fn patterns_must_match_the_whole_name() {
+        let f = NameFilter::new("topics", &["ord"], "topics.exclude", &[]).unwrap();
+        assert!(f.matches("ord"));
+        assert!(!f.matches("orders"));
+        assert!(!f.matches("xord"));
+        // Alternation inside one pattern is anchored as a whole.
+        let alt = NameFilter::new("topics", &["a|b"], "topics.exclude", &[]).unwrap();
+        assert!(alt.matches("a") && alt.matches("b") && !alt.matches("ab"));
+    }
+
+    #[test]
+    fn empty_lists_allow_nothing_and_exclude_nothing() {
+        let none: &[&str] = &[];
+        let f = NameFilter::new("topics", none, "topics.exclude", none).unwrap();
+        assert!(!f.matches("orders"));
+        let all = NameFilter::new("topics", &[".*"], "topics.exclude", none).unwrap();
+        assert!(all.matches("orders"));
+    }
+
+    #[test]
+    fn invalid_pattern_error_names_pattern_and_field() {
+        let err = Filters::new(&[".*"], &["ok", "(unclosed"], &[".*"], &[]).unwrap_err();
+        assert_eq!(err.field, "topics.exclude");
+        assert_eq!(err.pattern, "(unclosed");
+        assert!(err.to_string().contains("topics.exclude"));
+        // Java-only syntax (look-around) is refused rather than silently misread.
+        let err = Filters::new(&[".*"], &[], &["(?!x).*"], &[]).unwrap_err();
+        assert_eq!(err.field, "groups");
+    }
+
+    #[test]
+    fn parse_list_trims_like_mm2_config_lists() {
+        assert_eq!(parse_list(" a, b ,,c "), vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn heartbeats_bypass_filters_but_not_cycles() {
+        let p = PrefixPolicy::default();
+        let f = Filters::new(&["orders"], &[], &[".*"], &[]).unwrap();
+        assert_eq!(
+            f.topic_decision(&p, "orders", "B"),
+            TopicDecision::Replicate
+        );
+        assert_eq!(
+            f.topic_decision(&p, "heartbeats", "B"),
+            TopicDecision::Replicate
+        );
+        assert_eq!(
+            f.topic_decision(&p, "C.heartbeats", "B"),
+            TopicDecision::Replicate
+        );
+        assert_eq!(
+            f.topic_decision(&p, "B.heartbeats", "B"),
+            TopicDecision::Skip(SkipReason::Cycle)
+        );
+        assert_eq!(
+            f.topic_decision(&p, "payments", "B"),
+            TopicDecision::Skip(SkipReason::Filtered)
+        );
+        assert_eq!(
+            f.topic_decision(&p, "A.checkpoints.internal", "B"),
+            TopicDecision::Skip(SkipReason::Internal)
+        );
+        assert_eq!(
+            f.topic_decision(&p, "B.orders", "B"),
+            TopicDecision::Skip(SkipReason::Cycle)
+        );
+    }
+}

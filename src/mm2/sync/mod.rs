@@ -1,0 +1,13 @@
+//! Offset syncs: when the source loop writes them ([`SyncPolicy`]) and how the checkpoint
+//! loop translates committed offsets with them ([`OffsetSyncStore`]).
+
+mod policy;
+mod store;
+#[cfg(test)]
+mod tests;
+
+pub use policy::{Coverage, SyncPolicy, SyncPolicyConfig, SyncReason};
+pub use store::{
+    DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, StoreConfig, SyncOrigin,
+    Translation, UnknownReason,
+};

@@ -1,0 +1,247 @@
+//! When the source loop writes an offset sync: [`SyncPolicy`].
+//!
+//! MM2 writes a sync on the first record, on upstream gaps, on downstream going backwards and
+//! every `offset.lag.max` (100) records. This policy also writes one whenever the offset delta
+//! (`downstream - upstream`) changes. That makes the sync stream *dense*: between two
+//! consecutive syncs every replicated record has the first sync's delta and upstream offsets
+//! are contiguous, which is what lets [`super::OffsetSyncStore`] translate exactly.
+//!
+//! Contract for the writer (the source loop), without which the store must not be told the
+//! syncs are dense: every sync this policy returns is produced, in order, and acknowledged
+//! before the replicated position past its record is committed. A dropped sync would hide a
+//! delta change and the store could then translate past the true position.
+
+use std::time::Duration;
+
+use crate::mm2::records::{OffsetSync, TopicPartition};
+
+/// Periodic syncs on top of the change-driven ones.
+///
+/// They bound how stale the newest sync is, which matters for groups reading near the head
+/// when the store is not also given [`Coverage`], and keep the syncs topic useful to MM2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPolicyConfig {
+    /// Emit after this many records without a sync; 0 disables. MM2's `offset.lag.max` is 100.
+    pub max_records: u64,
+    /// Emit when this much time passed since the last sync; `None` disables.
+    pub max_interval: Option<Duration>,
+}
+
+impl Default for SyncPolicyConfig {
+    fn default() -> Self {
+        Self {
+            max_records: 100,
+            max_interval: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// Why a sync was emitted, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncReason {
+    /// First record this policy saw for the partition (also after a restart).
+    First,
+    /// Upstream offset did not follow the previous one (markers, compaction, rewind).
+    UpstreamGap,
+    /// Downstream offset did not advance (target truncated or recreated).
+    DownstreamBackwards,
+    /// Same contiguity, but the delta changed (e.g. a marker or foreign write on the target).
+    DeltaChanged,
+    /// Periodic: `max_records` records or `max_interval` time since the last sync.
+    Periodic,
+}
+
+/// What the writer knows beyond its last sync: every record after `last_sync` up to and
+/// including `last_record` was replicated with the same delta and no upstream gap.
+///
+/// Handed to [`super::OffsetSyncStore::report_coverage`] so offsets past the newest sync can
+/// still translate exactly (e.g. through the replicator's position store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    pub last_sync: (i64, i64),
+    pub last_record: (i64, i64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    upstream: i64,
+    downstream: i64,
+    sync: (i64, i64),
+    records_since_sync: u64,
+    sync_time: Duration,
+}
+
+/// Per-partition decision of the source loop: should this replicated record get a sync?
+#[derive(Debug, Clone)]
+pub struct SyncPolicy {
+    topic_partition: TopicPartition,
+    config: SyncPolicyConfig,
+    last: Option<Last>,
+    last_reason: Option<SyncReason>,
+}
+
+impl SyncPolicy {
+    /// `topic_partition` is the SOURCE topic-partition, as written in the sync key.
+    pub fn new(topic_partition: TopicPartition, config: SyncPolicyConfig) -> Self {
+        Self {
+            topic_partition,
+            config,
+            last: None,
+            last_reason: None,
+        }
+    }
+
+    /// Observes one replicated record: `upstream` its source offset, `downstream` the offset
+    /// the target acknowledged, `now` any monotonic clock reading. Returns the sync to write.
+    ///
+    /// Negative offsets are not real positions: they are ignored and the next valid record
+    /// is treated as the first, so it gets a sync.
+    pub fn observe(&mut self, upstream: i64, downstream: i64, now: Duration) -> Option<OffsetSync> {
+        if upstream < 0 || downstream < 0 {
+            self.last = None;
+            return None;
+        }
+        let reason = self.reason(upstream, downstream, now);
+        let previous = self.last;
+        let last = match reason {
+            Some(_) => Last {
+                upstream,
+                downstream,
+                sync: (upstream, downstream),
+                records_since_sync: 0,
+                sync_time: now,
+            },
+            None => {
+                // `reason` returns Some when there is no previous record.
+                let p = previous?;
+                Last {
+                    upstream,
+                    downstream,
+                    records_since_sync: p.records_since_sync + 1,
+                    ..p
+                }
+            }
+        };
+        self.last = Some(last);
+        let reason = reason?;
+        self.last_reason = Some(reason);
+        Some(OffsetSync::new(
+            self.topic_partition.clone(),
+            upstream,
+            downstream,
+        ))
+    }
+
+    fn reason(&self, upstream: i64, downstream: i64, now: Duration) -> Option<SyncReason> {
+        let Some(last) = self.last else {
+            return Some(SyncReason::First);
+        };
+        if last.upstream.checked_add(1) != Some(upstream) {
+            return Some(SyncReason::UpstreamGap);
+        }
+        if downstream <= last.downstream {
+            return Some(SyncReason::DownstreamBackwards);
+        }
+        if downstream - upstream != last.downstream - last.upstream {
+            return Some(SyncReason::DeltaChanged);
+        }
+        let by_count =
+            self.config.max_records > 0 && last.records_since_sync + 1 >= self.config.max_records;
+        let by_time = self
+            .config
+            .max_interval
+            .is_some_and(|interval| now.saturating_sub(last.sync_time) >= interval);
+        (by_count || by_time).then_some(SyncReason::Periodic)
+    }
+
+    /// Why the most recent sync was emitted.
+    pub fn last_reason(&self) -> Option<SyncReason> {
+        self.last_reason
+    }
+
+    /// How far the current constant-delta run reaches; `None` before the first record.
+    pub fn coverage(&self) -> Option<Coverage> {
+        self.last.map(|l| Coverage {
+            last_sync: l.sync,
+            last_record: (l.upstream, l.downstream),
+        })
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.topic_partition
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(max_records: u64, max_interval: Option<Duration>) -> SyncPolicy {
+        SyncPolicy::new(
+            TopicPartition::new("t", 0),
+            SyncPolicyConfig {
+                max_records,
+                max_interval,
+            },
+        )
+    }
+
+    fn emitted(p: &mut SyncPolicy, up: i64, down: i64, now_ms: u64) -> Option<SyncReason> {
+        p.observe(up, down, Duration::from_millis(now_ms))
+            .map(|_| p.last_reason().unwrap())
+    }
+
+    #[test]
+    fn emits_on_first_gap_delta_change_and_backwards() {
+        let mut p = policy(0, None);
+        assert_eq!(emitted(&mut p, 10, 0, 0), Some(SyncReason::First));
+        assert_eq!(emitted(&mut p, 11, 1, 0), None);
+        assert_eq!(emitted(&mut p, 13, 2, 0), Some(SyncReason::UpstreamGap));
+        assert_eq!(emitted(&mut p, 14, 3, 0), None);
+        assert_eq!(emitted(&mut p, 15, 5, 0), Some(SyncReason::DeltaChanged));
+        assert_eq!(
+            emitted(&mut p, 16, 1, 0),
+            Some(SyncReason::DownstreamBackwards)
+        );
+        assert_eq!(
+            emitted(&mut p, 10, 2, 0),
+            Some(SyncReason::UpstreamGap),
+            "rewind"
+        );
+    }
+
+    #[test]
+    fn emits_periodically_by_count_and_time() {
+        let mut p = policy(3, Some(Duration::from_secs(1)));
+        assert!(emitted(&mut p, 0, 0, 0).is_some());
+        assert_eq!(emitted(&mut p, 1, 1, 0), None);
+        assert_eq!(emitted(&mut p, 2, 2, 0), None);
+        assert_eq!(emitted(&mut p, 3, 3, 0), Some(SyncReason::Periodic));
+        assert_eq!(emitted(&mut p, 4, 4, 999), None);
+        assert_eq!(emitted(&mut p, 5, 5, 1000), Some(SyncReason::Periodic));
+    }
+
+    #[test]
+    fn coverage_reports_last_sync_and_last_record() {
+        let mut p = policy(0, None);
+        assert_eq!(p.coverage(), None);
+        p.observe(5, 50, Duration::ZERO);
+        p.observe(6, 51, Duration::ZERO);
+        p.observe(7, 52, Duration::ZERO);
+        assert_eq!(
+            p.coverage(),
+            Some(Coverage {
+                last_sync: (5, 50),
+                last_record: (7, 52)
+            })
+        );
+    }
+
+    #[test]
+    fn negative_offsets_reset_so_the_next_record_syncs() {
+        let mut p = policy(0, None);
+        p.observe(0, 0, Duration::ZERO);
+        assert_eq!(p.observe(1, -1, Duration::ZERO), None);
+        assert_eq!(emitted(&mut p, 2, 1, 0), Some(SyncReason::First));
+    }
+}
