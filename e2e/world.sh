@@ -9,6 +9,7 @@
 #   e2e/world.sh env              shell exports for the running world (eval "$(e2e/world.sh env)")
 #   e2e/world.sh kafka start|stop|restart source|target|third
 #   e2e/world.sh node start|stop|restart
+#   e2e/world.sh k8s start|stop    the control plane alone (no Kafka, no process node)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib/common.sh
@@ -135,6 +136,13 @@ case "${1:-}" in
       *) die "usage: world.sh kafka start|stop|restart source|target|third" ;;
     esac
     ;;
+  k8s)
+    case "${2:-}" in
+      start) mkdir -p "$MF_STATE" && build_etcd && build_k8s && k8s_start && write_env ;;
+      stop) k8s_stop ;;
+      *) die "usage: world.sh k8s start|stop" ;;
+    esac
+    ;;
   node)
     case "${2:-}" in
       start) node_start ;;
@@ -144,7 +152,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
