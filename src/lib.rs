@@ -1,7 +1,13 @@
 //! MirrorFlow: MirrorMaker 2 compatible Kafka replication run by a Kubernetes operator.
 //!
 //! The crate is layered so that the folder names map the architecture:
+//! - [`api`]: the `MirrorFlow` resource types, defaults, validation and CRD.
+//! - [`kafka`]: Kafka client configuration (TLS, SASL from Secret files) and admin helpers.
 //! - [`mm2`]: MirrorMaker 2 wire formats, naming policies, filters, offset syncs and translation.
 //!   Pure: no I/O, shared by the replicator, the operator and the CLI.
+//! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
 
+pub mod api;
+pub mod kafka;
 pub mod mm2;
+pub mod replicator;

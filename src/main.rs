@@ -1,22 +1,122 @@
-use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use mirrorflow::kafka::{DEFAULT_SECRETS_DIR, SecretFiles};
+use mirrorflow::replicator::{self, Metrics, Readiness};
 
 /// MirrorFlow: Kafka replication with a failover-readiness status.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
+    /// Log format: text for terminals, json for clusters.
+    #[arg(
+        long,
+        global = true,
+        env = "MIRRORFLOW_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Print the version and exit.
-    Version,
+    /// Print the MirrorFlow CustomResourceDefinition as YAML.
+    Crd,
+    /// Run a flow's replicator: source, checkpoint and heartbeat loops.
+    Replicate {
+        /// The flow: a MirrorFlow resource or just its spec, as YAML.
+        #[arg(long, short = 'c', env = "MIRRORFLOW_CONFIG")]
+        config: PathBuf,
+        /// Folder with the Secrets the flow references, as `<secret>/<key>` files.
+        #[arg(long, env = "MIRRORFLOW_SECRETS_DIR", default_value = DEFAULT_SECRETS_DIR)]
+        secrets_dir: PathBuf,
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, env = "MIRRORFLOW_LISTEN", default_value = "127.0.0.1:9464")]
+        listen: SocketAddr,
+        /// This replica's name (in a pod: the pod name).
+        #[arg(long, env = "MIRRORFLOW_REPLICA")]
+        replica: Option<String>,
+    },
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Version => println!("mirrorflow {}", env!("CARGO_PKG_VERSION")),
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    match cli.command {
+        Command::Crd => print!("{}", mirrorflow::api::crd::crd_yaml()?),
+        Command::Replicate {
+            config,
+            secrets_dir,
+            listen,
+            replica,
+        } => {
+            let (name, spec) = replicator::flow::load_file(&config)?;
+            let flow = replicator::flow::resolve(name, spec, &SecretFiles::new(secrets_dir))?;
+            let replica = replica.unwrap_or_else(|| {
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
+            });
+            let spec = &flow.spec;
+            let readiness = Arc::new(Readiness::with_disabled(
+                spec.source_loop.enabled,
+                spec.checkpoints.enabled,
+                spec.heartbeats.enabled,
+            ));
+            let ctx = Arc::new(replicator::Context {
+                metrics: Metrics::new().context("creating metrics")?,
+                flow,
+                readiness,
+                replica,
+            });
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async move {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(stop_on_signal(shutdown.clone()));
+                replicator::run(ctx, listen, shutdown).await
+            })?;
+        }
     }
     Ok(())
+}
+
+/// SIGTERM (pod deletion) and Ctrl-C both mean: flush, store positions, exit 0.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
+    }
+    shutdown.cancel();
 }

@@ -1,0 +1,111 @@
+//! Fuzz target bodies, shared by the libFuzzer binaries (`fuzz_targets/`) and by the main
+//! crate's `tests/mm2_fuzz_corpus.rs`, which runs them over the seed corpus on stable.
+//!
+//! Each body panics only when an invariant is broken, which is what the fuzzer looks for.
+
+use mirrorflow::mm2::{
+    Checkpoint, Filters, Heartbeat, IdentityPolicy, OffsetSync, PrefixPolicy, ReplicationPolicy,
+};
+
+/// First byte chooses where the key ends; the rest is key then value.
+fn split_key_value(data: &[u8]) -> (&[u8], &[u8]) {
+    match data.split_first() {
+        Some((&at, rest)) => rest.split_at(usize::from(at).min(rest.len())),
+        None => (&[], &[]),
+    }
+}
+
+/// Whatever decodes must re-encode to the bytes it was read from (trailing bytes aside).
+fn assert_reencodes(key: &[u8], value: &[u8], encoded: (Vec<u8>, Vec<u8>)) {
+    let (k, v) = encoded;
+    assert!(key.starts_with(&k), "key re-encodes differently");
+    assert!(value.starts_with(&v), "value re-encodes differently");
+}
+
+pub fn decode_checkpoint(data: &[u8]) {
+    let (key, value) = split_key_value(data);
+    if let Ok(checkpoint) = Checkpoint::decode(key, value) {
+        let record = checkpoint.encode().expect("decoded checkpoint must encode");
+        assert_reencodes(key, value, (record.key, record.value));
+    }
+}
+
+pub fn decode_heartbeat(data: &[u8]) {
+    let (key, value) = split_key_value(data);
+    if let Ok(heartbeat) = Heartbeat::decode(key, value) {
+        let record = heartbeat.encode().expect("decoded heartbeat must encode");
+        assert_reencodes(key, value, (record.key, record.value));
+    }
+}
+
+pub fn decode_offset_sync(data: &[u8]) {
+    let (key, value) = split_key_value(data);
+    if let Ok(sync) = OffsetSync::decode(key, value) {
+        let record = sync.encode().expect("decoded offset sync must encode");
+        assert_reencodes(key, value, (record.key, record.value));
+    }
+}
+
+/// Lines of the input: a separator, then names that are used both as topic names and as
+/// patterns for the four filter lists.
+pub fn policy_filter(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.lines();
+    let separator = lines.next().unwrap_or(".");
+    let names: Vec<&str> = lines.take(16).collect();
+
+    let prefix = PrefixPolicy::new(separator).unwrap_or_default();
+    let identity = IdentityPolicy::new(prefix.clone(), names.first().map(|s| s.to_string()));
+    let policies: [&dyn ReplicationPolicy; 2] = [&prefix, &identity];
+    for policy in policies {
+        for name in &names {
+            exercise_policy(policy, name);
+        }
+    }
+    for name in &names {
+        check_prefix_round_trip(&prefix, name);
+    }
+
+    let (a, b) = names.split_at(names.len() / 2);
+    let (a1, a2) = a.split_at(a.len() / 2);
+    let (b1, b2) = b.split_at(b.len() / 2);
+    if let Ok(filters) = Filters::new(a1, a2, b1, b2) {
+        for name in &names {
+            let _ = filters.topic_allowed(name);
+            let _ = filters.group_allowed(name);
+            let _ = filters.topic_decision(&prefix, name, "target");
+        }
+    }
+}
+
+fn exercise_policy(policy: &dyn ReplicationPolicy, topic: &str) {
+    let _ = policy.topic_source(topic);
+    let _ = policy.upstream_topic(topic);
+    let original = policy.original_topic(topic);
+    assert!(topic.ends_with(original), "original topic is a suffix");
+    let _ = policy.is_internal_topic(topic);
+    let _ = policy.is_heartbeats_topic(topic);
+    let _ = policy.is_checkpoints_topic(topic);
+    let _ = policy.is_cycle(topic, "target");
+    let _ = policy.checkpoints_topic(topic);
+    let _ = policy.offset_syncs_topic(topic);
+}
+
+/// A topic renamed from an alias without the separator reads back as coming from that alias.
+fn check_prefix_round_trip(policy: &PrefixPolicy, topic: &str) {
+    let sep = policy.separator();
+    let alias = "src";
+    let remote = policy.format_remote_topic(alias, topic);
+    if remote.find(sep) != Some(alias.len()) {
+        // The separator overlaps the alias: Java's split would cut elsewhere too.
+        return;
+    }
+    // Java's split drops trailing empty parts, so all-separator names are not remote.
+    if topic.split(sep).any(|part| !part.is_empty()) {
+        assert_eq!(policy.topic_source(&remote), Some(alias));
+        assert_eq!(policy.upstream_topic(&remote), Some(topic));
+        assert!(policy.is_cycle(&remote, alias));
+    } else {
+        assert_eq!(policy.topic_source(&remote), None);
+    }
+}

@@ -1,0 +1,13 @@
+//! The `MirrorFlow` API: spec and status types, their defaults and validation, and the CRD.
+//!
+//! No client code lives here: the replicator reads the same types from a file, the operator from
+//! the apiserver.
+
+pub mod crd;
+pub mod duration;
+pub mod spec;
+pub mod status;
+
+pub use duration::SpecDuration;
+pub use spec::*;
+pub use status::*;

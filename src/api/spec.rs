@@ -1,0 +1,405 @@
+//! The `MirrorFlow` resource's spec: what to replicate, from where to where, and how.
+//!
+//! Every field carries a `///` doc because it becomes the CRD's description, which is what
+//! `kubectl explain mirrorflow.spec...` prints. Defaults live here, in one place, so the CRD,
+//! the operator and a standalone `mirrorflow replicate` agree on them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::duration::SpecDuration;
+use super::status::MirrorFlowStatus;
+
+/// A one-way replication flow from a source Kafka cluster to a target Kafka cluster, run the way
+/// MirrorMaker 2 runs it (same topic names, checkpoints, heartbeats and offset syncs), with a
+/// status that says whether the flow's consumer groups could fail over to the target now.
+// kube-derive repeats `printcolumn(type_ = ...)` keys, which the lint mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mirrorflow.io",
+    version = "v1alpha1",
+    kind = "MirrorFlow",
+    plural = "mirrorflows",
+    shortname = "mf",
+    category = "mirrorflow",
+    namespaced,
+    status = "MirrorFlowStatus",
+    derive = "PartialEq",
+    doc = "A one-way Kafka replication flow, MirrorMaker 2 compatible, with failover readiness in its status.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Failover",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"FailoverReady\")].status"
+    ),
+    printcolumn(name = "HB-Lag", type_ = "string", json_path = ".status.heartbeat.lag"),
+    printcolumn(
+        name = "Ckpt-Age",
+        type_ = "string",
+        json_path = ".status.checkpoints.oldestAge"
+    ),
+    printcolumn(name = "Topics", type_ = "integer", json_path = ".status.topics"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self.source.alias != self.target.alias")
+    .message("source.alias and target.alias must differ: they name the two clusters in topic names")
+    .field_path(".target.alias"))]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorFlowSpec {
+    /// The cluster records are copied from.
+    pub source: ClusterSpec,
+    /// The cluster records are copied to. Checkpoints and replicated heartbeats are written here.
+    pub target: ClusterSpec,
+    /// Regular expressions (full match) of the source topics to replicate. Default: all (`.*`).
+    #[serde(default = "defaults::topics")]
+    #[schemars(length(max = 256))]
+    pub topics: Vec<String>,
+    /// Regular expressions (full match) of source topics never to replicate. Default: MirrorMaker 2's
+    /// (`.*[\-\.]internal`, `.*\.replica`, `__.*`). Internal topics are never replicated anyway.
+    #[serde(default = "defaults::topics_exclude")]
+    #[schemars(length(max = 256))]
+    pub topics_exclude: Vec<String>,
+    /// Regular expressions (full match) of the consumer groups whose offsets are checkpointed.
+    /// Default: all (`.*`).
+    #[serde(default = "defaults::groups")]
+    #[schemars(length(max = 256))]
+    pub groups: Vec<String>,
+    /// Regular expressions (full match) of consumer groups never checkpointed. Default: MirrorMaker
+    /// 2's (`console-consumer-.*`, `connect-.*`, `__.*`).
+    #[serde(default = "defaults::groups_exclude")]
+    #[schemars(length(max = 256))]
+    pub groups_exclude: Vec<String>,
+    /// How remote topics are named on the target.
+    #[serde(default)]
+    pub replication_policy: ReplicationPolicySpec,
+    /// Number of replicator pods. Source partitions are split between them; each partition is
+    /// copied by exactly one replica at a time.
+    #[serde(default = "defaults::replicas")]
+    #[schemars(range(min = 1, max = 64))]
+    pub replicas: i32,
+    /// The source loop: copies records, creates and configures remote topics, writes offset syncs.
+    #[serde(default)]
+    pub source_loop: SourceLoopSpec,
+    /// The checkpoint loop: translates source group offsets into target offsets.
+    #[serde(default)]
+    pub checkpoints: CheckpointSpec,
+    /// The heartbeat loop: emits heartbeats whose replicated copies measure end-to-end lag.
+    #[serde(default)]
+    pub heartbeats: HeartbeatSpec,
+    /// When the flow counts as ready for its consumers to fail over to the target.
+    #[serde(default)]
+    pub failover_readiness: FailoverReadinessSpec,
+    /// Copy records with a transactional producer, with source positions and offset syncs in the
+    /// same transaction, so a crash neither loses nor duplicates records. Off by default.
+    #[serde(default)]
+    pub exactly_once: bool,
+    /// CPU and memory for each replicator pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Overrides for the replicator pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOverrides>,
+}
+
+/// One Kafka cluster: its alias (the name topics and checkpoints use for it) and how to reach it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// The cluster's alias, as MirrorMaker 2 uses it: remote topics on the target are named
+    /// `<source alias>.<topic>` and checkpoints go to `<source alias>.checkpoints.internal`.
+    /// Letters, digits, `_` and `-`; it cannot change once set.
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    )]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("the alias cannot change: it is part of remote topic names and checkpoints; create a new flow instead"))]
+    pub alias: String,
+    /// Comma-separated `host:port` list of the cluster's brokers.
+    #[schemars(length(min = 1, max = 4096))]
+    pub bootstrap_servers: String,
+    /// TLS for the connection. Absent: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// SASL authentication. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslSpec>,
+    /// Extra client properties passed to the Kafka client (librdkafka names, e.g.
+    /// `fetch.max.bytes`). Never put secrets here: they would land in a ConfigMap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// TLS settings for one cluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// The CA certificate (PEM) that signed the brokers' certificates. Absent: the system's CAs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+}
+
+/// SASL authentication for one cluster. Credentials come from Secrets in the flow's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SaslSpec {
+    /// The SASL mechanism.
+    pub mechanism: SaslMechanism,
+    /// The Secret key holding the user name.
+    pub username_secret_ref: SecretKeyRef,
+    /// The Secret key holding the password.
+    pub password_secret_ref: SecretKeyRef,
+}
+
+/// A SASL mechanism the replicator speaks.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+/// A key of a Secret in the flow's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key inside the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// How topics are named on the target.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'Prefix' || !has(self.separator)").message("separator applies only to type Prefix"))]
+pub struct ReplicationPolicySpec {
+    /// `Prefix` (MirrorMaker 2's DefaultReplicationPolicy: `<source alias><separator><topic>`,
+    /// which also prevents replication cycles) or `Identity` (same names on both sides; only for
+    /// one-way flows, since cycles cannot be detected).
+    #[serde(rename = "type", default)]
+    pub kind: PolicyKind,
+    /// The separator between alias and topic for `Prefix`. Default `.`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 8))]
+    pub separator: Option<String>,
+}
+
+impl Default for ReplicationPolicySpec {
+    fn default() -> Self {
+        ReplicationPolicySpec {
+            kind: PolicyKind::Prefix,
+            separator: None,
+        }
+    }
+}
+
+/// The replication policy's kind.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    #[default]
+    Prefix,
+    Identity,
+}
+
+/// Where offset syncs are written.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OffsetSyncsLocation {
+    /// `mm2-offset-syncs.<target alias>.internal` on the source cluster (MirrorMaker 2's default).
+    #[default]
+    Source,
+    /// `mm2-offset-syncs.<source alias>.internal` on the target cluster (for a source you may
+    /// only read from).
+    Target,
+}
+
+/// Settings of the source loop.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceLoopSpec {
+    /// Copy records. Turning it off leaves checkpoints and heartbeats running (e.g. to watch a
+    /// flow whose records another tool copies).
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// How often the source's topic list is re-read to find new topics and partitions.
+    #[serde(default = "defaults::topics_refresh")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s')").message("topicsRefreshInterval must be at least 1s"))]
+    pub topics_refresh_interval: SpecDuration,
+    /// Copy topic configs (cleanup.policy, retention...) to remote topics, except those MirrorMaker
+    /// 2 never copies.
+    #[serde(default = "defaults::yes")]
+    pub sync_topic_configs: bool,
+    /// Where offset syncs go.
+    #[serde(default)]
+    pub offset_syncs_location: OffsetSyncsLocation,
+    /// Longest time between two offset syncs of a partition that keeps receiving records, so
+    /// translation of recent offsets stays exact even when nothing else forces a sync.
+    #[serde(default = "defaults::offset_sync_interval")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("offsetSyncInterval must be at least 100ms"))]
+    pub offset_sync_interval: SpecDuration,
+    /// Replication factor of topics created on the target; -1 uses the target broker's default.
+    #[serde(default = "defaults::replication_factor")]
+    #[schemars(range(min = -1, max = 32))]
+    pub replication_factor: i32,
+}
+
+/// Settings of the checkpoint loop.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointSpec {
+    /// Emit checkpoints.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// How often source group offsets are read and translated (MirrorMaker 2: 60s).
+    #[serde(default = "defaults::checkpoint_interval")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("interval must be at least 100ms"))]
+    pub interval: SpecDuration,
+    /// How often the source's group list is re-read.
+    #[serde(default = "defaults::groups_refresh")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s')").message("groupsRefreshInterval must be at least 1s"))]
+    pub groups_refresh_interval: SpecDuration,
+    /// Also commit translated offsets into the target's groups, but only into groups with no
+    /// active member there and never backwards.
+    #[serde(default)]
+    pub sync_group_offsets: bool,
+}
+
+/// Settings of the heartbeat loop.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatSpec {
+    /// Emit heartbeats.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// Time between two heartbeats.
+    #[serde(default = "defaults::heartbeat_interval")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("interval must be at least 100ms"))]
+    pub interval: SpecDuration,
+}
+
+/// Thresholds under which the flow is `FailoverReady`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverReadinessSpec {
+    /// Oldest acceptable checkpoint of a group with committed offsets.
+    #[serde(default = "defaults::max_checkpoint_age")]
+    pub max_checkpoint_age: SpecDuration,
+    /// Largest acceptable age of the newest replicated heartbeat.
+    #[serde(default = "defaults::max_heartbeat_lag")]
+    pub max_heartbeat_lag: SpecDuration,
+    /// Largest acceptable number of source records not yet copied, over all partitions.
+    #[serde(default = "defaults::max_replication_lag")]
+    #[schemars(range(min = 0))]
+    pub max_replication_lag: i64,
+}
+
+/// Overrides for the replicator pods.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    /// Extra labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Node selector.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// The replicator image. Default: the operator's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+macro_rules! impl_default_from_serde {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // Every field has a serde default, so an empty map deserialises to the defaults.
+                serde_json::from_value(serde_json::json!({}))
+                    .unwrap_or_else(|e| unreachable!("defaults of {} must deserialise: {e}", stringify!($t)))
+            }
+        }
+    )*};
+}
+impl_default_from_serde!(
+    SourceLoopSpec,
+    CheckpointSpec,
+    HeartbeatSpec,
+    FailoverReadinessSpec
+);
+
+/// The defaults, named so `kubectl explain`, the docs and the code say the same.
+pub mod defaults {
+    use super::SpecDuration;
+
+    pub fn topics() -> Vec<String> {
+        vec![".*".into()]
+    }
+    pub fn topics_exclude() -> Vec<String> {
+        [r".*[\-\.]internal", r".*\.replica", "__.*"]
+            .map(String::from)
+            .to_vec()
+    }
+    pub fn groups() -> Vec<String> {
+        vec![".*".into()]
+    }
+    pub fn groups_exclude() -> Vec<String> {
+        ["console-consumer-.*", "connect-.*", "__.*"]
+            .map(String::from)
+            .to_vec()
+    }
+    pub fn replicas() -> i32 {
+        1
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn topics_refresh() -> SpecDuration {
+        SpecDuration::from_secs(10)
+    }
+    pub fn offset_sync_interval() -> SpecDuration {
+        SpecDuration::from_secs(1)
+    }
+    pub fn replication_factor() -> i32 {
+        -1
+    }
+    pub fn checkpoint_interval() -> SpecDuration {
+        SpecDuration::from_millis(500)
+    }
+    pub fn groups_refresh() -> SpecDuration {
+        SpecDuration::from_secs(10)
+    }
+    pub fn heartbeat_interval() -> SpecDuration {
+        SpecDuration::from_secs(1)
+    }
+    pub fn max_checkpoint_age() -> SpecDuration {
+        SpecDuration::from_secs(30)
+    }
+    pub fn max_heartbeat_lag() -> SpecDuration {
+        SpecDuration::from_secs(30)
+    }
+    pub fn max_replication_lag() -> i64 {
+        10_000
+    }
+}

@@ -1,0 +1,87 @@
+//! The `MirrorFlow` status: what the operator measured on the clusters themselves.
+//!
+//! Durations are strings ("3s", "1m2s") so `kubectl get mf` columns read well; the same values
+//! as numbers are in the metrics.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state of a flow.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorFlowStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Replicating`, `CheckpointsFresh`, `HeartbeatsFlowing`, `FailoverReady`, each with
+    /// a reason and a message saying what to do when it is not True.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// Replicator pods that exist / are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// End-to-end lag measured from the source's heartbeats replicated to the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatStatus>,
+    /// Freshness of the checkpoints on the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointsStatus>,
+    /// Source topics mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topics: Option<i32>,
+    /// Consumer groups checkpointed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<i32>,
+    /// Source records not yet on the target, summed over all mirrored partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<i64>,
+    /// The groups furthest from being able to fail over, worst first (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub least_ready_groups: Vec<GroupReadiness>,
+}
+
+/// Heartbeat lag.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatStatus {
+    /// Age of the newest source heartbeat seen on the target (e.g. "2s").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<String>,
+    /// When that heartbeat was emitted on the source (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<String>,
+}
+
+/// Checkpoint freshness.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointsStatus {
+    /// Age of the most recent checkpoint of any group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_age: Option<String>,
+    /// Age of the stalest group's latest checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_age: Option<String>,
+}
+
+/// How ready one consumer group is to fail over.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupReadiness {
+    /// The consumer group.
+    pub group: String,
+    /// Age of its newest checkpoint ("never" when it has none).
+    pub checkpoint_age: String,
+    /// Records the group would read again on the target after a failover now, at most.
+    pub estimated_replay_records: i64,
+    /// CamelCase reason it is not ready (`NoCheckpoint`, `CheckpointStale`, `NoOffsetSync`,
+    /// `ActiveOnTarget`, ...), or `Ready`.
+    pub reason: String,
+    /// What that means and what to do.
+    pub message: String,
+}

@@ -1,0 +1,6 @@
+//! Kafka client glue shared by the replicator, the operator's status probe and the CLI:
+//! client configuration from a cluster spec, and small admin helpers.
+
+pub mod config;
+
+pub use config::{ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, client_config};

@@ -1,0 +1,300 @@
+//! A flow file or resource turned into what the loops run on: compiled filters, the naming
+//! policy, client configurations. Every refusal names the spec field and how to fix it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rdkafka::ClientConfig;
+
+use crate::api::{MirrorFlow, MirrorFlowSpec, PolicyKind};
+use crate::kafka::{self, SecretFiles};
+use crate::mm2::{
+    FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error("cannot read the flow file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the flow file {path} is not a valid MirrorFlow: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("{0}")]
+    Filter(#[from] FilterError),
+    #[error("spec.replicationPolicy.separator: {0}")]
+    Policy(#[from] PolicyError),
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Client(#[from] kafka::ConfigError),
+}
+
+impl FlowError {
+    /// A condition reason for the operator's status.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FlowError::Client(e) => e.reason(),
+            _ => "InvalidSpec",
+        }
+    }
+}
+
+/// A validated flow, ready to run.
+#[derive(Clone)]
+pub struct Flow {
+    /// `<namespace>/<name>` of the resource, or the file's name for a standalone run.
+    pub name: String,
+    pub spec: MirrorFlowSpec,
+    pub policy: Arc<dyn ReplicationPolicy>,
+    pub topics: NameFilter,
+    pub groups: NameFilter,
+    pub source_client: ClientConfig,
+    pub target_client: ClientConfig,
+}
+
+impl std::fmt::Debug for Flow {
+    // Client configs may hold credentials: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("name", &self.name)
+            .field("source", &self.spec.source.alias)
+            .field("target", &self.spec.target.alias)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Flow {
+    pub fn source_alias(&self) -> &str {
+        &self.spec.source.alias
+    }
+
+    pub fn target_alias(&self) -> &str {
+        &self.spec.target.alias
+    }
+}
+
+/// Reads a flow file: a whole `MirrorFlow` resource (as `kubectl get -o yaml` prints it) or
+/// just its spec.
+pub fn load_file(path: &Path) -> Result<(String, MirrorFlowSpec), FlowError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| FlowError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(&text).map_err(|source| FlowError::Parse {
+            path: shown.clone(),
+            source,
+        })?;
+    if value.get("spec").is_some() {
+        let flow: MirrorFlow =
+            serde_yaml::from_value(value).map_err(|source| FlowError::Parse {
+                path: shown.clone(),
+                source,
+            })?;
+        let name = match (
+            flow.metadata.namespace.as_deref(),
+            flow.metadata.name.as_deref(),
+        ) {
+            (Some(ns), Some(n)) => format!("{ns}/{n}"),
+            (None, Some(n)) => n.to_string(),
+            _ => stem(path),
+        };
+        Ok((name, flow.spec))
+    } else {
+        let spec = serde_yaml::from_value(value).map_err(|source| FlowError::Parse {
+            path: shown,
+            source,
+        })?;
+        Ok((stem(path), spec))
+    }
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "flow".into())
+}
+
+/// Checks what the CRD schema cannot and builds the runtime pieces.
+pub fn resolve(
+    name: String,
+    spec: MirrorFlowSpec,
+    secrets: &SecretFiles,
+) -> Result<Flow, FlowError> {
+    validate(&spec)?;
+    let policy: Arc<dyn ReplicationPolicy> = match spec.replication_policy.kind {
+        PolicyKind::Prefix => Arc::new(match &spec.replication_policy.separator {
+            Some(sep) => PrefixPolicy::new(sep.clone())?,
+            None => PrefixPolicy::default(),
+        }),
+        PolicyKind::Identity => Arc::new(IdentityPolicy::new(
+            PrefixPolicy::default(),
+            Some(spec.source.alias.clone()),
+        )),
+    };
+    let topics = NameFilter::new(
+        "spec.topics",
+        &spec.topics,
+        "spec.topicsExclude",
+        &spec.topics_exclude,
+    )?;
+    let groups = NameFilter::new(
+        "spec.groups",
+        &spec.groups,
+        "spec.groupsExclude",
+        &spec.groups_exclude,
+    )?;
+    let source_client = kafka::client_config(&spec.source, "spec.source", secrets)?;
+    let target_client = kafka::client_config(&spec.target, "spec.target", secrets)?;
+    Ok(Flow {
+        name,
+        spec,
+        policy,
+        topics,
+        groups,
+        source_client,
+        target_client,
+    })
+}
+
+/// The static checks, shared with the operator (which runs them before deploying anything).
+pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
+    let alias_ok = |a: &str| {
+        !a.is_empty()
+            && a.len() <= 64
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    if !alias_ok(&spec.source.alias) {
+        return Err(FlowError::Invalid {
+            field: "spec.source.alias",
+            message: format!(
+                "'{}' must be 1-64 letters, digits, '_' or '-'",
+                spec.source.alias
+            ),
+        });
+    }
+    if !alias_ok(&spec.target.alias) {
+        return Err(FlowError::Invalid {
+            field: "spec.target.alias",
+            message: format!(
+                "'{}' must be 1-64 letters, digits, '_' or '-'",
+                spec.target.alias
+            ),
+        });
+    }
+    if spec.source.alias == spec.target.alias {
+        return Err(FlowError::Invalid {
+            field: "spec.target.alias",
+            message: "source and target aliases must differ: they name the clusters in topic names"
+                .into(),
+        });
+    }
+    if !(1..=64).contains(&spec.replicas) {
+        return Err(FlowError::Invalid {
+            field: "spec.replicas",
+            message: format!("{} is out of range: use 1 to 64", spec.replicas),
+        });
+    }
+    let positive = [
+        (
+            "spec.sourceLoop.topicsRefreshInterval",
+            spec.source_loop.topics_refresh_interval,
+        ),
+        (
+            "spec.sourceLoop.offsetSyncInterval",
+            spec.source_loop.offset_sync_interval,
+        ),
+        ("spec.checkpoints.interval", spec.checkpoints.interval),
+        (
+            "spec.checkpoints.groupsRefreshInterval",
+            spec.checkpoints.groups_refresh_interval,
+        ),
+        ("spec.heartbeats.interval", spec.heartbeats.interval),
+    ];
+    for (field, d) in positive {
+        if d.as_duration().as_millis() < 100 {
+            return Err(FlowError::Invalid {
+                field,
+                message: format!("{d} is too short: use at least 100ms"),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> MirrorFlowSpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    const BASE: &str = "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n";
+
+    #[test]
+    fn a_minimal_spec_gets_mm2_defaults_and_resolves() {
+        let flow = resolve("f".into(), spec(BASE), &SecretFiles::new("/none")).unwrap();
+        assert!(flow.topics.matches("orders"));
+        assert!(!flow.topics.matches("__consumer_offsets"));
+        assert!(!flow.groups.matches("console-consumer-1"));
+        assert_eq!(flow.policy.format_remote_topic("a", "orders"), "a.orders");
+    }
+
+    #[test]
+    fn an_invalid_regex_names_its_field_and_pattern() {
+        let s = spec(&format!("{BASE}topicsExclude: ['ok', '(unclosed']\n"));
+        let err = resolve("f".into(), s, &SecretFiles::new("/none"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("spec.topicsExclude") && err.contains("(unclosed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn same_aliases_and_bad_replicas_are_refused_by_field() {
+        let s = spec(
+            "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: a, bootstrapServers: 'y:1'}\n",
+        );
+        assert!(
+            validate(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.target.alias")
+        );
+        let s = spec(&format!("{BASE}replicas: 10000\n"));
+        assert!(
+            validate(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.replicas")
+        );
+    }
+
+    #[test]
+    fn unknown_durations_are_refused_when_parsing() {
+        let err = serde_yaml::from_str::<MirrorFlowSpec>(&format!(
+            "{BASE}heartbeats: {{interval: soon}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("heartbeats") && err.contains("not a duration"),
+            "{err}"
+        );
+    }
+}

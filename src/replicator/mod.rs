@@ -1,0 +1,81 @@
+//! The data plane: one process, three loops, no Kubernetes dependency.
+//!
+//! - [`source`]: copies records, names and configures remote topics, writes offset syncs and
+//!   stores source positions on the target.
+//! - [`checkpoint`]: translates source group offsets and writes MM2 checkpoints on the target;
+//!   optionally commits them into idle target groups.
+//! - [`heartbeat`]: emits heartbeats; their replicated copies measure end-to-end lag.
+//!
+//! Each loop retries on its own with backoff; a loop that fails for good ends the process with
+//! an error, so a pod restarts instead of limping.
+
+pub mod checkpoint;
+pub mod flow;
+pub mod health;
+pub mod heartbeat;
+pub mod metrics;
+pub mod source;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use flow::{Flow, FlowError};
+pub use health::Readiness;
+pub use metrics::Metrics;
+
+/// What every loop shares.
+pub struct Context {
+    pub flow: Flow,
+    pub metrics: Metrics,
+    pub readiness: Arc<Readiness>,
+    /// This replica's name (the pod name in a pod, the host name otherwise), for logs and
+    /// client ids.
+    pub replica: String,
+}
+
+/// Runs the enabled loops and the health server until `shutdown` fires or a loop fails.
+pub async fn run(
+    ctx: Arc<Context>,
+    listen: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let spec = &ctx.flow.spec;
+    tracing::info!(flow = %ctx.flow.name, source = %ctx.flow.source_alias(), target = %ctx.flow.target_alias(),
+        replica = %ctx.replica, "replicator starting");
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(serve_health(ctx.clone(), listen, shutdown.clone()));
+    if spec.source_loop.enabled {
+        tasks.spawn(source::run(ctx.clone(), shutdown.clone()));
+    }
+    if spec.checkpoints.enabled {
+        tasks.spawn(checkpoint::run(ctx.clone(), shutdown.clone()));
+    }
+    if spec.heartbeats.enabled {
+        tasks.spawn(heartbeat::run(ctx.clone(), shutdown.clone()));
+    }
+    let mut result = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        let outcome = joined.map_err(anyhow::Error::from).and_then(|r| r);
+        if let Err(e) = outcome {
+            tracing::error!(error = %format!("{e:#}"), "a loop failed; stopping the replicator");
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+        // One loop ending (error or shutdown) ends them all: loops depend on each other's work.
+        shutdown.cancel();
+    }
+    tracing::info!("replicator stopped");
+    result
+}
+
+async fn serve_health(
+    ctx: Arc<Context>,
+    listen: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    health::serve(listen, ctx.metrics.clone(), ctx.readiness.clone(), shutdown).await?;
+    Ok(())
+}
