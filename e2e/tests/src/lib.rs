@@ -123,3 +123,4 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub mod kafka;
+pub mod replicator;

@@ -1,0 +1,110 @@
+//! Runs `mirrorflow replicate` as a child process against the world's clusters.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+/// A replicator process; stopped with SIGTERM (then SIGKILL) when dropped.
+pub struct Replicator {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub metrics_addr: String,
+}
+
+/// Path of the `mirrorflow` binary cargo built for these tests.
+pub fn binary(repo_root: &Path) -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root.join("target"));
+    target.join("debug/mirrorflow")
+}
+
+impl Replicator {
+    /// Writes `flow_yaml` to a file and starts a replicator on it. `port` picks its metrics port
+    /// on 127.0.0.1; `replica` names it.
+    pub fn start(repo_root: &Path, name: &str, flow_yaml: &str, port: u16) -> Result<Replicator> {
+        let dir = std::env::temp_dir().join("mirrorflow-e2e").join(name);
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("flow.yaml");
+        std::fs::write(&config, flow_yaml)?;
+        let log = dir.join("replicator.log");
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let metrics_addr = format!("127.0.0.1:{port}");
+        let child = Command::new(binary(repo_root))
+            .args(["replicate", "--config"])
+            .arg(&config)
+            .args(["--listen", &metrics_addr, "--replica", name, "--secrets-dir"])
+            .arg(dir.join("secrets"))
+            .env("RUST_LOG", "info,mirrorflow=debug")
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .context("starting mirrorflow replicate (is the binary built? cargo build -p mirrorflow)")?;
+        Ok(Replicator { child: Some(child), log, metrics_addr })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The replicator's log so far (for assertion messages).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait up to `grace` before SIGKILL. Returns the exit status code if any.
+    pub fn stop(&mut self, grace: Duration) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + grace;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the process at once (a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Fetches `/metrics` and returns the value of an unlabelled sample, if present.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let body = http_get(&self.metrics_addr, "/metrics").ok()?;
+        body.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for Replicator {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(10));
+    }
+}
+
+/// A minimal HTTP/1.1 GET for the replicator's own endpoints on loopback.
+pub fn http_get(addr: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
+    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "GET {path}: {}", head.lines().next().unwrap_or(""));
+    Ok(body.to_string())
+}
