@@ -14,6 +14,7 @@ use clap::Parser;
 use jiff::Timestamp;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::info;
@@ -62,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -124,6 +126,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     std::fs::create_dir_all(cli.state_dir.join("pods"))
         .with_context(|| format!("creating state dir {}", cli.state_dir.display()))?;
     let state_dir = std::fs::canonicalize(&cli.state_dir)?;
+    // One node per state dir: a second one would kill and double-run the first one's pods.
+    let lock_file = std::fs::File::create(state_dir.join("node.lock"))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        anyhow::anyhow!(
+            "state dir {} is in use by another process node: {e}",
+            state_dir.display()
+        )
+    })?;
     let pids = kubelet::process::PidFiles::new(&state_dir)?;
     let orphans = pids.kill_orphans();
     if orphans > 0 {

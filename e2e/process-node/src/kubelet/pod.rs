@@ -134,6 +134,7 @@ pub struct Worker {
     finished_before: bool,
     /// Termination has begun: exits are final.
     stopping: bool,
+    last_patch_error: Option<String>,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
 }
@@ -209,6 +210,7 @@ impl Worker {
             last_status: None,
             finished_before,
             stopping: false,
+            last_patch_error: None,
             tx,
             rx,
         }
@@ -652,6 +654,10 @@ impl Worker {
             return;
         }
         c.stop_probes();
+        // Like a container whose PID 1 died: nothing of it survives (background children).
+        if let Some(pid) = c.pid {
+            super::process::signal_group(pid, Signal::SIGKILL);
+        }
         shared.pids.forget(&uid, &c.spec.name);
         let signal = status.signal();
         let exit_code = status.code().unwrap_or_else(|| 128 + signal.unwrap_or(0));
@@ -799,8 +805,16 @@ impl Worker {
                 debug!(pod = %self.key(), phase = ?status.phase, "status patched");
                 self.conditions = conditions;
                 self.last_status = Some(json);
+                self.last_patch_error = None;
             }
-            Err(e) => warn!(pod = %self.key(), error = %e, "status patch failed"),
+            Err(e) => {
+                // Logged once per distinct error: the patch is retried every second.
+                let message = e.to_string();
+                if self.last_patch_error.as_deref() != Some(message.as_str()) {
+                    warn!(pod = %self.key(), error = %message, "status patch failed");
+                    self.last_patch_error = Some(message);
+                }
+            }
         }
     }
 

@@ -46,11 +46,9 @@ pub fn spawn(
     cmd.spawn()
 }
 
-/// Signals the whole process group of a container.
-pub fn signal_group(pid: i32, signal: Signal) {
-    if pid > 0 {
-        let _ = killpg(Pid::from_raw(pid), signal);
-    }
+/// Signals the whole process group of a container; false if no such group exists.
+pub fn signal_group(pid: i32, signal: Signal) -> bool {
+    pid > 0 && killpg(Pid::from_raw(pid), signal).is_ok()
 }
 
 /// Field 22 of /proc/PID/stat: the start time, to tell a pid from a reused one.
@@ -96,13 +94,24 @@ impl PidFiles {
             let mut parts = text.split_whitespace();
             let pid: Option<i32> = parts.next().and_then(|p| p.parse().ok());
             let started: Option<u64> = parts.next().and_then(|p| p.parse().ok());
+            // The leader still runs (same start time: not a reused pid), or no process has
+            // that pid any more: then the group id still names only the old group's
+            // survivors (the kernel does not reuse a pid that is a live group's id).
+            let leader = pid.map(start_time);
             if let Some(pid) = pid
                 && pid > 0
-                && start_time(pid).is_some()
-                && start_time(pid) == started
+                && (leader == Some(started) || leader == Some(None))
+                && signal_group(pid, Signal::SIGKILL)
             {
-                signal_group(pid, Signal::SIGKILL);
                 killed += 1;
+                // Wait (briefly) until the group is gone, so its ports and files are free
+                // before the pods start again.
+                for _ in 0..100 {
+                    if killpg(Pid::from_raw(pid), None).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
             }
             let _ = std::fs::remove_file(entry.path());
         }

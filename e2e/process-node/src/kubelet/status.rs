@@ -266,7 +266,6 @@ pub fn build(view: &PodView<'_>, conditions: &mut Conditions, now: Timestamp) ->
         container_statuses: Some(view.containers.iter().map(container_status).collect()),
         init_container_statuses: (!view.init_containers.is_empty())
             .then(|| view.init_containers.iter().map(container_status).collect()),
-        qos_class: Some("BestEffort".to_string()),
         ..Default::default()
     }
 }
