@@ -73,7 +73,7 @@ pub fn read_partition(
     consumer.assign(&tpl)?;
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while out.last().map(|(o, _, _)| o + 1).unwrap_or(0) < high {
+    while out.last().map(|(o, _, _)| *o + 1).unwrap_or(0_i64) < high {
         if Instant::now() > deadline {
             bail!("reading {topic}-{partition} timed out at {} of {high}", out.len());
         }

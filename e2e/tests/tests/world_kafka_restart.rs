@@ -21,10 +21,11 @@ async fn a_retrying_producer_loses_nothing_across_a_cluster_restart() -> anyhow:
             let mut pending = Vec::with_capacity(TOTAL);
             for i in 0..TOTAL {
                 let value = format!("r{i}");
-                pending.push(producer.send(
-                    FutureRecord::<(), _>::to(&topic).payload(&value),
-                    Duration::from_secs(120),
-                ));
+                // Enqueued now; the delivery future resolves once the broker acknowledged it.
+                match producer.send_result(FutureRecord::<(), _>::to(&topic).payload(&value)) {
+                    Ok(delivery) => pending.push(delivery),
+                    Err((e, _)) => panic!("enqueueing record {i} failed: {e}"),
+                }
                 // Spread sends over the restart so records are in flight while the broker is down.
                 if i % 50 == 49 {
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -32,7 +33,7 @@ async fn a_retrying_producer_loses_nothing_across_a_cluster_restart() -> anyhow:
             }
             let mut failed = 0;
             for p in pending {
-                if p.await.is_err() {
+                if !matches!(p.await, Ok(Ok(_))) {
                     failed += 1;
                 }
             }
