@@ -2,5 +2,6 @@
 //! client configuration from a cluster spec, and small admin helpers.
 
 pub mod config;
+pub mod consumer_offsets;
 
 pub use config::{ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, client_config};
