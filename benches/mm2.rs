@@ -22,13 +22,13 @@ fn checkpoint() -> Checkpoint {
 
 fn records(c: &mut Criterion) {
     let cp = checkpoint();
-    let rec = cp.encode().unwrap();
+    let rec = cp.encode().expect("valid checkpoint");
     c.bench_function("checkpoint_encode", |b| b.iter(|| black_box(&cp).encode()));
     c.bench_function("checkpoint_decode", |b| {
         b.iter(|| Checkpoint::decode(black_box(&rec.key), black_box(&rec.value)))
     });
     let sync = OffsetSync::new(TopicPartition::new("orders", 7), 123_456_789, 123_400_000);
-    let srec = sync.encode().unwrap();
+    let srec = sync.encode().expect("valid sync");
     c.bench_function("offset_sync_encode", |b| {
         b.iter(|| black_box(&sync).encode())
     });
@@ -44,7 +44,7 @@ fn full_store(origin: SyncOrigin) -> OffsetSyncStore {
     let tp = TopicPartition::new("orders", 0);
     for i in 0..10_000_i64 {
         let sync = OffsetSync::new(tp.clone(), i * 100, i * 100 + i / 7);
-        store.update(&sync, origin).unwrap();
+        store.update(&sync, origin).expect("non-negative sync");
     }
     store
 }
@@ -75,7 +75,7 @@ fn store_update(c: &mut Criterion) {
                     for _ in 0..100 {
                         *next += 100;
                         let sync = OffsetSync::new(tp.clone(), *next, *next + *next / 700);
-                        store.update(&sync, origin).unwrap();
+                        store.update(&sync, origin).expect("non-negative sync");
                     }
                 },
                 BatchSize::LargeInput,

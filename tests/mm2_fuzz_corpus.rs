@@ -12,7 +12,10 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         .join(target);
     let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
-        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+        .map(|entry| {
+            let path = entry.expect("readable corpus entry").path();
+            std::fs::read(&path).unwrap_or_else(|e| panic!("seed {}: {e}", path.display()))
+        })
         .collect();
     seeds.sort();
     assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
