@@ -1,12 +1,188 @@
-//! The heartbeat loop (being built; see the issue for the contract).
+//! The heartbeat loop, as MM2 runs it in dedicated mode.
+//!
+//! Every `spec.heartbeats.interval`:
+//! - `Heartbeat(source, target, now)` into `heartbeats` on the target, as the A->B heartbeat
+//!   connector does;
+//! - `Heartbeat(target, source, now)` into `heartbeats` on the source: MM2's reverse emitter
+//!   (the B->A herder's heartbeat connector, which dedicated mode runs even when B->A
+//!   replication is off). The source loop replicates the source's `heartbeats` as
+//!   `<source>.heartbeats` to the target, which lets `MirrorClient.upstreamClusters()` see the
+//!   flow and makes end-to-end lag observable.
+//!
+//! Lag: the loop follows `<source>.heartbeats` on the target and sets `heartbeat_lag` to
+//! now minus the newest timestamp of the reverse emitter's heartbeats found there (key
+//! `(target, source)`), so it grows when replication stalls. It stays unset until the first
+//! one arrives, rather than claim zero lag for a path that never worked.
+//! Both `heartbeats` topics are created as MM2 creates them: 1 partition, compacted.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rdkafka::Offset;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::checkpoint::support::{
+    Reachability, assign_only_consumer, ensure_compacted_topic, follow_partition,
+};
+use crate::mm2::Heartbeat;
 
-pub async fn run(_ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    shutdown.cancelled().await;
-    Ok(())
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let flow = &ctx.flow;
+    let (source, target) = (flow.source_alias(), flow.target_alias());
+    let topic = flow.policy.heartbeats_topic().to_owned();
+    let interval = flow.spec.heartbeats.interval.as_duration();
+    let rf = flow.spec.source_loop.replication_factor;
+    let source_reach = Reachability::new("source", "heartbeat", ctx.metrics.clone());
+    let target_reach = Reachability::new("target", "heartbeat", ctx.metrics.clone());
+    for (client, reach) in [
+        (&flow.target_client, &target_reach),
+        (&flow.source_client, &source_reach),
+    ] {
+        if !ensure_compacted_topic(client, &topic, rf, reach, &shutdown).await? {
+            return Ok(());
+        }
+    }
+    // A heartbeat older than a few intervals is worthless: give up on it rather than queue.
+    let timeout = (interval * 5).max(Duration::from_secs(5));
+    let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<FutureProducer> {
+        Ok(client
+            .clone()
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", timeout.as_millis().to_string())
+            .create()?)
+    };
+    let emitters = [
+        Emitter {
+            producer: producer(&flow.target_client)?,
+            heartbeat_source: source.to_owned(),
+            heartbeat_target: target.to_owned(),
+            reach: target_reach.clone(),
+        },
+        Emitter {
+            producer: producer(&flow.source_client)?,
+            heartbeat_source: target.to_owned(),
+            heartbeat_target: source.to_owned(),
+            reach: source_reach.clone(),
+        },
+    ];
+
+    let readers = shutdown.child_token();
+    let _stop_readers = readers.clone().drop_guard();
+    let (tx, mut newest) = mpsc::channel::<i64>(64);
+    let (want_source, want_target) = (target.to_owned(), source.to_owned());
+    follow_partition(
+        "the replicated heartbeats",
+        assign_only_consumer(&flow.target_client)?,
+        flow.policy.format_remote_topic(source, &topic),
+        // The newest few are enough to know the lag now.
+        Offset::OffsetTail(8),
+        target_reach.clone(),
+        tx,
+        None,
+        move |m| {
+            let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
+            (hb.source_alias == want_source && hb.target_alias == want_target)
+                .then_some(hb.timestamp_ms)
+        },
+        readers.clone(),
+    );
+
+    let mut newest_ms: Option<i64> = None;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            ts = newest.recv() => {
+                if let Some(ts) = ts {
+                    newest_ms = newest_ms.max(Some(ts));
+                    set_lag(&ctx, newest_ms);
+                }
+            }
+            _ = tick.tick() => {
+                set_lag(&ctx, newest_ms);
+                let now = now_ms();
+                // Both at once: an unreachable source must not delay the target's heartbeat.
+                let (to_target, to_source) = tokio::join!(
+                    emitters[0].emit(now, &topic),
+                    emitters[1].emit(now, &topic),
+                );
+                for ok in [to_target, to_source] {
+                    if ok {
+                        ctx.metrics.heartbeats_emitted.inc();
+                    }
+                }
+                if to_target && !ctx.readiness.heartbeat.swap(true, Ordering::Relaxed) {
+                    tracing::info!(topic = %topic, "first heartbeat acknowledged by the target");
+                }
+            }
+        }
+    }
+}
+
+struct Emitter {
+    producer: FutureProducer,
+    heartbeat_source: String,
+    heartbeat_target: String,
+    reach: Arc<Reachability>,
+}
+
+impl Emitter {
+    /// Writes one heartbeat and waits for its acknowledgement.
+    async fn emit(&self, now_ms: i64, topic: &str) -> bool {
+        let heartbeat = Heartbeat {
+            source_alias: self.heartbeat_source.clone(),
+            target_alias: self.heartbeat_target.clone(),
+            timestamp_ms: now_ms,
+        };
+        let record = match heartbeat.encode() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a heartbeat");
+                return false;
+            }
+        };
+        let sent = self
+            .producer
+            .send(
+                FutureRecord::to(topic)
+                    .partition(0)
+                    .key(&record.key)
+                    .payload(&record.value)
+                    .timestamp(now_ms),
+                Timeout::Never,
+            )
+            .await;
+        match sent {
+            Ok(_) => {
+                self.reach.ok();
+                true
+            }
+            Err((e, _)) => {
+                self.reach.failed("writing a heartbeat", &e);
+                false
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+fn set_lag(ctx: &Context, newest_ms: Option<i64>) {
+    if let Some(ts) = newest_ms {
+        let lag_ms = (now_ms() - ts).max(0);
+        ctx.metrics.heartbeat_lag.set(lag_ms as f64 / 1000.0);
+    }
 }

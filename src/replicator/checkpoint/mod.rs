@@ -1,12 +1,577 @@
-//! The checkpoint loop (being built; see the issue for the contract).
+//! The checkpoint loop: source group offsets, translated through offset syncs, written as MM2
+//! checkpoints to `<source alias>.checkpoints.internal` on the target.
+//!
+//! # Following commits instead of polling them
+//! MM2 lists every group's offsets every 60 s. Here a consumer group
+//! (`mirrorflow.<flow>.checkpoints`) follows the source's `__consumer_offsets` with
+//! `read_committed` ([`commits`]), so a commit reaches the loop within about one fetch wait
+//! (100 ms) and costs nothing while a group is idle, however many groups there are. Because a
+//! group's commits always land in one `__consumer_offsets` partition, the group protocol's
+//! partition assignment splits the groups across replicas without coordination of our own;
+//! on every assignment the partitions are re-read from the beginning (compacted: about one
+//! record per committed partition) and nothing is evaluated until they are caught up, so
+//! replayed history never produces a checkpoint. The costs: the flow needs read access to
+//! `__consumer_offsets`, and a rebalance re-reads it.
+//!
+//! # Translation
+//! Every replica follows the whole offset-syncs topic into an [`OffsetSyncStore`] (syncs that
+//! carry [`DENSE_SYNC_HEADER`] are [`SyncOrigin::Dense`] and translate exactly; MM2's are
+//! sparse and translate conservatively). A new sync re-evaluates every owned group committed
+//! on that partition, so a checkpoint becomes exact as soon as the sync that covers it lands.
+//!
+//! # Emission
+//! MM2's monotonic rule ([`CheckpointTracker`]): first checkpoint, group rewound upstream, or
+//! downstream advanced. The tracker is rebuilt from the checkpoints topic before anything is
+//! written, and keeps following it for the groups other replicas own, so a restart or a
+//! group moving between replicas stays monotonic. A checkpoint counts as written once the
+//! target acknowledged it; a failed write is retried with backoff.
+//!
+//! Group offset sync into the target is optional and lives in [`group_sync`]; its per-group
+//! state and reason in [`sync_state`].
 
+mod commits;
+pub mod group_sync;
+pub mod state;
+pub mod support;
+pub mod sync_state;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rdkafka::Offset;
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use self::group_sync::GroupView;
+use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
+use self::support::{Backoff, Reachability, assign_only_consumer, follow_partition};
 use super::Context;
+use crate::api::OffsetSyncsLocation;
+use crate::mm2::{
+    Checkpoint, CheckpointTracker, Filters, OffsetSync, OffsetSyncStore, StoreConfig, SyncOrigin,
+    TopicPartition,
+};
 
-pub async fn run(_ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    shutdown.cancelled().await;
+/// Header the source loop puts on the offset syncs it writes with its dense policy; MM2 writes
+/// no headers, so a sync without it is sparse.
+pub const DENSE_SYNC_HEADER: &str = "mirrorflow.sync";
+/// Value of [`DENSE_SYNC_HEADER`] for dense syncs.
+pub const DENSE_SYNC_HEADER_VALUE: &[u8] = b"dense";
+
+/// What the reader threads tell the loop.
+#[derive(Debug)]
+pub enum Event {
+    Assigned(Vec<i32>),
+    Revoked(Vec<i32>),
+    CaughtUp(i32),
+    Commit {
+        co_partition: i32,
+        group: String,
+        tp: TopicPartition,
+        commit: Option<Commit>,
+    },
+    Sync(OffsetSync, SyncOrigin),
+    SyncsLoaded,
+    /// A checkpoint read back from the checkpoints topic, with its record timestamp.
+    CheckpointRead(Checkpoint, Option<i64>),
+    CheckpointsLoaded,
+}
+
+const EVENT_BUFFER: usize = 4096;
+
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let flow = &ctx.flow;
+    let spec = &flow.spec;
+    let source_reach = Reachability::new("source", "checkpoint", ctx.metrics.clone());
+    let target_reach = Reachability::new("target", "checkpoint", ctx.metrics.clone());
+    let checkpoints_topic = flow.policy.checkpoints_topic(flow.source_alias());
+    let rf = spec.source_loop.replication_factor;
+    if !support::ensure_compacted_topic(
+        &flow.target_client,
+        &checkpoints_topic,
+        rf,
+        &target_reach,
+        &shutdown,
+    )
+    .await?
+    {
+        return Ok(());
+    }
+
+    // Readers stop with this token, also when the loop ends on an error.
+    let readers = shutdown.child_token();
+    let _stop_readers = readers.clone().drop_guard();
+    let (tx, mut rx) = mpsc::channel(EVENT_BUFFER);
+
+    follow_partition(
+        "the checkpoints topic",
+        assign_only_consumer(&flow.target_client)?,
+        checkpoints_topic.clone(),
+        Offset::Beginning,
+        target_reach.clone(),
+        tx.clone(),
+        Some(Event::CheckpointsLoaded),
+        |m| {
+            let cp = Checkpoint::decode(m.key()?, m.payload()?).ok()?;
+            Some(Event::CheckpointRead(cp, m.timestamp().to_millis()))
+        },
+        readers.clone(),
+    );
+
+    let (syncs_client, syncs_topic, syncs_reach) = match spec.source_loop.offset_syncs_location {
+        OffsetSyncsLocation::Source => (
+            &flow.source_client,
+            flow.policy.offset_syncs_topic(flow.target_alias()),
+            source_reach.clone(),
+        ),
+        OffsetSyncsLocation::Target => (
+            &flow.target_client,
+            flow.policy.offset_syncs_topic(flow.source_alias()),
+            target_reach.clone(),
+        ),
+    };
+    let sync_errors = ctx
+        .metrics
+        .errors
+        .with_label_values(&["checkpoint", "bad_sync"]);
+    follow_partition(
+        "the offset-syncs topic",
+        assign_only_consumer(syncs_client)?,
+        syncs_topic,
+        Offset::Beginning,
+        syncs_reach,
+        tx.clone(),
+        Some(Event::SyncsLoaded),
+        move |m| {
+            let Some(sync) = m
+                .key()
+                .zip(m.payload())
+                .and_then(|(k, v)| OffsetSync::decode(k, v).ok())
+            else {
+                sync_errors.inc();
+                return None;
+            };
+            let dense = m.headers().is_some_and(|h| {
+                h.iter()
+                    .any(|h| h.key == DENSE_SYNC_HEADER && h.value == Some(DENSE_SYNC_HEADER_VALUE))
+            });
+            let origin = if dense {
+                SyncOrigin::Dense
+            } else {
+                SyncOrigin::Sparse
+            };
+            Some(Event::Sync(sync, origin))
+        },
+        readers.clone(),
+    );
+
+    commits::follow(
+        &flow.source_client,
+        &format!("mirrorflow.{}.checkpoints", flow.name),
+        flow.groups.clone(),
+        source_reach.clone(),
+        ctx.metrics.clone(),
+        tx.clone(),
+        readers.clone(),
+    )?;
+    drop(tx);
+
+    let group_views = if spec.checkpoints.sync_group_offsets {
+        let (views_tx, views_rx) = mpsc::channel(EVENT_BUFFER);
+        tokio::spawn(group_sync::run(
+            flow.target_client.clone(),
+            spec.checkpoints.interval.as_duration(),
+            spec.checkpoints.groups_refresh_interval.as_duration(),
+            target_reach.clone(),
+            views_rx,
+            readers.clone(),
+        ));
+        Some(views_tx)
+    } else {
+        tracing::info!("group offset sync is disabled (spec.checkpoints.syncGroupOffsets)");
+        None
+    };
+
+    let producer: FutureProducer = flow
+        .target_client
+        .clone()
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()?;
+    let filters = Filters {
+        topics: flow.topics.clone(),
+        groups: flow.groups.clone(),
+    };
+    let mut core = Core {
+        ctx: ctx.clone(),
+        naming: Naming {
+            policy: flow.policy.as_ref(),
+            filters: &filters,
+            source_alias: flow.source_alias(),
+            target_alias: flow.target_alias(),
+        },
+        topic: checkpoints_topic,
+        producer,
+        target_reach,
+        store: OffsetSyncStore::new(StoreConfig::default()),
+        tracker: CheckpointTracker::new(),
+        commits: Commits::default(),
+        dirty: HashSet::new(),
+        assigned_once: false,
+        checkpoints_loaded: false,
+        last_checkpoint: HashMap::new(),
+        uncovered: HashMap::new(),
+        changed_groups: HashSet::new(),
+        group_views,
+    };
+
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut write_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        let retry = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            event = rx.recv() => {
+                let Some(event) = event else {
+                    anyhow::bail!("the checkpoint loop's readers stopped");
+                };
+                core.handle(event);
+                // Drain what is already queued so one flush covers a burst (bounded, so
+                // shutdown and ticks still get their turn during a long initial read).
+                for _ in 0..EVENT_BUFFER {
+                    match rx.try_recv() {
+                        Ok(event) => core.handle(event),
+                        Err(_) => break,
+                    }
+                }
+            }
+            _ = retry => retry_at = None,
+            _ = tick.tick() => core.tick(),
+        }
+        if retry_at.is_none() && !core.dirty.is_empty() {
+            if core.flush().await {
+                write_backoff.reset();
+            } else {
+                retry_at = Some(tokio::time::Instant::now() + write_backoff.next_delay());
+            }
+        }
+    }
     Ok(())
+}
+
+struct Core<'a> {
+    ctx: Arc<Context>,
+    naming: Naming<'a>,
+    topic: String,
+    producer: FutureProducer,
+    target_reach: Arc<Reachability>,
+    store: OffsetSyncStore,
+    tracker: CheckpointTracker,
+    commits: Commits,
+    /// (group, source partition) pairs to evaluate at the next flush.
+    dirty: HashSet<(String, TopicPartition)>,
+    assigned_once: bool,
+    checkpoints_loaded: bool,
+    last_checkpoint: HashMap<String, SystemTime>,
+    /// Per group, committed source partitions without a translation.
+    uncovered: HashMap<String, HashSet<TopicPartition>>,
+    /// Groups whose checkpoints or coverage changed since the last group view was sent.
+    changed_groups: HashSet<String>,
+    group_views: Option<mpsc::Sender<GroupView>>,
+}
+
+impl Core<'_> {
+    fn ready_to_evaluate(&self) -> bool {
+        self.checkpoints_loaded && self.store.is_loaded()
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Assigned(partitions) => {
+                tracing::info!(partitions = ?partitions, "assigned __consumer_offsets partitions; reading them from the beginning");
+                for p in partitions {
+                    self.commits.assign(p);
+                }
+                self.assigned_once = true;
+            }
+            Event::Revoked(partitions) => {
+                tracing::info!(partitions = ?partitions, "revoked __consumer_offsets partitions");
+                for p in partitions {
+                    for group in self.commits.revoke(p) {
+                        self.forget_group(&group);
+                    }
+                }
+            }
+            Event::CaughtUp(p) => {
+                let pairs = self.commits.caught_up(p);
+                if !pairs.is_empty() {
+                    tracing::debug!(
+                        partition = p,
+                        pairs = pairs.len(),
+                        "caught up with a __consumer_offsets partition"
+                    );
+                }
+                self.dirty.extend(pairs);
+            }
+            Event::Commit {
+                co_partition,
+                group,
+                tp,
+                commit,
+            } => {
+                let deleted = commit.is_none();
+                if self.commits.apply(co_partition, &group, tp.clone(), commit) {
+                    if deleted {
+                        if let Some(u) = self.uncovered.get_mut(&group) {
+                            u.remove(&tp);
+                        }
+                        self.changed_groups.insert(group.clone());
+                        if self.commits.group(&group).is_none() {
+                            self.forget_group(&group);
+                        }
+                    } else {
+                        self.dirty.insert((group, tp));
+                    }
+                }
+            }
+            Event::Sync(sync, origin) => {
+                if let Err(e) = self.store.update(&sync, origin) {
+                    tracing::warn!(error = %e, "ignoring an invalid offset sync");
+                    return;
+                }
+                if self.store.is_loaded() {
+                    let tp = &sync.topic_partition;
+                    let groups: Vec<String> = self.commits.groups_on(tp).cloned().collect();
+                    self.dirty
+                        .extend(groups.into_iter().map(|g| (g, tp.clone())));
+                }
+            }
+            Event::SyncsLoaded => {
+                self.store.finish_initial_load();
+                tracing::info!("offset syncs loaded");
+                self.dirty.extend(self.commits.all_pairs());
+            }
+            Event::CheckpointRead(cp, timestamp_ms) => {
+                // Groups this replica owns are authoritative in memory: a read-back of its own
+                // older write must not roll the tracker back.
+                if !self.checkpoints_loaded || !self.commits.is_owned_group(&cp.group) {
+                    self.tracker.record(&cp);
+                    if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
+                        let at = UNIX_EPOCH + Duration::from_millis(ms);
+                        let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
+                        *last = (*last).max(at);
+                    }
+                }
+            }
+            Event::CheckpointsLoaded => {
+                self.checkpoints_loaded = true;
+                tracing::info!(topic = %self.topic, "last checkpoints loaded");
+                self.dirty.extend(self.commits.all_pairs());
+            }
+        }
+    }
+
+    fn forget_group(&mut self, group: &str) {
+        self.uncovered.remove(group);
+        self.changed_groups.remove(group);
+        self.dirty.retain(|(g, _)| g != group);
+        let _ = self
+            .ctx
+            .metrics
+            .group_checkpoint_age
+            .remove_label_values(&[group]);
+        if let Some(views) = &self.group_views {
+            let _ = views.try_send(GroupView::Forget(group.to_owned()));
+        }
+    }
+
+    /// Evaluates the dirty pairs and writes the checkpoints due. False when a write failed
+    /// (the failed pairs stay dirty).
+    async fn flush(&mut self) -> bool {
+        if !self.ready_to_evaluate() {
+            return true;
+        }
+        let mut batch = Vec::new();
+        for (group, tp) in std::mem::take(&mut self.dirty) {
+            let Some(commit) = self.commits.get(&group, &tp) else {
+                continue;
+            };
+            let evaluation = evaluate(
+                &self.naming,
+                &self.store,
+                &self.tracker,
+                &group,
+                &tp,
+                commit,
+            );
+            let live_since = commit.live.then_some(commit.commit_timestamp_ms);
+            let uncovered = matches!(evaluation, Evaluation::Untranslatable(_));
+            let set = self.uncovered.entry(group.clone()).or_default();
+            let coverage_changed = if uncovered {
+                set.insert(tp.clone())
+            } else {
+                set.remove(&tp)
+            };
+            if coverage_changed {
+                self.changed_groups.insert(group.clone());
+            }
+            match evaluation {
+                Evaluation::Emit(cp) => batch.push((tp, cp, live_since)),
+                Evaluation::NotMirrored | Evaluation::Unchanged => {
+                    // Nothing new will come of this commit: stop timing it.
+                    self.commits.settle(&group, &tp);
+                }
+                Evaluation::Untranslatable(reason) => {
+                    tracing::trace!(group = %group, partition = %tp, ?reason, "no translation");
+                }
+            }
+        }
+        let ok = self.write(batch).await;
+        self.send_group_views();
+        ok
+    }
+
+    async fn write(&mut self, batch: Vec<(TopicPartition, Checkpoint, Option<i64>)>) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        let mut pending = Vec::with_capacity(batch.len());
+        for (tp, cp, live_since) in batch {
+            let record = match cp.encode() {
+                Ok(r) => r,
+                Err(e) => {
+                    // A group name over 32767 bytes cannot be written in MM2's format.
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["checkpoint", "encode"])
+                        .inc();
+                    tracing::warn!(group = %cp.group, error = %e, "cannot encode a checkpoint; skipping it");
+                    continue;
+                }
+            };
+            let delivery = self
+                .producer
+                .send_result(
+                    FutureRecord::to(&self.topic)
+                        .partition(0)
+                        .key(&record.key)
+                        .payload(&record.value),
+                )
+                .map_err(|(e, _)| e);
+            pending.push((tp, cp, live_since, delivery));
+        }
+        let mut all_ok = true;
+        for (tp, cp, live_since, delivery) in pending {
+            let outcome = match delivery {
+                Ok(future) => match future.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e),
+                    Err(_) => Err(rdkafka::error::KafkaError::Canceled),
+                },
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => {
+                    self.target_reach.ok();
+                    self.tracker.record(&cp);
+                    let now = SystemTime::now();
+                    self.ctx.metrics.checkpoints_emitted.inc();
+                    if let Some(committed_ms) = live_since {
+                        let now_ms = now
+                            .duration_since(UNIX_EPOCH)
+                            .map(|d| d.as_millis() as f64)
+                            .unwrap_or_default();
+                        let latency = (now_ms - committed_ms as f64).max(0.0) / 1000.0;
+                        self.ctx.metrics.checkpoint_latency.observe(latency);
+                        tracing::debug!(group = %cp.group, partition = %cp.topic_partition, latency_s = latency, "checkpoint written");
+                    }
+                    self.commits.settle(&cp.group, &tp);
+                    self.last_checkpoint.insert(cp.group.clone(), now);
+                    self.changed_groups.insert(cp.group.clone());
+                }
+                Err(e) => {
+                    all_ok = false;
+                    self.target_reach.failed("writing checkpoints", &e);
+                    self.dirty.insert((cp.group, tp));
+                }
+            }
+        }
+        all_ok
+    }
+
+    /// Sends the group sync task the new view of every group that changed.
+    fn send_group_views(&mut self) {
+        let Some(views) = &self.group_views else {
+            self.changed_groups.clear();
+            return;
+        };
+        for group in std::mem::take(&mut self.changed_groups) {
+            let Some(commits) = self.commits.group(&group) else {
+                continue;
+            };
+            let checkpoints: BTreeMap<TopicPartition, i64> = commits
+                .keys()
+                .filter_map(|tp| {
+                    let target = self.naming.target_partition(tp)?;
+                    let (_, down) = self.tracker.last(&group, &target)?;
+                    Some((target, down))
+                })
+                .collect();
+            let uncovered = self.uncovered.get(&group).map_or(0, HashSet::len);
+            if views
+                .try_send(GroupView::Update {
+                    group: group.clone(),
+                    checkpoints,
+                    uncovered,
+                })
+                .is_err()
+            {
+                // Full: try again with the next flush rather than block checkpoints.
+                self.changed_groups.insert(group);
+            }
+        }
+    }
+
+    /// Once a second: readiness and per-group checkpoint ages.
+    fn tick(&mut self) {
+        let readiness = &self.ctx.readiness.checkpoint;
+        if !readiness.load(Ordering::Relaxed)
+            && self.ready_to_evaluate()
+            && self.assigned_once
+            && self.commits.all_caught_up()
+        {
+            readiness.store(true, Ordering::Relaxed);
+            tracing::info!(
+                "checkpoint loop ready: checkpoints, offset syncs and group offsets loaded"
+            );
+        }
+        let now = SystemTime::now();
+        for (group, _) in self.commits.groups() {
+            if let Some(at) = self.last_checkpoint.get(group) {
+                let age = now.duration_since(*at).unwrap_or_default();
+                self.ctx
+                    .metrics
+                    .group_checkpoint_age
+                    .with_label_values(&[group.as_str()])
+                    .set(age.as_secs_f64());
+            }
+        }
+        // Keep coverage changes flowing to the group sync task even without new checkpoints.
+        if !self.changed_groups.is_empty() {
+            self.send_group_views();
+        }
+    }
 }

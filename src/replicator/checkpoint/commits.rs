@@ -1,0 +1,146 @@
+//! Follows the source's `__consumer_offsets` with a consumer group, so each commit reaches the
+//! loop as it happens and the replicas split the groups between them.
+//!
+//! A group's commits always land in the same `__consumer_offsets` partition, so the group
+//! protocol's partition assignment is a group assignment. The follower never commits its own
+//! position: on every assignment it re-reads its partitions from the beginning (the topic is
+//! compacted, so that is about one record per committed partition), which rebuilds the new
+//! owner's state without any hand-over between replicas.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Event;
+use super::state::{Commit, group_wanted};
+use super::support::{Reachability, is_unreachable};
+use crate::kafka::consumer_offsets::{self, Record};
+use crate::mm2::{NameFilter, TopicPartition};
+use crate::replicator::Metrics;
+
+pub const CONSUMER_OFFSETS: &str = "__consumer_offsets";
+
+/// Forwards assignment changes to the loop, in order with the records.
+struct RebalanceForwarder {
+    tx: mpsc::Sender<Event>,
+}
+
+impl ClientContext for RebalanceForwarder {}
+
+impl ConsumerContext for RebalanceForwarder {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let partitions = tpl.elements().iter().map(|e| e.partition()).collect();
+            // A closed channel means the loop is gone; the poll thread notices next.
+            let _ = self.tx.blocking_send(Event::Revoked(partitions));
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let partitions = tpl.elements().iter().map(|e| e.partition()).collect();
+                let _ = self.tx.blocking_send(Event::Assigned(partitions));
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(error = %e, "__consumer_offsets rebalance error"),
+        }
+    }
+}
+
+/// Starts the follower thread. `group_id` is this flow's `mirrorflow.<flow>.checkpoints`.
+pub fn follow(
+    source: &ClientConfig,
+    group_id: &str,
+    groups: NameFilter,
+    reach: Arc<Reachability>,
+    metrics: Metrics,
+    tx: mpsc::Sender<Event>,
+    shutdown: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, KafkaError> {
+    let consumer: BaseConsumer<RebalanceForwarder> = source
+        .clone()
+        .set("group.id", group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        // Commits of aborted transactions never count as the group's position.
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        // Freshness: the broker answers a fetch at most this late when nothing is new.
+        .set("fetch.wait.max.ms", "100")
+        .create_with_context(RebalanceForwarder { tx: tx.clone() })?;
+    consumer.subscribe(&[CONSUMER_OFFSETS])?;
+    Ok(std::thread::spawn(move || {
+        let mut last_probe = Instant::now();
+        while !shutdown.is_cancelled() && !tx.is_closed() {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    reach.ok();
+                    let Some(key) = m.key() else { continue };
+                    let record = match consumer_offsets::decode(key, m.payload()) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            metrics
+                                .errors
+                                .with_label_values(&["checkpoint", e.metric_label()])
+                                .inc();
+                            tracing::debug!(partition = m.partition(), offset = m.offset(), error = %e,
+                                "skipping an undecodable __consumer_offsets record");
+                            continue;
+                        }
+                    };
+                    let Record::OffsetCommit { key, value } = record else {
+                        continue;
+                    };
+                    if !group_wanted(&groups, &key.group) {
+                        continue;
+                    }
+                    let event = Event::Commit {
+                        co_partition: m.partition(),
+                        group: key.group,
+                        tp: TopicPartition::new(key.topic, key.partition),
+                        commit: value.map(|v| Commit {
+                            offset: v.offset,
+                            metadata: v.metadata,
+                            commit_timestamp_ms: v.commit_timestamp_ms,
+                            live: false,
+                        }),
+                    };
+                    if tx.blocking_send(event).is_err() {
+                        return;
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    reach.ok();
+                    if tx.blocking_send(Event::CaughtUp(partition)).is_err() {
+                        return;
+                    }
+                }
+                Some(Err(e)) if is_unreachable(&e) => reach.unreachable("following commits", &e),
+                Some(Err(e)) => {
+                    reach.failed("following __consumer_offsets", &e);
+                }
+                None => {}
+            }
+            if reach.is_down() && last_probe.elapsed() > Duration::from_secs(2) {
+                last_probe = Instant::now();
+                if consumer
+                    .fetch_watermarks(CONSUMER_OFFSETS, 0, Duration::from_secs(2))
+                    .is_ok()
+                {
+                    reach.ok();
+                }
+            }
+        }
+        // Leave the group at once so another replica takes the groups over without waiting
+        // for the session timeout.
+        consumer.unsubscribe();
+    }))
+}

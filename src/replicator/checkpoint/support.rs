@@ -1,0 +1,328 @@
+//! Kafka I/O the checkpoint and heartbeat loops share: creating their single-partition
+//! compacted topics, following a partition from a thread, telling "cluster unreachable" apart
+//! from other errors, and capped backoff.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::replicator::Metrics;
+
+/// Doubling backoff between `min` and `max`, reset after a success.
+#[derive(Debug)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The delay to wait now; the following one doubles, up to `max`.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        delay
+    }
+
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+
+    /// Sleeps the next delay; false when `shutdown` fired meanwhile.
+    pub async fn wait(&mut self, shutdown: &CancellationToken) -> bool {
+        let delay = self.next_delay();
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+}
+
+/// Errors that mean the cluster cannot be reached (as opposed to a refused request).
+pub fn is_unreachable(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+                | RDKafkaErrorCode::MessageTimedOut
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+        )
+    )
+}
+
+/// One cluster's reachability as a loop sees it: logs once per change and keeps the
+/// `cluster_unreachable{cluster}` gauge and `errors{loop,kind="unreachable"}` counter.
+pub struct Reachability {
+    cluster: &'static str,
+    loop_name: &'static str,
+    metrics: Metrics,
+    down: AtomicBool,
+}
+
+impl Reachability {
+    pub fn new(cluster: &'static str, loop_name: &'static str, metrics: Metrics) -> Arc<Self> {
+        Arc::new(Reachability {
+            cluster,
+            loop_name,
+            metrics,
+            down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// A request failed; `e` decides whether that means unreachable or just an error.
+    pub fn failed(&self, what: &str, e: &KafkaError) {
+        if is_unreachable(e) {
+            self.unreachable(what, e);
+        } else {
+            self.metrics
+                .errors
+                .with_label_values(&[self.loop_name, "kafka"])
+                .inc();
+            tracing::warn!(loop_name = self.loop_name, cluster = self.cluster, error = %e, "{what} failed");
+        }
+    }
+
+    pub fn unreachable(&self, what: &str, e: &dyn std::fmt::Display) {
+        self.metrics
+            .errors
+            .with_label_values(&[self.loop_name, "unreachable"])
+            .inc();
+        if !self.down.swap(true, Ordering::Relaxed) {
+            self.metrics
+                .cluster_unreachable
+                .with_label_values(&[self.cluster])
+                .set(1);
+            tracing::warn!(loop_name = self.loop_name, cluster = self.cluster, error = %e,
+                "{} cluster unreachable ({what}); retrying with backoff", self.cluster);
+        }
+    }
+
+    pub fn ok(&self) {
+        if self.down.swap(false, Ordering::Relaxed) {
+            self.metrics
+                .cluster_unreachable
+                .with_label_values(&[self.cluster])
+                .set(0);
+            tracing::info!(
+                loop_name = self.loop_name,
+                cluster = self.cluster,
+                "{} cluster reachable again",
+                self.cluster
+            );
+        }
+    }
+}
+
+/// Creates a 1-partition compacted topic unless it exists, as MM2 creates its checkpoints,
+/// heartbeats and offset-syncs topics; retries until it succeeds or `shutdown` fires.
+/// Returns false on shutdown.
+pub async fn ensure_compacted_topic(
+    client: &ClientConfig,
+    topic: &str,
+    replication_factor: i32,
+    reach: &Reachability,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let admin: AdminClient<DefaultClientContext> = client.create()?;
+    let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(replication_factor))
+        .set("cleanup.policy", "compact");
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        let outcome = admin
+            .create_topics([&new_topic], &options)
+            .await
+            .and_then(|mut results| match results.pop() {
+                Some(Err((_, code))) => Err(KafkaError::AdminOp(code)),
+                _ => Ok(()),
+            });
+        match outcome {
+            Ok(()) => {
+                reach.ok();
+                tracing::info!(topic, "created topic");
+                return Ok(true);
+            }
+            Err(KafkaError::AdminOp(RDKafkaErrorCode::TopicAlreadyExists)) => {
+                reach.ok();
+                return Ok(true);
+            }
+            Err(e) => reach.failed(&format!("creating topic {topic}"), &e),
+        }
+        if !backoff.wait(shutdown).await {
+            return Ok(false);
+        }
+    }
+}
+
+/// A consumer that only ever uses `assign`: no group, no commits.
+pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer, KafkaError> {
+    client
+        .clone()
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "100")
+        .set("isolation.level", "read_committed")
+        .create()
+}
+
+/// Follows partition 0 of `topic` from `start` on a dedicated thread, mapping each record
+/// with `on_record` into the channel, and sending `loaded` once the partition's end as of
+/// the start was reached (at once when the topic does not exist yet; records that appear
+/// later still flow). The thread ends when `shutdown` fires or the receiver is dropped.
+#[allow(clippy::too_many_arguments)]
+pub fn follow_partition<E, F>(
+    what: &'static str,
+    consumer: BaseConsumer,
+    topic: String,
+    start: Offset,
+    reach: Arc<Reachability>,
+    tx: mpsc::Sender<E>,
+    loaded: Option<E>,
+    mut on_record: F,
+    shutdown: CancellationToken,
+) -> std::thread::JoinHandle<()>
+where
+    E: Send + 'static,
+    F: FnMut(&BorrowedMessage<'_>) -> Option<E> + Send + 'static,
+{
+    std::thread::spawn(move || {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+        // The end to reach before announcing `loaded`; found before assigning so records
+        // written meanwhile do not delay readiness.
+        let end = loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            match consumer.fetch_watermarks(&topic, 0, Duration::from_secs(5)) {
+                Ok((low, high)) => {
+                    reach.ok();
+                    break if high > low { Some(high) } else { None };
+                }
+                Err(e)
+                    if matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::UnknownTopicOrPartition
+                                | RDKafkaErrorCode::UnknownTopic
+                                | RDKafkaErrorCode::UnknownPartition
+                        )
+                    ) =>
+                {
+                    break None;
+                }
+                Err(e) => reach.failed(&format!("reading the end of {topic}"), &e),
+            }
+            std::thread::sleep(backoff.next_delay());
+        };
+        let mut loaded = loaded;
+        if end.is_none()
+            && let Some(event) = loaded.take()
+            && tx.blocking_send(event).is_err()
+        {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        if let Err(e) = tpl
+            .add_partition_offset(&topic, 0, start)
+            .and_then(|()| consumer.assign(&tpl))
+        {
+            tracing::error!(topic = %topic, error = %e, "cannot assign {what}; not following it");
+            return;
+        }
+        let mut last_probe = Instant::now();
+        while !shutdown.is_cancelled() {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    reach.ok();
+                    let offset = m.offset();
+                    if let Some(event) = on_record(&m)
+                        && tx.blocking_send(event).is_err()
+                    {
+                        return;
+                    }
+                    if end.is_some_and(|end| offset + 1 >= end)
+                        && let Some(event) = loaded.take()
+                        && tx.blocking_send(event).is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    reach.ok();
+                    if let Some(event) = loaded.take()
+                        && tx.blocking_send(event).is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Err(e)) if is_unreachable(&e) => reach.unreachable(what, &e),
+                Some(Err(e)) => {
+                    tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
+                }
+                None => {}
+            }
+            // An idle partition yields no record to prove the cluster is back: ask it.
+            if reach.is_down() && last_probe.elapsed() > Duration::from_secs(2) {
+                last_probe = Instant::now();
+                if consumer
+                    .fetch_watermarks(&topic, 0, Duration::from_secs(2))
+                    .is_ok()
+                {
+                    reach.ok();
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let delays: Vec<_> = (0..4).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(delays, [100, 200, 350, 350]);
+        b.reset();
+        assert_eq!(b.next_delay().as_millis(), 100);
+    }
+
+    #[test]
+    fn only_transport_errors_count_as_unreachable() {
+        assert!(is_unreachable(&KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AllBrokersDown
+        )));
+        assert!(!is_unreachable(&KafkaError::MessageConsumption(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        )));
+        assert!(!is_unreachable(&KafkaError::AdminOp(
+            RDKafkaErrorCode::TopicAlreadyExists
+        )));
+    }
+}
