@@ -1,0 +1,92 @@
+{{/* Chart name, overridable. */}}
+{{- define "mirrorflow.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Object name prefix: the release name, with the chart name unless it already has it. */}}
+{{- define "mirrorflow.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the operator's Deployment, Service, (Cluster)Role and their binding. */}}
+{{- define "mirrorflow.operatorName" -}}
+{{- printf "%s-operator" (include "mirrorflow.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mirrorflow.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mirrorflow.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mirrorflow.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mirrorflow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "mirrorflow.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "mirrorflow.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: mirrorflow
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The operator image reference: repository, then @digest or :tag (default appVersion). */}}
+{{- define "mirrorflow.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules the operator needs, shared by the ClusterRole and the watchNamespace Role. Only the
+verbs it uses: server-side apply is a PATCH, and a PATCH that creates an object also needs
+`create`; `delete` is for children a flow no longer needs (the rest go by garbage collection
+through owner references).
+*/}}
+{{- define "mirrorflow.rules" -}}
+# Watch MirrorFlows and write their status (no write to spec, no delete).
+- apiGroups: [mirrorflow.io]
+  resources: [mirrorflows]
+  verbs: [get, list, watch]
+- apiGroups: [mirrorflow.io]
+  resources: [mirrorflows/status]
+  verbs: [patch]
+# The children of each flow, applied in the flow's namespace.
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, delete]
+# Secrets a flow references: read to check they exist and to roll pods when they change.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch]
+# Replicator pods, for status.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+# Events about flows (new and core API; a repeated Event is a PATCH of its count).
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
