@@ -1,12 +1,285 @@
-//! The source loop (being built; see the issue for the contract).
+//! The source loop: discovers topics, keeps remote topics in line, copies records, writes
+//! offset syncs and stores source positions.
+//!
+//! | part | module |
+//! |---|---|
+//! | which topics, what the target needs (pure) | [`topics`] |
+//! | listing, creating, growing, config sync (I/O) | [`discovery`] |
+//! | consume -> produce hot path, rebalances, faults | [`copy`] |
+//! | what may be committed per partition (pure) | [`progress`] |
+//! | positions topic format and reader | [`positions`] |
+//! | client settings | [`clients`] |
+//!
+//! # Work split between replicas: a consumer group on the source
+//! Every replica of a flow joins the group [`source_group_id`] with the cooperative-sticky
+//! assignor, so the group protocol guarantees a partition has one owner at a time and scaling
+//! moves only the partitions that change owner. Offsets are never committed to the source:
+//! the group is used for assignment only. Before letting go of a partition (revocation,
+//! shutdown) a replica waits for its writes and stores its position on the target; the next
+//! owner reads the positions topic to its end before starting, so a graceful move neither
+//! repeats nor skips records. A crash (or a lost assignment) repeats the records since the
+//! last stored position (at most about one second's worth plus what was in flight).
+//!
+//! # Offset syncs
+//! Written in MM2's format to [`crate::mm2::ReplicationPolicy::offset_syncs_topic`] of the
+//! target alias on the source (default) or of the source alias on the target, following the
+//! dense [`crate::mm2::SyncPolicy`] fed with every acknowledged (upstream, downstream) pair.
+//! Each carries the header [`SYNC_HEADER`] = [`SYNC_HEADER_DENSE`]; MM2's readers ignore
+//! headers. A position never moves past a record whose sync is unacknowledged, and a failed
+//! sync rewinds its partition (the records are copied again and get fresh syncs), so no sync
+//! is dropped silently.
+//!
+//! # Exactly-once later
+//! [`progress::Progress`] decides what may be committed (positions, syncs); the copier decides
+//! how (separate idempotent writes today). A transactional mode replaces the latter only.
 
-use std::sync::Arc;
+pub mod clients;
+pub mod copy;
+pub mod discovery;
+pub mod positions;
+pub mod progress;
+pub mod reach;
+pub mod topics;
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
+use self::copy::{AckContext, Copier, CopierParts, SourceContext};
+use self::discovery::{Admin, AdminError, Discovery};
+use self::positions::PositionReader;
+use self::reach::{Backoff, ClusterHealth};
+use super::{Context, Flow};
+use crate::api::OffsetSyncsLocation;
 
-pub async fn run(_ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    shutdown.cancelled().await;
+/// Header on every offset sync this loop writes, telling the checkpoint side the sync comes
+/// from a dense writer ([`crate::mm2::SyncOrigin::Dense`]): one sync on every delta change,
+/// written in order. Syncs without it (MM2's) are treated as sparse.
+pub const SYNC_HEADER: &str = "mirrorflow.sync";
+/// The value of [`SYNC_HEADER`] for syncs from [`crate::mm2::SyncPolicy`].
+pub const SYNC_HEADER_DENSE: &str = "dense";
+
+/// The source consumer group of a flow; the checkpoint loop leaves it out.
+pub fn source_group_id(flow: &Flow) -> String {
+    let name: String = flow
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("mirrorflow.{name}.source")
+}
+
+/// The offset-syncs topic and the cluster it lives on ("source" or "target").
+pub fn offset_syncs_topic(flow: &Flow) -> (&'static str, String) {
+    match flow.spec.source_loop.offset_syncs_location {
+        OffsetSyncsLocation::Source => (
+            "source",
+            flow.policy.offset_syncs_topic(flow.target_alias()),
+        ),
+        OffsetSyncsLocation::Target => (
+            "target",
+            flow.policy.offset_syncs_topic(flow.source_alias()),
+        ),
+    }
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let flow = &ctx.flow;
+    let spec = &flow.spec.source_loop;
+    let source_health = Arc::new(ClusterHealth::new("source", &ctx.metrics));
+    let target_health = Arc::new(ClusterHealth::new("target", &ctx.metrics));
+    let source_admin = Admin::new("source", &flow.source_client)?;
+    let target_admin = Admin::new("target", &flow.target_client)?;
+    let health = |cluster: &str| match cluster {
+        "source" => &source_health,
+        _ => &target_health,
+    };
+    let count = |kind: &str| {
+        ctx.metrics
+            .errors
+            .with_label_values(&["source", kind])
+            .inc()
+    };
+
+    let positions_topic = positions::positions_topic(flow.source_alias());
+    let (syncs_cluster, syncs_topic) = offset_syncs_topic(flow);
+    let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
+    loop {
+        let ensured = async {
+            target_admin
+                .ensure_compacted(&positions_topic, spec.replication_factor)
+                .await?;
+            match syncs_cluster {
+                // The source is not ours to tune: its default replication factor.
+                "source" => source_admin.ensure_compacted(&syncs_topic, -1).await,
+                _ => {
+                    target_admin
+                        .ensure_compacted(&syncs_topic, spec.replication_factor)
+                        .await
+                }
+            }
+        };
+        match ensured.await {
+            Ok(()) => break,
+            Err(e) => {
+                note_admin_error(&e, health(e.cluster()), &count);
+                if sleep_or_stop(&shutdown, backoff.next_delay()).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    tracing::info!(positions = %positions_topic, offset_syncs = %syncs_topic, on = syncs_cluster,
+        "internal topics ready");
+
+    let group = source_group_id(flow);
+    let refresh = spec.topics_refresh_interval.as_duration();
+    let producer: BaseProducer<AckContext> = clients::producer(&flow.target_client, refresh)
+        .create_with_context(AckContext::new(target_health.clone()))
+        .context("creating the target producer")?;
+    let syncs_client: &ClientConfig = match syncs_cluster {
+        "source" => &flow.source_client,
+        _ => &flow.target_client,
+    };
+    let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
+        .create_with_context(AckContext::new(health(syncs_cluster).clone()))
+        .context("creating the offset-sync producer")?;
+    let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
+        .context("creating the positions reader")?;
+    let copier = Copier::new(CopierParts {
+        ctx: ctx.clone(),
+        producer,
+        syncs,
+        syncs_topic,
+        positions_topic,
+        positions: reader,
+        shutdown: shutdown.clone(),
+        source_health: source_health.clone(),
+        target_health: target_health.clone(),
+    });
+    let consumer: BaseConsumer<SourceContext> =
+        clients::consumer(&flow.source_client, &group, refresh)
+            .create_with_context(SourceContext {
+                copier: Arc::new(Mutex::new(copier)),
+                health: source_health.clone(),
+            })
+            .context("creating the source consumer")?;
+    tracing::info!(%group, "source loop starting");
+
+    let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
+    let copy_ctx = ctx.clone();
+    let copy_shutdown = shutdown.clone();
+    let mut copy = tokio::task::spawn_blocking(move || {
+        copy::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+    });
+
+    let mut discovery = Discovery::new(flow.clone(), source_admin, target_admin);
+    let discover = async {
+        let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
+        loop {
+            let wait = match discovery.round().await {
+                Ok(round) => {
+                    source_health.reachable();
+                    target_health.reachable();
+                    for e in &round.refused {
+                        count("discovery");
+                        tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
+                    }
+                    let topics = Arc::new(round.subscription);
+                    subscribe.send_if_modified(|current| {
+                        let changed = current.as_ref() != Some(&topics);
+                        if changed {
+                            *current = Some(topics.clone());
+                        }
+                        changed
+                    });
+                    backoff.reset();
+                    refresh
+                }
+                Err(e) => {
+                    note_admin_error(&e, health(e.cluster()), &count);
+                    backoff.next_delay()
+                }
+            };
+            if sleep_or_stop(&shutdown, wait).await {
+                return;
+            }
+        }
+    };
+    let result = tokio::select! {
+        joined = &mut copy => joined,
+        () = discover => copy.await,
+    };
+    // Whatever ended first, the other half has no reason to go on.
+    shutdown.cancel();
+    result
+        .context("the copy thread panicked")?
+        .context("the source consumer failed")?;
+    tracing::info!("source loop stopped");
     Ok(())
+}
+
+fn note_admin_error(e: &AdminError, health: &ClusterHealth, count: &impl Fn(&str)) {
+    if e.is_unreachable() {
+        health.unreachable(&e.to_string());
+    } else {
+        count("discovery");
+        tracing::warn!(error = %e, "topic discovery failed; retrying");
+    }
+}
+
+/// Sleeps; true when shutdown came first.
+async fn sleep_or_stop(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        () = shutdown.cancelled() => true,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::SecretFiles;
+
+    fn flow(extra: &str) -> Flow {
+        let yaml = format!(
+            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
+        );
+        crate::replicator::flow::resolve(
+            "ns/my flow".into(),
+            serde_yaml::from_str(&yaml).unwrap(),
+            &SecretFiles::new("/none"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn group_id_is_a_valid_kafka_name_derived_from_the_flow() {
+        assert_eq!(source_group_id(&flow("")), "mirrorflow.ns_my_flow.source");
+    }
+
+    #[test]
+    fn offset_syncs_go_where_the_spec_says_with_mm2_names() {
+        assert_eq!(
+            offset_syncs_topic(&flow("")),
+            ("source", "mm2-offset-syncs.b.internal".to_string())
+        );
+        assert_eq!(
+            offset_syncs_topic(&flow("sourceLoop: {offsetSyncsLocation: Target}\n")),
+            ("target", "mm2-offset-syncs.a.internal".to_string())
+        );
+    }
 }

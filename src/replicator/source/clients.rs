@@ -1,0 +1,103 @@
+//! Kafka client settings of the source loop: what correctness requires (forced) and what
+//! throughput and memory want (defaults a flow's `config` may override).
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+
+/// Sets `key` unless the flow's own client properties already did.
+fn default(config: &mut ClientConfig, key: &str, value: impl Into<String>) {
+    if config.get(key).is_none() {
+        config.set(key, value);
+    }
+}
+
+/// The source consumer: a group member for partition assignment only. Offsets are never
+/// committed to the source; positions live on the target.
+pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) -> ClientConfig {
+    let mut c = source.clone();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // Partitions without a stored position start at the beginning, as MM2.
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    // Moves only the partitions that change owner when replicas come and go.
+    default(
+        &mut c,
+        "partition.assignment.strategy",
+        "cooperative-sticky",
+    );
+    // New partitions must be noticed about as fast as discovery notices new topics.
+    default(
+        &mut c,
+        "topic.metadata.refresh.interval.ms",
+        metadata_refresh.as_millis().to_string(),
+    );
+    // Large fetches keep the copy loop busy; the bounded prefetch queue keeps RSS small.
+    default(&mut c, "fetch.max.bytes", "16777216");
+    default(&mut c, "max.partition.fetch.bytes", "2097152");
+    default(&mut c, "queued.max.messages.kbytes", "16384");
+    default(&mut c, "fetch.wait.max.ms", "100");
+    c
+}
+
+/// The producer of copied records and positions on the target.
+pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConfig {
+    let mut c = target.clone();
+    c.set("acks", "all")
+        .set("enable.idempotence", "true")
+        // Remote topics are created by discovery with the right partitions and configs.
+        .set("allow.auto.create.topics", "false");
+    default(&mut c, "linger.ms", "5");
+    default(&mut c, "batch.size", "1000000");
+    default(&mut c, "batch.num.messages", "10000");
+    default(&mut c, "compression.type", "none");
+    default(&mut c, "queue.buffering.max.kbytes", "32768");
+    default(&mut c, "queue.buffering.max.messages", "200000");
+    // A record as large as the source accepted must fit.
+    default(&mut c, "message.max.bytes", "16777216");
+    // A failed delivery rewinds the partition and copies again; no need to wait forever.
+    default(&mut c, "message.timeout.ms", "120000");
+    default(
+        &mut c,
+        "topic.metadata.refresh.interval.ms",
+        metadata_refresh.as_millis().to_string(),
+    );
+    c
+}
+
+/// The producer of offset syncs. Syncs never time out (0 = forever): a sync that fails while a
+/// later one of the same partition succeeds would hide a delta change from dense readers.
+pub fn sync_producer(cluster: &ClientConfig) -> ClientConfig {
+    let mut c = cluster.clone();
+    c.set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "0")
+        .set("allow.auto.create.topics", "false");
+    default(&mut c, "linger.ms", "5");
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_is_forced_and_tuning_yields_to_the_flow() {
+        let mut user = ClientConfig::new();
+        user.set("bootstrap.servers", "x:1")
+            .set("acks", "1")
+            .set("linger.ms", "50");
+        let p = producer(&user, Duration::from_secs(10));
+        assert_eq!(p.get("acks"), Some("all"));
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("linger.ms"), Some("50"));
+        assert_eq!(p.get("compression.type"), Some("none"));
+        let c = consumer(&user, "g", Duration::from_secs(10));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+        assert_eq!(c.get("auto.offset.reset"), Some("earliest"));
+        assert_eq!(c.get("topic.metadata.refresh.interval.ms"), Some("10000"));
+        assert_eq!(sync_producer(&user).get("message.timeout.ms"), Some("0"));
+    }
+}

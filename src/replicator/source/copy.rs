@@ -1,0 +1,896 @@
+//! The hot path: one blocking thread consumes from the source and produces to the target.
+//!
+//! Structure (chosen for throughput and a small footprint):
+//! - a [`BaseConsumer`] in the source group, polled by this thread only;
+//! - a [`BaseProducer`] on the target, polled by this same thread, so delivery callbacks run
+//!   here too. A callback only pushes `(opaque, result)` into a vector; the loop drains it.
+//!   The opaque is a `usize` naming the partition slot and its generation, no allocation per
+//!   record. The source offset of an acknowledged record is the front of the slot's in-flight
+//!   queue: the idempotent producer acknowledges a partition's records in send order;
+//! - the same thread handles rebalances (librdkafka calls back from inside `poll`), so the
+//!   state is behind a mutex that is never contended.
+//!
+//! A failed delivery (record or offset sync) faults the partition: after a backoff it is
+//! rewound to its last committable position and copied again. Records may repeat, never go
+//! missing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus::local::{LocalHistogram, LocalIntCounter};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use super::positions::{self, PositionReader};
+use super::progress::{Frontier, Progress};
+use super::reach::{Backoff, ClusterHealth};
+use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
+use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
+use crate::replicator::Context;
+
+/// How long a rebalance or shutdown waits for outstanding writes before giving up on them
+/// (they are then copied again by whoever owns the partition next).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const PERSIST_EVERY: Duration = Duration::from_secs(1);
+/// Records between two services of the producer queue while the source has data.
+const SERVICE_EVERY: u32 = 512;
+
+/// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
+const POSITION_BIT: usize = 1 << 63;
+const GEN_MASK: u32 = 0x7fff_ffff;
+
+fn opaque(slot: usize, generation: u32, position: bool) -> usize {
+    let tag = if position { POSITION_BIT } else { 0 };
+    tag | ((generation & GEN_MASK) as usize) << 32 | (slot & 0xffff_ffff)
+}
+
+fn unpack(opaque: usize) -> (usize, u32, bool) {
+    (
+        opaque & 0xffff_ffff,
+        ((opaque >> 32) as u32) & GEN_MASK,
+        opaque & POSITION_BIT != 0,
+    )
+}
+
+/// A delivery report, as the callback saw it.
+pub struct Ack {
+    opaque: usize,
+    result: Result<(i64, Option<i64>), KafkaError>,
+}
+
+/// Producer context shared by the record and the sync producers: collects delivery reports.
+pub struct AckContext {
+    acks: Mutex<Vec<Ack>>,
+    health: Arc<ClusterHealth>,
+}
+
+impl AckContext {
+    pub fn new(health: Arc<ClusterHealth>) -> Self {
+        AckContext {
+            acks: Mutex::new(Vec::with_capacity(4096)),
+            health,
+        }
+    }
+
+    fn take(&self, into: &mut Vec<Ack>) {
+        into.clear();
+        std::mem::swap(&mut *lock(&self.acks), into);
+    }
+}
+
+impl ClientContext for AckContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        note_client_error(&self.health, error, reason);
+    }
+}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let result = match result {
+            Ok(m) => Ok((m.offset(), m.timestamp().to_millis())),
+            Err((e, _)) => Err(e.clone()),
+        };
+        lock(&self.acks).push(Ack { opaque, result });
+    }
+}
+
+fn note_client_error(health: &ClusterHealth, error: KafkaError, reason: &str) {
+    if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+        health.unreachable(reason);
+    } else {
+        tracing::debug!(%error, %reason, "kafka client error");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the state as consistent as any crash would.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The source consumer's context: routes rebalances to the [`Copier`].
+pub struct SourceContext {
+    pub copier: Arc<Mutex<Copier>>,
+    pub health: Arc<ClusterHealth>,
+}
+
+impl ClientContext for SourceContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        note_client_error(&self.health, error, reason);
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let outcome = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                lock(&self.copier).assigned(tpl);
+                if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let lost = consumer.assignment_lost();
+                lock(&self.copier).revoked(tpl, lost);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance failed; giving up the assignment");
+                let mut copier = lock(&self.copier);
+                copier.count_error("rebalance");
+                let all = copier.assignment();
+                copier.revoked(&all, false);
+                drop(copier);
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = outcome {
+            lock(&self.copier).count_error("rebalance");
+            tracing::error!(error = %e, "applying a rebalance failed");
+        }
+    }
+}
+
+struct InFlight {
+    offset: i64,
+    bytes: u64,
+    read_at: Instant,
+}
+
+struct Fault {
+    retry_at: Instant,
+    resume_from: Option<Frontier>,
+}
+
+/// One assigned source partition.
+struct Slot {
+    topic: String,
+    partition: i32,
+    remote: Arc<str>,
+    generation: u32,
+    progress: Progress,
+    in_flight: VecDeque<InFlight>,
+    fault: Option<Fault>,
+    backoff: Backoff,
+}
+
+/// Everything the copy thread mutates; see the module docs.
+pub struct Copier {
+    ctx: Arc<Context>,
+    producer: BaseProducer<AckContext>,
+    syncs: BaseProducer<AckContext>,
+    syncs_topic: String,
+    positions_topic: String,
+    positions: PositionReader,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    by_topic: HashMap<String, Vec<Option<usize>>>,
+    next_generation: u32,
+    sync_config: SyncPolicyConfig,
+    started: Instant,
+    shutdown: CancellationToken,
+    source_health: Arc<ClusterHealth>,
+    target_health: Arc<ClusterHealth>,
+    acks: Vec<Ack>,
+    records: LocalIntCounter,
+    bytes: LocalIntCounter,
+    record_age: LocalHistogram,
+    latency: LocalHistogram,
+}
+
+pub struct CopierParts {
+    pub ctx: Arc<Context>,
+    pub producer: BaseProducer<AckContext>,
+    pub syncs: BaseProducer<AckContext>,
+    pub syncs_topic: String,
+    pub positions_topic: String,
+    pub positions: PositionReader,
+    pub shutdown: CancellationToken,
+    pub source_health: Arc<ClusterHealth>,
+    pub target_health: Arc<ClusterHealth>,
+}
+
+impl Copier {
+    pub fn new(p: CopierParts) -> Self {
+        let interval = p
+            .ctx
+            .flow
+            .spec
+            .source_loop
+            .offset_sync_interval
+            .as_duration();
+        let m = &p.ctx.metrics;
+        let (records, bytes) = (m.records_replicated.local(), m.bytes_replicated.local());
+        let (record_age, latency) = (m.record_age.local(), m.replication_latency.local());
+        Copier {
+            sync_config: SyncPolicyConfig {
+                max_interval: Some(interval),
+                ..SyncPolicyConfig::default()
+            },
+            ctx: p.ctx,
+            producer: p.producer,
+            syncs: p.syncs,
+            syncs_topic: p.syncs_topic,
+            positions_topic: p.positions_topic,
+            positions: p.positions,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_topic: HashMap::new(),
+            next_generation: 0,
+            started: Instant::now(),
+            shutdown: p.shutdown,
+            source_health: p.source_health,
+            target_health: p.target_health,
+            acks: Vec::with_capacity(4096),
+            records,
+            bytes,
+            record_age,
+            latency,
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        self.ctx
+            .metrics
+            .errors
+            .with_label_values(&["source", kind])
+            .inc();
+    }
+
+    fn slot_index(&self, topic: &str, partition: i32) -> Option<usize> {
+        let by_partition = self.by_topic.get(topic)?;
+        *by_partition.get(usize::try_from(partition).ok()?)?
+    }
+
+    fn assignment(&self) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        for s in self.slots.iter().flatten() {
+            tpl.add_partition(&s.topic, s.partition);
+        }
+        tpl
+    }
+
+    /// Outstanding record copies.
+    pub fn busy(&self) -> bool {
+        self.slots
+            .iter()
+            .flatten()
+            .any(|s| !s.in_flight.is_empty() || s.progress.pending_syncs() > 0)
+    }
+
+    /// Copies one source record.
+    pub fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        self.source_health.reachable();
+        let Some(idx) = self.slot_index(m.topic(), m.partition()) else {
+            // Not ours (any more): a rebalance moved it; its new owner copies it.
+            return;
+        };
+        let Some(slot) = self.slots[idx].as_ref() else {
+            return;
+        };
+        if slot.fault.is_some() {
+            // The partition will be rewound before this offset; skip until then.
+            return;
+        }
+        let (remote, generation) = (slot.remote.clone(), slot.generation);
+        let mut record = BaseRecord::with_opaque_to(&remote, opaque(idx, generation, false))
+            .partition(m.partition());
+        let mut bytes = 0;
+        if let Some(k) = m.key() {
+            bytes += k.len();
+            record = record.key(k);
+        }
+        if let Some(v) = m.payload() {
+            bytes += v.len();
+            record = record.payload(v);
+        }
+        if let Some(ts) = m.timestamp().to_millis() {
+            record = record.timestamp(ts);
+        }
+        if let Some(h) = m.headers() {
+            record = record.headers(h.detach());
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // Backpressure: the target is slower than the source (or away).
+                    record = back;
+                    self.producer.poll(Duration::from_millis(20));
+                    self.service_acks();
+                    let still_valid = self.slots[idx]
+                        .as_ref()
+                        .is_some_and(|s| s.generation == generation && s.fault.is_none());
+                    if !still_valid || self.shutdown.is_cancelled() {
+                        return;
+                    }
+                }
+                Err((e, _)) => {
+                    self.fault(idx, &format!("producing to {remote}: {e}"), "produce");
+                    return;
+                }
+            }
+        }
+        if let Some(slot) = self.slots[idx].as_mut()
+            && slot.generation == generation
+        {
+            slot.in_flight.push_back(InFlight {
+                offset: m.offset(),
+                bytes: bytes as u64,
+                read_at: Instant::now(),
+            });
+        }
+    }
+
+    /// Serves delivery reports of both producers and retries faulted partitions.
+    pub fn service(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        self.producer.poll(Duration::ZERO);
+        self.service_acks();
+        self.retry_faults(consumer);
+        self.records.flush();
+        self.bytes.flush();
+        self.record_age.flush();
+        self.latency.flush();
+    }
+
+    fn service_acks(&mut self) {
+        self.syncs.poll(Duration::ZERO);
+        self.process_sync_acks();
+        self.process_acks();
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn process_acks(&mut self) {
+        let mut acks = std::mem::take(&mut self.acks);
+        self.producer.context().take(&mut acks);
+        if acks.is_empty() {
+            self.acks = acks;
+            return;
+        }
+        let now = self.now();
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut syncs = Vec::new();
+        let mut faults = Vec::new();
+        for ack in acks.drain(..) {
+            let (idx, generation, is_position) = unpack(ack.opaque);
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+                if is_position && ack.result.is_err() {
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["source", "positions"])
+                        .inc();
+                }
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            if is_position {
+                if let Err(e) = ack.result {
+                    tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
+                        "storing a source position failed; retrying");
+                    slot.progress.store_failed();
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["source", "positions"])
+                        .inc();
+                }
+                continue;
+            }
+            let Some(sent) = slot.in_flight.pop_front() else {
+                continue;
+            };
+            match ack.result {
+                Ok((downstream, timestamp)) => {
+                    self.records.inc();
+                    self.bytes.inc_by(sent.bytes);
+                    self.latency.observe(sent.read_at.elapsed().as_secs_f64());
+                    if let Some(ts) = timestamp {
+                        self.record_age
+                            .observe(wall_ms.saturating_sub(ts).max(0) as f64 / 1000.0);
+                    }
+                    if let Some(sync) = slot.progress.acknowledged(sent.offset, downstream, now) {
+                        syncs.push((idx, generation, sync));
+                    }
+                }
+                Err(e) => faults.push((
+                    idx,
+                    format!("copying offset {} to {}: {e}", sent.offset, slot.remote),
+                )),
+            }
+        }
+        self.acks = acks;
+        self.target_health.reachable();
+        for (idx, generation, sync) in syncs {
+            self.write_sync(idx, generation, &sync);
+        }
+        for (idx, reason) in faults {
+            self.fault(idx, &reason, "produce");
+        }
+    }
+
+    fn process_sync_acks(&mut self) {
+        let mut acks = Vec::new();
+        self.syncs.context().take(&mut acks);
+        for ack in acks {
+            let (idx, generation, _) = unpack(ack.opaque);
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            match ack.result {
+                Ok(_) => {
+                    slot.progress.sync_acknowledged();
+                    self.ctx.metrics.offset_syncs.inc();
+                }
+                Err(e) => {
+                    let reason = format!("writing an offset sync to {}: {e}", self.syncs_topic);
+                    self.fault(idx, &reason, "offset_sync");
+                }
+            }
+        }
+    }
+
+    fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
+        let encoded = match sync.encode() {
+            Ok(e) => e,
+            Err(e) => {
+                // Cannot happen for a real Kafka topic name; rewinding would not help either.
+                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
+                self.count_error("offset_sync");
+                return;
+            }
+        };
+        let headers = OwnedHeaders::new().insert(Header {
+            key: SYNC_HEADER,
+            value: Some(SYNC_HEADER_DENSE),
+        });
+        let mut record =
+            BaseRecord::with_opaque_to(&self.syncs_topic, opaque(idx, generation, false))
+                .partition(0)
+                .key(&encoded.key)
+                .payload(&encoded.value)
+                .headers(headers);
+        loop {
+            match self.syncs.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // Never dropped: wait for room. Record acks are not served meanwhile, so
+                    // this cannot recurse.
+                    record = back;
+                    self.syncs.poll(Duration::from_millis(20));
+                    if self.shutdown.is_cancelled() {
+                        self.fault(
+                            idx,
+                            "shutting down with an unsent offset sync",
+                            "offset_sync",
+                        );
+                        return;
+                    }
+                }
+                Err((e, _)) => {
+                    let reason = format!("writing an offset sync to {}: {e}", self.syncs_topic);
+                    self.fault(idx, &reason, "offset_sync");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A write of this partition failed: forget what is in flight and, after a backoff, copy
+    /// again from the last committable position.
+    fn fault(&mut self, idx: usize, reason: &str, kind: &str) {
+        self.count_error(kind);
+        let generation = self.bump_generation();
+        let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if slot.fault.is_none() {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition, %reason,
+                "copy failed; the partition will be copied again from its last safe position");
+        }
+        slot.generation = generation;
+        slot.in_flight.clear();
+        let resume_from = slot.progress.rewind();
+        slot.fault = Some(Fault {
+            retry_at: Instant::now() + slot.backoff.next_delay(),
+            resume_from,
+        });
+    }
+
+    fn retry_faults(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        let now = Instant::now();
+        for slot in self.slots.iter_mut().flatten() {
+            let Some(fault) = &slot.fault else { continue };
+            if fault.retry_at > now {
+                continue;
+            }
+            let offset = fault
+                .resume_from
+                .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            match consumer.seek(&slot.topic, slot.partition, offset, Duration::from_secs(5)) {
+                Ok(()) => {
+                    tracing::info!(topic = %slot.topic, partition = slot.partition, ?offset,
+                        "copying the partition again");
+                    slot.fault = None;
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %slot.topic, partition = slot.partition, error = %e,
+                        "seek failed; retrying later");
+                    if let Some(f) = slot.fault.as_mut() {
+                        f.retry_at = now + slot.backoff.next_delay();
+                    }
+                }
+            }
+        }
+    }
+
+    fn bump_generation(&mut self) -> u32 {
+        self.next_generation = self.next_generation.wrapping_add(1) & GEN_MASK;
+        self.next_generation
+    }
+
+    /// Writes the position of every partition whose committable point moved.
+    pub fn persist(&mut self) {
+        let idxs: Vec<usize> = (0..self.slots.len()).collect();
+        self.persist_slots(&idxs);
+    }
+
+    fn persist_slots(&mut self, idxs: &[usize]) {
+        for &idx in idxs {
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            if slot.fault.is_some() {
+                continue;
+            }
+            let Some(position) = slot.progress.take_to_store() else {
+                continue;
+            };
+            let key = positions::encode_key(&slot.topic, slot.partition);
+            let value = positions::encode_value(position);
+            let mut record = BaseRecord::with_opaque_to(
+                &self.positions_topic,
+                opaque(idx, slot.generation, true),
+            )
+            .partition(0)
+            .key(&key)
+            .payload(&value);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                        if Instant::now() < deadline =>
+                    {
+                        record = back;
+                        // Serves callbacks, which only queue acks: `slot` stays valid.
+                        self.producer.poll(Duration::from_millis(20));
+                    }
+                    Err((e, _)) => {
+                        tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
+                            "cannot store the source position now; retrying");
+                        slot.progress.store_failed();
+                        self.ctx
+                            .metrics
+                            .errors
+                            .with_label_values(&["source", "positions"])
+                            .inc();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until every record and sync written so far is acknowledged (or `timeout`).
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.producer.poll(Duration::from_millis(10));
+            self.service_acks();
+            if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
+                self.service_acks();
+                if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
+                    return;
+                }
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    records = self.producer.in_flight_count(),
+                    syncs = self.syncs.in_flight_count(),
+                    "writes still unacknowledged after {timeout:?}; their records will be copied again"
+                );
+                return;
+            }
+        }
+    }
+
+    /// Stores positions of `idxs` and waits for the target to acknowledge them.
+    fn persist_and_wait(&mut self, idxs: &[usize]) {
+        self.drain(DRAIN_TIMEOUT);
+        self.persist_slots(idxs);
+        if let Err(e) = self.producer.flush(DRAIN_TIMEOUT) {
+            tracing::warn!(error = %e, "flushing source positions failed");
+        }
+        self.service_acks();
+    }
+
+    /// Partitions were given to this replica: read the positions topic to its end (the
+    /// previous owner stored its positions before letting go) and start each partition there.
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+        loop {
+            match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+                Ok(()) => {
+                    self.target_health.reachable();
+                    break;
+                }
+                Err(e) => {
+                    self.count_error("positions");
+                    self.target_health.unreachable(&e.to_string());
+                    if self.shutdown.is_cancelled() {
+                        // Shutting down: nothing will be copied, the offsets do not matter.
+                        return;
+                    }
+                    std::thread::sleep(backoff.next_delay());
+                }
+            }
+        }
+        if self.positions.undecodable() > 0 {
+            tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
+                "ignored records the positions topic should not hold");
+        }
+        let assigned: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        for (topic, partition) in assigned {
+            if self.slot_index(&topic, partition).is_some() {
+                continue;
+            }
+            let start = self.positions.get(&topic, partition);
+            let offset = start.map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+            tracing::debug!(%topic, partition, ?offset, "partition assigned");
+            let generation = self.bump_generation();
+            let slot = Slot {
+                remote: self
+                    .ctx
+                    .flow
+                    .policy
+                    .format_remote_topic(self.ctx.flow.source_alias(), &topic)
+                    .into(),
+                progress: Progress::new(
+                    TopicPartition::new(topic.clone(), partition),
+                    self.sync_config,
+                    start,
+                ),
+                topic,
+                partition,
+                generation,
+                in_flight: VecDeque::new(),
+                fault: None,
+                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            };
+            self.insert(slot);
+        }
+        self.report_assignment();
+    }
+
+    fn insert(&mut self, slot: Slot) {
+        let Ok(p) = usize::try_from(slot.partition) else {
+            return;
+        };
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let by_partition = self.by_topic.entry(slot.topic.clone()).or_default();
+        if by_partition.len() <= p {
+            by_partition.resize(p + 1, None);
+        }
+        by_partition[p] = Some(idx);
+        self.slots[idx] = Some(slot);
+    }
+
+    /// Partitions are taken away: finish their writes and store their positions first, so the
+    /// next owner resumes exactly where this one stopped.
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
+        let idxs: Vec<usize> = tpl
+            .elements()
+            .iter()
+            .filter_map(|e| self.slot_index(e.topic(), e.partition()))
+            .collect();
+        if lost {
+            // Another replica may already own them: storing would only move its positions back.
+            tracing::warn!(
+                partitions = idxs.len(),
+                "assignment lost (session timed out)"
+            );
+            self.drain(Duration::from_secs(5));
+        } else {
+            self.persist_and_wait(&idxs);
+        }
+        for idx in idxs {
+            if let Some(slot) = self.slots.get_mut(idx).and_then(Option::take) {
+                if let Some(by_partition) = self.by_topic.get_mut(&slot.topic)
+                    && let Some(entry) = usize::try_from(slot.partition)
+                        .ok()
+                        .and_then(|p| by_partition.get_mut(p))
+                {
+                    *entry = None;
+                }
+                self.free.push(idx);
+            }
+        }
+        self.report_assignment();
+    }
+
+    fn report_assignment(&self) {
+        let n = self.slots.iter().flatten().count();
+        self.ctx.metrics.assigned_partitions.set(n as i64);
+        tracing::info!(partitions = n, "source partitions assigned to this replica");
+    }
+
+    /// Graceful stop: finish writes, store every position.
+    pub fn stop(&mut self) {
+        let idxs: Vec<usize> = (0..self.slots.len()).collect();
+        self.persist_and_wait(&idxs);
+    }
+}
+
+/// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
+pub fn run(
+    consumer: BaseConsumer<SourceContext>,
+    mut subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+) -> Result<(), KafkaError> {
+    let copier = consumer.context().copier.clone();
+    let mut subscribed: Option<Arc<Vec<String>>> = None;
+    let mut last_persist = Instant::now();
+    let mut since_service = 0_u32;
+    while !shutdown.is_cancelled() {
+        if subscriptions.has_changed().unwrap_or(false) {
+            let wanted = subscriptions.borrow_and_update().clone();
+            if let Some(topics) = wanted
+                && subscribed.as_ref() != Some(&topics)
+            {
+                if topics.is_empty() {
+                    consumer.unsubscribe();
+                } else {
+                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                    consumer.subscribe(&names)?;
+                }
+                tracing::debug!(topics = topics.len(), "subscribed");
+                subscribed = Some(topics);
+                ctx.readiness
+                    .source
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        // Short polls while writes are outstanding keep acknowledgements (and positions) fresh.
+        let timeout = if lock(&copier).busy() {
+            Duration::from_millis(5)
+        } else {
+            Duration::from_millis(100)
+        };
+        match consumer.poll(timeout) {
+            Some(Ok(m)) => {
+                let mut c = lock(&copier);
+                c.copy(&m);
+                since_service += 1;
+                if since_service >= SERVICE_EVERY {
+                    since_service = 0;
+                    c.service(&consumer);
+                }
+            }
+            Some(Err(e)) => {
+                ctx.metrics
+                    .errors
+                    .with_label_values(&["source", "consume"])
+                    .inc();
+                tracing::debug!(error = %e, "consumer error");
+            }
+            None => {
+                since_service = 0;
+                lock(&copier).service(&consumer);
+            }
+        }
+        if last_persist.elapsed() >= PERSIST_EVERY {
+            last_persist = Instant::now();
+            let mut c = lock(&copier);
+            c.service(&consumer);
+            c.persist();
+        }
+    }
+    tracing::info!("source loop stopping: flushing records and storing positions");
+    lock(&copier).stop();
+    // Leaving the group revokes everything through `revoked`, which has little left to do.
+    consumer.unsubscribe();
+    for _ in 0..10 {
+        if consumer.poll(Duration::from_millis(50)).is_none()
+            && consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opaque_round_trips_slot_generation_and_kind() {
+        for (slot, generation, position) in
+            [(0, 0, false), (7, GEN_MASK, true), (123_456, 42, false)]
+        {
+            assert_eq!(
+                unpack(opaque(slot, generation, position)),
+                (slot, generation, position)
+            );
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Source positions, stored on the TARGET cluster in a compacted topic.
+//!
+//! Topic: [`positions_topic`] = `mirrorflow-positions.<source alias>.internal`, 1 partition,
+//! `cleanup.policy=compact`. Its name ends with `.internal`, so no flow ever replicates it.
+//!
+//! Record layout (all integers big-endian, like MM2's own records):
+//! - key: `topic: i16 length + UTF-8 bytes` (the SOURCE topic), `partition: i32`
+//! - value: `version: u8 = 0`, `next: i64` (the next source offset to copy: every record
+//!   before it is on the target), `downstream: i64` (target offset of the record at
+//!   `next - 1`, or -1 when unknown). Readers ignore trailing bytes, so later versions may
+//!   append fields.
+//!
+//! A position is only written after the target acknowledged every record before `next`
+//! (and the offset syncs up to there), so a crash repeats records but never skips one.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::progress::Frontier;
+
+pub const POSITIONS_VERSION: u8 = 0;
+
+/// The positions topic of a flow from `source_alias`, on the target.
+pub fn positions_topic(source_alias: &str) -> String {
+    format!("mirrorflow-positions.{source_alias}.internal")
+}
+
+pub fn encode_key(topic: &str, partition: i32) -> Vec<u8> {
+    let bytes = topic.as_bytes();
+    // Kafka topic names are at most 249 bytes, far below i16::MAX.
+    let len = i16::try_from(bytes.len()).unwrap_or(i16::MAX);
+    let mut key = Vec::with_capacity(6 + bytes.len());
+    key.extend_from_slice(&len.to_be_bytes());
+    key.extend_from_slice(&bytes[..len as usize]);
+    key.extend_from_slice(&partition.to_be_bytes());
+    key
+}
+
+pub fn encode_value(position: Frontier) -> Vec<u8> {
+    let mut value = Vec::with_capacity(17);
+    value.push(POSITIONS_VERSION);
+    value.extend_from_slice(&position.next.to_be_bytes());
+    value.extend_from_slice(&position.downstream.to_be_bytes());
+    value
+}
+
+pub fn decode_key(key: &[u8]) -> Option<(String, i32)> {
+    let len = usize::try_from(i16::from_be_bytes(key.get(..2)?.try_into().ok()?)).ok()?;
+    let topic = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
+    let partition = i32::from_be_bytes(key.get(2 + len..6 + len)?.try_into().ok()?);
+    (partition >= 0).then(|| (topic.to_string(), partition))
+}
+
+pub fn decode_value(value: &[u8]) -> Option<Frontier> {
+    if *value.first()? != POSITIONS_VERSION {
+        return None;
+    }
+    let next = i64::from_be_bytes(value.get(1..9)?.try_into().ok()?);
+    let downstream = i64::from_be_bytes(value.get(9..17)?.try_into().ok()?);
+    (next >= 0).then_some(Frontier { next, downstream })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("reading positions topic {topic}: {source}")]
+    Kafka {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("reading positions topic {topic}: not at its end after {waited:?}")]
+    Timeout { topic: String, waited: Duration },
+}
+
+/// Follows the positions topic; [`Self::read_to_end`] catches up with every position written
+/// so far, including those a replica that just gave up a partition persisted before leaving.
+pub struct PositionReader {
+    topic: String,
+    consumer: BaseConsumer,
+    next: i64,
+    positions: HashMap<(String, i32), Frontier>,
+    undecodable: u64,
+}
+
+impl PositionReader {
+    pub fn new(target: &ClientConfig, topic: String, group: &str) -> Result<Self, ReadError> {
+        let kafka = |source| ReadError::Kafka {
+            topic: topic.clone(),
+            source,
+        };
+        let consumer: BaseConsumer = target
+            .clone()
+            // Never used for a group: the partition is assigned, nothing is committed.
+            .set("group.id", format!("{group}.positions"))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .create()
+            .map_err(kafka)?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+            .map_err(kafka)?;
+        consumer.assign(&tpl).map_err(kafka)?;
+        Ok(PositionReader {
+            topic,
+            consumer,
+            next: 0,
+            positions: HashMap::new(),
+            undecodable: 0,
+        })
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Frontier> {
+        self.positions.get(&(topic.to_string(), partition)).copied()
+    }
+
+    /// Records that were not positions this version understands (skipped).
+    pub fn undecodable(&self) -> u64 {
+        self.undecodable
+    }
+
+    pub fn read_to_end(&mut self, timeout: Duration) -> Result<(), ReadError> {
+        let kafka = |source| ReadError::Kafka {
+            topic: self.topic.clone(),
+            source,
+        };
+        let (_, high) = self
+            .consumer
+            .fetch_watermarks(&self.topic, 0, timeout)
+            .map_err(kafka)?;
+        let deadline = Instant::now() + timeout;
+        while self.next < high {
+            if Instant::now() >= deadline {
+                return Err(ReadError::Timeout {
+                    topic: self.topic.clone(),
+                    waited: timeout,
+                });
+            }
+            match self.consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    self.next = m.offset() + 1;
+                    let key = m.key().and_then(decode_key);
+                    match (key, m.payload()) {
+                        (Some(k), None) => {
+                            self.positions.remove(&k);
+                        }
+                        (Some(k), Some(v)) => match decode_value(v) {
+                            Some(p) => {
+                                self.positions.insert(k, p);
+                            }
+                            None => self.undecodable += 1,
+                        },
+                        (None, _) => self.undecodable += 1,
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(ReadError::Kafka {
+                        topic: self.topic.clone(),
+                        source: e,
+                    });
+                }
+                None => {
+                    // Compaction or transaction markers can leave the last offsets without a
+                    // record: the consumer's position tells how far the log was read.
+                    if let Ok(pos) = self.consumer.position()
+                        && let Some(Offset::Offset(o)) =
+                            pos.find_partition(&self.topic, 0).map(|e| e.offset())
+                    {
+                        self.next = self.next.max(o);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_round_trip_with_a_documented_layout() {
+        let key = encode_key("orders", 3);
+        assert_eq!(key, [0, 6, b'o', b'r', b'd', b'e', b'r', b's', 0, 0, 0, 3]);
+        assert_eq!(decode_key(&key), Some(("orders".to_string(), 3)));
+        let value = encode_value(Frontier {
+            next: 256,
+            downstream: -1,
+        });
+        assert_eq!(value.len(), 17);
+        assert_eq!(value[0], POSITIONS_VERSION);
+        assert_eq!(&value[1..9], &256_i64.to_be_bytes());
+        assert_eq!(
+            decode_value(&value),
+            Some(Frontier {
+                next: 256,
+                downstream: -1
+            })
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_ignored_and_garbage_refused() {
+        let mut value = encode_value(Frontier {
+            next: 7,
+            downstream: 9,
+        });
+        value.extend_from_slice(b"future");
+        assert_eq!(decode_value(&value).map(|f| f.next), Some(7));
+        assert_eq!(decode_value(&[1, 0, 0]), None, "unknown version");
+        assert_eq!(decode_value(&value[..10]), None, "truncated");
+        assert_eq!(decode_key(&[0, 9, b'x']), None, "truncated key");
+        let negative = [&[0, 1, b't'][..], &(-1_i32).to_be_bytes()].concat();
+        assert_eq!(decode_key(&negative), None);
+    }
+
+    #[test]
+    fn the_topic_is_internal_so_never_replicated() {
+        let t = positions_topic("src-1");
+        assert_eq!(t, "mirrorflow-positions.src-1.internal");
+        use crate::mm2::{PrefixPolicy, ReplicationPolicy};
+        assert!(PrefixPolicy::default().is_internal_topic(&t));
+    }
+}

@@ -1,0 +1,191 @@
+//! What may be committed for one source partition: [`Progress`].
+//!
+//! Pure bookkeeping, no I/O. The copy loop feeds it the target's acknowledgements in order and
+//! the acknowledgements of the offset syncs it wrote; it answers which position is safe to store
+//! ("what to commit"), leaving "how to commit" to the caller. That split is what lets an
+//! exactly-once mode later put the same positions and syncs into one producer transaction.
+//!
+//! A position may only move past a record once
+//! - the record and every earlier one of the partition are acknowledged by the target, and
+//! - every offset sync the [`SyncPolicy`] asked for up to that record is acknowledged,
+//!
+//! because a sync lost behind a stored position would never be rewritten after a restart, and
+//! the dense sync stream the checkpoint side relies on would silently miss a delta change.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+
+/// A point in the partition: everything before source offset `next` is on the target, and the
+/// record at `next - 1` landed at target offset `downstream` (-1 when unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frontier {
+    pub next: i64,
+    pub downstream: i64,
+}
+
+#[derive(Debug)]
+pub struct Progress {
+    policy: SyncPolicy,
+    config: SyncPolicyConfig,
+    /// After the newest acknowledged record (or the stored position we started from).
+    latest: Option<Frontier>,
+    /// One entry per offset sync written and not yet acknowledged, oldest first: the frontier
+    /// just before the record the sync describes.
+    pending_syncs: VecDeque<Option<Frontier>>,
+    /// The frontier last handed out for storing; `None` forces the next store.
+    stored: Option<Frontier>,
+}
+
+impl Progress {
+    /// `start` is the stored position the partition resumes from, if any.
+    pub fn new(tp: TopicPartition, config: SyncPolicyConfig, start: Option<Frontier>) -> Self {
+        Progress {
+            policy: SyncPolicy::new(tp, config),
+            config,
+            latest: start,
+            pending_syncs: VecDeque::new(),
+            stored: start,
+        }
+    }
+
+    /// The target acknowledged the copy of source offset `upstream` at `downstream`. Returns
+    /// the offset sync to write, if the policy wants one.
+    pub fn acknowledged(
+        &mut self,
+        upstream: i64,
+        downstream: i64,
+        now: Duration,
+    ) -> Option<OffsetSync> {
+        let sync = self.policy.observe(upstream, downstream, now);
+        if sync.is_some() {
+            self.pending_syncs.push_back(self.latest);
+        }
+        self.latest = Some(Frontier {
+            next: upstream.saturating_add(1),
+            downstream,
+        });
+        sync
+    }
+
+    /// The oldest outstanding sync was acknowledged (syncs of a partition are acknowledged in
+    /// the order they were written: one topic partition, idempotent producer).
+    pub fn sync_acknowledged(&mut self) {
+        self.pending_syncs.pop_front();
+    }
+
+    /// Syncs written and not yet acknowledged.
+    pub fn pending_syncs(&self) -> usize {
+        self.pending_syncs.len()
+    }
+
+    /// The newest position that is safe to store.
+    pub fn committable(&self) -> Option<Frontier> {
+        match self.pending_syncs.front() {
+            Some(before_sync) => *before_sync,
+            None => self.latest,
+        }
+    }
+
+    /// The position to store now, if it moved since the last one handed out.
+    pub fn take_to_store(&mut self) -> Option<Frontier> {
+        let c = self.committable()?;
+        if self.stored == Some(c) {
+            return None;
+        }
+        self.stored = Some(c);
+        Some(c)
+    }
+
+    /// Storing a position failed: hand it out again next time.
+    pub fn store_failed(&mut self) {
+        self.stored = None;
+    }
+
+    /// Where copying resumes after a failed write (record or sync): the first record not known
+    /// to be safely on the target with its syncs. Unacknowledged syncs are forgotten and the
+    /// policy restarts, so the first record copied again gets a fresh sync (it may land at a
+    /// different target offset).
+    pub fn rewind(&mut self) -> Option<Frontier> {
+        let to = self.committable();
+        self.latest = to;
+        self.pending_syncs.clear();
+        self.policy = SyncPolicy::new(self.policy.topic_partition().clone(), self.config);
+        to
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(start: Option<Frontier>) -> Progress {
+        Progress::new(
+            TopicPartition::new("t", 0),
+            SyncPolicyConfig {
+                max_records: 0,
+                max_interval: None,
+            },
+            start,
+        )
+    }
+
+    const T: Duration = Duration::ZERO;
+
+    fn at(next: i64, downstream: i64) -> Option<Frontier> {
+        Some(Frontier { next, downstream })
+    }
+
+    #[test]
+    fn nothing_is_committable_until_the_first_sync_is_acknowledged() {
+        let mut p = progress(None);
+        assert!(p.acknowledged(0, 0, T).is_some(), "first record syncs");
+        p.acknowledged(1, 1, T);
+        assert_eq!(p.committable(), None);
+        p.sync_acknowledged();
+        assert_eq!(p.committable(), at(2, 1));
+    }
+
+    #[test]
+    fn a_pending_sync_holds_the_position_before_its_record() {
+        let mut p = progress(at(10, 99));
+        assert!(p.acknowledged(10, 100, T).is_some());
+        p.sync_acknowledged();
+        p.acknowledged(11, 101, T);
+        assert_eq!(p.committable(), at(12, 101));
+        // A delta change at 12 needs a sync; until it is acknowledged, 12 is not past.
+        assert!(p.acknowledged(12, 105, T).is_some());
+        p.acknowledged(13, 106, T);
+        assert_eq!(p.committable(), at(12, 101));
+        p.sync_acknowledged();
+        assert_eq!(p.committable(), at(14, 106));
+    }
+
+    #[test]
+    fn stored_positions_are_handed_out_once_and_again_after_a_failure() {
+        let mut p = progress(at(5, 4));
+        assert_eq!(p.take_to_store(), None, "the start is already stored");
+        p.acknowledged(5, 5, T);
+        p.sync_acknowledged();
+        assert_eq!(p.take_to_store(), at(6, 5));
+        assert_eq!(p.take_to_store(), None);
+        p.store_failed();
+        assert_eq!(p.take_to_store(), at(6, 5));
+    }
+
+    #[test]
+    fn rewind_goes_back_to_the_committable_point_and_resyncs() {
+        let mut p = progress(None);
+        p.acknowledged(0, 0, T);
+        p.sync_acknowledged();
+        p.acknowledged(1, 1, T);
+        assert!(p.acknowledged(3, 2, T).is_some(), "gap syncs");
+        assert_eq!(p.rewind(), at(2, 1));
+        assert_eq!(p.pending_syncs(), 0);
+        assert!(
+            p.acknowledged(3, 7, T).is_some(),
+            "the first record after a rewind gets a sync"
+        );
+    }
+}
