@@ -1,7 +1,57 @@
 #!/usr/bin/env bash
-# The main job: the local world with everything running in it, left up for you to use.
-# Today that is the two Kafka clusters, the control plane and the process node; the operator
-# and a sample flow join here as they land.
+# The main job: the local world with the operator installed by its Helm chart and a sample flow
+# replicating live data, left running for you to look at.
+#
+# Steps: world up -> helm install the chart (operator runs as a pod on the process node) ->
+# create the sample topics and a live producer + consumer groups on the source -> apply the
+# sample MirrorFlow -> wait until it is FailoverReady -> print `kubectl get mf`.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"
+# shellcheck source=lib/kafka.sh
+source "$HERE/lib/kafka.sh"
+
 "$HERE/world.sh" up
+eval "$("$HERE/world.sh" env)"
+
+log "installing the operator with its Helm chart"
+helm upgrade --install mirrorflow "$ROOT/charts/mirrorflow" --namespace mirrorflow-system --create-namespace \
+  --set image.repository=mirrorflow --set image.tag=dev --set 'listenHost=$(POD_IP)' --wait --timeout 180s
+
+log "creating the sample topics and starting a live producer on the source"
+for t in orders payments; do
+  kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "$MF_SOURCE_BOOTSTRAP" \
+    --create --if-not-exists --topic "$t" --partitions 3 >/dev/null 2>&1 || true
+done
+mkdir -p "$MF_STATE/demo"
+for t in orders payments; do
+  if ! pid_alive "$MF_STATE/demo/producer-$t.pid"; then
+    nohup java -Xmx128m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+      org.apache.kafka.tools.ProducerPerformance --topic "$t" --num-records 100000000 --record-size 200 \
+      --throughput 20 --producer-props bootstrap.servers="$MF_SOURCE_BOOTSTRAP" acks=all \
+      >"$MF_STATE/demo/producer-$t.log" 2>&1 &
+    echo $! >"$MF_STATE/demo/producer-$t.pid"
+  fi
+done
+for g in billing shipping; do
+  if ! pid_alive "$MF_STATE/demo/consumer-$g.pid"; then
+    nohup java -Xmx128m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+      org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$MF_SOURCE_BOOTSTRAP" \
+      --include 'orders|payments' --group "$g" >/dev/null 2>"$MF_STATE/demo/consumer-$g.log" &
+    echo $! >"$MF_STATE/demo/consumer-$g.pid"
+  fi
+done
+
+log "applying the sample MirrorFlow"
+kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f "$HERE/samples/demo-flow.yaml"
+log "waiting for FailoverReady (replicators start, heartbeats flow, checkpoints cover the groups)"
+if ! kubectl wait --for=condition=FailoverReady mf/demo -n demo --timeout=240s; then
+  kubectl describe mf demo -n demo
+  die "the sample flow did not become FailoverReady"
+fi
+kubectl get mf -n demo
+kubectl get mf demo -n demo -o jsonpath='{.status}' | python3 -m json.tool
+log "the world is up with the operator and the sample flow; stop it with: e2e/world.sh down"

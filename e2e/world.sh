@@ -92,6 +92,9 @@ up() {
 }
 
 down_quiet() {
+  local f
+  # Sample producers and consumers the main job started.
+  for f in "$MF_STATE"/demo/*.pid; do [ -e "$f" ] && stop_pidfile "$f" 10; done
   node_stop
   k8s_stop
   kafka_stop third

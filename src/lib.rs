@@ -5,9 +5,11 @@
 //! - [`kafka`]: Kafka client configuration (TLS, SASL from Secret files) and admin helpers.
 //! - [`mm2`]: MirrorMaker 2 wire formats, naming policies, filters, offset syncs and translation.
 //!   Pure: no I/O, shared by the replicator, the operator and the CLI.
+//! - [`operator`]: the control plane: reconcile MirrorFlows into replicators, status from the clusters.
 //! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
 
 pub mod api;
 pub mod kafka;
 pub mod mm2;
+pub mod operator;
 pub mod replicator;

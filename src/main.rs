@@ -50,6 +50,25 @@ enum Command {
         #[arg(long, env = "MIRRORFLOW_REPLICA")]
         replica: Option<String>,
     },
+    /// Run the operator: reconcile MirrorFlows into replicators and report their status.
+    Operator {
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, env = "MIRRORFLOW_LISTEN", default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// Image of the replicator pods.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_IMAGE",
+            default_value = "mirrorflow:dev"
+        )]
+        replicator_image: String,
+        /// Watch only this namespace (default: all).
+        #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
+        watch_namespace: Option<String>,
+        /// Hold a Lease before reconciling, so several operator replicas can run.
+        #[arg(long, env = "MIRRORFLOW_LEADER_ELECTION", default_value_t = false)]
+        leader_election: bool,
+    },
 }
 
 fn init_logs(format: LogFormat) {
@@ -98,6 +117,31 @@ fn main() -> anyhow::Result<()> {
                 tokio::spawn(stop_on_signal(shutdown.clone()));
                 replicator::run(ctx, listen, shutdown).await
             })?;
+        }
+        Command::Operator {
+            listen,
+            replicator_image,
+            watch_namespace,
+            leader_election,
+        } => {
+            let leader_election = if leader_election {
+                let ns = std::env::var("POD_NAMESPACE").context(
+                    "leader election needs POD_NAMESPACE (set it from the downward API)",
+                )?;
+                let holder = std::env::var("POD_NAME")
+                    .or_else(|_| std::env::var("HOSTNAME"))
+                    .context("leader election needs POD_NAME")?;
+                Some((ns, holder))
+            } else {
+                None
+            };
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
+                listen,
+                replicator_image,
+                watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
+                leader_election,
+            }))?;
         }
     }
     Ok(())

@@ -59,15 +59,38 @@ impl ConfigError {
     }
 }
 
-/// Reads Secret values from files laid out `<dir>/<name>/<key>`.
-#[derive(Clone, Debug)]
+/// Reads Secret values from files laid out `<dir>/<name>/<key>` (replicator pods, standalone
+/// runs), or from values already fetched from the apiserver (the operator's probe, which must not
+/// write credentials to disk).
+#[derive(Clone)]
 pub struct SecretFiles {
     dir: PathBuf,
+    values: Option<std::collections::BTreeMap<(String, String), String>>,
+}
+
+impl std::fmt::Debug for SecretFiles {
+    // Values are credentials: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretFiles")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SecretFiles {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        SecretFiles { dir: dir.into() }
+        SecretFiles {
+            dir: dir.into(),
+            values: None,
+        }
+    }
+
+    /// Secret values keyed by (secret name, key).
+    pub fn from_values(values: std::collections::BTreeMap<(String, String), String>) -> Self {
+        SecretFiles {
+            dir: PathBuf::from("<apiserver>"),
+            values: Some(values),
+        }
     }
 
     pub fn path_of(&self, secret: &SecretKeyRef) -> PathBuf {
@@ -76,6 +99,18 @@ impl SecretFiles {
 
     fn read(&self, field: &str, secret: &SecretKeyRef) -> Result<String, ConfigError> {
         let path = self.path_of(secret);
+        if let Some(values) = &self.values {
+            return values
+                .get(&(secret.name.clone(), secret.key.clone()))
+                .cloned()
+                .ok_or_else(|| ConfigError::SecretUnreadable {
+                    field: field.to_string(),
+                    secret: secret.name.clone(),
+                    key: secret.key.clone(),
+                    path,
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+        }
         std::fs::read_to_string(&path)
             .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
             .map_err(|source| ConfigError::SecretUnreadable {

@@ -30,19 +30,34 @@ impl Replicator {
         let config = dir.join("flow.yaml");
         std::fs::write(&config, flow_yaml)?;
         let log = dir.join("replicator.log");
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         let metrics_addr = format!("127.0.0.1:{port}");
         let child = Command::new(binary(repo_root))
             .args(["replicate", "--config"])
             .arg(&config)
-            .args(["--listen", &metrics_addr, "--replica", name, "--secrets-dir"])
+            .args([
+                "--listen",
+                &metrics_addr,
+                "--replica",
+                name,
+                "--secrets-dir",
+            ])
             .arg(dir.join("secrets"))
             .env("RUST_LOG", "info,mirrorflow=debug")
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out))
             .spawn()
-            .context("starting mirrorflow replicate (is the binary built? cargo build -p mirrorflow)")?;
-        Ok(Replicator { child: Some(child), log, metrics_addr })
+            .context(
+                "starting mirrorflow replicate (is the binary built? cargo build -p mirrorflow)",
+            )?;
+        Ok(Replicator {
+            child: Some(child),
+            log,
+            metrics_addr,
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -57,7 +72,9 @@ impl Replicator {
     /// SIGTERM, then wait up to `grace` before SIGKILL. Returns the exit status code if any.
     pub fn stop(&mut self, grace: Duration) -> Option<i32> {
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         let deadline = std::time::Instant::now() + grace;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -101,10 +118,19 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut text = String::new();
     stream.read_to_string(&mut text)?;
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
-    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "GET {path}: {}", head.lines().next().unwrap_or(""));
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.1 200"),
+        "GET {path}: {}",
+        head.lines().next().unwrap_or("")
+    );
     Ok(body.to_string())
 }

@@ -106,7 +106,9 @@ fn process_alive(pid: i32) -> bool {
 
 async fn ready_pod(pods: &Api<Pod>) -> Result<Pod> {
     eventually("a Running, Ready pod", WAIT, || async {
-        let list = pods.list(&ListParams::default().labels("app=probe")).await?;
+        let list = pods
+            .list(&ListParams::default().labels("app=probe"))
+            .await?;
         Ok(list.items.into_iter().find(|p| {
             is_ready(p) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         }))
@@ -129,19 +131,34 @@ async fn a_deployment_runs_as_a_ready_pod_that_sees_env_volumes_and_the_apiserve
 
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
     let rs = eventually("a ReplicaSet owned by the Deployment", WAIT, || async {
-        Ok(replicasets.list(&ListParams::default()).await?.items.into_iter().next())
+        Ok(replicasets
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .next())
     })
     .await?;
     let owner = rs.metadata.owner_references.unwrap_or_default();
-    assert!(owner.iter().any(|o| o.kind == "Deployment" && o.name == "probe"));
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.kind == "Deployment" && o.name == "probe")
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod = ready_pod(&pods).await?;
     let name = pod.metadata.name.clone().context("pod name")?;
     let status = pod.status.clone().context("pod status")?;
-    assert_eq!(pod.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some("mirrorflow-node"));
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("mirrorflow-node")
+    );
     let ip = status.pod_ip.context("pod IP")?;
-    assert!(ip.starts_with("127.") && ip != "127.0.0.1", "pod has its own loopback IP: {ip}");
+    assert!(
+        ip.starts_with("127.") && ip != "127.0.0.1",
+        "pod has its own loopback IP: {ip}"
+    );
 
     let log_path = world.node_state.join(format!("logs/{ns}/{name}/main.log"));
     let log = eventually("the container's log lines", WAIT, || async {
@@ -149,28 +166,51 @@ async fn a_deployment_runs_as_a_ready_pod_that_sees_env_volumes_and_the_apiserve
         Ok(text.contains("api: ").then_some(text))
     })
     .await?;
-    assert!(log.contains(&format!("POD_NAME={name} POD_NAMESPACE={ns} POD_IP={ip} GREETING=hi")), "{log}");
+    assert!(
+        log.contains(&format!(
+            "POD_NAME={name} POD_NAMESPACE={ns} POD_IP={ip} GREETING=hi"
+        )),
+        "{log}"
+    );
     assert!(log.contains("mounted: hello-from-configmap"), "{log}");
     // The apiserver answered the pod's own service-account token with the ConfigMap it may read.
-    assert!(log.contains(r#""kind":"ConfigMap""#) && log.contains(r#""message":"hello-from-configmap""#), "{log}");
+    assert!(
+        log.contains(r#""kind":"ConfigMap""#)
+            && log.contains(r#""message":"hello-from-configmap""#),
+        "{log}"
+    );
 
     // A killed process is restarted and counted.
     let pid = pid_of(&pod).context("the container's pid in containerID")?;
     run("kill", &["-9", &pid.to_string()])?;
-    let restarted = eventually("restartCount to rise and the pod to be ready again", WAIT, || async {
-        let p = pods.get(&name).await?;
-        Ok((restart_count(&p) >= 1 && is_ready(&p) && pid_of(&p) != Some(pid)).then_some(p))
-    })
+    let restarted = eventually(
+        "restartCount to rise and the pod to be ready again",
+        WAIT,
+        || async {
+            let p = pods.get(&name).await?;
+            Ok((restart_count(&p) >= 1 && is_ready(&p) && pid_of(&p) != Some(pid)).then_some(p))
+        },
+    )
     .await?;
     let new_pid = pid_of(&restarted).context("pid after restart")?;
     assert!(process_alive(new_pid));
 
     // Deleting the Deployment garbage-collects the ReplicaSet and the pod, which stops the process.
-    run("kubectl", &["delete", "deployment", "probe", "-n", &ns, "--wait=false"])?;
-    eventually("the pod to be gone and its process stopped", WAIT, || async {
-        let left = pods.list(&ListParams::default().labels("app=probe")).await?.items;
-        Ok((left.is_empty() && !process_alive(new_pid)).then_some(()))
-    })
+    run(
+        "kubectl",
+        &["delete", "deployment", "probe", "-n", &ns, "--wait=false"],
+    )?;
+    eventually(
+        "the pod to be gone and its process stopped",
+        WAIT,
+        || async {
+            let left = pods
+                .list(&ListParams::default().labels("app=probe"))
+                .await?
+                .items;
+            Ok((left.is_empty() && !process_alive(new_pid)).then_some(()))
+        },
+    )
     .await?;
     run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
@@ -182,10 +222,29 @@ async fn helm_installs_a_local_chart() -> Result<()> {
     let ns = unique("e2e-helm");
     let chart = world.repo_root.join("e2e/tests/charts/hello");
     let chart = chart.to_str().context("chart path")?;
-    run("helm", &["install", "hello", chart, "-n", &ns, "--create-namespace", "--wait"])?;
+    run(
+        "helm",
+        &[
+            "install",
+            "hello",
+            chart,
+            "-n",
+            &ns,
+            "--create-namespace",
+            "--wait",
+        ],
+    )?;
     let value = run(
         "kubectl",
-        &["get", "configmap", "hello-greeting", "-n", &ns, "-o", "jsonpath={.data.greeting}"],
+        &[
+            "get",
+            "configmap",
+            "hello-greeting",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.data.greeting}",
+        ],
     )?;
     assert_eq!(value, "hello-from-helm");
     let releases = run("helm", &["list", "-n", &ns, "-o", "json"])?;
@@ -195,7 +254,10 @@ async fn helm_installs_a_local_chart() -> Result<()> {
     }
     run("helm", &["uninstall", "hello", "-n", &ns, "--wait"])?;
     let gone = run("kubectl", &["get", "configmap", "-n", &ns, "-o", "name"])?;
-    assert!(!gone.contains("hello-greeting"), "uninstall removed the chart's objects: {gone}");
+    assert!(
+        !gone.contains("hello-greeting"),
+        "uninstall removed the chart's objects: {gone}"
+    );
     run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
 }

@@ -48,11 +48,22 @@ async fn a_retrying_producer_loses_nothing_across_a_cluster_restart() -> anyhow:
     let records = kafka::read_partition(&world.source_bootstrap, &topic, 0)?;
     let mut values: Vec<String> = records
         .iter()
-        .filter_map(|(_, _, v)| v.as_deref().map(|v| String::from_utf8_lossy(v).into_owned()))
+        .filter_map(|(_, _, v)| {
+            v.as_deref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
         .collect();
     values.sort();
     values.dedup();
-    assert_eq!(values.len(), TOTAL, "every record is present after the restart");
-    assert_eq!(records.len(), TOTAL, "the idempotent producer wrote no duplicates");
+    assert_eq!(
+        values.len(),
+        TOTAL,
+        "every record is present after the restart"
+    );
+    assert_eq!(
+        records.len(),
+        TOTAL,
+        "the idempotent producer wrote no duplicates"
+    );
     Ok(())
 }

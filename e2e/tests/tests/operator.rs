@@ -1,0 +1,337 @@
+//! The operator end to end: installed by its Helm chart, running as a pod on the process node,
+//! deploying replicators for a MirrorFlow and reporting a status measured on the clusters.
+//! One test function, because the steps share one installation and run in order.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::Api;
+use kube::api::ListParams;
+use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use rdkafka::producer::FutureRecord;
+
+const READY_WITHIN: Duration = Duration::from_secs(180);
+
+fn condition(mf: &MirrorFlow, type_: &str) -> Option<(String, String, String)> {
+    let c = mf
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn flow_yaml(ns: &str, name: &str, alias: &str, world: &World, topic: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  source: {{alias: {alias}, bootstrapServers: "{src}"}}
+  target: {{alias: {alias}-t, bootstrapServers: "{tgt}"}}
+  topics: ["{topic}"]
+  groups: ["{topic}-.*"]
+{extra}"#,
+        src = world.source_bootstrap,
+        tgt = world.target_bootstrap,
+    )
+}
+
+async fn wait_condition(
+    flows: &Api<MirrorFlow>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> Result<MirrorFlow> {
+    eventually(&format!("{name}: {type_}={status}"), timeout, || async {
+        let mf = flows.get(name).await?;
+        let c = condition(&mf, type_);
+        if c.as_ref().map(|c| c.0.as_str()) == Some(status) {
+            Ok(Some(mf))
+        } else {
+            anyhow::bail!("now {c:?}")
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-op");
+    let chart = world.repo_root.join("charts/mirrorflow");
+    let chart = chart.to_str().context("chart path")?;
+    // The operator watches only its own namespace, so it never touches other tests' flows.
+    run(
+        "helm",
+        &[
+            "install",
+            "mirrorflow",
+            chart,
+            "-n",
+            &ns,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "180s",
+            "--set",
+            "image.repository=mirrorflow",
+            "--set",
+            "image.tag=dev",
+            "--set",
+            "listenHost=$(POD_IP)",
+            "--set",
+            &format!("watchNamespace={ns}"),
+        ],
+    )?;
+
+    // A flow that replicates live data becomes FailoverReady.
+    let alias = unique("op");
+    let topic = unique("optopic");
+    kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
+    let started = std::time::Instant::now();
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &flow_yaml(&ns, "flow", &alias, &world, &topic, ""),
+    )?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
+    for i in 0..50 {
+        let v = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&topic)
+                    .payload(&v)
+                    .partition(i % 2),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    let ready = wait_condition(&flows, "flow", "FailoverReady", "True", READY_WITHIN).await?;
+    println!("FailoverReady after {:?}", started.elapsed());
+    let status = ready.status.clone().context("status")?;
+    assert_eq!(status.observed_generation, ready.metadata.generation);
+    assert!(
+        status.heartbeat.and_then(|h| h.lag).is_some(),
+        "heartbeat lag reported"
+    );
+    let remote = format!("{alias}.{topic}");
+    let copied = eventually("records on the target", Duration::from_secs(60), || async {
+        let n: usize = (0..2)
+            .map(|p| kafka::read_partition(&world.target_bootstrap, &remote, p).map(|r| r.len()))
+            .sum::<Result<usize>>()?;
+        Ok((n >= 50).then_some(n))
+    })
+    .await?;
+    assert_eq!(copied, 50);
+    // `kubectl wait` works on the condition, as users will script it.
+    run(
+        "kubectl",
+        &[
+            "wait",
+            "--for=condition=FailoverReady",
+            "mf/flow",
+            "-n",
+            &ns,
+            "--timeout=30s",
+        ],
+    )?;
+
+    // A spec change rolls the replicator pods.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = "mirrorflow.io/flow=flow";
+    let before: Vec<String> = pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    run(
+        "kubectl",
+        &[
+            "patch",
+            "mf",
+            "flow",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"heartbeats":{"interval":"2s"}}}"#,
+        ],
+    )?;
+    eventually(
+        "a new replicator pod after the spec change",
+        Duration::from_secs(120),
+        || async {
+            let now = pods
+                .list(&ListParams::default().labels(selector))
+                .await?
+                .items;
+            Ok(now
+                .iter()
+                .any(|p| {
+                    p.metadata.uid.as_ref().is_some_and(|u| !before.contains(u)) && is_ready(p)
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
+
+    // A missing Secret gives a condition naming it; the Secret's value never leaks anywhere.
+    let secret_value = "never-print-this-9f3a";
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: present, namespace: {ns}}}\nstringData: {{user: alice, password: {secret_value}}}\n"
+        ),
+    )?;
+    let yaml = format!(
+        r#"apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: needs-secret, namespace: {ns}}}
+spec:
+  source: {{alias: {alias}, bootstrapServers: "{src}"}}
+  target:
+    alias: {alias}-t
+    bootstrapServers: "{tgt}"
+    sasl:
+      mechanism: PLAIN
+      usernameSecretRef: {{name: present, key: user}}
+      passwordSecretRef: {{name: absent, key: password}}
+  topics: ["{topic}"]
+"#,
+        alias = unique("sec"),
+        src = world.source_bootstrap,
+        tgt = world.target_bootstrap,
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &yaml)?;
+    let missing = wait_condition(
+        &flows,
+        "needs-secret",
+        "Ready",
+        "False",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let (_, reason, message) = condition(&missing, "Ready").context("Ready condition")?;
+    assert_eq!(reason, "SecretMissing", "{message}");
+    assert!(
+        message.contains("'absent'") && message.contains("spec.target.sasl.passwordSecretRef"),
+        "{message}"
+    );
+    run(
+        "kubectl",
+        &[
+            "patch",
+            "mf",
+            "needs-secret",
+            "-n",
+            &ns,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/target/sasl/passwordSecretRef/name","value":"present"}]"#,
+        ],
+    )?;
+    eventually(
+        "the flow to use the now-present Secret",
+        Duration::from_secs(60),
+        || async {
+            let mf = flows.get("needs-secret").await?;
+            Ok(condition(&mf, "Ready")
+                .is_some_and(|c| c.1 != "SecretMissing")
+                .then_some(()))
+        },
+    )
+    .await?;
+    let mut haystack = String::new();
+    for cm in Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        haystack.push_str(&serde_json::to_string(&cm.data)?);
+    }
+    for mf in flows.list(&ListParams::default()).await? {
+        haystack.push_str(&serde_json::to_string(&mf.status)?);
+    }
+    for ev in Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        haystack.push_str(&ev.message.unwrap_or_default());
+    }
+    let logs = std::fs::read_dir(world.node_state.join("logs").join(&ns))?;
+    for pod in logs.flatten() {
+        for file in std::fs::read_dir(pod.path())?.flatten() {
+            haystack.push_str(&std::fs::read_to_string(file.path()).unwrap_or_default());
+        }
+    }
+    assert!(
+        haystack.contains("needs-secret") || haystack.contains("flow"),
+        "the haystack holds what was searched"
+    );
+    assert!(
+        !haystack.contains(secret_value),
+        "the Secret's value leaked into ConfigMaps, status, events or logs"
+    );
+
+    // An invalid flow is refused by the apiserver, naming the field.
+    let same_alias =
+        flow_yaml(&ns, "bad", "same", &world, &topic, "").replace("alias: same-t", "alias: same");
+    let err = run_with_input("kubectl", &["apply", "-f", "-"], &same_alias)
+        .expect_err("the apiserver refuses it");
+    assert!(err.to_string().contains("spec.target.alias"), "{err}");
+
+    // Deleting the flow removes its replicators and objects.
+    run(
+        "kubectl",
+        &[
+            "delete",
+            "mf",
+            "flow",
+            "-n",
+            &ns,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+    )?;
+    let stses: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "the flow's StatefulSet and pods to be gone",
+        Duration::from_secs(90),
+        || async {
+            let sts = stses.get_opt("flow").await?;
+            let left = pods
+                .list(&ListParams::default().labels(selector))
+                .await?
+                .items;
+            Ok((sts.is_none() && left.is_empty()).then_some(()))
+        },
+    )
+    .await?;
+
+    run("helm", &["uninstall", "mirrorflow", "-n", &ns, "--wait"])?;
+    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
+    if haystack.is_empty() {
+        bail!("nothing was searched for leaks");
+    }
+    Ok(())
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

@@ -1,0 +1,529 @@
+//! Conditions and status from what the probe observed: pure, so every rule is unit-tested.
+//!
+//! Kubernetes conventions: one condition per `type`, a CamelCase `reason`, a message that says
+//! what to do, and `lastTransitionTime` that moves only when `status` flips.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::{
+    CheckpointsStatus, FailoverReadinessSpec, GroupReadiness, HeartbeatStatus, MirrorFlowStatus,
+    SpecDuration,
+};
+
+pub const READY: &str = "Ready";
+pub const REPLICATING: &str = "Replicating";
+pub const CHECKPOINTS_FRESH: &str = "CheckpointsFresh";
+pub const HEARTBEATS_FLOWING: &str = "HeartbeatsFlowing";
+pub const FAILOVER_READY: &str = "FailoverReady";
+
+/// Reasons, as consts so docs and tests name the same strings.
+pub mod reason {
+    pub const OK: &str = "AsExpected";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const SECRET_MISSING: &str = "SecretMissing";
+    pub const SOURCE_UNREACHABLE: &str = "SourceUnreachable";
+    pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";
+    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    pub const NO_HEARTBEATS: &str = "NoHeartbeats";
+    pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
+    pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
+    pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
+    pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
+    pub const NOT_READY: &str = "NotReady";
+    pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
+    pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
+}
+
+/// At most this many groups are listed in `leastReadyGroups`.
+pub const MAX_LISTED_GROUPS: usize = 10;
+
+/// One group's state as the probe saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupObservation {
+    pub group: String,
+    /// Age of its newest checkpoint; `None` when it has none.
+    pub checkpoint_age: Option<Duration>,
+    /// Source records committed past what its checkpoints cover, over all partitions.
+    pub replay_records: i64,
+}
+
+/// What the probe saw on the clusters and in the workload; `None` = could not be observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observation {
+    /// A spec problem (field and fix) that stops the flow from being deployed.
+    pub invalid_spec: Option<String>,
+    /// A referenced Secret (or key) that does not exist, with the field that references it.
+    pub missing_secret: Option<String>,
+    pub desired_replicas: i32,
+    pub ready_replicas: i32,
+    /// Error text when the cluster could not be reached.
+    pub source_error: Option<String>,
+    pub target_error: Option<String>,
+    pub heartbeats_enabled: bool,
+    pub checkpoints_enabled: bool,
+    /// Age of the newest replicated source heartbeat on the target and its emission time.
+    pub heartbeat_age: Option<Duration>,
+    pub heartbeat_time: Option<Time>,
+    pub topics: Option<i32>,
+    pub replication_lag: Option<i64>,
+    /// Groups with committed offsets on the source (checkpointed or not).
+    pub groups: Vec<GroupObservation>,
+}
+
+fn secs(d: Duration) -> String {
+    SpecDuration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+struct Verdict {
+    type_: &'static str,
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+fn verdict(
+    type_: &'static str,
+    ok: bool,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> Verdict {
+    Verdict {
+        type_,
+        ok,
+        reason,
+        message: message.into(),
+    }
+}
+
+/// Per-group readiness, worst first.
+pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {
+    let max_age = limits.max_checkpoint_age.as_duration();
+    let mut rows: Vec<(u8, Duration, GroupReadiness)> = obs
+        .groups
+        .iter()
+        .map(|g| {
+            let (rank, reason, message) = match g.checkpoint_age {
+                None => (
+                    0,
+                    "NoCheckpoint",
+                    "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
+                ),
+                Some(age) if age > max_age => (
+                    1,
+                    "CheckpointStale",
+                    format!(
+                        "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
+                        secs(age),
+                        limits.max_checkpoint_age
+                    ),
+                ),
+                Some(_) => (2, "Ready", "the group can fail over".to_string()),
+            };
+            let age = g.checkpoint_age.unwrap_or(Duration::MAX);
+            let row = GroupReadiness {
+                group: g.group.clone(),
+                checkpoint_age: g.checkpoint_age.map(secs).unwrap_or_else(|| "never".into()),
+                estimated_replay_records: g.replay_records.max(0),
+                reason: reason.into(),
+                message,
+            };
+            (rank, age, row)
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(b.1.cmp(&a.1))
+            .then(
+                b.2.estimated_replay_records
+                    .cmp(&a.2.estimated_replay_records),
+            )
+            .then(a.2.group.cmp(&b.2.group))
+    });
+    rows.into_iter().map(|(_, _, r)| r).collect()
+}
+
+fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
+    if let Some(msg) = &obs.invalid_spec {
+        let v = |t| verdict(t, false, reason::INVALID_SPEC, msg.clone());
+        return vec![
+            v(READY),
+            v(REPLICATING),
+            v(CHECKPOINTS_FRESH),
+            v(HEARTBEATS_FLOWING),
+            v(FAILOVER_READY),
+        ];
+    }
+    if let Some(msg) = &obs.missing_secret {
+        let v = |t| verdict(t, false, reason::SECRET_MISSING, msg.clone());
+        return vec![
+            v(READY),
+            v(REPLICATING),
+            v(CHECKPOINTS_FRESH),
+            v(HEARTBEATS_FLOWING),
+            v(FAILOVER_READY),
+        ];
+    }
+    let unreachable = match (&obs.source_error, &obs.target_error) {
+        (Some(e), _) => Some((
+            reason::SOURCE_UNREACHABLE,
+            format!("the source cluster cannot be reached: {e}"),
+        )),
+        (None, Some(e)) => Some((
+            reason::TARGET_UNREACHABLE,
+            format!("the target cluster cannot be reached: {e}"),
+        )),
+        (None, None) => None,
+    };
+
+    let ready = if obs.ready_replicas < obs.desired_replicas {
+        verdict(
+            READY,
+            false,
+            reason::REPLICAS_NOT_READY,
+            format!(
+                "{}/{} replicator pods ready",
+                obs.ready_replicas, obs.desired_replicas
+            ),
+        )
+    } else if let Some((r, m)) = &unreachable {
+        verdict(READY, false, r, m.clone())
+    } else {
+        verdict(
+            READY,
+            true,
+            reason::OK,
+            format!("{} replicator pods ready", obs.ready_replicas),
+        )
+    };
+
+    let replicating = match (&unreachable, obs.replication_lag) {
+        (Some((r, m)), _) => verdict(REPLICATING, false, r, m.clone()),
+        (None, Some(lag)) if lag > limits.max_replication_lag => verdict(
+            REPLICATING,
+            false,
+            reason::REPLICATION_LAG_HIGH,
+            format!(
+                "{lag} source records not yet copied (limit {})",
+                limits.max_replication_lag
+            ),
+        ),
+        (None, _) if obs.ready_replicas == 0 => verdict(
+            REPLICATING,
+            false,
+            reason::REPLICAS_NOT_READY,
+            "no replicator pod is ready",
+        ),
+        (None, lag) => verdict(
+            REPLICATING,
+            true,
+            reason::OK,
+            match lag {
+                Some(l) => format!("{l} source records not yet copied"),
+                None => "replicators are running".to_string(),
+            },
+        ),
+    };
+
+    let max_hb = limits.max_heartbeat_lag.as_duration();
+    let heartbeats = if !obs.heartbeats_enabled {
+        verdict(
+            HEARTBEATS_FLOWING,
+            false,
+            reason::HEARTBEATS_DISABLED,
+            "spec.heartbeats.enabled is false: end-to-end lag cannot be measured",
+        )
+    } else {
+        match (obs.heartbeat_age, &unreachable) {
+            (Some(age), _) if age <= max_hb => verdict(
+                HEARTBEATS_FLOWING,
+                true,
+                reason::OK,
+                format!("heartbeat lag {}", secs(age)),
+            ),
+            (_, Some((r, m))) => verdict(HEARTBEATS_FLOWING, false, r, m.clone()),
+            (Some(age), None) => verdict(
+                HEARTBEATS_FLOWING,
+                false,
+                reason::HEARTBEAT_LAG_HIGH,
+                format!(
+                    "newest replicated heartbeat is {} old (limit {})",
+                    secs(age),
+                    limits.max_heartbeat_lag
+                ),
+            ),
+            (None, None) => verdict(
+                HEARTBEATS_FLOWING,
+                false,
+                reason::NO_HEARTBEATS,
+                "no replicated source heartbeat on the target yet: the source loop has not copied the source's heartbeats topic",
+            ),
+        }
+    };
+
+    let groups = group_readiness(obs, limits);
+    let checkpoints = if !obs.checkpoints_enabled {
+        verdict(
+            CHECKPOINTS_FRESH,
+            false,
+            reason::CHECKPOINTS_DISABLED,
+            "spec.checkpoints.enabled is false: consumers cannot fail over with translated offsets",
+        )
+    } else if let Some((r, m)) = &unreachable {
+        verdict(CHECKPOINTS_FRESH, false, r, m.clone())
+    } else {
+        let not_ready: Vec<&GroupReadiness> =
+            groups.iter().filter(|g| g.reason != "Ready").collect();
+        match not_ready.first() {
+            None if obs.groups.is_empty() => verdict(
+                CHECKPOINTS_FRESH,
+                true,
+                reason::OK,
+                "no consumer group to checkpoint",
+            ),
+            None => verdict(
+                CHECKPOINTS_FRESH,
+                true,
+                reason::OK,
+                format!("all {} groups have fresh checkpoints", obs.groups.len()),
+            ),
+            Some(worst) => verdict(
+                CHECKPOINTS_FRESH,
+                false,
+                if worst.reason == "NoCheckpoint" {
+                    reason::NO_CHECKPOINTS
+                } else {
+                    reason::CHECKPOINTS_STALE
+                },
+                format!(
+                    "{} of {} groups not ready; worst: {}: {}",
+                    not_ready.len(),
+                    obs.groups.len(),
+                    worst.group,
+                    worst.message
+                ),
+            ),
+        }
+    };
+
+    let blockers: Vec<&Verdict> = [&ready, &replicating, &heartbeats, &checkpoints]
+        .into_iter()
+        .filter(|v| !v.ok)
+        .collect();
+    let failover = match blockers.first() {
+        None => verdict(
+            FAILOVER_READY,
+            true,
+            reason::OK,
+            "consumers can fail over to the target now",
+        ),
+        Some(first) => verdict(
+            FAILOVER_READY,
+            false,
+            first.reason,
+            format!("{} is False: {}", first.type_, first.message),
+        ),
+    };
+    vec![ready, replicating, checkpoints, heartbeats, failover]
+}
+
+/// Merges new verdicts into the previous conditions, keeping `lastTransitionTime` unless the
+/// status flipped.
+fn merge(
+    previous: &[Condition],
+    verdicts: Vec<Verdict>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    verdicts
+        .into_iter()
+        .map(|v| {
+            let status = if v.ok { "True" } else { "False" };
+            let since = previous
+                .iter()
+                .find(|c| c.type_ == v.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: v.type_.to_string(),
+                status: status.to_string(),
+                reason: v.reason.to_string(),
+                message: v.message,
+                last_transition_time: since,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// The whole status for one observation.
+pub fn status(
+    previous: Option<&MirrorFlowStatus>,
+    obs: &Observation,
+    limits: &FailoverReadinessSpec,
+    generation: Option<i64>,
+    now: &Time,
+) -> MirrorFlowStatus {
+    let prev_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
+    let conditions = merge(prev_conditions, evaluate(obs, limits), generation, now);
+    let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();
+    let mut least_ready = group_readiness(obs, limits);
+    least_ready.truncate(MAX_LISTED_GROUPS);
+    MirrorFlowStatus {
+        observed_generation: generation,
+        conditions,
+        replicas: Some(obs.desired_replicas),
+        ready_replicas: Some(obs.ready_replicas),
+        heartbeat: Some(HeartbeatStatus {
+            lag: obs.heartbeat_age.map(secs),
+            last_heartbeat_time: obs.heartbeat_time.as_ref().map(|t| t.0.to_string()),
+        }),
+        checkpoints: Some(CheckpointsStatus {
+            newest_age: ages.iter().min().copied().map(secs),
+            oldest_age: if obs.groups.iter().any(|g| g.checkpoint_age.is_none()) {
+                Some("never".into())
+            } else {
+                ages.iter().max().copied().map(secs)
+            },
+        }),
+        topics: obs.topics,
+        groups: Some(obs.groups.len() as i32),
+        replication_lag: obs.replication_lag,
+        least_ready_groups: least_ready,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap())
+    }
+
+    fn healthy() -> Observation {
+        Observation {
+            desired_replicas: 1,
+            ready_replicas: 1,
+            heartbeats_enabled: true,
+            checkpoints_enabled: true,
+            heartbeat_age: Some(Duration::from_secs(2)),
+            topics: Some(3),
+            replication_lag: Some(0),
+            groups: vec![GroupObservation {
+                group: "g1".into(),
+                checkpoint_age: Some(Duration::from_secs(1)),
+                replay_records: 0,
+            }],
+            ..Observation::default()
+        }
+    }
+
+    fn cond<'a>(s: &'a MirrorFlowStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_healthy_flow_is_failover_ready() {
+        let s = status(
+            None,
+            &healthy(),
+            &FailoverReadinessSpec::default(),
+            Some(3),
+            &now(),
+        );
+        for t in [
+            READY,
+            REPLICATING,
+            CHECKPOINTS_FRESH,
+            HEARTBEATS_FLOWING,
+            FAILOVER_READY,
+        ] {
+            assert_eq!(cond(&s, t).status, "True", "{t}: {}", cond(&s, t).message);
+        }
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.heartbeat.unwrap().lag.as_deref(), Some("2s"));
+    }
+
+    #[test]
+    fn an_unreachable_source_stops_heartbeats_and_failover_with_its_reason() {
+        let mut o = healthy();
+        o.source_error = Some("connection refused".into());
+        o.heartbeat_age = Some(Duration::from_secs(45));
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        assert_eq!(
+            cond(&s, HEARTBEATS_FLOWING).reason,
+            reason::SOURCE_UNREACHABLE
+        );
+        assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+        assert_eq!(cond(&s, FAILOVER_READY).reason, reason::SOURCE_UNREACHABLE);
+    }
+
+    #[test]
+    fn a_stale_group_is_listed_first_with_its_reason() {
+        let mut o = healthy();
+        o.groups.push(GroupObservation {
+            group: "slow".into(),
+            checkpoint_age: Some(Duration::from_secs(120)),
+            replay_records: 40,
+        });
+        o.groups.push(GroupObservation {
+            group: "new".into(),
+            checkpoint_age: None,
+            replay_records: 7,
+        });
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        let names: Vec<_> = s
+            .least_ready_groups
+            .iter()
+            .map(|g| (g.group.as_str(), g.reason.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("new", "NoCheckpoint"),
+                ("slow", "CheckpointStale"),
+                ("g1", "Ready")
+            ]
+        );
+        assert_eq!(cond(&s, CHECKPOINTS_FRESH).reason, reason::NO_CHECKPOINTS);
+        assert_eq!(
+            s.checkpoints.as_ref().unwrap().oldest_age.as_deref(),
+            Some("never")
+        );
+        assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_a_flip() {
+        let limits = FailoverReadinessSpec::default();
+        let t0 = now();
+        let first = status(None, &healthy(), &limits, None, &t0);
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_100).unwrap());
+        let same = status(Some(&first), &healthy(), &limits, None, &later);
+        assert_eq!(cond(&same, READY).last_transition_time, t0);
+        let mut down = healthy();
+        down.ready_replicas = 0;
+        let flipped = status(Some(&same), &down, &limits, None, &later);
+        assert_eq!(cond(&flipped, READY).last_transition_time, later);
+        assert_eq!(cond(&flipped, READY).reason, reason::REPLICAS_NOT_READY);
+    }
+
+    #[test]
+    fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message() {
+        let o = Observation {
+            missing_secret: Some(
+                "spec.source.sasl.passwordSecretRef: Secret 'creds' not found".into(),
+            ),
+            ..healthy()
+        };
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.status == "False" && c.reason == reason::SECRET_MISSING)
+        );
+        assert!(cond(&s, READY).message.contains("'creds'"));
+    }
+}

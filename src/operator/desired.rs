@@ -1,0 +1,506 @@
+//! The objects a flow needs, built by pure functions from the flow alone, so the whole desired
+//! state is testable without a cluster and every reconcile applies exactly the same thing.
+//!
+//! Per flow `<name>`: a ConfigMap `<name>-flow` (the rendered flow, never secrets), a StatefulSet
+//! `<name>` of replicators (stable names, so logs, metrics and a later exactly-once mode can
+//! refer to replica `<name>-<ordinal>`), a headless Service `<name>-metrics` (per-pod metrics,
+//! and the StatefulSet's governing service) and a PodDisruptionBudget `<name>`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{MirrorFlow, SecretKeyRef};
+use crate::kafka::DEFAULT_SECRETS_DIR;
+
+/// Port of the replicator's /metrics, /healthz, /readyz.
+pub const REPLICATOR_PORT: i32 = 9464;
+/// Where the rendered flow is mounted in replicator pods.
+pub const CONFIG_DIR: &str = "/etc/mirrorflow";
+pub const CONFIG_FILE: &str = "flow.yaml";
+/// Pod annotation whose change rolls the replicators when the rendered config or a Secret changes.
+pub const CONFIG_HASH_ANNOTATION: &str = "mirrorflow.io/config-hash";
+pub const FLOW_LABEL: &str = "mirrorflow.io/flow";
+const NONROOT_UID: i64 = 65532;
+
+/// Everything the builders need beyond the flow itself.
+#[derive(Clone, Debug)]
+pub struct BuildInputs {
+    /// The replicator image (default: the operator's own).
+    pub image: String,
+    /// resourceVersion of every Secret the flow references, so a rotated credential rolls pods.
+    pub secret_versions: BTreeMap<String, String>,
+}
+
+/// The objects to apply, in apply order.
+pub struct Desired {
+    pub config_map: ConfigMap,
+    pub service: Service,
+    pub stateful_set: StatefulSet,
+    pub pdb: PodDisruptionBudget,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the flow has no {0}")]
+    Missing(&'static str),
+    #[error("rendering the flow config failed: {0}")]
+    Render(#[from] serde_yaml::Error),
+}
+
+pub fn config_map_name(flow: &MirrorFlow) -> String {
+    format!("{}-flow", flow.name_any())
+}
+
+pub fn service_name(flow: &MirrorFlow) -> String {
+    format!("{}-metrics", flow.name_any())
+}
+
+/// Labels every child carries; the selector of the replicator pods.
+pub fn selector_labels(flow: &MirrorFlow) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "mirrorflow-replicator".to_string(),
+        ),
+        (FLOW_LABEL.to_string(), flow.name_any()),
+    ])
+}
+
+fn labels(flow: &MirrorFlow) -> BTreeMap<String, String> {
+    let mut l = selector_labels(flow);
+    l.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "mirrorflow-operator".into(),
+    );
+    l.insert("app.kubernetes.io/component".into(), "replicator".into());
+    l
+}
+
+fn meta(flow: &MirrorFlow, name: String) -> Result<ObjectMeta, BuildError> {
+    let owner: OwnerReference = flow
+        .controller_owner_ref(&())
+        .ok_or(BuildError::Missing("metadata.uid"))?;
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: flow.namespace(),
+        labels: Some(labels(flow)),
+        owner_references: Some(vec![owner]),
+        ..ObjectMeta::default()
+    })
+}
+
+/// The flow as the replicator reads it: the resource with its spec, without status or
+/// server-set metadata. Secrets appear only as references.
+pub fn render_flow(flow: &MirrorFlow) -> Result<String, BuildError> {
+    let mut clean = MirrorFlow::new(&flow.name_any(), flow.spec.clone());
+    clean.metadata.namespace = flow.namespace();
+    Ok(serde_yaml::to_string(&clean)?)
+}
+
+/// Every Secret the flow references, by name.
+pub fn referenced_secrets(flow: &MirrorFlow) -> BTreeSet<String> {
+    secret_refs(flow)
+        .into_iter()
+        .map(|(_, r)| r.name.clone())
+        .collect()
+}
+
+/// (spec field, reference) for every Secret key the flow uses.
+pub fn secret_refs(flow: &MirrorFlow) -> Vec<(String, &SecretKeyRef)> {
+    let mut out = Vec::new();
+    for (field, cluster) in [
+        ("spec.source", &flow.spec.source),
+        ("spec.target", &flow.spec.target),
+    ] {
+        if let Some(ca) = cluster.tls.as_ref().and_then(|t| t.ca_secret_ref.as_ref()) {
+            out.push((format!("{field}.tls.caSecretRef"), ca));
+        }
+        if let Some(sasl) = &cluster.sasl {
+            out.push((
+                format!("{field}.sasl.usernameSecretRef"),
+                &sasl.username_secret_ref,
+            ));
+            out.push((
+                format!("{field}.sasl.passwordSecretRef"),
+                &sasl.password_secret_ref,
+            ));
+        }
+    }
+    out
+}
+
+fn config_hash(rendered: &str, inputs: &BuildInputs) -> String {
+    // Stable across processes and versions of std (unlike DefaultHasher's seed-free SipHash
+    // parameters, which std does not promise to keep): FNV-1a over the inputs.
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 ^= u64::from(*b);
+                self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    rendered.hash(&mut h);
+    inputs.secret_versions.hash(&mut h);
+    inputs.image.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+pub fn build(flow: &MirrorFlow, inputs: &BuildInputs) -> Result<Desired, BuildError> {
+    let rendered = render_flow(flow)?;
+    let hash = config_hash(&rendered, inputs);
+    let config_map = ConfigMap {
+        metadata: meta(flow, config_map_name(flow))?,
+        data: Some(BTreeMap::from([(CONFIG_FILE.to_string(), rendered)])),
+        ..ConfigMap::default()
+    };
+    let service = Service {
+        metadata: meta(flow, service_name(flow))?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector_labels(flow)),
+            ports: Some(vec![ServicePort {
+                name: Some("metrics".into()),
+                port: REPLICATOR_PORT,
+                target_port: Some(IntOrString::String("metrics".into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let stateful_set = StatefulSet {
+        metadata: meta(flow, flow.name_any())?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(flow.spec.replicas),
+            service_name: Some(service_name(flow)),
+            // Replicas share work through a consumer group; none waits for another to start.
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(flow)),
+                ..LabelSelector::default()
+            },
+            template: pod_template(flow, inputs, hash)?,
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    };
+    let pdb = PodDisruptionBudget {
+        metadata: meta(flow, flow.name_any())?,
+        spec: Some(PodDisruptionBudgetSpec {
+            // One replica at a time: the survivors take over its partitions.
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(flow)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    };
+    Ok(Desired {
+        config_map,
+        service,
+        stateful_set,
+        pdb,
+    })
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+fn default_resources() -> ResourceRequirements {
+    let q = |s: &str| Quantity(s.to_string());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), q("100m")),
+            ("memory".into(), q("128Mi")),
+        ])),
+        limits: Some(BTreeMap::from([
+            ("cpu".into(), q("2")),
+            ("memory".into(), q("512Mi")),
+        ])),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn pod_template(
+    flow: &MirrorFlow,
+    inputs: &BuildInputs,
+    hash: String,
+) -> Result<PodTemplateSpec, BuildError> {
+    let overrides = flow.spec.pod.clone().unwrap_or_default();
+    let mut pod_labels = labels(flow);
+    pod_labels.extend(overrides.labels.clone());
+    // Selector labels win over user labels, or the StatefulSet would lose its pods.
+    pod_labels.extend(selector_labels(flow));
+    let mut annotations = overrides.annotations.clone();
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash);
+
+    let mut volumes = vec![Volume {
+        name: "flow".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(flow),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "flow".into(),
+        mount_path: CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    for (i, secret) in referenced_secrets(flow).into_iter().enumerate() {
+        let name = format!("secret-{i}");
+        mounts.push(VolumeMount {
+            name: name.clone(),
+            mount_path: format!("{DEFAULT_SECRETS_DIR}/{secret}"),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        volumes.push(Volume {
+            name,
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                default_mode: Some(0o400),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+
+    let container = Container {
+        name: "replicator".into(),
+        image: Some(
+            overrides
+                .image
+                .clone()
+                .unwrap_or_else(|| inputs.image.clone()),
+        ),
+        args: Some(vec![
+            "replicate".into(),
+            "--config".into(),
+            format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+            "--listen".into(),
+            format!("$(POD_IP):{REPLICATOR_PORT}"),
+            "--replica".into(),
+            "$(POD_NAME)".into(),
+        ]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_IP", "status.podIP"),
+            EnvVar {
+                name: "MIRRORFLOW_LOG_FORMAT".into(),
+                value: Some("json".into()),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: REPLICATOR_PORT,
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(http_probe("/readyz", 2, 3)),
+        liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        resources: Some(
+            flow.spec
+                .resources
+                .clone()
+                .unwrap_or_else(default_resources),
+        ),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT_UID),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    Ok(PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(volumes),
+            // Replicators never call the apiserver.
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(30),
+            node_selector: (!overrides.node_selector.is_empty())
+                .then_some(overrides.node_selector.clone()),
+            tolerations: (!overrides.tolerations.is_empty())
+                .then_some(overrides.tolerations.clone()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(NONROOT_UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
+            ..PodSpec::default()
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::MirrorFlowSpec;
+
+    fn flow(extra: &str) -> MirrorFlow {
+        let spec: MirrorFlowSpec = serde_yaml::from_str(&format!(
+            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1', sasl: {{mechanism: SCRAM-SHA-512, usernameSecretRef: {{name: creds, key: user}}, passwordSecretRef: {{name: creds, key: password}}}}}}\n{extra}"
+        ))
+        .unwrap();
+        let mut f = MirrorFlow::new("orders", spec);
+        f.metadata.namespace = Some("apps".into());
+        f.metadata.uid = Some("uid-1".into());
+        f
+    }
+
+    fn inputs() -> BuildInputs {
+        BuildInputs {
+            image: "mirrorflow:dev".into(),
+            secret_versions: BTreeMap::from([("creds".into(), "1".into())]),
+        }
+    }
+
+    fn pod_spec(d: &Desired) -> &PodSpec {
+        d.stateful_set
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+    }
+
+    #[test]
+    fn children_are_owned_and_the_config_holds_references_not_secrets() {
+        let d = build(&flow(""), &inputs()).unwrap();
+        let owner = &d.config_map.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("MirrorFlow", Some(true))
+        );
+        let text = &d.config_map.data.as_ref().unwrap()[CONFIG_FILE];
+        assert!(text.contains("passwordSecretRef") && text.contains("name: creds"));
+        let reparsed: MirrorFlow = serde_yaml::from_str(text).unwrap();
+        assert_eq!(reparsed.spec, flow("").spec);
+    }
+
+    #[test]
+    fn pods_are_locked_down_and_mount_the_secrets_they_need() {
+        let d = build(&flow(""), &inputs()).unwrap();
+        let pod = pod_spec(&d);
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let c = &pod.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        assert!(c.resources.as_ref().unwrap().limits.is_some());
+        let mounts: Vec<_> = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert!(
+            mounts.contains(&"/var/run/mirrorflow/secrets/creds"),
+            "{mounts:?}"
+        );
+        assert!(
+            c.args
+                .as_ref()
+                .unwrap()
+                .contains(&format!("$(POD_IP):{REPLICATOR_PORT}"))
+        );
+    }
+
+    #[test]
+    fn a_spec_or_secret_change_changes_the_pod_template_hash() {
+        let hash = |f: &MirrorFlow, i: &BuildInputs| {
+            let d = build(f, i).unwrap();
+            let t = d.stateful_set.spec.unwrap().template.metadata.unwrap();
+            t.annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone()
+        };
+        let base = hash(&flow(""), &inputs());
+        assert_eq!(base, hash(&flow(""), &inputs()), "deterministic");
+        assert_ne!(base, hash(&flow("topics: ['orders.*']\n"), &inputs()));
+        let mut rotated = inputs();
+        rotated.secret_versions.insert("creds".into(), "2".into());
+        assert_ne!(base, hash(&flow(""), &rotated));
+    }
+
+    #[test]
+    fn replicas_and_user_labels_apply_but_never_break_the_selector() {
+        let f = flow("replicas: 3\npod: {labels: {team: data, 'mirrorflow.io/flow': hijack}}\n");
+        let d = build(&f, &inputs()).unwrap();
+        let sts = d.stateful_set.spec.unwrap();
+        assert_eq!(sts.replicas, Some(3));
+        let labels = sts.template.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels["team"], "data");
+        assert_eq!(labels[FLOW_LABEL], "orders");
+    }
+}

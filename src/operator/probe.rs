@@ -1,0 +1,263 @@
+//! The status probe: what any user could read on the two clusters, read by the operator itself
+//! so the status stays true when a replicator is down or wrong.
+//!
+//! Per probe (every status interval, per flow): metadata of both clusters, the newest record of
+//! the target's `<source>.heartbeats`, the target's checkpoints topic (compacted: one record per
+//! group-partition), and the committed offsets of the flow's groups on the source (at most
+//! [`MAX_PROBED_GROUPS`] per probe, so a flow with thousands of groups costs a bounded amount).
+//!
+//! A group is fresh when its checkpoints cover its committed offsets. Its "checkpoint age" is 0
+//! then, whatever the age of the checkpoint record (an idle group needs no new checkpoint);
+//! otherwise it is the time since the checkpoint of an uncovered partition last advanced, and the
+//! records between the checkpoint and the commit are what a failover now would read again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use super::conditions::GroupObservation;
+use crate::mm2::{Checkpoint, Heartbeat, ReplicationPolicy};
+use crate::replicator::Flow;
+
+pub const MAX_PROBED_GROUPS: usize = 50;
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the probe read from the clusters.
+#[derive(Debug, Default, Clone)]
+pub struct ClusterObservation {
+    pub source_error: Option<String>,
+    pub target_error: Option<String>,
+    /// Age and emission time (ms since the epoch) of the newest replicated source heartbeat.
+    pub heartbeat: Option<(Duration, i64)>,
+    pub topics: Option<i32>,
+    pub groups: Vec<GroupObservation>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn age(since_ms: i64) -> Duration {
+    Duration::from_millis(now_ms().saturating_sub(since_ms).max(0) as u64)
+}
+
+fn consumer(
+    base: &ClientConfig,
+    group: Option<&str>,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    let mut c = base.clone();
+    c.set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("socket.timeout.ms", "5000")
+        .set("group.id", group.unwrap_or("mirrorflow-operator-probe"));
+    c.create()
+}
+
+/// Runs the whole probe; blocking (call it from `spawn_blocking`).
+pub fn observe(flow: &Flow) -> ClusterObservation {
+    let mut out = ClusterObservation::default();
+    let policy = flow.policy.as_ref();
+    let target = match consumer(&flow.target_client, None) {
+        Ok(c) => c,
+        Err(e) => {
+            out.target_error = Some(e.to_string());
+            return out;
+        }
+    };
+    let source = match consumer(&flow.source_client, None) {
+        Ok(c) => c,
+        Err(e) => {
+            out.source_error = Some(e.to_string());
+            return out;
+        }
+    };
+    let source_md = source.fetch_metadata(None, TIMEOUT);
+    match &source_md {
+        Ok(md) => {
+            let mirrored = md
+                .topics()
+                .iter()
+                .filter(|t| replicates(flow, policy, t.name()))
+                .count();
+            out.topics = Some(mirrored as i32);
+        }
+        Err(e) => out.source_error = Some(e.to_string()),
+    }
+    if let Err(e) = target.fetch_metadata(None, TIMEOUT) {
+        out.target_error = Some(e.to_string());
+        return out;
+    }
+
+    let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
+    out.heartbeat = newest_heartbeat(&target, &hb_topic).map(|ts| (age(ts), ts));
+
+    let checkpoints = read_checkpoints(&target, &policy.checkpoints_topic(flow.source_alias()));
+    if out.source_error.is_none() {
+        out.groups = group_observations(flow, &checkpoints);
+    }
+    out
+}
+
+/// MM2's rule for which source topics a flow copies.
+fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool {
+    !policy.is_internal_topic(topic)
+        && !policy.is_cycle(topic, flow.target_alias())
+        && (policy.is_heartbeats_topic(topic) || flow.topics.matches(topic))
+}
+
+fn newest_heartbeat(target: &BaseConsumer, topic: &str) -> Option<i64> {
+    let (low, high) = target.fetch_watermarks(topic, 0, TIMEOUT).ok()?;
+    if high <= low {
+        return None;
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(high - 1))
+        .ok()?;
+    target.assign(&tpl).ok()?;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        match target.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
+                return Some(hb.timestamp_ms);
+            }
+            Some(Err(_)) | None => continue,
+        }
+    }
+    None
+}
+
+/// Newest checkpoint per (group, target topic, partition), with the record's write time.
+type CheckpointIndex = BTreeMap<String, HashMap<(String, i32), (i64, i64)>>;
+
+fn read_checkpoints(target: &BaseConsumer, topic: &str) -> CheckpointIndex {
+    let mut index = CheckpointIndex::new();
+    let Ok((low, high)) = target.fetch_watermarks(topic, 0, TIMEOUT) else {
+        return index;
+    };
+    if high <= low {
+        return index;
+    }
+    let mut tpl = TopicPartitionList::new();
+    if tpl
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .is_err()
+        || target.assign(&tpl).is_err()
+    {
+        return index;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut next = low;
+    while next < high && std::time::Instant::now() < deadline {
+        match target.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                next = m.offset() + 1;
+                let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+                    continue;
+                };
+                let Ok(cp) = Checkpoint::decode(k, v) else {
+                    continue;
+                };
+                let written = m.timestamp().to_millis().unwrap_or(0);
+                index.entry(cp.group.clone()).or_default().insert(
+                    (
+                        cp.topic_partition.topic.clone(),
+                        cp.topic_partition.partition,
+                    ),
+                    (cp.upstream_offset, written),
+                );
+            }
+            Some(Err(_)) | None => {}
+        }
+    }
+    index
+}
+
+fn group_observations(flow: &Flow, checkpoints: &CheckpointIndex) -> Vec<GroupObservation> {
+    let policy = flow.policy.as_ref();
+    let Ok(source) = consumer(&flow.source_client, None) else {
+        return Vec::new();
+    };
+    let Ok(list) = source.fetch_group_list(None, TIMEOUT) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = list
+        .groups()
+        .iter()
+        .map(|g| g.name().to_string())
+        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
+        .collect();
+    for g in checkpoints.keys() {
+        if !names.contains(g) {
+            names.push(g.clone());
+        }
+    }
+    names.sort();
+    names.truncate(MAX_PROBED_GROUPS);
+    let Ok(md) = source.fetch_metadata(None, TIMEOUT) else {
+        return Vec::new();
+    };
+    let mut tpl = TopicPartitionList::new();
+    for t in md
+        .topics()
+        .iter()
+        .filter(|t| replicates(flow, policy, t.name()))
+    {
+        for p in t.partitions() {
+            tpl.add_partition(t.name(), p.id());
+        }
+    }
+    let mut out = Vec::new();
+    for group in names {
+        let Ok(c) = consumer(&flow.source_client, Some(&group)) else {
+            continue;
+        };
+        let Ok(committed) = c.committed_offsets(tpl.clone(), TIMEOUT) else {
+            continue;
+        };
+        let cps = checkpoints.get(&group);
+        let mut replay = 0i64;
+        let mut any_commit = false;
+        let mut stale_since: Option<i64> = None;
+        let mut newest_written: Option<i64> = None;
+        for e in committed.elements() {
+            let Offset::Offset(c) = e.offset() else {
+                continue;
+            };
+            any_commit = true;
+            let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
+            match cps.and_then(|m| m.get(&(remote, e.partition()))) {
+                Some((up, written)) => {
+                    newest_written = Some(newest_written.map_or(*written, |n| n.max(*written)));
+                    if *up < c {
+                        replay += c - up;
+                        stale_since = Some(stale_since.map_or(*written, |s| s.min(*written)));
+                    }
+                }
+                None => {
+                    replay += c;
+                    stale_since = Some(i64::MIN);
+                }
+            }
+        }
+        if !any_commit {
+            continue;
+        }
+        let checkpoint_age = match (stale_since, newest_written) {
+            (None, _) => Some(Duration::ZERO),
+            (Some(i64::MIN), _) | (_, None) => None,
+            (Some(since), Some(_)) => Some(age(since)),
+        };
+        out.push(GroupObservation {
+            group,
+            checkpoint_age,
+            replay_records: replay,
+        });
+    }
+    out
+}

@@ -1,0 +1,236 @@
+//! One reconcile, top to bottom: dereference Secrets (I/O) -> validate (pure) -> build desired
+//! objects (pure) -> apply with server-side apply in a fixed order -> observe -> status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::conditions::{self, Observation};
+use super::desired::{self, BuildInputs};
+use super::probe;
+use super::{Context, Error, FIELD_MANAGER};
+use crate::api::{MirrorFlow, MirrorFlowStatus};
+use crate::kafka::SecretFiles;
+use crate::replicator::flow;
+
+/// How often a healthy flow's status is refreshed from the clusters.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+
+pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_duration.start_timer();
+    ctx.metrics.reconciles.inc();
+    if mf.meta().deletion_timestamp.is_some() {
+        // Children carry owner references: the garbage collector removes them.
+        return Ok(Action::await_change());
+    }
+    let ns = mf.namespace().ok_or(Error::NotNamespaced)?;
+    let name = mf.name_any();
+    let mut obs = Observation {
+        desired_replicas: mf.spec.replicas,
+        heartbeats_enabled: mf.spec.heartbeats.enabled,
+        checkpoints_enabled: mf.spec.checkpoints.enabled,
+        ..Observation::default()
+    };
+
+    // Static checks the CRD schema cannot express (regexes, ...); a flow that fails them is
+    // never deployed.
+    let resolved_without_secrets = flow::validate(&mf.spec).map_err(|e| e.to_string());
+    let secrets = fetch_secrets(&ctx, &ns, &mf).await?;
+    match (&resolved_without_secrets, &secrets) {
+        (Err(msg), _) => obs.invalid_spec = Some(msg.clone()),
+        (Ok(()), Err(msg)) => obs.missing_secret = Some(msg.clone()),
+        _ => {}
+    }
+    let mut resolved = None;
+    if obs.invalid_spec.is_none()
+        && let Ok((values, _)) = &secrets
+    {
+        match flow::resolve(
+            format!("{ns}/{name}"),
+            mf.spec.clone(),
+            &SecretFiles::from_values(values.clone()),
+        ) {
+            Ok(f) => resolved = Some(f),
+            Err(e) if e.reason() == "SecretMissing" => obs.missing_secret = Some(e.to_string()),
+            Err(e) => obs.invalid_spec = Some(e.to_string()),
+        }
+    }
+
+    if let (Some(_), Ok((_, versions))) = (&resolved, &secrets) {
+        let inputs = BuildInputs {
+            image: ctx.replicator_image.clone(),
+            secret_versions: versions.clone(),
+        };
+        let objects = desired::build(&mf, &inputs).map_err(Error::Build)?;
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let client = ctx.client.clone();
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .patch(
+                &desired::config_map_name(&mf),
+                &pp,
+                &Patch::Apply(&objects.config_map),
+            )
+            .await?;
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .patch(
+                &desired::service_name(&mf),
+                &pp,
+                &Patch::Apply(&objects.service),
+            )
+            .await?;
+        let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
+            .await?;
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(&objects.pdb))
+            .await?;
+        obs.ready_replicas = sts
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+    }
+
+    if let Some(f) = resolved {
+        let probed = tokio::time::timeout(
+            Duration::from_secs(45),
+            tokio::task::spawn_blocking(move || probe::observe(&f)),
+        )
+        .await;
+        match probed {
+            Ok(Ok(c)) => {
+                obs.source_error = c.source_error;
+                obs.target_error = c.target_error;
+                obs.heartbeat_age = c.heartbeat.map(|(age, _)| age);
+                obs.heartbeat_time = c.heartbeat.and_then(|(_, ts)| {
+                    k8s_openapi::jiff::Timestamp::from_millisecond(ts)
+                        .ok()
+                        .map(Time)
+                });
+                obs.topics = c.topics;
+                obs.groups = c.groups;
+            }
+            Ok(Err(e)) => obs.source_error = Some(format!("the probe failed: {e}")),
+            Err(_) => obs.source_error = Some("the probe timed out after 45s".into()),
+        }
+    }
+
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let new_status = conditions::status(
+        mf.status.as_ref(),
+        &obs,
+        &mf.spec.failover_readiness,
+        mf.meta().generation,
+        &now,
+    );
+    publish(&ctx, &mf, &ns, new_status).await?;
+    // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit
+    // triggers a reconcile at once anyway).
+    let next = if obs.invalid_spec.is_some() || obs.missing_secret.is_some() {
+        Duration::from_secs(60)
+    } else {
+        STATUS_INTERVAL
+    };
+    Ok(Action::requeue(next))
+}
+
+/// Values of the Secret keys the flow references and every Secret's resourceVersion; or a
+/// message naming the first missing Secret or key, the field that references it, and the fix.
+async fn fetch_secrets(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+) -> Result<Result<(BTreeMap<(String, String), String>, BTreeMap<String, String>), String>, Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let mut values = BTreeMap::new();
+    let mut versions = BTreeMap::new();
+    for (field, r) in desired::secret_refs(mf) {
+        let Some(secret) = api.get_opt(&r.name).await? else {
+            return Ok(Err(format!(
+                "{field}: Secret '{}' not found in namespace '{ns}'; create it with key '{}'",
+                r.name, r.key
+            )));
+        };
+        let data = secret.data.unwrap_or_default();
+        let Some(bytes) = data.get(&r.key) else {
+            return Ok(Err(format!(
+                "{field}: Secret '{}' has no key '{}'; add it",
+                r.name, r.key
+            )));
+        };
+        let text = String::from_utf8_lossy(&bytes.0).into_owned();
+        values.insert((r.name.clone(), r.key.clone()), text);
+        versions.insert(
+            r.name.clone(),
+            secret.metadata.resource_version.unwrap_or_default(),
+        );
+    }
+    Ok(Ok((values, versions)))
+}
+
+/// Writes the status if it changed and records an Event for every condition that flipped.
+async fn publish(
+    ctx: &Context,
+    mf: &MirrorFlow,
+    ns: &str,
+    status: MirrorFlowStatus,
+) -> Result<(), Error> {
+    // The cached object can lag behind our own last write when reconciles come in quick
+    // succession; comparing against what we last wrote keeps events to real flips.
+    let key = format!("{ns}/{}", mf.name_any());
+    let old = ctx
+        .last_status
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&key).cloned())
+        .or_else(|| mf.status.clone())
+        .unwrap_or_default();
+    if old == status && mf.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    for c in &status.conditions {
+        let before = old.conditions.iter().find(|o| o.type_ == c.type_);
+        if before.map(|b| (&b.status, &b.reason)) != Some((&c.status, &c.reason)) {
+            let event = Event {
+                type_: if c.status == "True" {
+                    EventType::Normal
+                } else {
+                    EventType::Warning
+                },
+                reason: c.reason.clone(),
+                note: Some(format!("{} is {}: {}", c.type_, c.status, c.message)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &mf.object_ref(&())).await {
+                tracing::warn!(error = %e, "could not record an event");
+            }
+        }
+    }
+    let api = Api::<MirrorFlow>::namespaced(ctx.client.clone(), ns);
+    let patch = json!({
+        "apiVersion": "mirrorflow.io/v1alpha1",
+        "kind": "MirrorFlow",
+        "status": status,
+    });
+    api.patch_status(
+        &mf.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    if let Ok(mut m) = ctx.last_status.lock() {
+        m.insert(key, status);
+    }
+    Ok(())
+}
