@@ -235,15 +235,16 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
             "spec.heartbeats.enabled is false: end-to-end lag cannot be measured",
         )
     } else {
-        match (obs.heartbeat_age, &unreachable) {
-            (Some(age), _) if age <= max_hb => verdict(
+        match (&unreachable, obs.heartbeat_age) {
+            // Nothing flows while a cluster is down, however recent the last heartbeat.
+            (Some((r, m)), _) => verdict(HEARTBEATS_FLOWING, false, r, m.clone()),
+            (None, Some(age)) if age <= max_hb => verdict(
                 HEARTBEATS_FLOWING,
                 true,
                 reason::OK,
                 format!("heartbeat lag {}", secs(age)),
             ),
-            (_, Some((r, m))) => verdict(HEARTBEATS_FLOWING, false, r, m.clone()),
-            (Some(age), None) => verdict(
+            (None, Some(age)) => verdict(
                 HEARTBEATS_FLOWING,
                 false,
                 reason::HEARTBEAT_LAG_HIGH,
