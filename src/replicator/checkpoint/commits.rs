@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Event;
 use super::state::{Commit, group_wanted};
-use super::support::{Reachability, is_unreachable};
+use super::support::{Reachability, is_unreachable, log_client_error};
 use crate::kafka::consumer_offsets::{self, Record};
 use crate::mm2::{NameFilter, TopicPartition};
 use crate::replicator::Metrics;
@@ -32,7 +32,11 @@ struct RebalanceForwarder {
     tx: mpsc::Sender<Event>,
 }
 
-impl ClientContext for RebalanceForwarder {}
+impl ClientContext for RebalanceForwarder {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason);
+    }
+}
 
 impl ConsumerContext for RebalanceForwarder {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

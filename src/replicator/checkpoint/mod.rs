@@ -58,9 +58,9 @@ use crate::mm2::{
 
 /// Header the source loop puts on the offset syncs it writes with its dense policy; MM2 writes
 /// no headers, so a sync without it is sparse.
-pub const DENSE_SYNC_HEADER: &str = "mirrorflow.sync";
+pub const DENSE_SYNC_HEADER: &str = super::source::SYNC_HEADER;
 /// Value of [`DENSE_SYNC_HEADER`] for dense syncs.
-pub const DENSE_SYNC_HEADER_VALUE: &[u8] = b"dense";
+pub const DENSE_SYNC_HEADER_VALUE: &[u8] = super::source::SYNC_HEADER_DENSE.as_bytes();
 
 /// What the reader threads tell the loop.
 #[derive(Debug)]

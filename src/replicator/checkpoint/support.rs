@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -179,15 +179,42 @@ pub async fn ensure_compacted_topic(
     }
 }
 
-/// A consumer that only ever uses `assign`: no group, no commits.
-pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer, KafkaError> {
+/// Group id of the assign-only readers. librdkafka wants one even for `assign`; they never
+/// join it nor commit, so the group never exists on the broker.
+const READER_GROUP: &str = "mirrorflow.readers";
+
+/// Client callbacks that keep librdkafka's end-of-partition events out of the error log: the
+/// readers use them to detect catching up.
+pub struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason);
+    }
+}
+
+impl ConsumerContext for QuietEof {}
+
+/// Logs a client-level error unless it is an end-of-partition event.
+pub fn log_client_error(error: &KafkaError, reason: &str) {
+    if !matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::PartitionEOF)
+    ) {
+        tracing::warn!(error = %error, reason, "kafka client error");
+    }
+}
+
+/// A consumer that only ever uses `assign`: never joins a group, never commits.
+pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer<QuietEof>, KafkaError> {
     client
         .clone()
+        .set("group.id", READER_GROUP)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "100")
         .set("isolation.level", "read_committed")
-        .create()
+        .create_with_context(QuietEof)
 }
 
 /// Follows partition 0 of `topic` from `start` on a dedicated thread, mapping each record
@@ -197,7 +224,7 @@ pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer, Kafka
 #[allow(clippy::too_many_arguments)]
 pub fn follow_partition<E, F>(
     what: &'static str,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<QuietEof>,
     topic: String,
     start: Offset,
     reach: Arc<Reachability>,
@@ -239,19 +266,20 @@ where
             }
             std::thread::sleep(backoff.next_delay());
         };
-        let mut loaded = loaded;
-        if end.is_none()
-            && let Some(event) = loaded.take()
-            && tx.blocking_send(event).is_err()
-        {
-            return;
-        }
         let mut tpl = TopicPartitionList::new();
         if let Err(e) = tpl
             .add_partition_offset(&topic, 0, start)
             .and_then(|()| consumer.assign(&tpl))
         {
+            // Never announced as loaded, so the loop never turns ready on half its input.
             tracing::error!(topic = %topic, error = %e, "cannot assign {what}; not following it");
+            return;
+        }
+        let mut loaded = loaded;
+        if end.is_none()
+            && let Some(event) = loaded.take()
+            && tx.blocking_send(event).is_err()
+        {
             return;
         }
         let mut last_probe = Instant::now();
