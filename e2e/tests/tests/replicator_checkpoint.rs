@@ -687,3 +687,104 @@ async fn heartbeats_go_to_both_clusters_and_replicated_ones_give_the_lag() -> Re
     assert!((0.9..3.0).contains(&lag), "heartbeat lag {lag}");
     Ok(())
 }
+
+/// With the real source loop: records copied by it, its dense syncs translated exactly, and
+/// the replicated heartbeats giving a lag of a few seconds at most.
+#[tokio::test]
+async fn end_to_end_with_the_source_loop() -> Result<()> {
+    let world = World::from_env()?;
+    let name = unique("cp-e2e");
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    let topic = unique("orders");
+    let remote = format!("{source_alias}.{topic}");
+    kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
+    // Filler on the target so target offsets differ from source offsets.
+    kafka::create_topic(&world.target_bootstrap, &remote, 2).await?;
+    let source = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
+    let target = kafka::producer(&world.target_bootstrap, Duration::from_secs(30))?;
+    for p in 0..2 {
+        for i in 0..SHIFT {
+            send(&target, &remote, p, &format!("filler-{i}"), None).await?;
+        }
+        for i in 0..30 {
+            send(&source, &topic, p, &format!("{p}-{i}"), None).await?;
+        }
+    }
+    let yaml = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n  target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n  topics: ['{topic}']\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    let port = free_port()?;
+    let r = Replicator::start(&world.repo_root, &format!("{name}-{port}"), &yaml, port)?;
+    let addr = r.metrics_addr.clone();
+    eventually("replicator ready", Duration::from_secs(60), || {
+        let addr = addr.clone();
+        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    eventually("records copied", Duration::from_secs(60), || async {
+        let copied = (0..2)
+            .map(|p| kafka::read_partition(&world.target_bootstrap, &remote, p).map(|v| v.len()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(copied.iter().all(|n| *n as i64 == SHIFT + 30).then_some(()))
+    })
+    .await
+    .with_context(|| r.log_text())?;
+
+    let group = unique("app");
+    commit(&world.source_bootstrap, &group, &topic, &[(0, 12), (1, 30)])?;
+    let checkpoints_topic = format!("{source_alias}.checkpoints.internal");
+    let find = |p: i32, c: i64, exact: bool| {
+        let (world, group, topic, remote) = (&world, &group, &checkpoints_topic, &remote);
+        eventually("checkpoint", Duration::from_secs(30), move || async move {
+            // The true position: where the source record at `c` landed on the target.
+            let truth = kafka::read_partition(&world.target_bootstrap, remote, p)?
+                .iter()
+                .find(|(_, _, v)| v.as_deref() == Some(format!("{p}-{c}").as_bytes()))
+                .map(|(o, _, _)| *o);
+            let all = kafka::read_partition(&world.target_bootstrap, topic, 0)?;
+            Ok(all.into_iter().rev().find_map(|(_, k, v)| {
+                let cp = Checkpoint::decode(k.as_deref()?, v.as_deref()?).ok()?;
+                let wanted = cp.group == *group
+                    && cp.topic_partition.partition == p
+                    && cp.upstream_offset == c
+                    && (!exact || Some(cp.downstream_offset) == truth);
+                wanted.then_some((cp, truth))
+            }))
+        })
+    };
+    for (p, c) in [(0, 12), (1, 30)] {
+        let (cp, truth) = find(p, c, false).await.with_context(|| r.log_text())?;
+        assert_eq!(cp.topic_partition.topic, remote);
+        // Past the newest sync the writer made, translation is MM2's conservative one: at or
+        // before the true position (the end, SHIFT + 30, when the record does not exist yet).
+        let truth = truth.unwrap_or(SHIFT + 30);
+        assert!(cp.downstream_offset <= truth, "{cp:?} is past {truth}");
+        println!("before the next sync: {cp:?}, true position {truth}");
+    }
+    // One more record per partition after the sync interval (1s) makes the source loop write
+    // a periodic sync; the checkpoints then become exact without any new commit.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for p in 0..2 {
+        send(&source, &topic, p, &format!("{p}-30"), None).await?;
+    }
+    for (p, c) in [(0, 12), (1, 30)] {
+        let (cp, truth) = find(p, c, true).await.with_context(|| r.log_text())?;
+        println!("after it: {cp:?}, true position {truth:?}");
+    }
+
+    let lag = eventually(
+        "heartbeat lag measured",
+        Duration::from_secs(60),
+        || async {
+            Ok(r.metric("mirrorflow_heartbeat_lag_seconds")
+                .filter(|l| *l > 0.0))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!("heartbeat lag through the source loop: {lag}s");
+    assert!(lag < 5.0, "heartbeat lag {lag}");
+    Ok(())
+}
