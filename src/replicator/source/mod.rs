@@ -65,6 +65,9 @@ pub const SYNC_HEADER: &str = "mirrorflow.sync";
 pub const SYNC_HEADER_DENSE: &str = "dense";
 
 /// The source consumer group of a flow; the checkpoint loop leaves it out.
+///
+/// The aliases are part of it because a standalone flow's name is its file's name, which
+/// two unrelated flows may share (`flow.yaml`).
 pub fn source_group_id(flow: &Flow) -> String {
     let name: String = flow
         .name
@@ -77,7 +80,11 @@ pub fn source_group_id(flow: &Flow) -> String {
             }
         })
         .collect();
-    format!("mirrorflow.{name}.source")
+    format!(
+        "mirrorflow.{name}.{}-{}.source",
+        flow.source_alias(),
+        flow.target_alias()
+    )
 }
 
 /// The offset-syncs topic and the cluster it lives on ("source" or "target").
@@ -268,7 +275,10 @@ mod tests {
 
     #[test]
     fn group_id_is_a_valid_kafka_name_derived_from_the_flow() {
-        assert_eq!(source_group_id(&flow("")), "mirrorflow.ns_my_flow.source");
+        assert_eq!(
+            source_group_id(&flow("")),
+            "mirrorflow.ns_my_flow.a-b.source"
+        );
     }
 
     #[test]

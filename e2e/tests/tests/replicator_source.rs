@@ -1,0 +1,810 @@
+//! The source loop against the world's real Kafka clusters: MM2's integration scenarios for
+//! copying, naming, config sync, discovery, offset syncs, restarts and the split between
+//! replicas. Each test uses fresh aliases and topics, so tests never see each other's data.
+//!
+//! Left out on purpose: broker restarts (the world is shared; restarting a broker would break
+//! other engineers' runs).
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use mirrorflow_e2e::replicator::{Replicator, binary};
+use mirrorflow_e2e::{World, eventually, kafka, unique};
+use rdkafka::admin::{
+    AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
+    TopicReplication,
+};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// One test's world: fresh aliases, a flow name, a metrics port.
+struct Setup {
+    world: World,
+    name: String,
+    source_alias: String,
+    target_alias: String,
+}
+
+impl Setup {
+    fn new(prefix: &str) -> Result<Setup> {
+        Ok(Setup {
+            world: World::from_env()?,
+            name: unique(prefix),
+            source_alias: unique("src"),
+            target_alias: unique("tgt"),
+        })
+    }
+
+    /// A flow with fast refreshes and only the source loop, plus `extra` YAML.
+    fn flow(&self, topics: &[&str], extra: &str) -> String {
+        let topics: Vec<String> = topics.iter().map(|t| format!("'{t}'")).collect();
+        format!(
+            "source: {{alias: {}, bootstrapServers: '{}'}}\n\
+             target: {{alias: {}, bootstrapServers: '{}'}}\n\
+             topics: [{}]\n\
+             checkpoints: {{enabled: false}}\n\
+             heartbeats: {{enabled: false}}\n{extra}",
+            self.source_alias,
+            self.world.source_bootstrap,
+            self.target_alias,
+            self.world.target_bootstrap,
+            topics.join(", ")
+        )
+    }
+
+    fn start(&self, replica: &str, flow: &str) -> Result<Replicator> {
+        Replicator::start(
+            &self.world.repo_root,
+            &format!("{}-{replica}", self.name),
+            flow,
+            free_port()?,
+        )
+    }
+
+    fn remote(&self, topic: &str) -> String {
+        format!("{}.{topic}", self.source_alias)
+    }
+}
+
+const FAST: &str = "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s}\n";
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// A record as read back, with everything the copy must preserve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: Option<i64>,
+}
+
+fn consumer(bootstrap: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirrorflow-e2e-source-reader")
+        .set("enable.auto.commit", "false")
+        .create()?)
+}
+
+/// High watermark of every partition of `topic` (error while the topic does not exist).
+fn end_offsets(bootstrap: &str, topic: &str) -> Result<Vec<i64>> {
+    Ok(watermarks(bootstrap, topic)?
+        .into_iter()
+        .map(|(_, h)| h)
+        .collect())
+}
+
+/// (low, high) watermarks of every partition of `topic`.
+fn watermarks(bootstrap: &str, topic: &str) -> Result<Vec<(i64, i64)>> {
+    let c = consumer(bootstrap)?;
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let t = md.topics().first().context("no metadata")?;
+    ensure!(
+        t.error().is_none() && !t.partitions().is_empty(),
+        "{topic} does not exist"
+    );
+    t.partitions()
+        .iter()
+        .map(|p| Ok(c.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?))
+        .collect()
+}
+
+/// Every record of every partition of `topic`, in partition then offset order.
+fn read_all(bootstrap: &str, topic: &str) -> Result<Vec<Rec>> {
+    let marks = watermarks(bootstrap, topic)?;
+    let ends: Vec<i64> = marks.iter().map(|(_, h)| *h).collect();
+    let c = consumer(bootstrap)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..ends.len() as i32 {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let mut next: Vec<i64> = marks.iter().map(|(l, _)| *l).collect();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next.iter().zip(&ends).any(|(n, e)| n < e) {
+        if Instant::now() > deadline {
+            bail!("reading {topic} timed out at {next:?} of {ends:?}");
+        }
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                next[m.partition() as usize] = m.offset() + 1;
+                out.push(Rec {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    Ok(out)
+}
+
+/// Waits until `topic` on the target holds at least `n` records in total.
+async fn wait_for_count(bootstrap: &str, topic: &str, n: i64) -> Result<()> {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    eventually(&format!("{n} records in {topic}"), WAIT, || {
+        let (bootstrap, topic) = (bootstrap.clone(), topic.clone());
+        async move {
+            let total: i64 = end_offsets(&bootstrap, &topic)?.iter().sum();
+            Ok((total >= n).then_some(()))
+        }
+    })
+    .await
+}
+
+async fn create_topic_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> Result<()> {
+    let new = configs.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
+    for r in kafka::admin(bootstrap)?
+        .create_topics(&[new], &AdminOptions::new())
+        .await?
+    {
+        if let Err((name, code)) = r {
+            bail!("creating {name}: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// Dynamic (topic-level) configs of a topic.
+async fn topic_configs(bootstrap: &str, topic: &str) -> Result<BTreeMap<String, String>> {
+    let results = kafka::admin(bootstrap)?
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await?;
+    let resource = results
+        .into_iter()
+        .next()
+        .context("no config result")?
+        .map_err(|e| anyhow::anyhow!("describe {topic}: {e}"))?;
+    Ok(resource
+        .entries
+        .into_iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic)
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect())
+}
+
+/// Sends `(partition, key, value)` records with a header and a fixed timestamp each.
+async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    records: &[(i32, String, String)],
+) -> Result<()> {
+    let mut pending = Vec::with_capacity(records.len());
+    // Explicit but recent: records far in the past would fall to retention at once.
+    let base_ts = now_ms() - 3_600_000;
+    for (i, (p, k, v)) in records.iter().enumerate() {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "h",
+            value: Some(k.as_bytes()),
+        });
+        let record = FutureRecord::to(topic)
+            .partition(*p)
+            .key(k)
+            .payload(v)
+            .headers(headers)
+            .timestamp(base_ts + i as i64);
+        match producer.send_result(record) {
+            Ok(d) => pending.push(d),
+            Err((e, _)) => bail!("enqueueing: {e}"),
+        }
+    }
+    for d in pending {
+        d.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+/// `n` records spread over `partitions`, values unique under `tag`.
+fn records(tag: &str, partitions: i32, n: usize) -> Vec<(i32, String, String)> {
+    (0..n)
+        .map(|i| {
+            (
+                (i % partitions as usize) as i32,
+                format!("k{i}"),
+                format!("{tag}-{i}"),
+            )
+        })
+        .collect()
+}
+
+/// Counts of each value on the target; fails if a source value is missing.
+fn check_all_present(source: &[Rec], target: &[Rec]) -> Result<usize> {
+    let mut seen: HashMap<&[u8], usize> = HashMap::new();
+    for r in target {
+        *seen
+            .entry(r.value.as_deref().unwrap_or_default())
+            .or_default() += 1;
+    }
+    let missing: Vec<&Rec> = source
+        .iter()
+        .filter(|r| !seen.contains_key(r.value.as_deref().unwrap_or_default()))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} source records missing on the target, first {:?}",
+        missing.len(),
+        missing.first()
+    );
+    Ok(seen.values().map(|n| n - 1).sum())
+}
+
+/// Decodes an MM2 offset sync (key: topic STRING, partition INT32; value: up, down INT64).
+fn decode_sync(key: &[u8], value: &[u8]) -> Option<(String, i32, i64, i64)> {
+    let len = i16::from_be_bytes(key.get(..2)?.try_into().ok()?) as usize;
+    let topic = String::from_utf8(key.get(2..2 + len)?.to_vec()).ok()?;
+    let partition = i32::from_be_bytes(key.get(2 + len..6 + len)?.try_into().ok()?);
+    let up = i64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let down = i64::from_be_bytes(value.get(8..16)?.try_into().ok()?);
+    Some((topic, partition, up, down))
+}
+
+#[tokio::test]
+async fn records_are_copied_with_key_value_headers_timestamp_and_partition() -> Result<()> {
+    let s = Setup::new("copy")?;
+    let topic = unique("orders");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 3).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    const N: usize = 30_000;
+    produce(&producer, &topic, &records("a", 3, N)).await?;
+    // A tombstone and a record without key or headers are copied as they are.
+    producer
+        .send(
+            FutureRecord::<str, ()>::to(&topic).partition(0).key("gone"),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    producer
+        .send(
+            FutureRecord::<(), str>::to(&topic)
+                .partition(1)
+                .payload("bare"),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+
+    let started = Instant::now();
+    let r = s.start("r", &s.flow(&[&topic], FAST))?;
+    let remote = s.remote(&topic);
+    wait_for_count(&s.world.target_bootstrap, &remote, N as i64 + 2)
+        .await
+        .with_context(|| r.log_text())?;
+    let took = started.elapsed();
+    eprintln!(
+        "copied {} records in {took:?} including start-up ({:.0} records/s)",
+        N + 2,
+        (N + 2) as f64 / took.as_secs_f64()
+    );
+
+    let source = read_all(&s.world.source_bootstrap, &topic)?;
+    let target = read_all(&s.world.target_bootstrap, &remote)?;
+    ensure!(
+        end_offsets(&s.world.target_bootstrap, &remote)?.len() == 3,
+        "same partition count"
+    );
+    // Same partitions, same order, same content: a fresh topic gets the same offsets too.
+    assert_eq!(source.len(), target.len());
+    for (a, b) in source.iter().zip(&target) {
+        assert_eq!(a, b, "record copied exactly");
+    }
+    assert!(
+        target
+            .iter()
+            .any(|r| r.value.is_none() && r.key.as_deref() == Some(b"gone".as_slice()))
+    );
+
+    // Offset syncs: on the source, decodable, marked dense, one at least for every partition.
+    let syncs_topic = format!("mm2-offset-syncs.{}.internal", s.target_alias);
+    let syncs = eventually("offset syncs for all partitions", WAIT, || {
+        let (b, t, topic) = (
+            s.world.source_bootstrap.clone(),
+            syncs_topic.clone(),
+            topic.clone(),
+        );
+        async move {
+            let all = read_all(&b, &t)?;
+            let decoded: Vec<_> = all
+                .iter()
+                .filter_map(|r| decode_sync(r.key.as_deref()?, r.value.as_deref()?).map(|d| (d, r)))
+                .collect();
+            let partitions: std::collections::BTreeSet<i32> = decoded
+                .iter()
+                .filter(|((t, ..), _)| *t == topic)
+                .map(|((_, p, ..), _)| *p)
+                .collect();
+            Ok((partitions.len() == 3).then_some(
+                decoded
+                    .into_iter()
+                    .map(|(d, r)| (d, r.clone()))
+                    .collect::<Vec<_>>(),
+            ))
+        }
+    })
+    .await?;
+    // `heartbeats` is always replicated too; only this test's topic is checked.
+    for ((t, p, up, down), rec) in syncs.iter().filter(|((t, ..), _)| *t == topic) {
+        assert!((0..3).contains(p) && *up >= 0 && *down >= 0);
+        // The copy preserves offsets here, so every sync says up == down.
+        assert_eq!(up, down, "sync {t}-{p}");
+        assert_eq!(
+            rec.headers,
+            [("mirrorflow.sync".to_string(), Some(b"dense".to_vec()))]
+        );
+    }
+    let copied = r
+        .metric("mirrorflow_records_replicated_total")
+        .unwrap_or(0.0);
+    assert!(
+        copied >= (N + 2) as f64,
+        "records_replicated_total {copied}"
+    );
+    assert!(r.metric("mirrorflow_offset_syncs_total").unwrap_or(0.0) >= 3.0);
+    let assigned = r.metric("mirrorflow_assigned_partitions").unwrap_or(0.0);
+    assert!(
+        assigned >= 3.0,
+        "3 partitions of {topic} plus heartbeats: {assigned}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn identity_policy_keeps_topic_names() -> Result<()> {
+    let s = Setup::new("identity")?;
+    let topic = unique("same-name");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 2).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    produce(&producer, &topic, &records("i", 2, 100)).await?;
+    let r = s.start(
+        "r",
+        &s.flow(
+            &[&topic],
+            &format!("{FAST}replicationPolicy: {{type: Identity}}\n"),
+        ),
+    )?;
+    wait_for_count(&s.world.target_bootstrap, &topic, 100)
+        .await
+        .with_context(|| r.log_text())?;
+    let target = kafka::topics(&s.world.target_bootstrap)?;
+    assert!(!target.contains(&s.remote(&topic)), "no prefixed copy");
+    let copied = read_all(&s.world.target_bootstrap, &topic)?;
+    assert_eq!(copied, read_all(&s.world.source_bootstrap, &topic)?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn topic_configs_are_synced_except_mm2_exclusions() -> Result<()> {
+    let s = Setup::new("configs")?;
+    let topic = unique("compacted");
+    create_topic_with(
+        &s.world.source_bootstrap,
+        &topic,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("min.insync.replicas", "1"),
+            ("retention.ms", "86400000"),
+        ],
+    )
+    .await?;
+    let r = s.start("r", &s.flow(&[&topic], FAST))?;
+    let remote = s.remote(&topic);
+    let configs = eventually("remote topic created", WAIT, || {
+        let (b, t) = (s.world.target_bootstrap.clone(), remote.clone());
+        async move {
+            // Describing a missing topic answers with no entries rather than an error.
+            if !kafka::topics(&b)?.contains(&t) {
+                return Ok(None);
+            }
+            Ok(Some(topic_configs(&b, &t).await?))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    assert_eq!(
+        configs.get("cleanup.policy").map(String::as_str),
+        Some("compact")
+    );
+    assert_eq!(
+        configs.get("retention.ms").map(String::as_str),
+        Some("86400000")
+    );
+    assert!(
+        !configs.contains_key("min.insync.replicas"),
+        "excluded: {configs:?}"
+    );
+
+    // A later change on the source follows.
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(&topic))
+        .set("cleanup.policy", "compact")
+        .set("min.insync.replicas", "1")
+        .set("retention.ms", "3600000");
+    kafka::admin(&s.world.source_bootstrap)?
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await?;
+    eventually("retention.ms synced", WAIT, || {
+        let (b, t) = (s.world.target_bootstrap.clone(), remote.clone());
+        async move {
+            let c = topic_configs(&b, &t).await?;
+            Ok((c.get("retention.ms").map(String::as_str) == Some("3600000")).then_some(()))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn new_topics_and_new_partitions_are_picked_up() -> Result<()> {
+    let s = Setup::new("discover")?;
+    let prefix = unique("disc");
+    let first = format!("{prefix}-a");
+    kafka::create_topic(&s.world.source_bootstrap, &first, 2).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    produce(&producer, &first, &records("a", 2, 20)).await?;
+    let r = s.start("r", &s.flow(&[&format!("{prefix}-.*")], FAST))?;
+    wait_for_count(&s.world.target_bootstrap, &s.remote(&first), 20)
+        .await
+        .with_context(|| r.log_text())?;
+
+    // A topic created after start.
+    let second = format!("{prefix}-b");
+    kafka::create_topic(&s.world.source_bootstrap, &second, 1).await?;
+    produce(&producer, &second, &records("b", 1, 10)).await?;
+    wait_for_count(&s.world.target_bootstrap, &s.remote(&second), 10)
+        .await
+        .with_context(|| r.log_text())?;
+
+    // 2 -> 3 partitions: the remote grows and the new partition is copied.
+    kafka::admin(&s.world.source_bootstrap)?
+        .create_partitions(&[NewPartitions::new(&first, 3)], &AdminOptions::new())
+        .await?;
+    eventually("3 source partitions", WAIT, || {
+        let (b, t) = (s.world.source_bootstrap.clone(), first.clone());
+        async move { Ok((end_offsets(&b, &t)?.len() == 3).then_some(())) }
+    })
+    .await?;
+    // A fresh producer: the first one's metadata still says 2 partitions.
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    let on_new: Vec<_> = (0..5)
+        .map(|i| (2, format!("n{i}"), format!("new-{i}")))
+        .collect();
+    produce(&producer, &first, &on_new).await?;
+    let remote = s.remote(&first);
+    eventually("5 records in the new remote partition", WAIT, || {
+        let (b, t) = (s.world.target_bootstrap.clone(), remote.clone());
+        async move {
+            let ends = end_offsets(&b, &t)?;
+            Ok((ends.len() == 3 && ends[2] >= 5).then_some(()))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    let target = read_all(&s.world.target_bootstrap, &remote)?;
+    let new: Vec<&[u8]> = target
+        .iter()
+        .filter(|r| r.partition == 2)
+        .filter_map(|r| r.value.as_deref())
+        .collect();
+    assert_eq!(
+        new,
+        ["new-0", "new-1", "new-2", "new-3", "new-4"].map(str::as_bytes)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn heartbeats_are_replicated_despite_filters_and_cycles_are_refused() -> Result<()> {
+    let s = Setup::new("hb-cycle")?;
+    // The shared `heartbeats` topic: create it if nobody did, and add one valid heartbeat of
+    // this test's own aliases (MM2 format) so there is something to copy.
+    match create_topic_with(&s.world.source_bootstrap, "heartbeats", 1, &[]).await {
+        Ok(()) => {}
+        Err(e) if e.to_string().contains("already exists") => {}
+        Err(e) => return Err(e),
+    }
+    let mut key = Vec::new();
+    for a in [&s.source_alias, &s.target_alias] {
+        key.extend_from_slice(&(a.len() as i16).to_be_bytes());
+        key.extend_from_slice(a.as_bytes());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let value = [&0_i16.to_be_bytes()[..], &now.to_be_bytes()].concat();
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    producer
+        .send(
+            FutureRecord::to("heartbeats")
+                .partition(0)
+                .key(&key)
+                .payload(&value),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+
+    let plain = unique("plain");
+    let looped = format!("{}.{}", s.target_alias, unique("topic1"));
+    for t in [&plain, &looped] {
+        kafka::create_topic(&s.world.source_bootstrap, t, 1).await?;
+        produce(&producer, t, &records("c", 1, 10)).await?;
+    }
+    let r = s.start("r", &s.flow(&[&plain, &looped.replace('.', "\\.")], FAST))?;
+    wait_for_count(&s.world.target_bootstrap, &s.remote(&plain), 10)
+        .await
+        .with_context(|| r.log_text())?;
+    let hb_remote = s.remote("heartbeats");
+    let hb_ends: i64 = end_offsets(&s.world.source_bootstrap, "heartbeats")?
+        .iter()
+        .sum();
+    wait_for_count(&s.world.target_bootstrap, &hb_remote, hb_ends)
+        .await
+        .with_context(|| r.log_text())?;
+    let copied = read_all(&s.world.target_bootstrap, &hb_remote)?;
+    assert!(
+        copied
+            .iter()
+            .any(|r| r.key.as_deref() == Some(key.as_slice())),
+        "our heartbeat copied"
+    );
+    // Two more refreshes: the cycle topic still has no remote copy.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let target = kafka::topics(&s.world.target_bootstrap)?;
+    assert!(
+        !target.contains(&s.remote(&looped)),
+        "{looped} came from the target: never copied back"
+    );
+    assert!(r.log_text().contains("cycle"), "the refusal is logged");
+    Ok(())
+}
+
+#[tokio::test]
+async fn offset_syncs_can_live_on_the_target() -> Result<()> {
+    let s = Setup::new("syncs-target")?;
+    let topic = unique("t");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 1).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    produce(&producer, &topic, &records("s", 1, 50)).await?;
+    let r = s.start(
+        "r",
+        &s.flow(
+            &[&topic],
+            "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, offsetSyncsLocation: Target}\n",
+        ),
+    )?;
+    wait_for_count(&s.world.target_bootstrap, &s.remote(&topic), 50)
+        .await
+        .with_context(|| r.log_text())?;
+    let on_target = format!("mm2-offset-syncs.{}.internal", s.source_alias);
+    let syncs = eventually("a sync on the target", WAIT, || {
+        let (b, t) = (s.world.target_bootstrap.clone(), on_target.clone());
+        async move {
+            let recs = read_all(&b, &t)?;
+            Ok((!recs.is_empty()).then_some(recs))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    let first = decode_sync(
+        syncs[0].key.as_deref().context("key")?,
+        syncs[0].value.as_deref().context("value")?,
+    )
+    .context("decodable")?;
+    assert_eq!(
+        (first.0.as_str(), first.1, first.2, first.3),
+        (topic.as_str(), 0, 0, 0)
+    );
+    let on_source = format!("mm2-offset-syncs.{}.internal", s.target_alias);
+    assert!(!kafka::topics(&s.world.source_bootstrap)?.contains(&on_source));
+    Ok(())
+}
+
+#[tokio::test]
+async fn restarts_resume_without_loss_and_a_graceful_stop_without_duplicates() -> Result<()> {
+    let s = Setup::new("restart")?;
+    let topic = unique("r");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 2).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    let remote = s.remote(&topic);
+    let flow = s.flow(&[&topic], FAST);
+
+    produce(&producer, &topic, &records("one", 2, 2000)).await?;
+    let mut r = s.start("r", &flow)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 2000)
+        .await
+        .with_context(|| r.log_text())?;
+    assert_eq!(r.stop(Duration::from_secs(30)), Some(0), "SIGTERM exits 0");
+
+    produce(&producer, &topic, &records("two", 2, 2000)).await?;
+    let mut r = s.start("r", &flow)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 4000)
+        .await
+        .with_context(|| r.log_text())?;
+    let source = read_all(&s.world.source_bootstrap, &topic)?;
+    let dups = check_all_present(&source, &read_all(&s.world.target_bootstrap, &remote)?)?;
+    assert_eq!(dups, 0, "a graceful stop stores every position");
+
+    // A crash while copying: kill -9 mid-stream, then resume.
+    produce(&producer, &topic, &records("three", 2, 20_000)).await?;
+    eventually("copying under way", WAIT, || {
+        let (b, t) = (s.world.target_bootstrap.clone(), remote.clone());
+        async move { Ok((end_offsets(&b, &t)?.iter().sum::<i64>() > 4000).then_some(())) }
+    })
+    .await?;
+    r.kill();
+    let _r = s.start("r", &flow)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 24_000).await?;
+    let source = read_all(&s.world.source_bootstrap, &topic)?;
+    // Duplicates after a crash are allowed (at-least-once); wait for the copy to settle.
+    eventually(
+        "every source record on the target after the crash",
+        WAIT,
+        || {
+            let (b, t, source) = (
+                s.world.target_bootstrap.clone(),
+                remote.clone(),
+                source.clone(),
+            );
+            async move {
+                let target = read_all(&b, &t)?;
+                Ok(check_all_present(&source, &target).ok())
+            }
+        },
+    )
+    .await
+    .map(|dups| eprintln!("duplicates after kill -9: {dups}"))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_replicators_split_the_partitions() -> Result<()> {
+    let s = Setup::new("split")?;
+    let topic = unique("split");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 6).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    let remote = s.remote(&topic);
+    let flow = s.flow(&[&topic], FAST);
+    produce(&producer, &topic, &records("before", 6, 600)).await?;
+    let a = s.start("a", &flow)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 600)
+        .await
+        .with_context(|| a.log_text())?;
+    let b = s.start("b", &flow)?;
+    // `heartbeats` is always replicated: its partitions are split too.
+    let total = 6.0
+        + end_offsets(&s.world.source_bootstrap, "heartbeats")
+            .map(|p| p.len() as f64)
+            .unwrap_or(0.0);
+    let assigned = |r: &Replicator| r.metric("mirrorflow_assigned_partitions").unwrap_or(0.0);
+    eventually(
+        "both replicas own partitions, all of them once",
+        WAIT,
+        || {
+            let (x, y) = (assigned(&a), assigned(&b));
+            async move { Ok((x > 0.0 && y > 0.0 && x + y == total).then_some(())) }
+        },
+    )
+    .await
+    .with_context(|| format!("{}\n---\n{}", a.log_text(), b.log_text()))?;
+    produce(&producer, &topic, &records("after", 6, 6000)).await?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 6600)
+        .await
+        .with_context(|| format!("{}\n---\n{}", a.log_text(), b.log_text()))?;
+    // Let any straggler land before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let source = read_all(&s.world.source_bootstrap, &topic)?;
+    let target = read_all(&s.world.target_bootstrap, &remote)?;
+    let dups = check_all_present(&source, &target)?;
+    assert_eq!(
+        dups, 0,
+        "a graceful rebalance moves partitions without copying twice"
+    );
+    // The replicas' counts also include `heartbeats`, which keeps growing (others write to
+    // it): bracket it by the remote heartbeats' size before and after reading the metrics.
+    let hb_remote = s.remote("heartbeats");
+    let hb = || -> f64 {
+        end_offsets(&s.world.target_bootstrap, &hb_remote)
+            .map(|e| e.iter().sum::<i64>() as f64)
+            .unwrap_or(0.0)
+    };
+    let before = hb();
+    let count = |r: &Replicator| {
+        r.metric("mirrorflow_records_replicated_total")
+            .unwrap_or(0.0)
+    };
+    let (ca, cb) = (count(&a), count(&b));
+    let after = hb();
+    assert!(
+        ca > 0.0 && cb > 0.0,
+        "each replica copied its share ({ca} + {cb})"
+    );
+    assert!(
+        6600.0 + before - 2.0 <= ca + cb && ca + cb <= 6600.0 + after,
+        "each record copied by one replica: {ca} + {cb} vs 6600 + heartbeats {before}..{after}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_flow_exits_non_zero_naming_the_field() -> Result<()> {
+    let s = Setup::new("invalid")?;
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&s.name);
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("flow.yaml");
+    std::fs::write(&file, s.flow(&["(unclosed"], ""))?;
+    let out = Command::new(binary(&s.world.repo_root))
+        .args(["replicate", "--config"])
+        .arg(&file)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port()?)])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(
+        stderr.contains("spec.topics") && stderr.contains("(unclosed"),
+        "{stderr}"
+    );
+    Ok(())
+}
