@@ -154,26 +154,23 @@ fn read_checkpoints(target: &BaseConsumer, topic: &str) -> CheckpointIndex {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut next = low;
     while next < high && std::time::Instant::now() < deadline {
-        match target.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                next = m.offset() + 1;
-                let (Some(k), Some(v)) = (m.key(), m.payload()) else {
-                    continue;
-                };
-                let Ok(cp) = Checkpoint::decode(k, v) else {
-                    continue;
-                };
-                let written = m.timestamp().to_millis().unwrap_or(0);
-                index.entry(cp.group.clone()).or_default().insert(
-                    (
-                        cp.topic_partition.topic.clone(),
-                        cp.topic_partition.partition,
-                    ),
-                    (cp.upstream_offset, written),
-                );
-            }
-            Some(Err(_)) | None => {}
-        }
+        // Errors and empty polls just try again until the deadline.
+        let Some(Ok(m)) = target.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        next = m.offset() + 1;
+        let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+            continue;
+        };
+        let Ok(cp) = Checkpoint::decode(k, v) else {
+            continue;
+        };
+        let written = m.timestamp().to_millis().unwrap_or(0);
+        let tp = &cp.topic_partition;
+        index.entry(cp.group.clone()).or_default().insert(
+            (tp.topic.clone(), tp.partition),
+            (cp.upstream_offset, written),
+        );
     }
     index
 }
