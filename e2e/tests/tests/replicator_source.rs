@@ -306,8 +306,14 @@ async fn records_are_copied_with_key_value_headers_timestamp_and_partition() -> 
     let topic = unique("orders");
     kafka::create_topic(&s.world.source_bootstrap, &topic, 3).await?;
     let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
-    const N: usize = 30_000;
-    produce(&producer, &topic, &records("a", 3, N)).await?;
+    // MF_COPY_RECORDS raises the count for a rough throughput figure.
+    let n_records = std::env::var("MF_COPY_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000_usize);
+    let produced = Instant::now();
+    produce(&producer, &topic, &records("a", 3, n_records)).await?;
+    eprintln!("produced {n_records} records in {:?}", produced.elapsed());
     // A tombstone and a record without key or headers are copied as they are.
     producer
         .send(
@@ -329,14 +335,23 @@ async fn records_are_copied_with_key_value_headers_timestamp_and_partition() -> 
     let started = Instant::now();
     let r = s.start("r", &s.flow(&[&topic], FAST))?;
     let remote = s.remote(&topic);
-    wait_for_count(&s.world.target_bootstrap, &remote, N as i64 + 2)
+    wait_for_count(&s.world.target_bootstrap, &remote, n_records as i64 + 2)
         .await
         .with_context(|| r.log_text())?;
     let took = started.elapsed();
+    let rss = r
+        .pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .and_then(|st| {
+            st.lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .map(str::to_string)
+        });
+    eprintln!("replicator peak RSS: {}", rss.unwrap_or_default());
     eprintln!(
         "copied {} records in {took:?} including start-up ({:.0} records/s)",
-        N + 2,
-        (N + 2) as f64 / took.as_secs_f64()
+        n_records + 2,
+        (n_records + 2) as f64 / took.as_secs_f64()
     );
 
     let source = read_all(&s.world.source_bootstrap, &topic)?;
@@ -398,7 +413,7 @@ async fn records_are_copied_with_key_value_headers_timestamp_and_partition() -> 
         .metric("mirrorflow_records_replicated_total")
         .unwrap_or(0.0);
     assert!(
-        copied >= (N + 2) as f64,
+        copied >= (n_records + 2) as f64,
         "records_replicated_total {copied}"
     );
     assert!(r.metric("mirrorflow_offset_syncs_total").unwrap_or(0.0) >= 3.0);

@@ -37,7 +37,8 @@ pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) 
     // Large fetches keep the copy loop busy; the bounded prefetch queue keeps RSS small.
     default(&mut c, "fetch.max.bytes", "16777216");
     default(&mut c, "max.partition.fetch.bytes", "2097152");
-    default(&mut c, "queued.max.messages.kbytes", "16384");
+    default(&mut c, "queued.max.messages.kbytes", "8192");
+    default(&mut c, "queued.min.messages", "20000");
     default(&mut c, "fetch.wait.max.ms", "100");
     c
 }
@@ -53,8 +54,9 @@ pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConf
     default(&mut c, "batch.size", "1000000");
     default(&mut c, "batch.num.messages", "10000");
     default(&mut c, "compression.type", "none");
-    default(&mut c, "queue.buffering.max.kbytes", "32768");
-    default(&mut c, "queue.buffering.max.messages", "200000");
+    // Each queued record also costs librdkafka ~100 bytes of bookkeeping: bound both.
+    default(&mut c, "queue.buffering.max.kbytes", "16384");
+    default(&mut c, "queue.buffering.max.messages", "50000");
     // A record as large as the source accepted must fit.
     default(&mut c, "message.max.bytes", "16777216");
     // A failed delivery rewinds the partition and copies again; no need to wait forever.

@@ -293,12 +293,9 @@ impl Copier {
         tpl
     }
 
-    /// Outstanding record copies.
+    /// Writes are outstanding (an atomic read in librdkafka: cheap enough for every poll).
     pub fn busy(&self) -> bool {
-        self.slots
-            .iter()
-            .flatten()
-            .any(|s| !s.in_flight.is_empty() || s.progress.pending_syncs() > 0)
+        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
     }
 
     /// Copies one source record.

@@ -184,6 +184,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 health: source_health.clone(),
             })
             .context("creating the source consumer")?;
+    if flow.spec.exactly_once {
+        tracing::warn!(
+            "spec.exactlyOnce is not implemented yet: copying at-least-once (a crash may repeat records)"
+        );
+    }
     tracing::info!(%group, "source loop starting");
 
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
