@@ -397,6 +397,7 @@ impl Copier {
             .unwrap_or(0);
         let mut syncs = Vec::new();
         let mut faults = Vec::new();
+        let mut delivered = false;
         for ack in acks.drain(..) {
             let (idx, generation, is_position) = unpack(ack.opaque);
             let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
@@ -430,6 +431,7 @@ impl Copier {
             };
             match ack.result {
                 Ok((downstream, timestamp)) => {
+                    delivered = true;
                     self.records.inc();
                     self.bytes.inc_by(sent.bytes);
                     self.latency.observe(sent.read_at.elapsed().as_secs_f64());
@@ -448,7 +450,9 @@ impl Copier {
             }
         }
         self.acks = acks;
-        self.target_health.reachable();
+        if delivered {
+            self.target_health.reachable();
+        }
         for (idx, generation, sync) in syncs {
             self.write_sync(idx, generation, &sync);
         }
@@ -697,7 +701,22 @@ impl Copier {
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
         for (topic, partition) in assigned {
-            if self.slot_index(&topic, partition).is_some() {
+            if let Some(idx) = self.slot_index(&topic, partition) {
+                // Already ours (not expected from librdkafka): restart it from its safe point
+                // rather than let the consumer fall back to the beginning.
+                let generation = self.bump_generation();
+                if let Some(slot) = self.slots[idx].as_mut() {
+                    slot.generation = generation;
+                    slot.in_flight.clear();
+                    slot.fault = None;
+                    let offset = slot
+                        .progress
+                        .rewind()
+                        .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+                    if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                        tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+                    }
+                }
                 continue;
             }
             let start = self.positions.get(&topic, partition);
