@@ -52,13 +52,12 @@ pub fn producer(bootstrap: &str, timeout: Duration) -> Result<FutureProducer> {
         .create()?)
 }
 
+/// (offset, key, value) of one record.
+pub type Record = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Reads every record of one partition from the beginning up to its current end.
 /// Returns (offset, key, value) triples.
-pub fn read_partition(
-    bootstrap: &str,
-    topic: &str,
-    partition: i32,
-) -> Result<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)>> {
+pub fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Record>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "mirrorflow-e2e-reader")
@@ -75,7 +74,10 @@ pub fn read_partition(
     let deadline = Instant::now() + Duration::from_secs(60);
     while out.last().map(|(o, _, _)| *o + 1).unwrap_or(0_i64) < high {
         if Instant::now() > deadline {
-            bail!("reading {topic}-{partition} timed out at {} of {high}", out.len());
+            bail!(
+                "reading {topic}-{partition} timed out at {} of {high}",
+                out.len()
+            );
         }
         match consumer.poll(Duration::from_millis(500)) {
             Some(Ok(m)) => out.push((
