@@ -16,9 +16,13 @@ source "$HERE/lib/kafka.sh"
 "$HERE/world.sh" up
 eval "$("$HERE/world.sh" env)"
 
+# The demo operator watches only the sample's namespace, so the tests' own operators (each
+# watching its test namespace) can run in the same world without two operators on one flow.
 log "installing the operator with its Helm chart"
+kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 helm upgrade --install mirrorflow "$ROOT/charts/mirrorflow" --namespace mirrorflow-system --create-namespace \
-  --set image.repository=mirrorflow --set image.tag=dev --set 'listenHost=$(POD_IP)' --wait --timeout 180s
+  --set image.repository=mirrorflow --set image.tag=dev --set 'listenHost=$(POD_IP)' \
+  --set watchNamespace=demo --wait --timeout 180s
 
 log "creating the sample topics and starting a live producer on the source"
 for t in orders payments; do
@@ -45,9 +49,10 @@ for g in billing shipping; do
 done
 
 log "applying the sample MirrorFlow"
-kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl apply -f "$HERE/samples/demo-flow.yaml"
-log "waiting for FailoverReady (replicators start, heartbeats flow, checkpoints cover the groups)"
+log "waiting for FailoverReady with both sample groups checkpointed"
+groups_seen() { [ "$(kubectl get mf demo -n demo -o jsonpath='{.status.groups}' 2>/dev/null)" = 2 ]; }
+wait_until 240 "the sample groups to appear in the status" groups_seen || true
 if ! kubectl wait --for=condition=FailoverReady mf/demo -n demo --timeout=240s; then
   kubectl describe mf demo -n demo
   die "the sample flow did not become FailoverReady"

@@ -207,7 +207,13 @@ async fn publish(
                 } else {
                     EventType::Warning
                 },
-                reason: c.reason.clone(),
+                // A True condition's reason is the generic AsExpected; naming the event after
+                // the condition keeps `kubectl describe` readable (one series per condition).
+                reason: if c.status == "True" {
+                    c.type_.clone()
+                } else {
+                    c.reason.clone()
+                },
                 note: Some(format!("{} is {}: {}", c.type_, c.status, c.message)),
                 action: "Reconcile".into(),
                 secondary: None,
