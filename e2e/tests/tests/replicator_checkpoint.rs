@@ -788,3 +788,97 @@ async fn end_to_end_with_the_source_loop() -> Result<()> {
     assert!(lag < 5.0, "heartbeat lag {lag}");
     Ok(())
 }
+
+/// A burst of records, then silence: the source loop's tail sync (written once the partition
+/// has been idle for `offsetSyncInterval`) covers the end of the burst, so a group that
+/// consumed into it is checkpointed exactly, without waiting for another record.
+#[tokio::test]
+async fn an_idle_partitions_tail_is_checkpointed_exactly() -> Result<()> {
+    let world = World::from_env()?;
+    let name = unique("cp-idle");
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    let topic = unique("orders");
+    let remote = format!("{source_alias}.{topic}");
+    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    // Filler on the target so target offsets differ from source offsets.
+    kafka::create_topic(&world.target_bootstrap, &remote, 1).await?;
+    let source = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
+    let target = kafka::producer(&world.target_bootstrap, Duration::from_secs(30))?;
+    for i in 0..SHIFT {
+        send(&target, &remote, 0, &format!("filler-{i}"), None).await?;
+    }
+    let yaml = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n  target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n  topics: ['{topic}']\n  {NO_HEARTBEATS}",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    let port = free_port()?;
+    let r = Replicator::start(&world.repo_root, &format!("{name}-{port}"), &yaml, port)?;
+    let addr = r.metrics_addr.clone();
+    eventually("replicator ready", Duration::from_secs(60), || {
+        let addr = addr.clone();
+        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+
+    // 30 records in a burst.
+    let payloads: Vec<String> = (0..30).map(|i| format!("idle-{i}")).collect();
+    let sends: Vec<_> = payloads
+        .iter()
+        .map(|payload| {
+            source.send(
+                FutureRecord::<(), _>::to(&topic)
+                    .partition(0)
+                    .payload(payload),
+                Duration::from_secs(10),
+            )
+        })
+        .collect();
+    for sent in sends {
+        sent.await.map_err(|(e, _)| e)?;
+    }
+    eventually("records copied", Duration::from_secs(60), || async {
+        let copied = kafka::read_partition(&world.target_bootstrap, &remote, 0)?.len();
+        Ok((copied as i64 == SHIFT + 30).then_some(()))
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    // Idle for longer than offsetSyncInterval (1s by default).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // The true position of committed offset 25: where source record 25 landed.
+    let truth = kafka::read_partition(&world.target_bootstrap, &remote, 0)?
+        .iter()
+        .find(|(_, _, v)| v.as_deref() == Some(b"idle-25".as_slice()))
+        .map(|(o, _, _)| *o)
+        .context("source record 25 is not on the target")?;
+    let group = unique("app");
+    let committed_at = Instant::now();
+    commit(&world.source_bootstrap, &group, &topic, &[(0, 25)])?;
+    let checkpoints_topic = format!("{source_alias}.checkpoints.internal");
+    let cp = eventually(
+        "exact checkpoint of the idle tail",
+        Duration::from_secs(3),
+        || async {
+            if !kafka::topics(&world.target_bootstrap)?.contains(&checkpoints_topic) {
+                return Ok(None);
+            }
+            let all = kafka::read_partition(&world.target_bootstrap, &checkpoints_topic, 0)?;
+            Ok(all.into_iter().find_map(|(_, k, v)| {
+                let cp = Checkpoint::decode(k.as_deref()?, v.as_deref()?).ok()?;
+                (cp.group == group && cp.upstream_offset == 25).then_some(cp)
+            }))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    let latency = committed_at.elapsed();
+    println!("idle tail: {cp:?}, true position {truth}, commit -> checkpoint {latency:?}");
+    assert_eq!(cp.topic_partition.topic, remote);
+    assert_eq!(
+        cp.downstream_offset, truth,
+        "the first checkpoint of 25 is exact"
+    );
+    assert!(latency < Duration::from_secs(3), "{latency:?}");
+    Ok(())
+}

@@ -6,6 +6,12 @@
 //! consecutive syncs every replicated record has the first sync's delta and upstream offsets
 //! are contiguous, which is what lets [`super::OffsetSyncStore`] translate exactly.
 //!
+//! A partition that goes idle would leave the tail of its last run (the records after the
+//! newest sync) covered by no sync, so a group that consumed into that tail would translate
+//! only conservatively until the next record arrives. [`SyncPolicy::idle_sync`] closes it:
+//! once no record was observed for `max_interval`, it returns one sync at the last record
+//! (same delta as the run, so the store just extends the run).
+//!
 //! Contract for the writer (the source loop), without which the store must not be told the
 //! syncs are dense: every sync this policy returns is produced, in order, and acknowledged
 //! before the replicated position past its record is committed. A dropped sync would hide a
@@ -49,6 +55,9 @@ pub enum SyncReason {
     DeltaChanged,
     /// Periodic: `max_records` records or `max_interval` time since the last sync.
     Periodic,
+    /// Tail: the partition went idle (`max_interval` without a record) with records after
+    /// the last sync; see [`SyncPolicy::idle_sync`].
+    Idle,
 }
 
 /// What the writer knows beyond its last sync: every record after `last_sync` up to and
@@ -69,6 +78,8 @@ struct Last {
     sync: (i64, i64),
     records_since_sync: u64,
     sync_time: Duration,
+    /// When the last record was observed.
+    record_time: Duration,
 }
 
 /// Per-partition decision of the source loop: should this replicated record get a sync?
@@ -110,6 +121,7 @@ impl SyncPolicy {
                 sync: (upstream, downstream),
                 records_since_sync: 0,
                 sync_time: now,
+                record_time: now,
             },
             None => {
                 // `reason` returns Some when there is no previous record.
@@ -118,6 +130,7 @@ impl SyncPolicy {
                     upstream,
                     downstream,
                     records_since_sync: p.records_since_sync + 1,
+                    record_time: now,
                     ..p
                 }
             }
@@ -152,6 +165,35 @@ impl SyncPolicy {
             .max_interval
             .is_some_and(|interval| now.saturating_sub(last.sync_time) >= interval);
         (by_count || by_time).then_some(SyncReason::Periodic)
+    }
+
+    /// The tail sync of an idle partition: when records were observed after the last sync
+    /// and none for `max_interval` (disabled with it), returns a sync at the last record, once;
+    /// the policy then continues as if that record had been synced.
+    ///
+    /// The sync has the run's delta and follows its records contiguously, so the stream stays
+    /// dense and the store extends the run to it. Cheap enough to call on every poll.
+    pub fn idle_sync(&mut self, now: Duration) -> Option<OffsetSync> {
+        let interval = self.config.max_interval?;
+        let last = self.last.as_mut()?;
+        if last.records_since_sync == 0 || now.saturating_sub(last.record_time) < interval {
+            return None;
+        }
+        last.sync = (last.upstream, last.downstream);
+        last.records_since_sync = 0;
+        last.sync_time = now;
+        let (upstream, downstream) = last.sync;
+        self.last_reason = Some(SyncReason::Idle);
+        Some(OffsetSync::new(
+            self.topic_partition.clone(),
+            upstream,
+            downstream,
+        ))
+    }
+
+    /// Records observed after the last sync (0 before the first record).
+    pub fn records_since_sync(&self) -> u64 {
+        self.last.map_or(0, |l| l.records_since_sync)
     }
 
     /// Why the most recent sync was emitted.
@@ -235,6 +277,60 @@ mod tests {
                 last_record: (7, 52)
             })
         );
+    }
+
+    #[test]
+    fn an_idle_partition_gets_one_tail_sync_at_its_last_record() {
+        let mut p = policy(100, Some(Duration::from_secs(1)));
+        assert_eq!(p.idle_sync(Duration::from_secs(10)), None, "no record yet");
+        for i in 0..30 {
+            p.observe(i, i + 7, Duration::from_millis(10));
+        }
+        assert_eq!(p.records_since_sync(), 29);
+        assert_eq!(
+            p.idle_sync(Duration::from_millis(1009)),
+            None,
+            "not idle long enough"
+        );
+        let tail = p.idle_sync(Duration::from_millis(1010)).unwrap();
+        assert_eq!((tail.upstream_offset, tail.downstream_offset), (29, 36));
+        assert_eq!(tail.topic_partition, TopicPartition::new("t", 0));
+        assert_eq!(p.last_reason(), Some(SyncReason::Idle));
+        assert_eq!(p.records_since_sync(), 0);
+        assert_eq!(
+            p.coverage(),
+            Some(Coverage {
+                last_sync: (29, 36),
+                last_record: (29, 36)
+            })
+        );
+        assert_eq!(p.idle_sync(Duration::from_secs(60)), None, "only once");
+        // The next record continues the run: no sync, and the periodic timer restarted at
+        // the tail sync.
+        assert_eq!(emitted(&mut p, 30, 37, 1500), None);
+        assert_eq!(emitted(&mut p, 31, 38, 2009), None);
+        assert_eq!(emitted(&mut p, 32, 39, 2010), Some(SyncReason::Periodic));
+        // A synced record leaves no tail.
+        assert_eq!(p.idle_sync(Duration::from_secs(60)), None);
+    }
+
+    #[test]
+    fn idle_syncs_follow_max_interval() {
+        let mut p = policy(100, None);
+        p.observe(0, 0, Duration::ZERO);
+        p.observe(1, 1, Duration::ZERO);
+        assert_eq!(p.idle_sync(Duration::from_secs(3600)), None, "disabled");
+        let ms = Duration::from_millis;
+        let mut p = policy(100, Some(ms(1)));
+        p.observe(0, 0, ms(0));
+        assert_eq!(p.idle_sync(ms(5)), None, "the last record has its sync");
+        p.observe(1, 1, ms(0));
+        assert_eq!(p.idle_sync(ms(0)), None);
+        assert!(p.idle_sync(ms(1)).is_some());
+        // A reset (negative offset) forgets the tail: the next record syncs as the first.
+        p.observe(2, 2, ms(1));
+        p.observe(3, -1, ms(1));
+        assert_eq!(p.idle_sync(ms(5000)), None);
     }
 
     #[test]

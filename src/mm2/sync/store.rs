@@ -188,6 +188,11 @@ impl PartitionSyncs {
             }
             return;
         }
+        if trusted && head.exact && (up, down) == (head.end_up, head.end_down) {
+            // The end of the run is already known (reported coverage, then the writer's tail
+            // sync for that same record): nothing new.
+            return;
+        }
         if up <= head.end_up {
             // Writer restarted from an earlier position and re-replicated: offsets before `up`
             // keep their first copies. Only exact heads reach past their start, and those are

@@ -199,6 +199,60 @@ fn periodic_syncs_and_coverage_extend_the_newest_run() {
 }
 
 #[test]
+fn a_tail_sync_with_the_runs_delta_makes_the_idle_tail_exact() {
+    // 30 records 0..29 copied in a burst: a first sync, then the idle partition's tail sync.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync(&mut store, 0, 0, SyncOrigin::Dense);
+    assert_eq!(store.translate(&tp(), 25), conservative(1, 24));
+    sync(&mut store, 29, 29, SyncOrigin::Dense);
+    assert_eq!(
+        store.partition(&tp()).unwrap().len(),
+        1,
+        "the run was extended"
+    );
+    assert_eq!(store.translate(&tp(), 25), Translation::Exact(25));
+    assert_eq!(store.translate(&tp(), 29), Translation::Exact(29));
+    assert_eq!(store.translate(&tp(), 30), Translation::Exact(30));
+    // Same with an offset delta, and after coverage already reached the tail record.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync(&mut store, 100, 150, SyncOrigin::Dense);
+    let coverage = Coverage {
+        last_sync: (100, 150),
+        last_record: (129, 179),
+    };
+    assert!(store.report_coverage(&tp(), coverage));
+    sync(&mut store, 129, 179, SyncOrigin::Dense);
+    assert_eq!(store.partition(&tp()).unwrap().len(), 1);
+    assert_eq!(store.translate(&tp(), 125), Translation::Exact(175));
+    // The run goes on from the tail sync.
+    sync(&mut store, 200, 250, SyncOrigin::Dense);
+    assert_eq!(store.partition(&tp()).unwrap().len(), 1);
+    assert_eq!(store.translate(&tp(), 160), Translation::Exact(210));
+}
+
+#[test]
+fn the_policys_tail_sync_feeds_the_store_exactly() {
+    let config = SyncPolicyConfig {
+        max_records: 100,
+        max_interval: Some(Duration::from_secs(1)),
+    };
+    let mut policy = SyncPolicy::new(tp(), config);
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    let burst = Duration::from_millis(5);
+    for i in 0..30 {
+        if let Some(s) = policy.observe(i, i + 3, burst) {
+            store.update(&s, SyncOrigin::Dense).unwrap();
+        }
+    }
+    assert_eq!(store.translate(&tp(), 25), conservative(4, 24));
+    assert_eq!(policy.idle_sync(burst + Duration::from_millis(999)), None);
+    let tail = policy.idle_sync(burst + Duration::from_secs(1)).unwrap();
+    assert_eq!(policy.last_reason(), Some(SyncReason::Idle));
+    store.update(&tail, SyncOrigin::Dense).unwrap();
+    assert_eq!(store.translate(&tp(), 25), Translation::Exact(28));
+}
+
+#[test]
 fn sparse_sync_after_dense_keeps_earlier_exactness_but_adds_none() {
     let mut store = loaded_store(DEFAULT_MAX_RUNS);
     sync(&mut store, 0, 1000, SyncOrigin::Dense);
@@ -338,12 +392,29 @@ fn mm2_writer(log: &Log) -> Vec<(i64, i64)> {
 }
 
 fn our_writer(log: &Log, config: SyncPolicyConfig) -> (Vec<(i64, i64)>, Option<Coverage>) {
+    our_writer_idling(log, config, None)
+}
+
+/// Our writer, with the partition going idle (long enough for a tail sync) after every
+/// `idle_every`-th record.
+fn our_writer_idling(
+    log: &Log,
+    config: SyncPolicyConfig,
+    idle_every: Option<usize>,
+) -> (Vec<(i64, i64)>, Option<Coverage>) {
     let mut policy = SyncPolicy::new(tp(), config);
-    let syncs = log
-        .records
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &(u, d))| policy.observe(u, d, Duration::from_millis(i as u64 * 10)))
+    let mut now = Duration::ZERO;
+    let mut syncs = Vec::new();
+    for (i, &(u, d)) in log.records.iter().enumerate() {
+        now += Duration::from_millis(10);
+        syncs.extend(policy.observe(u, d, now));
+        if idle_every.is_some_and(|n| (i + 1) % n == 0) {
+            now += config.max_interval.unwrap_or_default();
+            syncs.extend(policy.idle_sync(now));
+        }
+    }
+    let syncs = syncs
+        .into_iter()
         .map(|s| (s.upstream_offset, s.downstream_offset))
         .collect();
     (syncs, policy.coverage())
@@ -421,6 +492,34 @@ proptest! {
         for c in start.0..=exact_until {
             let t = store.translate(&tp(), c);
             prop_assert!(t.is_exact(), "c={c}: {t:?}");
+        }
+    }
+
+    #[test]
+    fn tail_syncs_keep_the_stream_dense_and_make_the_tail_exact(
+        start in (0_i64..1_000, 0_i64..1_000),
+        steps in steps(),
+        config in sync_config(),
+        idle_every in 1_usize..50,
+    ) {
+        let config = SyncPolicyConfig {
+            max_interval: Some(config.max_interval.unwrap_or(Duration::from_secs(1))),
+            ..config
+        };
+        let log = Log::build(start.0, start.1, &steps);
+        let (syncs, _) = our_writer_idling(&log, config, Some(idle_every));
+        let mut store = loaded_store(1_000);
+        for &(u, d) in &syncs {
+            store.update(&OffsetSync::new(tp(), u, d), SyncOrigin::Dense).unwrap();
+        }
+        check_against_truth(&log, &store, Some(&syncs))?;
+        // Every record up to the last idle point translates exactly without any coverage.
+        let idle_records = log.records.len() / idle_every * idle_every;
+        if let Some(&(last_idle_up, _)) = idle_records.checked_sub(1).and_then(|i| log.records.get(i)) {
+            for c in start.0..=last_idle_up + 1 {
+                let t = store.translate(&tp(), c);
+                prop_assert!(t.is_exact(), "c={c}: {t:?}");
+            }
         }
     }
 

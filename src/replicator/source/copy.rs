@@ -41,6 +41,8 @@ const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const PERSIST_EVERY: Duration = Duration::from_secs(1);
 /// Records between two services of the producer queue while the source has data.
 const SERVICE_EVERY: u32 = 512;
+/// How often idle partitions are checked for a tail offset sync ([`Copier::idle_syncs`]).
+const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
 const POSITION_BIT: usize = 1 << 63;
@@ -359,6 +361,28 @@ impl Copier {
                 bytes: bytes as u64,
                 read_at: Instant::now(),
             });
+        }
+    }
+
+    /// Writes the tail sync of every owned partition that went idle with acknowledged records
+    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
+    pub fn idle_syncs(&mut self) {
+        let now = self.now();
+        let mut syncs = Vec::new();
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut() else { continue };
+            if slot.fault.is_some() {
+                continue;
+            }
+            if let Some(sync) = slot.progress.idle_sync(now) {
+                syncs.push((idx, slot.generation, sync));
+            }
+        }
+        for (idx, generation, sync) in syncs {
+            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
+                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
+                "partition idle: offset sync at its last record");
+            self.write_sync(idx, generation, &sync);
         }
     }
 
@@ -825,6 +849,7 @@ pub fn run(
     let copier = consumer.context().copier.clone();
     let mut subscribed: Option<Arc<Vec<String>>> = None;
     let mut last_persist = Instant::now();
+    let mut last_idle_check = Instant::now();
     let mut since_service = 0_u32;
     while !shutdown.is_cancelled() {
         if subscriptions.has_changed().unwrap_or(false) {
@@ -872,6 +897,10 @@ pub fn run(
                 since_service = 0;
                 lock(&copier).service(&consumer);
             }
+        }
+        if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
+            last_idle_check = Instant::now();
+            lock(&copier).idle_syncs();
         }
         if last_persist.elapsed() >= PERSIST_EVERY {
             last_persist = Instant::now();

@@ -24,6 +24,10 @@
 //! Written in MM2's format to [`crate::mm2::ReplicationPolicy::offset_syncs_topic`] of the
 //! target alias on the source (default) or of the source alias on the target, following the
 //! dense [`crate::mm2::SyncPolicy`] fed with every acknowledged (upstream, downstream) pair.
+//! A partition that goes idle (no record acknowledged for `offsetSyncInterval`) with records
+//! after its last sync gets one more, "tail" sync at its last record
+//! ([`crate::mm2::SyncPolicy::idle_sync`]), so groups that consumed up to the end of a burst
+//! translate exactly instead of waiting for the next record.
 //! Each carries the header [`SYNC_HEADER`] = [`SYNC_HEADER_DENSE`]; MM2's readers ignore
 //! headers. A position never moves past a record whose sync is unacknowledged, and a failed
 //! sync rewinds its partition (the records are copied again and get fresh syncs), so no sync

@@ -69,6 +69,28 @@ impl Progress {
         sync
     }
 
+    /// The tail sync of an idle partition ([`SyncPolicy::idle_sync`]): records were
+    /// acknowledged after the last sync and none for the sync interval. Cheap when there is
+    /// no tail.
+    ///
+    /// Held like any other sync: until it is acknowledged, nothing past the position before
+    /// its record is committable, so a failed tail sync rewinds to that record, which is copied
+    /// again and gets a fresh sync. The position already stored is not moved back meanwhile
+    /// (see [`Self::take_to_store`]): the stream is dense without the tail sync, it only makes
+    /// the tail exact sooner.
+    pub fn idle_sync(&mut self, now: Duration) -> Option<OffsetSync> {
+        if self.policy.records_since_sync() == 0 {
+            return None;
+        }
+        let sync = self.policy.idle_sync(now)?;
+        // The record before it is in the same run (contiguous, same delta).
+        self.pending_syncs.push_back(Some(Frontier {
+            next: sync.upstream_offset,
+            downstream: sync.downstream_offset - 1,
+        }));
+        Some(sync)
+    }
+
     /// The oldest outstanding sync was acknowledged (syncs of a partition are acknowledged in
     /// the order they were written: one topic partition, idempotent producer).
     pub fn sync_acknowledged(&mut self) {
@@ -88,10 +110,13 @@ impl Progress {
         }
     }
 
-    /// The position to store now, if it moved since the last one handed out.
+    /// The position to store now, if it moved forward since the last one handed out.
+    ///
+    /// Never backwards: the committable point only goes behind the stored one while a tail
+    /// sync for a record already stored past is pending ([`Self::idle_sync`]).
     pub fn take_to_store(&mut self) -> Option<Frontier> {
         let c = self.committable()?;
-        if self.stored == Some(c) {
+        if self.stored.is_some_and(|s| s == c || c.next < s.next) {
             return None;
         }
         self.stored = Some(c);
@@ -172,6 +197,64 @@ mod tests {
         assert_eq!(p.take_to_store(), None);
         p.store_failed();
         assert_eq!(p.take_to_store(), at(6, 5));
+    }
+
+    #[test]
+    fn an_idle_tail_sync_is_held_like_any_other_sync() {
+        let mut p = Progress::new(
+            TopicPartition::new("t", 0),
+            SyncPolicyConfig {
+                max_records: 100,
+                max_interval: Some(Duration::from_secs(1)),
+            },
+            None,
+        );
+        let ms = Duration::from_millis;
+        assert!(p.acknowledged(0, 0, ms(0)).is_some());
+        p.sync_acknowledged();
+        for i in 1..30 {
+            assert!(p.acknowledged(i, i, ms(10)).is_none());
+        }
+        assert_eq!(p.take_to_store(), at(30, 29));
+        assert_eq!(p.idle_sync(ms(500)), None, "not idle yet");
+        let tail = p.idle_sync(ms(1010)).unwrap();
+        assert_eq!((tail.upstream_offset, tail.downstream_offset), (29, 29));
+        assert_eq!(p.idle_sync(ms(5000)), None, "once");
+        assert_eq!(p.pending_syncs(), 1);
+        assert_eq!(p.committable(), at(29, 28));
+        assert_eq!(
+            p.take_to_store(),
+            None,
+            "the stored position does not move back"
+        );
+        // A record arriving meanwhile is not committable before the tail sync is acknowledged.
+        assert!(p.acknowledged(30, 30, ms(1100)).is_none());
+        assert_eq!(p.committable(), at(29, 28));
+        p.sync_acknowledged();
+        assert_eq!(p.take_to_store(), at(31, 30));
+    }
+
+    #[test]
+    fn a_failed_tail_sync_rewinds_to_its_record() {
+        let mut p = Progress::new(
+            TopicPartition::new("t", 0),
+            SyncPolicyConfig {
+                max_records: 100,
+                max_interval: Some(Duration::from_secs(1)),
+            },
+            None,
+        );
+        let ms = Duration::from_millis;
+        p.acknowledged(0, 0, ms(0));
+        p.sync_acknowledged();
+        p.acknowledged(1, 1, ms(0));
+        p.acknowledged(2, 2, ms(0));
+        assert!(p.idle_sync(ms(1000)).is_some());
+        assert_eq!(p.rewind(), at(2, 1));
+        assert!(
+            p.acknowledged(2, 3, ms(1500)).is_some(),
+            "copied again, the tail record gets a fresh sync"
+        );
     }
 
     #[test]
