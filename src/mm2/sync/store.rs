@@ -18,10 +18,11 @@
 //! syncs followed by ours (a migration) or lose syncs to compaction. Exactness is only sound
 //! between two syncs that are consecutive output of a dense writer, so the caller passes
 //! [`SyncOrigin::Dense`] only for syncs it knows come from our writer (e.g. a record header
-//! MM2 ignores) and that it read in order without a hole. While the initial read of the
-//! compacted topic is in progress ([`OffsetSyncStore::finish_initial_load`] not yet called),
-//! consecutive syncs may not be consecutive in the writer's output, so nothing is treated as
-//! exact then except, once loading ends, the newest run of each partition.
+//! MM2 ignores) and that it read in order without a hole. Syncs re-read from the compacted
+//! topic at start count as such: the topic is keyed by source partition, and compaction keeps,
+//! per key, only records newer than everything it removed (the cleaned part holds at most the
+//! latest record of a key and precedes the uncleaned part), so the surviving syncs of a
+//! partition are always a contiguous suffix of what the writer wrote.
 //!
 //! # Bounded memory
 //! At most `max_runs` runs per partition (64 by default, as MM2 keeps 64 syncs). When full,
@@ -273,12 +274,6 @@ impl PartitionSyncs {
         extends
     }
 
-    fn finish_initial_load(&mut self) {
-        if let Some(head) = self.runs.last_mut() {
-            head.exact = head.dense && head.end_up == head.up;
-        }
-    }
-
     /// Translates a committed source offset (the next record the group would read).
     pub fn translate(&self, committed: i64) -> Translation {
         if committed < 0 {
@@ -366,12 +361,7 @@ impl OffsetSyncStore {
 
     /// Call once the offset-syncs topic was read up to its end offset at start.
     pub fn finish_initial_load(&mut self) {
-        if !self.loaded {
-            self.loaded = true;
-            self.partitions
-                .values_mut()
-                .for_each(PartitionSyncs::finish_initial_load);
-        }
+        self.loaded = true;
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -389,7 +379,9 @@ impl OffsetSyncStore {
             });
         }
         let dense = origin == SyncOrigin::Dense;
-        let trusted = dense && self.loaded;
+        // Compaction leaves a contiguous suffix of each partition's syncs (module docs), so
+        // dense syncs read during the initial load are as consecutive as live ones.
+        let trusted = dense;
         let max_runs = self.config.max_runs;
         match self.partitions.get_mut(&sync.topic_partition) {
             Some(syncs) => syncs.update(up, down, dense, trusted, max_runs),
