@@ -2,6 +2,8 @@
 //!
 //! The crate is layered so that the folder names map the architecture:
 //! - [`api`]: the `MirrorFlow` resource types, defaults, validation and CRD.
+//! - [`flow`]: a flow file or resource validated and turned into what the loops and the probe
+//!   run on (filters, naming policy, client configs); shared by the replicator and the operator.
 //! - [`kafka`]: Kafka client configuration (TLS, SASL from Secret files) and admin helpers.
 //! - [`mm2`]: MirrorMaker 2 wire formats, naming policies, filters, offset syncs and translation.
 //!   Pure: no I/O, shared by the replicator, the operator and the CLI.
@@ -9,6 +11,7 @@
 //! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
 
 pub mod api;
+pub mod flow;
 pub mod kafka;
 pub mod mm2;
 pub mod operator;

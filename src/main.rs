@@ -94,8 +94,8 @@ fn main() -> anyhow::Result<()> {
             listen,
             replica,
         } => {
-            let (name, spec) = replicator::flow::load_file(&config)?;
-            let flow = replicator::flow::resolve(name, spec, &SecretFiles::new(secrets_dir))?;
+            let (name, spec) = mirrorflow::flow::load_file(&config)?;
+            let flow = mirrorflow::flow::resolve(name, spec, &SecretFiles::new(secrets_dir))?;
             let replica = replica.unwrap_or_else(|| {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
             });

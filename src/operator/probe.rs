@@ -18,8 +18,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use super::conditions::GroupObservation;
+use crate::flow::Flow;
 use crate::mm2::{Checkpoint, Heartbeat, ReplicationPolicy};
-use crate::replicator::Flow;
 
 pub const MAX_PROBED_GROUPS: usize = 50;
 const TIMEOUT: Duration = Duration::from_secs(5);

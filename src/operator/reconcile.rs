@@ -20,8 +20,8 @@ use super::desired::{self, BuildInputs};
 use super::probe;
 use super::{Context, Error, FIELD_MANAGER};
 use crate::api::{MirrorFlow, MirrorFlowStatus};
+use crate::flow;
 use crate::kafka::SecretFiles;
-use crate::replicator::flow;
 
 /// How often a healthy flow's status is refreshed from the clusters.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(10);

@@ -10,7 +10,6 @@
 //! an error, so a pod restarts instead of limping.
 
 pub mod checkpoint;
-pub mod flow;
 pub mod health;
 pub mod heartbeat;
 pub mod metrics;
@@ -21,7 +20,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-pub use flow::{Flow, FlowError};
+pub use crate::flow::{Flow, FlowError};
 pub use health::Readiness;
 pub use metrics::Metrics;
 

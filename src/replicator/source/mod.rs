@@ -274,7 +274,7 @@ mod tests {
         let yaml = format!(
             "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
         );
-        crate::replicator::flow::resolve(
+        crate::flow::resolve(
             "ns/my flow".into(),
             serde_yaml::from_str(&yaml).unwrap(),
             &SecretFiles::new("/none"),
