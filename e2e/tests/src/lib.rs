@@ -123,4 +123,5 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub mod kafka;
+pub mod operator;
 pub mod replicator;

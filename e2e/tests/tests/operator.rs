@@ -10,20 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::operator::{condition, install_operator};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::producer::FutureRecord;
 
 const READY_WITHIN: Duration = Duration::from_secs(180);
-
-fn condition(mf: &MirrorFlow, type_: &str) -> Option<(String, String, String)> {
-    let c = mf
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
 
 fn flow_yaml(ns: &str, name: &str, alias: &str, world: &World, topic: &str, extra: &str) -> String {
     format!(
@@ -65,31 +56,7 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
     let world = World::from_env()?;
     let client = world.kube_client().await?;
     let ns = unique("e2e-op");
-    let chart = world.repo_root.join("charts/mirrorflow");
-    let chart = chart.to_str().context("chart path")?;
-    // The operator watches only its own namespace, so it never touches other tests' flows.
-    run(
-        "helm",
-        &[
-            "install",
-            "mirrorflow",
-            chart,
-            "-n",
-            &ns,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            "image.repository=mirrorflow",
-            "--set",
-            "image.tag=dev",
-            "--set",
-            "listenHost=$(POD_IP)",
-            "--set",
-            &format!("watchNamespace={ns}"),
-        ],
-    )?;
+    install_operator(&world, &ns)?;
 
     // A flow that replicates live data becomes FailoverReady.
     let alias = unique("op");

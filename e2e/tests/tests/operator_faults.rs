@@ -7,21 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::operator::{condition, install_operator};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
-
-fn condition(mf: &MirrorFlow, type_: &str) -> Option<(String, String)> {
-    let c = mf
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone()))
-}
 
 fn commit(bootstrap: &str, group: &str, topic: &str, offset: i64) -> Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
@@ -52,30 +43,7 @@ async fn stale_groups_and_a_source_outage_show_in_the_status_with_reasons() -> R
     let world = World::from_env()?;
     let client = world.kube_client().await?;
     let ns = unique("e2e-opf");
-    let chart = world.repo_root.join("charts/mirrorflow");
-    let chart = chart.to_str().context("chart path")?;
-    run(
-        "helm",
-        &[
-            "install",
-            "mirrorflow",
-            chart,
-            "-n",
-            &ns,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            "image.repository=mirrorflow",
-            "--set",
-            "image.tag=dev",
-            "--set",
-            "listenHost=$(POD_IP)",
-            "--set",
-            &format!("watchNamespace={ns}"),
-        ],
-    )?;
+    install_operator(&world, &ns)?;
     let alias = unique("opf");
     let topic = unique("opftopic");
     let group = format!("{topic}-billing");
@@ -180,7 +148,8 @@ spec:
         &flows,
         "HeartbeatsFlowing and FailoverReady False: SourceUnreachable",
         |mf| {
-            condition(mf, "HeartbeatsFlowing") == Some(("False".into(), "SourceUnreachable".into()))
+            condition(mf, "HeartbeatsFlowing")
+                .is_some_and(|c| c.0 == "False" && c.1 == "SourceUnreachable")
                 && condition(mf, "FailoverReady")
                     .is_some_and(|c| c.0 == "False" && c.1 == "SourceUnreachable")
         },
