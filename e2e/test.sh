@@ -17,7 +17,7 @@ cargo test --workspace --exclude mirrorflow-e2e
 
 step "the local world"
 started_here=false
-if ! "$HERE/world.sh" env >/dev/null 2>&1; then
+if ! "$HERE/world.sh" running; then
   started_here=true
   trap '"$HERE/world.sh" down' EXIT
 fi

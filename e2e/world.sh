@@ -5,7 +5,7 @@
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
 #   e2e/world.sh down             stop everything and delete the world's state
-#   e2e/world.sh status           what runs
+#   e2e/world.sh status           what runs (`running` exits 0 when the whole world is alive)
 #   e2e/world.sh env              shell exports for the running world (eval "$(e2e/world.sh env)")
 #   e2e/world.sh kafka start|stop|restart source|target|third
 #   e2e/world.sh node start|stop|restart
@@ -127,6 +127,11 @@ case "${1:-}" in
   up) up "${2:-}" ;;
   down) down ;;
   status) status ;;
+  running)
+    # Exit 0 only when every component of a full world is alive (used by test.sh).
+    pid_alive "$(kafka_pidfile source)" && pid_alive "$(kafka_pidfile target)" &&
+      pid_alive "$(k8s_dir)/apiserver.pid" && pid_alive "$NODE_DIR/node.pid"
+    ;;
   env)
     [ -f "$MF_STATE/env" ] || die "the world is not up (run e2e/world.sh up)"
     cat "$MF_STATE/env"
