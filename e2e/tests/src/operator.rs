@@ -46,3 +46,40 @@ pub fn condition(mf: &MirrorFlow, type_: &str) -> Option<(String, String, String
         .find(|c| c.type_ == type_)?;
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
+
+/// Waits until `check` holds for the flow `name`; on timeout the error shows the conditions
+/// last seen.
+pub async fn wait_for_flow(
+    flows: &kube::Api<MirrorFlow>,
+    name: &str,
+    what: &str,
+    timeout: std::time::Duration,
+    check: impl Fn(&MirrorFlow) -> bool,
+) -> Result<MirrorFlow> {
+    crate::eventually(what, timeout, || async {
+        let mf = flows.get(name).await?;
+        if check(&mf) {
+            return Ok(Some(mf));
+        }
+        let seen: Vec<_> = mf
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+            .collect();
+        anyhow::bail!("now {}", seen.join(", "))
+    })
+    .await
+}
+
+/// Merge-patches the flow's spec with `spec_json` (a JSON object), as a user would.
+pub fn patch_flow_spec(ns: &str, name: &str, spec_json: &str) -> Result<()> {
+    let patch = format!(r#"{{"spec":{spec_json}}}"#);
+    run(
+        "kubectl",
+        &[
+            "patch", "mf", name, "-n", ns, "--type", "merge", "-p", &patch,
+        ],
+    )
+    .map(|_| ())
+}

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator};
+use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::producer::FutureRecord;
 
@@ -39,14 +39,9 @@ async fn wait_condition(
     status: &str,
     timeout: Duration,
 ) -> Result<MirrorFlow> {
-    eventually(&format!("{name}: {type_}={status}"), timeout, || async {
-        let mf = flows.get(name).await?;
-        let c = condition(&mf, type_);
-        if c.as_ref().map(|c| c.0.as_str()) == Some(status) {
-            Ok(Some(mf))
-        } else {
-            anyhow::bail!("now {c:?}")
-        }
+    let what = format!("{name}: {type_}={status}");
+    wait_for_flow(flows, name, &what, timeout, |mf| {
+        condition(mf, type_).is_some_and(|c| c.0 == status)
     })
     .await
 }
@@ -122,20 +117,7 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
         .into_iter()
         .filter_map(|p| p.metadata.uid)
         .collect();
-    run(
-        "kubectl",
-        &[
-            "patch",
-            "mf",
-            "flow",
-            "-n",
-            &ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"heartbeats":{"interval":"2s"}}}"#,
-        ],
-    )?;
+    patch_flow_spec(&ns, "flow", r#"{"heartbeats":{"interval":"2s"}}"#)?;
     eventually(
         "a new replicator pod after the spec change",
         Duration::from_secs(120),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator};
-use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::{World, kafka, run, run_with_input, unique};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::FutureRecord;
@@ -31,11 +31,7 @@ async fn wait_for(
     what: &str,
     check: impl Fn(&MirrorFlow) -> bool,
 ) -> Result<MirrorFlow> {
-    eventually(what, Duration::from_secs(150), || async {
-        let mf = flows.get("flow").await?;
-        Ok(check(&mf).then_some(mf))
-    })
-    .await
+    wait_for_flow(flows, "flow", what, Duration::from_secs(150), check).await
 }
 
 #[tokio::test]
@@ -84,20 +80,7 @@ spec:
 
     // Checkpoints stop (the loop is switched off) while the group keeps committing: after
     // maxCheckpointAge the group is listed first with CheckpointStale and what it would re-read.
-    run(
-        "kubectl",
-        &[
-            "patch",
-            "mf",
-            "flow",
-            "-n",
-            &ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"checkpoints":{"enabled":false}}}"#,
-        ],
-    )?;
+    patch_flow_spec(&ns, "flow", r#"{"checkpoints":{"enabled":false}}"#)?;
     wait_for(&flows, "the new generation observed", |mf| {
         mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
             && condition(mf, "CheckpointsFresh").is_some_and(|c| c.1 == "CheckpointsDisabled")
@@ -125,20 +108,7 @@ spec:
     );
 
     // Back on: the group catches up. Then the source goes away.
-    run(
-        "kubectl",
-        &[
-            "patch",
-            "mf",
-            "flow",
-            "-n",
-            &ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"checkpoints":{"enabled":true}}}"#,
-        ],
-    )?;
+    patch_flow_spec(&ns, "flow", r#"{"checkpoints":{"enabled":true}}"#)?;
     wait_for(&flows, "FailoverReady again", |mf| {
         condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
     })
