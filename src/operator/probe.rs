@@ -97,8 +97,8 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
     out.heartbeat = newest_heartbeat(&target, &hb_topic).map(|ts| (age(ts), ts));
 
     let checkpoints = read_checkpoints(&target, &policy.checkpoints_topic(flow.source_alias()));
-    if out.source_error.is_none() {
-        out.groups = group_observations(flow, &checkpoints);
+    if let Ok(md) = &source_md {
+        out.groups = group_observations(flow, &source, md, &checkpoints);
     }
     out
 }
@@ -175,11 +175,14 @@ fn read_checkpoints(target: &BaseConsumer, topic: &str) -> CheckpointIndex {
     index
 }
 
-fn group_observations(flow: &Flow, checkpoints: &CheckpointIndex) -> Vec<GroupObservation> {
+/// `source` and `md` are the probe's own client and metadata of the source cluster.
+fn group_observations(
+    flow: &Flow,
+    source: &BaseConsumer,
+    md: &rdkafka::metadata::Metadata,
+    checkpoints: &CheckpointIndex,
+) -> Vec<GroupObservation> {
     let policy = flow.policy.as_ref();
-    let Ok(source) = consumer(&flow.source_client, None) else {
-        return Vec::new();
-    };
     let Ok(list) = source.fetch_group_list(None, TIMEOUT) else {
         return Vec::new();
     };
@@ -196,9 +199,6 @@ fn group_observations(flow: &Flow, checkpoints: &CheckpointIndex) -> Vec<GroupOb
     }
     names.sort();
     names.truncate(MAX_PROBED_GROUPS);
-    let Ok(md) = source.fetch_metadata(None, TIMEOUT) else {
-        return Vec::new();
-    };
     let mut tpl = TopicPartitionList::new();
     for t in md
         .topics()
