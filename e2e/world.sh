@@ -10,6 +10,7 @@
 #   e2e/world.sh kafka start|stop|restart source|target|third
 #   e2e/world.sh node start|stop|restart
 #   e2e/world.sh k8s start|stop    the control plane alone (no Kafka, no process node)
+#   e2e/world.sh mm2 start|stop|log NAME ...  a real MirrorMaker 2 (see lib/mm2.sh)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib/common.sh
@@ -20,6 +21,8 @@ source "$HERE/lib/build.sh"
 source "$HERE/lib/kafka.sh"
 # shellcheck source=lib/k8s.sh
 source "$HERE/lib/k8s.sh"
+# shellcheck source=lib/mm2.sh
+source "$HERE/lib/mm2.sh"
 
 CARGO_TARGET="${CARGO_TARGET_DIR:-$MF_ROOT/target}"
 NODE_BIN="$CARGO_TARGET/debug/mirrorflow-process-node"
@@ -95,6 +98,7 @@ down_quiet() {
   local f
   # Sample producers and consumers the main job started.
   for f in "$MF_STATE"/demo/*.pid; do [ -e "$f" ] && stop_pidfile "$f" 10; done
+  for f in "$MF_STATE"/mm2/*/mm2.pid; do [ -e "$f" ] && stop_pidfile "$f" 30; done
   node_stop
   k8s_stop
   kafka_stop third
@@ -157,6 +161,14 @@ case "${1:-}" in
       stop) node_stop ;;
       restart) node_stop && node_start ;;
       *) die "usage: world.sh node start|stop|restart" ;;
+    esac
+    ;;
+  mm2)
+    case "${2:-}" in
+      start) shift 2 && mm2_start "$@" ;;
+      stop) mm2_stop "${3:?MirrorMaker name}" ;;
+      log) mm2_log "${3:?MirrorMaker name}" ;;
+      *) die "usage: world.sh mm2 start NAME SRC_ALIAS SRC_BOOTSTRAP TGT_ALIAS TGT_BOOTSTRAP [KEY=VALUE ...] | stop NAME | log NAME" ;;
     esac
     ;;
   *)
