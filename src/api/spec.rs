@@ -85,6 +85,13 @@ pub struct MirrorFlowSpec {
     /// How remote topics are named on the target.
     #[serde(default)]
     pub replication_policy: ReplicationPolicySpec,
+    /// `Replicate` (default): run replicator pods for this flow. `Observe`: run nothing and only
+    /// report the status of a flow another tool replicates (an existing MirrorMaker 2 or
+    /// Strimzi `KafkaMirrorMaker2` with the same aliases and naming policy): heartbeat lag,
+    /// checkpoint freshness and per-group failover readiness read from its heartbeats and
+    /// checkpoints topics on the target.
+    #[serde(default)]
+    pub mode: FlowMode,
     /// Number of replicator pods. Source partitions are split between them; each partition is
     /// copied by exactly one replica at a time.
     #[serde(default = "defaults::replicas")]
@@ -209,6 +216,14 @@ impl Default for ReplicationPolicySpec {
             separator: None,
         }
     }
+}
+
+/// Whether the operator runs the flow or only watches it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FlowMode {
+    #[default]
+    Replicate,
+    Observe,
 }
 
 /// The replication policy's kind.

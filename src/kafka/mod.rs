@@ -3,5 +3,6 @@
 
 pub mod config;
 pub mod consumer_offsets;
+pub mod positions;
 
 pub use config::{ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, client_config};

@@ -34,6 +34,8 @@ pub mod reason {
     pub const NOT_READY: &str = "NotReady";
     pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
     pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
+    /// Observe mode: another tool replicates; the operator only watches.
+    pub const OBSERVING: &str = "Observing";
 }
 
 /// At most this many groups are listed in `leastReadyGroups`.
@@ -56,6 +58,8 @@ pub struct Observation {
     pub invalid_spec: Option<String>,
     /// A referenced Secret (or key) that does not exist, with the field that references it.
     pub missing_secret: Option<String>,
+    /// `spec.mode: Observe`: no replicator pods; replication is judged by its heartbeats.
+    pub observe_only: bool,
     pub desired_replicas: i32,
     pub ready_replicas: i32,
     /// Error text when the cluster could not be reached.
@@ -177,7 +181,17 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         (None, None) => None,
     };
 
-    let ready = if obs.ready_replicas < obs.desired_replicas {
+    let ready = if obs.observe_only {
+        match &unreachable {
+            Some((r, m)) => verdict(READY, false, r, m.clone()),
+            None => verdict(
+                READY,
+                true,
+                reason::OBSERVING,
+                "mode Observe: no replicator pods; watching the heartbeats and checkpoints another replicator writes",
+            ),
+        }
+    } else if obs.ready_replicas < obs.desired_replicas {
         verdict(
             READY,
             false,
@@ -198,8 +212,35 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         )
     };
 
+    let max_hb = limits.max_heartbeat_lag.as_duration();
     let replicating = match (&unreachable, obs.replication_lag) {
         (Some((r, m)), _) => verdict(REPLICATING, false, r, m.clone()),
+        // Without our positions, fresh replicated heartbeats are the evidence that the other
+        // replicator copies records.
+        (None, None) if obs.observe_only => match obs.heartbeat_age {
+            Some(age) if age <= max_hb => verdict(
+                REPLICATING,
+                true,
+                reason::OBSERVING,
+                format!("mode Observe: replicated heartbeats are {} old", secs(age)),
+            ),
+            Some(age) => verdict(
+                REPLICATING,
+                false,
+                reason::HEARTBEAT_LAG_HIGH,
+                format!(
+                    "mode Observe: the newest replicated heartbeat is {} old (limit {}): is the replicator running?",
+                    secs(age),
+                    limits.max_heartbeat_lag
+                ),
+            ),
+            None => verdict(
+                REPLICATING,
+                false,
+                reason::NO_HEARTBEATS,
+                "mode Observe: no replicated source heartbeat on the target: is the replicator running, and does it use this flow's aliases and naming policy?",
+            ),
+        },
         (None, Some(lag)) if lag > limits.max_replication_lag => verdict(
             REPLICATING,
             false,
@@ -209,7 +250,7 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 limits.max_replication_lag
             ),
         ),
-        (None, _) if obs.ready_replicas == 0 => verdict(
+        (None, _) if obs.ready_replicas == 0 && !obs.observe_only => verdict(
             REPLICATING,
             false,
             reason::REPLICAS_NOT_READY,
@@ -226,7 +267,6 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         ),
     };
 
-    let max_hb = limits.max_heartbeat_lag.as_duration();
     let heartbeats = if !obs.heartbeats_enabled {
         verdict(
             HEARTBEATS_FLOWING,
@@ -423,6 +463,38 @@ mod tests {
 
     fn cond<'a>(s: &'a MirrorFlowStatus, t: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn observe_mode_judges_replication_by_heartbeats_without_replicas() {
+        let observed = Observation {
+            observe_only: true,
+            desired_replicas: 0,
+            ready_replicas: 0,
+            replication_lag: None,
+            ..healthy()
+        };
+        let limits = FailoverReadinessSpec::default();
+        let s = status(None, &observed, &limits, Some(1), &now());
+        assert_eq!(cond(&s, READY).reason, reason::OBSERVING);
+        assert_eq!(cond(&s, REPLICATING).reason, reason::OBSERVING);
+        assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+
+        let silent = Observation {
+            heartbeat_age: None,
+            ..observed.clone()
+        };
+        let s = status(None, &silent, &limits, Some(1), &now());
+        assert_eq!(cond(&s, REPLICATING).status, "False");
+        assert_eq!(cond(&s, REPLICATING).reason, reason::NO_HEARTBEATS);
+        assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+
+        let down = Observation {
+            source_error: Some("timed out".into()),
+            ..observed
+        };
+        let s = status(None, &down, &limits, Some(1), &now());
+        assert_eq!(cond(&s, READY).reason, reason::SOURCE_UNREACHABLE);
     }
 
     #[test]

@@ -93,6 +93,40 @@ pub struct Context {
     /// The status last written per flow (`namespace/name`).
     pub last_status:
         std::sync::Mutex<std::collections::HashMap<String, crate::api::MirrorFlowStatus>>,
+    /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn flow_key(mf: &MirrorFlow) -> String {
+        format!("{}/{}", mf.namespace().unwrap_or_default(), mf.name_any())
+    }
+
+    /// Counts one more failure of `key` and returns how many in a row.
+    fn record_failure(&self, key: String) -> u32 {
+        let Ok(mut m) = self.failures.lock() else {
+            return 1;
+        };
+        let n = m.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    pub fn record_success(&self, key: &str) {
+        if let Ok(mut m) = self.failures.lock() {
+            m.remove(key);
+        }
+    }
+}
+
+/// Retry delay after `failures` consecutive failed reconciles: 5 s, 10 s, 20 s ... capped at
+/// 5 min, so an apiserver hiccup is retried fast and a persistent error costs one attempt
+/// every few minutes.
+pub fn retry_delay(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(5);
+    const CAP: Duration = Duration::from_secs(300);
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST.saturating_mul(1 << doublings).min(CAP)
 }
 
 pub struct Options {
@@ -111,8 +145,11 @@ fn error_policy(mf: Arc<MirrorFlow>, error: &Error, ctx: Arc<Context>) -> Action
         .reconcile_errors
         .with_label_values(&[error.metric_label()])
         .inc();
-    tracing::warn!(flow = %mf.name_any(), namespace = ?mf.namespace(), error = %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(15))
+    let failures = ctx.record_failure(Context::flow_key(&mf));
+    let delay = retry_delay(failures);
+    tracing::warn!(flow = %mf.name_any(), namespace = ?mf.namespace(), error = %error,
+        failures, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -154,6 +191,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics,
         replicator_image: opts.replicator_image,
         last_status: Default::default(),
+        failures: Default::default(),
     });
     let (flows, stses, cms) = match &opts.watch_namespace {
         Some(ns) => (
@@ -208,5 +246,18 @@ async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {
             }
         }
         Err(e) => tracing::error!(error = %e, %listen, "cannot bind the health server"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_to_a_cap() {
+        let delays: Vec<u64> = (1..=9).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(retry_delay(0).as_secs(), 5);
+        assert_eq!(retry_delay(u32::MAX).as_secs(), 300);
     }
 }

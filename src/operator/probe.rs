@@ -19,6 +19,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use super::conditions::GroupObservation;
 use crate::flow::Flow;
+use crate::kafka::positions::{self, PositionReader};
 use crate::mm2::{Checkpoint, Heartbeat, ReplicationPolicy};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
@@ -32,6 +33,9 @@ pub struct ClusterObservation {
     /// Age and emission time (ms since the epoch) of the newest replicated source heartbeat.
     pub heartbeat: Option<(Duration, i64)>,
     pub topics: Option<i32>,
+    /// Source records not yet on the target (end offsets minus the replicator's stored
+    /// positions); `None` when the positions topic is absent (source loop off, or MM2).
+    pub replication_lag: Option<i64>,
     pub groups: Vec<GroupObservation>,
 }
 
@@ -88,9 +92,21 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         }
         Err(e) => out.source_error = Some(e.to_string()),
     }
-    if let Err(e) = target.fetch_metadata(None, TIMEOUT) {
-        out.target_error = Some(e.to_string());
-        return out;
+    let target_md = match target.fetch_metadata(None, TIMEOUT) {
+        Ok(md) => md,
+        Err(e) => {
+            out.target_error = Some(e.to_string());
+            return out;
+        }
+    };
+    let positions_topic = positions::positions_topic(flow.source_alias());
+    if let Ok(md) = &source_md
+        && target_md
+            .topics()
+            .iter()
+            .any(|t| t.name() == positions_topic)
+    {
+        out.replication_lag = replication_lag(flow, &source, md, positions_topic);
     }
 
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
@@ -101,6 +117,64 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         out.groups = group_observations(flow, &source, md, &checkpoints);
     }
     out
+}
+
+/// Sum over the mirrored source partitions of the records after the stored position. A
+/// partition without a position counts whole (from its log start), since nothing of it is
+/// known to be copied; a position behind the log start (retention) counts from the log start.
+fn replication_lag(
+    flow: &Flow,
+    source: &BaseConsumer,
+    md: &rdkafka::metadata::Metadata,
+    positions_topic: String,
+) -> Option<i64> {
+    let policy = flow.policy.as_ref();
+    let mut ends = TopicPartitionList::new();
+    let mut starts = TopicPartitionList::new();
+    for t in md
+        .topics()
+        .iter()
+        .filter(|t| replicates(flow, policy, t.name()))
+    {
+        for p in t.partitions() {
+            ends.add_partition_offset(t.name(), p.id(), Offset::End)
+                .ok()?;
+            starts
+                .add_partition_offset(t.name(), p.id(), Offset::Beginning)
+                .ok()?;
+        }
+    }
+    if ends.count() == 0 {
+        return Some(0);
+    }
+    // One ListOffsets request per broker for all partitions, instead of one per partition.
+    let ends = source.offsets_for_times(ends, TIMEOUT).ok()?;
+    let starts = source.offsets_for_times(starts, TIMEOUT).ok()?;
+    let mut reader = PositionReader::new(
+        &flow.target_client,
+        positions_topic,
+        "mirrorflow-operator-probe",
+    )
+    .ok()?;
+    reader.read_to_end(2 * TIMEOUT).ok()?;
+    let mut lag = 0i64;
+    for end in ends.elements() {
+        let Offset::Offset(end_offset) = end.offset() else {
+            return None;
+        };
+        let start = match starts
+            .find_partition(end.topic(), end.partition())
+            .map(|s| s.offset())
+        {
+            Some(Offset::Offset(o)) => o,
+            _ => return None,
+        };
+        let copied = reader
+            .get(end.topic(), end.partition())
+            .map_or(start, |p| p.next.max(start));
+        lag += (end_offset - copied).max(0);
+    }
+    Some(lag)
 }
 
 /// MM2's rule for which source topics a flow copies.

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
@@ -19,7 +19,7 @@ use super::conditions::{self, Observation};
 use super::desired::{self, BuildInputs};
 use super::probe;
 use super::{Context, Error, FIELD_MANAGER};
-use crate::api::{MirrorFlow, MirrorFlowStatus};
+use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
 use crate::flow;
 use crate::kafka::SecretFiles;
 
@@ -35,8 +35,10 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     }
     let ns = mf.namespace().ok_or(Error::NotNamespaced)?;
     let name = mf.name_any();
+    let observe_only = mf.spec.mode == FlowMode::Observe;
     let mut obs = Observation {
-        desired_replicas: mf.spec.replicas,
+        observe_only,
+        desired_replicas: if observe_only { 0 } else { mf.spec.replicas },
         heartbeats_enabled: mf.spec.heartbeats.enabled,
         checkpoints_enabled: mf.spec.checkpoints.enabled,
         ..Observation::default()
@@ -66,7 +68,9 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         }
     }
 
-    if let (Some(_), Ok((_, versions))) = (&resolved, &secrets) {
+    if observe_only {
+        remove_workload(&ctx, &ns, &mf).await?;
+    } else if let (Some(_), Ok((_, versions))) = (&resolved, &secrets) {
         let inputs = BuildInputs {
             image: ctx.replicator_image.clone(),
             secret_versions: versions.clone(),
@@ -118,6 +122,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
                         .map(Time)
                 });
                 obs.topics = c.topics;
+                obs.replication_lag = c.replication_lag;
                 obs.groups = c.groups;
             }
             Ok(Err(e)) => obs.source_error = Some(format!("the probe failed: {e}")),
@@ -134,6 +139,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         &now,
     );
     publish(&ctx, &mf, &ns, new_status).await?;
+    ctx.record_success(&super::Context::flow_key(&mf));
     // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit
     // triggers a reconcile at once anyway).
     let next = if obs.invalid_spec.is_some() || obs.missing_secret.is_some() {
@@ -142,6 +148,40 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         STATUS_INTERVAL
     };
     Ok(Action::requeue(next))
+}
+
+/// A flow switched to `mode: Observe` keeps no replicator: its children go (only objects this
+/// flow owns are deleted).
+async fn remove_workload(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<(), Error> {
+    let uid = mf.meta().uid.clone().unwrap_or_default();
+    let c = &ctx.client;
+    delete_owned::<StatefulSet>(c, ns, &mf.name_any(), &uid).await?;
+    delete_owned::<PodDisruptionBudget>(c, ns, &mf.name_any(), &uid).await?;
+    delete_owned::<Service>(c, ns, &desired::service_name(mf), &uid).await?;
+    delete_owned::<ConfigMap>(c, ns, &desired::config_map_name(mf), &uid).await?;
+    Ok(())
+}
+
+async fn delete_owned<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    owner_uid: &str,
+) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    if let Some(o) = api.get_opt(name).await?
+        && o.owner_references().iter().any(|r| r.uid == owner_uid)
+    {
+        api.delete(name, &DeleteParams::background()).await?;
+    }
+    Ok(())
 }
 
 /// Values of the Secret keys the flow references and every Secret's resourceVersion; or a

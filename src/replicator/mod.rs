@@ -41,6 +41,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let spec = &ctx.flow.spec;
+    if spec.mode == crate::api::FlowMode::Observe {
+        anyhow::bail!(
+            "spec.mode is Observe: another tool replicates this flow and the operator only watches it; set spec.mode to Replicate to run it here"
+        );
+    }
     tracing::info!(flow = %ctx.flow.name, source = %ctx.flow.source_alias(), target = %ctx.flow.target_alias(),
         replica = %ctx.replica, "replicator starting");
     let mut tasks = tokio::task::JoinSet::new();

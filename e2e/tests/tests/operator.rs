@@ -94,6 +94,25 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
     })
     .await?;
     assert_eq!(copied, 50);
+    // Replication lag is measured from the source's end offsets and the stored positions; once
+    // the 50 records are copied only heartbeats in flight can be behind.
+    let caught_up = wait_for_flow(
+        &flows,
+        "flow",
+        "replicationLag at most a few heartbeats",
+        Duration::from_secs(60),
+        |mf| {
+            mf.status
+                .as_ref()
+                .and_then(|s| s.replication_lag)
+                .is_some_and(|lag| lag <= 5)
+        },
+    )
+    .await?;
+    println!(
+        "replicationLag {:?}",
+        caught_up.status.and_then(|s| s.replication_lag)
+    );
     // `kubectl wait` works on the condition, as users will script it.
     run(
         "kubectl",

@@ -27,10 +27,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::positions::{self, PositionReader};
 use super::progress::{Frontier, Progress};
 use super::reach::{Backoff, ClusterHealth};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
+use crate::kafka::positions::{self, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
 

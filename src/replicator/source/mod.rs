@@ -7,7 +7,7 @@
 //! | listing, creating, growing, config sync (I/O) | [`discovery`] |
 //! | consume -> produce hot path, rebalances, faults | [`copy`] |
 //! | what may be committed per partition (pure) | [`progress`] |
-//! | positions topic format and reader | [`positions`] |
+//! | positions topic format and reader | [`crate::kafka::positions`] |
 //! | client settings | [`clients`] |
 //!
 //! # Work split between replicas: a consumer group on the source
@@ -40,7 +40,6 @@
 pub mod clients;
 pub mod copy;
 pub mod discovery;
-pub mod positions;
 pub mod progress;
 pub mod reach;
 pub mod topics;
@@ -56,10 +55,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::copy::{AckContext, Copier, CopierParts, SourceContext};
 use self::discovery::{Admin, AdminError, Discovery};
-use self::positions::PositionReader;
 use self::reach::{Backoff, ClusterHealth};
 use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
+use crate::kafka::positions::{self, PositionReader};
 
 /// Header on every offset sync this loop writes, telling the checkpoint side the sync comes
 /// from a dense writer ([`crate::mm2::SyncOrigin::Dense`]): one sync on every delta change,

@@ -17,13 +17,7 @@ use std::time::Duration;
 
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
 
-/// A point in the partition: everything before source offset `next` is on the target, and the
-/// record at `next - 1` landed at target offset `downstream` (-1 when unknown).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frontier {
-    pub next: i64,
-    pub downstream: i64,
-}
+pub use crate::kafka::positions::Frontier;
 
 #[derive(Debug)]
 pub struct Progress {

@@ -1,4 +1,5 @@
-//! Source positions, stored on the TARGET cluster in a compacted topic.
+//! Source positions, stored on the TARGET cluster in a compacted topic: written by the
+//! replicator's source loop, read by it on start and by the operator's probe (replication lag).
 //!
 //! Topic: [`positions_topic`] = `mirrorflow-positions.<source alias>.internal`, 1 partition,
 //! `cleanup.policy=compact`. Its name ends with `.internal`, so no flow ever replicates it.
@@ -21,9 +22,15 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::progress::Frontier;
-
 pub const POSITIONS_VERSION: u8 = 0;
+
+/// How far a source partition is copied: every record before `next` is on the target, the
+/// one at `next - 1` at target offset `downstream` (-1 when unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frontier {
+    pub next: i64,
+    pub downstream: i64,
+}
 
 /// The positions topic of a flow from `source_alias`, on the target.
 pub fn positions_topic(source_alias: &str) -> String {
