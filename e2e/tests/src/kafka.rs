@@ -91,3 +91,19 @@ pub fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Ve
     }
     Ok(out)
 }
+
+/// Commits offsets into `group` without joining it (what `kafka-consumer-groups
+/// --reset-offsets` does); refused while the group has members.
+pub fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for &(p, o) in offsets {
+        tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
+    }
+    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync)?;
+    Ok(())
+}
