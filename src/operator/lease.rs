@@ -84,6 +84,35 @@ impl LeaseLock {
         }
     }
 
+    /// Gives the lease up (on a graceful stop) so a standby takes over at its next try instead
+    /// of waiting for the lease to expire. Only a lease we still hold is touched.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let Some(lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.holder.as_str()) {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": lease.metadata.resource_version},
+            "spec": {"holderIdentity": null, "renewTime": null},
+        });
+        match self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = %self.name, "released the leader lease");
+                Ok(())
+            }
+            // Someone else took it meanwhile: nothing left to give up.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     fn spec(&self, now: Timestamp, taking: bool) -> serde_json::Value {
         let mut spec = json!({
             "holderIdentity": self.holder,

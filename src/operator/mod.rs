@@ -159,27 +159,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     // rollout must be able to start a new pod while the old one still holds the Lease.
     tokio::spawn(serve(opts.listen, metrics.clone()));
 
-    if let Some((ns, holder)) = &opts.leader_election {
-        let lock = lease::LeaseLock::new(client.clone(), ns, "mirrorflow-operator", holder);
-        lock.acquire().await?;
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(lease::RENEW_EVERY).await;
-                match lock.try_acquire_or_renew().await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::error!(
-                            "lost the leader lease; exiting so another replica takes over"
-                        );
-                        std::process::exit(1);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "renewing the leader lease failed; retrying")
-                    }
-                }
-            }
-        });
-    }
+    let lease = match &opts.leader_election {
+        Some((ns, holder)) => {
+            let lock = Arc::new(lease::LeaseLock::new(
+                client.clone(),
+                ns,
+                "mirrorflow-operator",
+                holder,
+            ));
+            lock.acquire().await?;
+            let renewing = tokio::spawn(keep_lease(lock.clone()));
+            Some((lock, renewing))
+        }
+        None => None,
+    };
 
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
@@ -220,7 +213,29 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         })
         .await;
     tracing::info!("operator stopped");
+    if let Some((lock, renewing)) = lease {
+        // Stop renewing first, or the next renewal would take the released lease back.
+        renewing.abort();
+        if let Err(e) = lock.release().await {
+            tracing::warn!(error = %e, "could not release the leader lease; it expires by itself");
+        }
+    }
     Ok(())
+}
+
+/// Renews the lease; a holder that lost it exits at once, so two operators never write at once.
+async fn keep_lease(lock: Arc<lease::LeaseLock>) {
+    loop {
+        tokio::time::sleep(lease::RENEW_EVERY).await;
+        match lock.try_acquire_or_renew().await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::error!("lost the leader lease; exiting so another replica takes over");
+                std::process::exit(1);
+            }
+            Err(e) => tracing::warn!(error = %e, "renewing the leader lease failed; retrying"),
+        }
+    }
 }
 
 async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {

@@ -8,32 +8,37 @@ use crate::{World, run};
 /// Installs the chart as release `mirrorflow` into `ns` (created), running the locally built
 /// binary; the operator watches only `ns`, so it never touches other tests' flows.
 pub fn install_operator(world: &World, ns: &str) -> Result<()> {
+    install_operator_with(world, ns, &[])
+}
+
+/// [`install_operator`] with more `--set key=value` chart values.
+pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result<()> {
     let chart = world.repo_root.join("charts/mirrorflow");
     let chart = chart.to_str().context("chart path")?;
     let watch = format!("watchNamespace={ns}");
-    run(
-        "helm",
-        &[
-            "install",
-            "mirrorflow",
-            chart,
-            "-n",
-            ns,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            "image.repository=mirrorflow",
-            "--set",
-            "image.tag=dev",
-            "--set",
-            "listenHost=$(POD_IP)",
-            "--set",
-            &watch,
-        ],
-    )
-    .map(|_| ())
+    let mut args = vec![
+        "install",
+        "mirrorflow",
+        chart,
+        "-n",
+        ns,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "180s",
+        "--set",
+        "image.repository=mirrorflow",
+        "--set",
+        "image.tag=dev",
+        "--set",
+        "listenHost=$(POD_IP)",
+        "--set",
+        &watch,
+    ];
+    for v in values {
+        args.extend(["--set", v]);
+    }
+    run("helm", &args).map(|_| ())
 }
 
 /// (status, reason, message) of the flow's condition `type_`.

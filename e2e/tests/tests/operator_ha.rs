@@ -1,0 +1,163 @@
+//! Two operator replicas (the chart's `replicaCount: 2`): only the Lease holder reconciles; when
+//! its pod is deleted it gives the Lease up and the standby takes over and keeps reconciling.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::operator::{install_operator_with, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::replicator::http_get;
+use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
+
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = run("helm", &["uninstall", "mirrorflow", "-n", &self.0]);
+        let _ = run("kubectl", &["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+async fn holder(leases: &Api<Lease>) -> Result<Option<String>> {
+    Ok(leases
+        .get_opt("mirrorflow-operator")
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity))
+}
+
+/// `mirrorflow_operator_reconciles_total` of one operator pod, from its /metrics.
+fn reconciles(pod: &Pod) -> Result<f64> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("pod IP")?;
+    let text = http_get(&format!("{ip}:8080"), "/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("mirrorflow_operator_reconciles_total "))
+        .context("reconciles_total in /metrics")?
+        .trim()
+        .parse()
+        .context("reconciles_total value")
+}
+
+fn observed(mf: &MirrorFlow) -> bool {
+    mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
+}
+
+#[tokio::test]
+async fn a_standby_operator_takes_over_when_the_leader_goes() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-ha");
+    let _cleanup = Cleanup(ns.clone());
+    install_operator_with(&world, &ns, &["replicaCount=2"])?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let selector = "app.kubernetes.io/component=operator";
+    let leader = eventually("a Lease holder", Duration::from_secs(60), || async {
+        holder(&leases).await
+    })
+    .await?;
+    let operators = pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items;
+    assert_eq!(operators.len(), 2, "two operator pods");
+    let names: Vec<String> = operators
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        names.contains(&leader),
+        "the holder {leader} is one of {names:?}"
+    );
+
+    // An observe-only flow: reconciled and probed, nothing deployed.
+    let flow = format!(
+        r#"apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: watched, namespace: {ns}}}
+spec:
+  mode: Observe
+  source: {{alias: ha-src, bootstrapServers: "{s}"}}
+  target: {{alias: ha-tgt, bootstrapServers: "{t}"}}
+  topics: ["{ns}-none"]
+"#,
+        s = world.source_bootstrap,
+        t = world.target_bootstrap,
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    wait_for_flow(
+        &flows,
+        "watched",
+        "status for generation 1",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+
+    // Only the holder reconciles.
+    let operators = pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items;
+    for p in &operators {
+        let n = reconciles(p)?;
+        let name = p.metadata.name.clone().unwrap_or_default();
+        if name == leader {
+            assert!(n >= 1.0, "the leader {name} reconciled ({n})");
+        } else {
+            assert_eq!(n, 0.0, "the standby {name} must not reconcile");
+        }
+    }
+
+    // The leader's pod goes (graceful deletion, as in a node drain): the standby takes over.
+    let gone = Instant::now();
+    run(
+        "kubectl",
+        &["delete", "pod", &leader, "-n", &ns, "--wait=false"],
+    )?;
+    let next = eventually("another Lease holder", Duration::from_secs(60), || async {
+        Ok(holder(&leases).await?.filter(|h| *h != leader))
+    })
+    .await?;
+    let handover = gone.elapsed();
+    println!("Lease handed from {leader} to {next} in {handover:?}");
+    // The standby, or the replacement pod the ReplicaSet started meanwhile: both race for the
+    // released Lease, and either may win.
+    let kind = if names.contains(&next) {
+        "the standby"
+    } else {
+        "the replacement pod"
+    };
+    println!("{kind} took over");
+
+    // The new leader reconciles: a spec change gets a status for the new generation.
+    patch_flow_spec(
+        &ns,
+        "watched",
+        r#"{"failoverReadiness":{"maxHeartbeatLag":"20s"}}"#,
+    )?;
+    let changed = Instant::now();
+    wait_for_flow(
+        &flows,
+        "watched",
+        "status for generation 2",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+    println!(
+        "the new leader reconciled the change in {:?}",
+        changed.elapsed()
+    );
+    Ok(())
+}
