@@ -123,5 +123,6 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub mod kafka;
+pub mod mm2;
 pub mod operator;
 pub mod replicator;
