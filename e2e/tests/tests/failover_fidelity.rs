@@ -1,0 +1,862 @@
+//! Failover fidelity, ours against the real MirrorMaker 2, on the same data at the same moment.
+//!
+//! One source cluster, one target cluster of this test's own (it stops its source broker, so it
+//! never uses the shared world's clusters; `e2e/world.sh` with its own `MF_STATE` and ports).
+//! Our replicator (aliases a -> b) and a MirrorMaker 2 in dedicated mode (aliases m -> n)
+//! replicate the same source topics: a plain one, one written by a transactional producer with
+//! aborted transactions, and a compacted one compacted before replication starts. Consumer
+//! groups read random amounts and commit while both replicate; then the source broker stops.
+//! Each replicator's checkpoints are failed over (`mirrorflow failover --all-groups --apply`,
+//! on ours and on MirrorMaker's checkpoints; RemoteClusterUtils when the build has no
+//! `failover`) and each group restarts on the target on each replicator's copy. Per group it
+//! counts records skipped (expected next on the source, never delivered on the target),
+//! re-read (consumed on the source before the failover, delivered again) and aborted records
+//! delivered, and prints both tables. Ours must skip nothing.
+//!
+//! `FIDELITY_SEED` repeats a run's random choices (the seed is printed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use mirrorflow_e2e::mm2::{self, MirrorMaker, Positions};
+use mirrorflow_e2e::replicator::{Replicator, binary, http_get};
+use mirrorflow_e2e::{eventually, kafka, unique};
+use rdkafka::admin::{AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A Kafka pair of this test's own; `e2e/world.sh down` on drop, also after a failure.
+struct PrivateWorld {
+    repo_root: PathBuf,
+    env: Vec<(String, String)>,
+    source: String,
+    target: String,
+}
+
+impl PrivateWorld {
+    fn start(repo_root: &Path) -> Result<PrivateWorld> {
+        let state = std::env::temp_dir().join(unique("mirrorflow-fidelity"));
+        let port = [19292_u16, 19392, 19492, 19592]
+            .into_iter()
+            .find(|p| {
+                [*p, p + 1, p + 10_000, p + 10_001]
+                    .iter()
+                    .all(|q| std::net::TcpListener::bind(("127.0.0.1", *q)).is_ok())
+            })
+            .context("no free port pair for the test's own Kafka clusters")?;
+        let world = PrivateWorld {
+            repo_root: repo_root.to_path_buf(),
+            env: vec![
+                ("MF_STATE".into(), state.display().to_string()),
+                ("KAFKA_SOURCE_PORT".into(), port.to_string()),
+                ("KAFKA_TARGET_PORT".into(), (port + 10_000).to_string()),
+            ],
+            source: format!("127.0.0.1:{port}"),
+            target: format!("127.0.0.1:{}", port + 10_000),
+        };
+        // Both brokers at once: each start is mostly JVM and KRaft start-up time.
+        let children = ["source", "target"]
+            .iter()
+            .map(|c| world.command(&["kafka", "start", c]).output())
+            .collect::<Vec<_>>();
+        for (c, out) in ["source", "target"].iter().zip(children) {
+            let out = out.with_context(|| format!("starting kafka {c}"))?;
+            ensure!(
+                out.status.success(),
+                "starting kafka {c}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(world)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(self.repo_root.join("e2e/world.sh"));
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd
+    }
+
+    fn world_sh(&self, args: &[&str]) -> Result<()> {
+        let out = self.command(args).output()?;
+        ensure!(
+            out.status.success(),
+            "world.sh {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for PrivateWorld {
+    fn drop(&mut self) {
+        if let Err(e) = self.world_sh(&["down"]) {
+            eprintln!("tearing down the test's own Kafka clusters: {e:#}");
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so a printed seed repeats a run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// Every record produced, by value: (topic, partition, source offset, visible). Values are
+/// unique, so a record read anywhere names its source position.
+#[derive(Default)]
+struct Ledger {
+    records: HashMap<String, (String, i32, i64, bool)>,
+}
+
+impl Ledger {
+    async fn send(
+        &mut self,
+        producer: &FutureProducer,
+        topic: &str,
+        partition: i32,
+        key: &str,
+        value: String,
+    ) -> Result<()> {
+        let delivery = producer
+            .send(
+                FutureRecord::to(topic)
+                    .partition(partition)
+                    .key(key)
+                    .payload(&value),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        self.records.insert(
+            value,
+            (topic.to_string(), delivery.partition, delivery.offset, true),
+        );
+        Ok(())
+    }
+
+    fn abort(&mut self, values: &[String]) {
+        for v in values {
+            if let Some(r) = self.records.get_mut(v) {
+                r.3 = false;
+            }
+        }
+    }
+}
+
+fn reader(bootstrap: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirrorflow-e2e-fidelity-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()?)
+}
+
+/// Values a `read_committed` consumer reads in one partition from `from` to the end.
+fn read_from(bootstrap: &str, topic: &str, partition: i32, from: Offset) -> Result<Vec<String>> {
+    let c = reader(bootstrap)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, from)?;
+    c.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        ensure!(
+            Instant::now() < deadline,
+            "reading {topic}-{partition} timed out after {} records",
+            out.len()
+        );
+        match c.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+}
+
+/// The group's committed offset on each partition (`None`: no commit).
+fn committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<Option<i64>>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let list = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    (0..partitions)
+        .map(|p| {
+            let e = list
+                .find_partition(topic, p)
+                .context("partition missing in committed offsets")?;
+            Ok(match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// An application consumer of `group`: resumes at its commits (earliest without one), reads
+/// up to `quota[p]` records of each partition and commits after the last one read there.
+fn consume(bootstrap: &str, group: &str, topic: &str, quota: &[usize]) -> Result<()> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..quota.len() {
+        tpl.add_partition_offset(topic, i32::try_from(p)?, Offset::Stored)?;
+    }
+    c.assign(&tpl)?;
+    let mut read = vec![0_usize; quota.len()];
+    let mut last: Vec<Option<i64>> = vec![None; quota.len()];
+    let mut done: HashSet<usize> = (0..quota.len()).filter(|p| quota[*p] == 0).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while done.len() < quota.len() && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(300)) {
+            Some(Ok(m)) => {
+                let p = usize::try_from(m.partition())?;
+                if done.contains(&p) {
+                    continue;
+                }
+                read[p] += 1;
+                last[p] = Some(m.offset());
+                if read[p] >= quota[p] {
+                    done.insert(p);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                done.insert(usize::try_from(p)?);
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+    let mut commit = TopicPartitionList::new();
+    for (p, o) in last.iter().enumerate() {
+        if let Some(o) = o {
+            commit.add_partition_offset(topic, i32::try_from(p)?, Offset::Offset(o + 1))?;
+        }
+    }
+    if commit.count() > 0 {
+        c.commit(&commit, CommitMode::Sync)?;
+    }
+    Ok(())
+}
+
+async fn create_compacted(bootstrap: &str, topic: &str) -> Result<()> {
+    let new = [
+        ("cleanup.policy", "compact"),
+        ("segment.ms", "100"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("min.compaction.lag.ms", "0"),
+        ("delete.retention.ms", "100"),
+    ]
+    .iter()
+    .fold(
+        NewTopic::new(topic, 1, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
+    for r in kafka::admin(bootstrap)?
+        .create_topics(&[new], &AdminOptions::new())
+        .await?
+    {
+        if let Err((name, code)) = r {
+            bail!("creating {name}: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// The test's topics on the source: name and partition count.
+struct Topics {
+    plain: String,
+    tx: String,
+    compact: String,
+}
+
+impl Topics {
+    fn all(&self) -> [(&str, i32); 3] {
+        [(&self.plain, 3), (&self.tx, 2), (&self.compact, 1)]
+    }
+}
+
+/// A consumer group by role, and the topic it reads.
+struct Group {
+    role: &'static str,
+    id: String,
+    topic: String,
+    partitions: i32,
+}
+
+/// One replicator's side of the comparison.
+struct Side {
+    label: &'static str,
+    source_alias: String,
+    target_alias: String,
+    flow_file: PathBuf,
+}
+
+impl Side {
+    fn remote(&self, topic: &str) -> String {
+        format!("{}.{topic}", self.source_alias)
+    }
+}
+
+/// A group's committed offset on one source partition and the values visible there.
+type SourceState = (Option<i64>, Vec<String>);
+
+/// skipped, re-read, aborted records delivered.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Fidelity {
+    skipped: usize,
+    reread: usize,
+    aborted: usize,
+    no_commit: usize,
+}
+
+fn write_flow(dir: &Path, name: &str, yaml: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(name);
+    std::fs::write(&path, yaml)?;
+    Ok(path)
+}
+
+fn run_cli(repo_root: &Path, args: &[&str]) -> Result<(i32, String)> {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(binary(repo_root))
+        .args(args)
+        .output()
+        .context("running mirrorflow")?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+/// Commits `positions` into `group` on the target (what a failover with RemoteClusterUtils
+/// does).
+fn commit_positions(bootstrap: &str, group: &str, positions: &Positions) -> Result<()> {
+    if positions.is_empty() {
+        return Ok(());
+    }
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for ((t, p), (o, _)) in positions {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
+    }
+    consumer.commit(&tpl, CommitMode::Sync)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_fidelity_ours_and_mirrormaker() -> Result<()> {
+    let repo_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let started = Instant::now();
+    let world = PrivateWorld::start(&repo_root)?;
+    println!(
+        "own clusters: source {} target {} ({:?})",
+        world.source,
+        world.target,
+        started.elapsed()
+    );
+    scenario(&world, &repo_root).await
+    // `world` drops here or on any error above: its brokers stop and its state is deleted.
+}
+
+async fn scenario(world: &PrivateWorld, repo_root: &Path) -> Result<()> {
+    let (source, target) = (world.source.clone(), world.target.clone());
+    let seed = std::env::var("FIDELITY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    println!("FIDELITY_SEED={seed}");
+    let mut rng = Rng(seed);
+    let p = unique("ff");
+    let topics = Topics {
+        plain: format!("{p}-plain"),
+        tx: format!("{p}-tx"),
+        compact: format!("{p}-compact"),
+    };
+    let groups: Vec<Group> = [
+        ("plain-a", &topics.plain, 3),
+        ("plain-b", &topics.plain, 3),
+        ("tx", &topics.tx, 2),
+        ("compact", &topics.compact, 1),
+        ("compact-early", &topics.compact, 1),
+    ]
+    .into_iter()
+    .map(|(role, topic, partitions)| Group {
+        role,
+        id: format!("{p}-g-{role}"),
+        topic: topic.clone(),
+        partitions,
+    })
+    .collect();
+
+    // The cleaner looks for work every 15 s by default; a dynamic broker setting makes the
+    // compaction before replication quick.
+    kafka::admin(&source)?
+        .alter_configs(
+            &[AlterConfig::new(ResourceSpecifier::Broker(1)).set("log.cleaner.backoff.ms", "500")],
+            &AdminOptions::new(),
+        )
+        .await?;
+    kafka::create_topic(&source, &topics.plain, 3).await?;
+    kafka::create_topic(&source, &topics.tx, 2).await?;
+    create_compacted(&source, &topics.compact).await?;
+
+    let mut ledger = Ledger::default();
+    let producer = kafka::producer(&source, Duration::from_secs(30))?;
+    // Compacted history before replication: rounds of the same ten keys, one segment each.
+    let mut seq = 0_usize;
+    for round in 0..4 {
+        for k in 0..10 {
+            seq += 1;
+            ledger
+                .send(
+                    &producer,
+                    &topics.compact,
+                    0,
+                    &format!("k{k}"),
+                    format!("c-{round}-k{k}-{seq}"),
+                )
+                .await?;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    ledger
+        .send(&producer, &topics.compact, 0, "roll", "c-roll".into())
+        .await?;
+    // A group that committed 0 before compaction removed the first records.
+    let early = groups
+        .iter()
+        .find(|g| g.role == "compact-early")
+        .context("no early group")?;
+    commit_at(&source, &early.id, &topics.compact, 0, 0)?;
+    let compacted = eventually(
+        "compaction of the source topic",
+        Duration::from_secs(60),
+        || async {
+            let n = read_from(&source, &topics.compact, 0, Offset::Beginning)?.len();
+            Ok((n <= 12).then_some(n))
+        },
+    )
+    .await;
+    match &compacted {
+        Ok(n) => println!("compacted topic: {n} records left of 41 before replication"),
+        Err(e) => println!("compacted topic not compacted before replication: {e:#}"),
+    }
+
+    // Both replicators on the same source topics and groups.
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&p);
+    let ours = Side {
+        label: "mirrorflow",
+        source_alias: unique("fa"),
+        target_alias: unique("fb"),
+        flow_file: PathBuf::new(),
+    };
+    let mm = Side {
+        label: "MirrorMaker 2",
+        source_alias: unique("fm"),
+        target_alias: unique("fn"),
+        flow_file: PathBuf::new(),
+    };
+    let flow = |s: &Side, extra: &str| {
+        format!(
+            "source: {{alias: {}, bootstrapServers: '{source}'}}\n\
+             target: {{alias: {}, bootstrapServers: '{target}'}}\n\
+             topics: ['{p}-.*']\n\
+             groups: ['{p}-g-.*']\n{extra}",
+            s.source_alias, s.target_alias
+        )
+    };
+    let ours_yaml = flow(
+        &ours,
+        "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, replicationFactor: 1}\n\
+         checkpoints: {groupsRefreshInterval: 1s}\n",
+    );
+    let ours = Side {
+        flow_file: write_flow(&dir, "ours.yaml", &ours_yaml)?,
+        ..ours
+    };
+    let mm = Side {
+        flow_file: write_flow(&dir, "mm2.yaml", &flow(&mm, ""))?,
+        ..mm
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut replicator = Replicator::start(repo_root, &format!("{p}-ours"), &ours_yaml, port)?;
+    let mm_start = {
+        let (repo_root, env) = (repo_root.to_path_buf(), world.env.clone());
+        let (m, n, src, tgt, p) = (
+            mm.source_alias.clone(),
+            mm.target_alias.clone(),
+            source.clone(),
+            target.clone(),
+            p.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            MirrorMaker::start(
+                &repo_root,
+                &env,
+                &format!("{p}-mm2"),
+                (&m, &src),
+                (&n, &tgt),
+                &[
+                    format!("topics={p}-.*"),
+                    format!("groups={p}-g-.*"),
+                    // MirrorMaker's default; named here because the comparison depends on it.
+                    "offset.lag.max=100".into(),
+                ],
+            )
+        })
+    };
+    let addr = replicator.metrics_addr.clone();
+    eventually("our replicator ready", Duration::from_secs(60), || {
+        let addr = addr.clone();
+        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
+    })
+    .await
+    .with_context(|| replicator.log_text())?;
+    let mut mirror_maker = mm_start.await??;
+
+    // Traffic while both replicate: plain records, transactions (some aborted), keyed updates
+    // of the compacted topic; after each burst every group reads a random amount and commits.
+    let tx_producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set("transactional.id", unique("ff-txid"))
+        .set("acks", "all")
+        .create()?;
+    tx_producer.init_transactions(Duration::from_secs(30))?;
+    for round in 0..4 {
+        for part in 0..3 {
+            for _ in 0..rng.range(20, 60) {
+                seq += 1;
+                ledger
+                    .send(
+                        &producer,
+                        &topics.plain,
+                        part,
+                        &format!("k{seq}"),
+                        format!("p-{round}-{seq}"),
+                    )
+                    .await?;
+            }
+        }
+        for _ in 0..rng.range(2, 4) {
+            tx_producer.begin_transaction()?;
+            let mut values = Vec::new();
+            for _ in 0..rng.range(3, 12) {
+                for part in 0..2 {
+                    seq += 1;
+                    let v = format!("t-{round}-{seq}");
+                    ledger
+                        .send(
+                            &tx_producer,
+                            &topics.tx,
+                            part,
+                            &format!("k{seq}"),
+                            v.clone(),
+                        )
+                        .await?;
+                    values.push(v);
+                }
+            }
+            if rng.range(0, 3) == 0 {
+                tx_producer.abort_transaction(Duration::from_secs(30))?;
+                ledger.abort(&values);
+            } else {
+                tx_producer.commit_transaction(Duration::from_secs(30))?;
+            }
+        }
+        for _ in 0..rng.range(5, 15) {
+            seq += 1;
+            let k = rng.range(0, 12);
+            ledger
+                .send(
+                    &producer,
+                    &topics.compact,
+                    0,
+                    &format!("k{k}"),
+                    format!("c-{round}-k{k}-{seq}"),
+                )
+                .await?;
+        }
+        for g in groups.iter().filter(|g| g.role != "compact-early") {
+            let quota: Vec<usize> = (0..g.partitions).map(|_| rng.range(0, 50)).collect();
+            consume(&source, &g.id, &g.topic, &quota)?;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Both copies complete (every visible source record on the target), then a few
+    // checkpoint intervals of both replicators (ours 500 ms, MirrorMaker's here 1 s).
+    for side in [&ours, &mm] {
+        for (topic, partitions) in topics.all() {
+            for part in 0..partitions {
+                eventually(
+                    &format!("{} copy of {topic}-{part}", side.label),
+                    WAIT,
+                    || async {
+                        let want = read_from(&source, topic, part, Offset::Beginning)?;
+                        let remote = side.remote(topic);
+                        if !kafka::topics(&target)?.contains(&remote) {
+                            return Ok(None);
+                        }
+                        let have: HashSet<String> =
+                            read_from(&target, &remote, part, Offset::Beginning)?
+                                .into_iter()
+                                .collect();
+                        Ok(want.iter().all(|v| have.contains(v)).then_some(()))
+                    },
+                )
+                .await
+                .with_context(|| {
+                    format!("{}\n{}", replicator.log_text(), mirror_maker.log_text())
+                })?;
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // What the groups had consumed and what the source shows, at the moment it goes away.
+    let mut truth: BTreeMap<&str, Vec<SourceState>> = BTreeMap::new();
+    for g in &groups {
+        let commits = committed(&source, &g.id, &g.topic, g.partitions)?;
+        let mut per = Vec::new();
+        for (part, c) in commits.into_iter().enumerate() {
+            per.push((
+                c,
+                read_from(&source, &g.topic, i32::try_from(part)?, Offset::Beginning)?,
+            ));
+        }
+        truth.insert(g.role, per);
+    }
+    let stop_at = Instant::now();
+    world.world_sh(&["kafka", "stop", "source"])?;
+    println!("source stopped ({:?})", stop_at.elapsed());
+    replicator.stop(Duration::from_secs(10));
+    mirror_maker.stop()?;
+
+    // Failover of each replicator's checkpoints.
+    let group_ids: Vec<&str> = groups.iter().map(|g| g.id.as_str()).collect();
+    let has_failover = mm2::has_subcommand(repo_root, "failover");
+    for (side, props) in [(&ours, Vec::<&str>::new()), (&mm, Vec::new())] {
+        let rcu =
+            mm2::remote_cluster_utils(repo_root, &target, &side.source_alias, &group_ids, &props)?;
+        println!("{}: RemoteClusterUtils translation:", side.label);
+        for (g, positions) in &rcu {
+            let parts: Vec<String> = positions
+                .iter()
+                .map(|((t, p), (o, _))| format!("{t}-{p}:{o}"))
+                .collect();
+            println!("  {g}: {}", parts.join(" "));
+        }
+        if has_failover {
+            let flow = side.flow_file.display().to_string();
+            let (code, out) = run_cli(
+                repo_root,
+                &["failover", "--flow-file", &flow, "--all-groups", "--apply"],
+            )?;
+            println!(
+                "{}: mirrorflow failover --all-groups --apply (exit {code}):\n{out}",
+                side.label
+            );
+            ensure!(
+                code == 0 || code == 3,
+                "mirrorflow failover failed ({code}): {out}"
+            );
+            // What failover committed is what RemoteClusterUtils reads from the same checkpoints.
+            for g in &groups {
+                let remote = side.remote(&g.topic);
+                let on_target = committed(&target, &g.id, &remote, g.partitions)?;
+                for (part, c) in on_target.iter().enumerate() {
+                    let want = rcu
+                        .get(&g.id)
+                        .and_then(|m| m.get(&(remote.clone(), i32::try_from(part).ok()?)))
+                        .map(|(o, _)| *o);
+                    ensure!(
+                        *c == want,
+                        "{}: {} {remote}-{part}: failover committed {c:?}, RemoteClusterUtils {want:?}",
+                        side.label,
+                        g.id
+                    );
+                }
+            }
+        } else {
+            println!(
+                "NOTE: no `mirrorflow failover` in this build; committing RemoteClusterUtils' offsets"
+            );
+            for (g, positions) in &rcu {
+                commit_positions(&target, g, positions)?;
+            }
+        }
+    }
+
+    // Each group restarts on the target on each copy.
+    let mut table: BTreeMap<(&str, &str), Fidelity> = BTreeMap::new();
+    for side in [&ours, &mm] {
+        for g in &groups {
+            let remote = side.remote(&g.topic);
+            let on_target = committed(&target, &g.id, &remote, g.partitions)?;
+            let mut f = Fidelity::default();
+            for (part, (c_src, visible)) in truth[g.role].iter().enumerate() {
+                let from = on_target[part];
+                if from.is_none() {
+                    f.no_commit += 1;
+                }
+                let delivered = read_from(
+                    &target,
+                    &remote,
+                    i32::try_from(part)?,
+                    from.map_or(Offset::Beginning, Offset::Offset),
+                )?;
+                let c = c_src.unwrap_or(0);
+                let delivered_set: HashSet<&String> = delivered.iter().collect();
+                // Expected next on the source: visible records at or after the group's commit.
+                f.skipped += visible
+                    .iter()
+                    .filter(|v| ledger.records.get(*v).is_some_and(|r| r.2 >= c))
+                    .filter(|v| !delivered_set.contains(v))
+                    .count();
+                for v in &delivered {
+                    match ledger.records.get(v) {
+                        Some((_, _, _, false)) => f.aborted += 1,
+                        Some((_, _, o, true)) if *o < c => f.reread += 1,
+                        _ => {}
+                    }
+                }
+            }
+            table.insert((side.label, g.role), f);
+        }
+    }
+
+    println!("\nfailover fidelity (same source data, commits and stop instant for both):");
+    println!(
+        "{:<14} {:<8} | {:>12} {:>12} {:>12} | {:>12} {:>12} {:>12}",
+        "group",
+        "topic",
+        "ours skipped",
+        "ours re-read",
+        "ours aborted",
+        "MM2 skipped",
+        "MM2 re-read",
+        "MM2 aborted"
+    );
+    let mut ours_skipped = 0;
+    for g in &groups {
+        let o = table[&(ours.label, g.role)];
+        let m = table[&(mm.label, g.role)];
+        ours_skipped += o.skipped;
+        let topic_kind = g.topic.rsplit('-').next().unwrap_or_default();
+        println!(
+            "{:<14} {:<8} | {:>12} {:>12} {:>12} | {:>12} {:>12} {:>12}{}",
+            g.role,
+            topic_kind,
+            o.skipped,
+            o.reread,
+            o.aborted,
+            m.skipped,
+            m.reread,
+            m.aborted,
+            if o.no_commit + m.no_commit > 0 {
+                format!(
+                    "  (partitions without a target commit: ours {}, MM2 {})",
+                    o.no_commit, m.no_commit
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    let total = |label: &str| {
+        table
+            .iter()
+            .filter(|((l, _), _)| *l == label)
+            .fold(Fidelity::default(), |a, (_, f)| Fidelity {
+                skipped: a.skipped + f.skipped,
+                reread: a.reread + f.reread,
+                aborted: a.aborted + f.aborted,
+                no_commit: a.no_commit + f.no_commit,
+            })
+    };
+    println!(
+        "totals: mirrorflow {:?}; MirrorMaker 2 {:?}",
+        total(ours.label),
+        total(mm.label)
+    );
+    ensure!(
+        ours_skipped == 0,
+        "our failover skipped {ours_skipped} records"
+    );
+    Ok(())
+}
+
+/// Commits one offset into `group` without joining it.
+fn commit_at(bootstrap: &str, group: &str, topic: &str, partition: i32, offset: i64) -> Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+    consumer.commit(&tpl, CommitMode::Sync)?;
+    Ok(())
+}
