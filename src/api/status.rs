@@ -79,8 +79,10 @@ pub struct GroupReadiness {
     pub checkpoint_age: String,
     /// Records the group would read again on the target after a failover now, at most.
     pub estimated_replay_records: i64,
-    /// CamelCase reason it is not ready (`NoCheckpoint`, `CheckpointStale`, `NoOffsetSync`,
-    /// `ActiveOnTarget`, ...), or `Ready`.
+    /// CamelCase reason it is not ready, or `Ready`: `NoCheckpoint` (committed offsets on the
+    /// source, no checkpoint on the target), `CheckpointStale` (its checkpoints stopped following
+    /// its commits for longer than `maxCheckpointAge`), `ReplicationBehind` (it committed past
+    /// what is copied, so no checkpoint can cover it yet).
     pub reason: String,
     /// What that means and what to do.
     pub message: String,

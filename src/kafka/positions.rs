@@ -126,6 +126,11 @@ impl PositionReader {
         self.positions.get(&(topic.to_string(), partition)).copied()
     }
 
+    /// Every position read so far.
+    pub fn into_positions(self) -> impl Iterator<Item = ((String, i32), Frontier)> {
+        self.positions.into_iter()
+    }
+
     /// Records that were not positions this version understands (skipped).
     pub fn undecodable(&self) -> u64 {
         self.undecodable

@@ -31,6 +31,8 @@ pub mod reason {
     pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
     pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
     pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
+    /// A group committed past what is copied, so no checkpoint can cover it yet.
+    pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
     pub const NOT_READY: &str = "NotReady";
     pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
     pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
@@ -49,6 +51,9 @@ pub struct GroupObservation {
     pub checkpoint_age: Option<Duration>,
     /// Source records committed past what its checkpoints cover, over all partitions.
     pub replay_records: i64,
+    /// Source records the group committed that are not on the target yet (known from the
+    /// replicator's stored positions; 0 when unknown).
+    pub uncopied_records: i64,
 }
 
 /// What the probe saw on the clusters and in the workload; `None` = could not be observed.
@@ -108,7 +113,19 @@ pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec
         .groups
         .iter()
         .map(|g| {
+            let behind = |age: &str| {
+                format!(
+                    "the group committed {} records the replicator has not copied to the target yet, so no checkpoint can cover them (checkpoint age {age}): see Replicating and status.replicationLag",
+                    g.uncopied_records
+                )
+            };
             let (rank, reason, message) = match g.checkpoint_age {
+                None if g.uncopied_records > 0 => {
+                    (0, reason::REPLICATION_BEHIND, behind("never"))
+                }
+                Some(age) if age > max_age && g.uncopied_records > 0 => {
+                    (1, reason::REPLICATION_BEHIND, behind(&secs(age)))
+                }
                 None => (
                     0,
                     "NoCheckpoint",
@@ -332,10 +349,10 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
             Some(worst) => verdict(
                 CHECKPOINTS_FRESH,
                 false,
-                if worst.reason == "NoCheckpoint" {
-                    reason::NO_CHECKPOINTS
-                } else {
-                    reason::CHECKPOINTS_STALE
+                match worst.reason.as_str() {
+                    "NoCheckpoint" => reason::NO_CHECKPOINTS,
+                    reason::REPLICATION_BEHIND => reason::REPLICATION_BEHIND,
+                    _ => reason::CHECKPOINTS_STALE,
                 },
                 format!(
                     "{} of {} groups not ready; worst: {}: {}",
@@ -456,6 +473,7 @@ mod tests {
                 group: "g1".into(),
                 checkpoint_age: Some(Duration::from_secs(1)),
                 replay_records: 0,
+                uncopied_records: 0,
             }],
             ..Observation::default()
         }
@@ -540,11 +558,13 @@ mod tests {
             group: "slow".into(),
             checkpoint_age: Some(Duration::from_secs(120)),
             replay_records: 40,
+            uncopied_records: 0,
         });
         o.groups.push(GroupObservation {
             group: "new".into(),
             checkpoint_age: None,
             replay_records: 7,
+            uncopied_records: 0,
         });
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
         let names: Vec<_> = s
@@ -566,6 +586,32 @@ mod tests {
             Some("never")
         );
         assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+    }
+
+    #[test]
+    fn a_group_ahead_of_the_copy_is_blamed_on_replication_not_checkpoints() {
+        let mut o = healthy();
+        o.groups.push(GroupObservation {
+            group: "fast".into(),
+            checkpoint_age: Some(Duration::from_secs(90)),
+            replay_records: 500,
+            uncopied_records: 480,
+        });
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        let row = &s.least_ready_groups[0];
+        assert_eq!(
+            (row.group.as_str(), row.reason.as_str()),
+            ("fast", "ReplicationBehind")
+        );
+        assert!(row.message.contains("480 records"), "{}", row.message);
+        assert_eq!(
+            cond(&s, CHECKPOINTS_FRESH).reason,
+            reason::REPLICATION_BEHIND
+        );
+        // Behind but still within the checkpoint age limit: the group is ready.
+        o.groups[1].checkpoint_age = Some(Duration::from_secs(5));
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        assert!(s.least_ready_groups.iter().all(|g| g.reason == "Ready"));
     }
 
     #[test]

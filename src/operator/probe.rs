@@ -100,13 +100,17 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         }
     };
     let positions_topic = positions::positions_topic(flow.source_alias());
-    if let Ok(md) = &source_md
-        && target_md
-            .topics()
-            .iter()
-            .any(|t| t.name() == positions_topic)
+    let positions = if target_md
+        .topics()
+        .iter()
+        .any(|t| t.name() == positions_topic)
     {
-        out.replication_lag = replication_lag(flow, &source, md, positions_topic);
+        read_positions(flow, positions_topic)
+    } else {
+        None
+    };
+    if let (Ok(md), Some(copied)) = (&source_md, &positions) {
+        out.replication_lag = replication_lag(flow, &source, md, copied);
     }
 
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
@@ -114,9 +118,19 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
 
     let checkpoints = read_checkpoints(&target, &policy.checkpoints_topic(flow.source_alias()));
     if let Ok(md) = &source_md {
-        out.groups = group_observations(flow, &source, md, &checkpoints);
+        out.groups = group_observations(flow, &source, md, &checkpoints, positions.as_ref());
     }
     out
+}
+
+/// The replicator's stored positions: per source partition, the next offset to copy.
+type Positions = HashMap<(String, i32), i64>;
+
+fn read_positions(flow: &Flow, topic: String) -> Option<Positions> {
+    let mut reader =
+        PositionReader::new(&flow.target_client, topic, "mirrorflow-operator-probe").ok()?;
+    reader.read_to_end(2 * TIMEOUT).ok()?;
+    Some(reader.into_positions().map(|(k, f)| (k, f.next)).collect())
 }
 
 /// Sum over the mirrored source partitions of the records after the stored position. A
@@ -126,7 +140,7 @@ fn replication_lag(
     flow: &Flow,
     source: &BaseConsumer,
     md: &rdkafka::metadata::Metadata,
-    positions_topic: String,
+    copied: &Positions,
 ) -> Option<i64> {
     let policy = flow.policy.as_ref();
     let mut ends = TopicPartitionList::new();
@@ -150,13 +164,6 @@ fn replication_lag(
     // One ListOffsets request per broker for all partitions, instead of one per partition.
     let ends = source.offsets_for_times(ends, TIMEOUT).ok()?;
     let starts = source.offsets_for_times(starts, TIMEOUT).ok()?;
-    let mut reader = PositionReader::new(
-        &flow.target_client,
-        positions_topic,
-        "mirrorflow-operator-probe",
-    )
-    .ok()?;
-    reader.read_to_end(2 * TIMEOUT).ok()?;
     let mut lag = 0i64;
     for end in ends.elements() {
         let Offset::Offset(end_offset) = end.offset() else {
@@ -169,10 +176,10 @@ fn replication_lag(
             Some(Offset::Offset(o)) => o,
             _ => return None,
         };
-        let copied = reader
-            .get(end.topic(), end.partition())
-            .map_or(start, |p| p.next.max(start));
-        lag += (end_offset - copied).max(0);
+        let next = copied
+            .get(&(end.topic().to_string(), end.partition()))
+            .map_or(start, |n| (*n).max(start));
+        lag += (end_offset - next).max(0);
     }
     Some(lag)
 }
@@ -255,6 +262,7 @@ fn group_observations(
     source: &BaseConsumer,
     md: &rdkafka::metadata::Metadata,
     checkpoints: &CheckpointIndex,
+    positions: Option<&Positions>,
 ) -> Vec<GroupObservation> {
     let policy = flow.policy.as_ref();
     let Ok(list) = source.fetch_group_list(None, TIMEOUT) else {
@@ -293,6 +301,7 @@ fn group_observations(
         };
         let cps = checkpoints.get(&group);
         let mut replay = 0i64;
+        let mut uncopied = 0i64;
         let mut any_commit = false;
         let mut stale_since: Option<i64> = None;
         let mut newest_written: Option<i64> = None;
@@ -301,6 +310,16 @@ fn group_observations(
                 continue;
             };
             any_commit = true;
+            // A commit past what is on the target may have no checkpoint yet because the
+            // replicator is behind, not the checkpoint loop. A partition without a stored
+            // position has had nothing copied.
+            if let Some(copied) = positions {
+                let next = copied
+                    .get(&(e.topic().to_string(), e.partition()))
+                    .copied()
+                    .unwrap_or(0);
+                uncopied += (c - next).max(0);
+            }
             let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
             match cps.and_then(|m| m.get(&(remote, e.partition()))) {
                 Some((up, written)) => {
@@ -328,6 +347,7 @@ fn group_observations(
             group,
             checkpoint_age,
             replay_records: replay,
+            uncopied_records: uncopied,
         });
     }
     out

@@ -107,12 +107,79 @@ spec:
         Some("False")
     );
 
-    // Back on: the group catches up. Then the source goes away.
+    // Back on: the group catches up.
     patch_flow_spec(&ns, "flow", r#"{"checkpoints":{"enabled":true}}"#)?;
     wait_for(&flows, "FailoverReady again", |mf| {
         condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
     })
     .await?;
+
+    // Copying stops (the source loop is off) and a new topic joins the flow; the group reads
+    // it on the source: nothing of it is copied, so no offset sync and no checkpoint can cover
+    // the group, and the reason names replication, not checkpoints.
+    let topic_b = format!("{topic}-b");
+    patch_flow_spec(
+        &ns,
+        "flow",
+        &format!(r#"{{"sourceLoop":{{"enabled":false}},"topics":["{topic}","{topic_b}"]}}"#),
+    )?;
+    // The old pod copies until it is gone: wait for the rollout, not just the status.
+    run(
+        "kubectl",
+        &[
+            "rollout",
+            "status",
+            "statefulset/flow",
+            "-n",
+            &ns,
+            "--timeout=120s",
+        ],
+    )?;
+    kafka::create_topic(&world.source_bootstrap, &topic_b, 1).await?;
+    for i in 0..20 {
+        let v = format!("b{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&topic_b).payload(&v),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    commit(&world.source_bootstrap, &group, &topic_b, 15)?;
+    let behind = wait_for(&flows, "the group listed as ReplicationBehind", |mf| {
+        mf.status.as_ref().is_some_and(|s| {
+            // One probe reads end offsets before group offsets: wait for one that saw all 20.
+            s.replication_lag.is_some_and(|l| l >= 20)
+                && s.least_ready_groups
+                    .first()
+                    .is_some_and(|g| g.group == group && g.reason == "ReplicationBehind")
+        })
+    })
+    .await?;
+    let status = behind.status.as_ref().context("status")?;
+    let row = &status.least_ready_groups[0];
+    assert!(
+        row.message.contains("15 records"),
+        "commit 15, nothing copied: {row:?}"
+    );
+    println!(
+        "replicationLag with copying off: {:?}",
+        status.replication_lag
+    );
+    assert_eq!(
+        condition(&behind, "CheckpointsFresh")
+            .map(|c| c.1)
+            .as_deref(),
+        Some("ReplicationBehind")
+    );
+    patch_flow_spec(&ns, "flow", r#"{"sourceLoop":{"enabled":true}}"#)?;
+    wait_for(&flows, "FailoverReady once copying resumes", |mf| {
+        condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+
+    // Then the source goes away.
     world.world_sh(&["kafka", "stop", "source"])?;
     let outcome = wait_for(
         &flows,
