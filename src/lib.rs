@@ -2,6 +2,7 @@
 //!
 //! The crate is layered so that the folder names map the architecture:
 //! - [`api`]: the `MirrorFlow` resource types, defaults, validation and CRD.
+//! - [`cli`]: the failover CLI (`translate`, `failover`, `failback`), also a kubectl plugin.
 //! - [`flow`]: a flow file or resource validated and turned into what the loops and the probe
 //!   run on (filters, naming policy, client configs); shared by the replicator and the operator.
 //! - [`kafka`]: Kafka client configuration (TLS, SASL from Secret files) and admin helpers.
@@ -11,6 +12,7 @@
 //! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
 
 pub mod api;
+pub mod cli;
 pub mod flow;
 pub mod kafka;
 pub mod mm2;

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use mirrorflow::kafka::{DEFAULT_SECRETS_DIR, SecretFiles};
@@ -69,11 +69,19 @@ enum Command {
         #[arg(long, env = "MIRRORFLOW_LEADER_ELECTION", default_value_t = false)]
         leader_election: bool,
     },
+    /// Print where consumer groups resume on the target: their newest checkpoints.
+    Translate(mirrorflow::cli::translate::TranslateArgs),
+    /// Move consumer groups to the target at their checkpoints (dry run unless --apply).
+    #[command(long_about = mirrorflow::cli::failover::FAILOVER_HELP)]
+    Failover(mirrorflow::cli::failover::FailoverArgs),
+    /// Move consumer groups back to the source after a failover (dry run unless --apply).
+    #[command(long_about = mirrorflow::cli::failback::FAILBACK_HELP)]
+    Failback(mirrorflow::cli::failback::FailbackArgs),
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -84,8 +92,23 @@ fn init_logs(format: LogFormat) {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
+    // `kubectl mirrorflow`.
+    let mut command = Cli::command();
+    if let Some(name) = std::env::args_os()
+        .next()
+        .and_then(|a| mirrorflow::cli::plugin_bin_name(&a))
+    {
+        command = command.bin_name(name);
+    }
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    let default_filter = match cli.command {
+        Command::Translate(_) | Command::Failover(_) | Command::Failback(_) => {
+            mirrorflow::cli::LOG_FILTER
+        }
+        _ => "info",
+    };
+    init_logs(cli.log_format, default_filter);
     match cli.command {
         Command::Crd => print!("{}", mirrorflow::api::crd::crd_yaml()?),
         Command::Replicate {
@@ -143,8 +166,19 @@ fn main() -> anyhow::Result<()> {
                 leader_election,
             }))?;
         }
+        Command::Translate(args) => exit_with(mirrorflow::cli::translate::run(&args)),
+        Command::Failover(args) => exit_with(mirrorflow::cli::failover::run(&args)),
+        Command::Failback(args) => exit_with(mirrorflow::cli::failback::run(&args)),
     }
     Ok(())
+}
+
+/// Ends a CLI command with its exit status (0 returns normally).
+fn exit_with(result: Result<i32, mirrorflow::cli::CliError>) {
+    let code = mirrorflow::cli::exit_code(result);
+    if code != 0 {
+        std::process::exit(code);
+    }
 }
 
 /// SIGTERM (pod deletion) and Ctrl-C both mean: flush, store positions, exit 0.

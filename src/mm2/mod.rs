@@ -12,6 +12,7 @@
 //! | when to write an offset sync | [`SyncPolicy`] |
 //! | committed source offset -> target offset | [`OffsetSyncStore`], [`Translation`] |
 //! | when to write a checkpoint | [`CheckpointTracker`] |
+//! | target offset -> source offset (failback) | [`InverseSyncs`] |
 
 mod checkpoint;
 mod filter;
@@ -31,7 +32,7 @@ pub use policy::{
 };
 pub use records::{Checkpoint, EncodedRecord, Heartbeat, OffsetSync, TopicPartition};
 pub use sync::{
-    Coverage, DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, StoreConfig,
-    SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
+    Coverage, DEFAULT_MAX_RUNS, InvalidSync, InverseSyncs, OffsetSyncStore, PartitionSyncs,
+    StoreConfig, SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
 };
 pub use wire::{DecodeError, EncodeError, MAX_STRING_LEN};

@@ -1,11 +1,14 @@
 //! Offset syncs: when the source loop writes them ([`SyncPolicy`]) and how the checkpoint
-//! loop translates committed offsets with them ([`OffsetSyncStore`]).
+//! loop translates committed offsets with them ([`OffsetSyncStore`]); failback reads them
+//! backwards ([`InverseSyncs`]).
 
+mod inverse;
 mod policy;
 mod store;
 #[cfg(test)]
 mod tests;
 
+pub use inverse::InverseSyncs;
 pub use policy::{Coverage, SyncPolicy, SyncPolicyConfig, SyncReason};
 pub use store::{
     DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, StoreConfig, SyncOrigin,

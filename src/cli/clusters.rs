@@ -1,0 +1,175 @@
+//! The few Kafka calls the CLI makes: metadata, a group's committed offsets and members, and a
+//! synchronous offset commit that is read back. Blocking; every call has a timeout.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::metadata::Metadata;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::CliError;
+
+/// Metadata, group and offset requests.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// Reading a whole checkpoints or offset-syncs topic.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// (topic, partition).
+pub type Partition = (String, i32);
+
+/// A consumer that never subscribes: used for metadata, offset fetches and commits as `group`.
+pub fn consumer(
+    client: &ClientConfig,
+    cluster: &'static str,
+    group: &str,
+) -> Result<BaseConsumer, CliError> {
+    client
+        .clone()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("socket.timeout.ms", "10000")
+        .create()
+        .map_err(|source| CliError::Kafka {
+            what: "creating a client".into(),
+            cluster,
+            source,
+        })
+}
+
+/// Metadata of every topic; an error here is how an unreachable cluster shows.
+pub fn metadata(consumer: &BaseConsumer, cluster: &'static str) -> Result<Metadata, CliError> {
+    consumer
+        .fetch_metadata(None, TIMEOUT)
+        .map_err(|source| CliError::Kafka {
+            what: format!(
+                "fetching metadata (is the cluster up and spec.{cluster}.bootstrapServers right?)"
+            ),
+            cluster,
+            source,
+        })
+}
+
+/// The group's committed offsets on `partitions`; partitions without a commit are absent.
+pub fn committed(
+    client: &ClientConfig,
+    cluster: &'static str,
+    group: &str,
+    partitions: &[Partition],
+) -> Result<BTreeMap<Partition, i64>, CliError> {
+    let mut out = BTreeMap::new();
+    if partitions.is_empty() {
+        return Ok(out);
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in partitions {
+        tpl.add_partition(t, *p);
+    }
+    let c = consumer(client, cluster, group)?;
+    let got = c
+        .committed_offsets(tpl, TIMEOUT)
+        .map_err(|source| CliError::Kafka {
+            what: format!("reading the committed offsets of group '{group}'"),
+            cluster,
+            source,
+        })?;
+    for e in got.elements() {
+        if let Offset::Offset(o) = e.offset() {
+            out.insert((e.topic().to_string(), e.partition()), o);
+        }
+    }
+    Ok(out)
+}
+
+/// A group's state and member count as the group coordinator reports them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Membership {
+    /// `Empty`, `Stable`, `PreparingRebalance`, `Dead` (no such group)...
+    pub state: String,
+    pub members: usize,
+}
+
+impl Membership {
+    /// Members present: a commit now would race the running consumers (and Kafka refuses
+    /// commits from outside the group while it has members).
+    pub fn is_active(&self) -> bool {
+        self.members > 0
+    }
+}
+
+pub fn membership(
+    client: &ClientConfig,
+    cluster: &'static str,
+    group: &str,
+) -> Result<Membership, CliError> {
+    let c = consumer(client, cluster, group)?;
+    let list = c
+        .fetch_group_list(Some(group), TIMEOUT)
+        .map_err(|source| CliError::Kafka {
+            what: format!("describing group '{group}'"),
+            cluster,
+            source,
+        })?;
+    Ok(list
+        .groups()
+        .iter()
+        .find(|g| g.name() == group)
+        .map(|g| Membership {
+            state: g.state().to_string(),
+            members: g.members().len(),
+        })
+        .unwrap_or(Membership {
+            state: "Dead".into(),
+            members: 0,
+        }))
+}
+
+/// Commits `offsets` (with their metadata) as `group` and reads them back; an offset that did
+/// not land is an error naming its partition.
+pub fn commit(
+    client: &ClientConfig,
+    cluster: &'static str,
+    group: &str,
+    offsets: &[(Partition, i64, String)],
+) -> Result<(), CliError> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let kafka = |what: String| {
+        move |source| CliError::Kafka {
+            what,
+            cluster,
+            source,
+        }
+    };
+    let mut tpl = TopicPartitionList::new();
+    for ((t, p), o, metadata) in offsets {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o))
+            .map_err(kafka(format!("preparing the commit of {t}-{p}")))?;
+        if let Some(mut e) = tpl.find_partition(t, *p) {
+            e.set_metadata(metadata.clone());
+        }
+    }
+    let c = consumer(client, cluster, group)?;
+    c.commit(&tpl, CommitMode::Sync)
+        .map_err(kafka(format!("committing offsets of group '{group}'")))?;
+    let partitions: Vec<Partition> = offsets.iter().map(|(tp, _, _)| tp.clone()).collect();
+    let back = committed(client, cluster, group, &partitions)?;
+    for ((t, p), o, _) in offsets {
+        let now = back.get(&(t.clone(), *p));
+        if now != Some(o) {
+            return Err(CliError::Kafka {
+                what: format!(
+                    "group '{group}' {t}-{p}: committed {o} but the broker now reports {}",
+                    now.map_or("no offset".to_string(), i64::to_string)
+                ),
+                cluster,
+                source: rdkafka::error::KafkaError::ConsumerCommit(
+                    rdkafka::types::RDKafkaErrorCode::Fail,
+                ),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,582 @@
+//! `mirrorflow failback`: move consumer groups from the old target back to the old source after
+//! a failover, through the forward flow's offset syncs read backwards.
+//!
+//! See [`FAILBACK_HELP`] (the command's long help) and `docs/failover.md` for the procedure and
+//! its limits; the translation rules are [`crate::mm2::InverseSyncs`]'s.
+
+use std::collections::BTreeMap;
+
+use clap::Args;
+use rdkafka::consumer::Consumer;
+use serde::Serialize;
+
+use super::clusters::{self, Membership, Partition, READ_TIMEOUT, TIMEOUT};
+use super::failover::{GroupAction, Overrides, PartitionAction, decide_group, serde_plain};
+use super::table::Table;
+use super::{
+    ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat, load_flow,
+    print_json, print_text,
+};
+use crate::api::{OffsetSyncsLocation, PolicyKind};
+use crate::flow::Flow;
+use crate::kafka::checkpoints::{ReadError, read_offset_syncs};
+use crate::mm2::{InverseSyncs, TopicPartition, Translation, UnknownReason};
+
+/// `mirrorflow failback`.
+#[derive(Args, Debug, Clone)]
+pub struct FailbackArgs {
+    /// The FORWARD flow (old source -> old target), the one consumers failed over with.
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    #[command(flatten)]
+    pub groups: GroupSelection,
+    #[command(flatten)]
+    pub apply: ApplyArgs,
+}
+
+/// The command's long help (`mirrorflow failback --help`).
+pub const FAILBACK_HELP: &str = "\
+Move consumer groups back from the flow's target (where they run since a failover, reading the
+remote topics such as `a.orders`) to the flow's source (the original `orders`), without
+copying anything back and without a replication loop.
+
+Give the FORWARD flow, the one the groups failed over with. For each group (--group, or
+--all-groups: every group on the target that passes the flow's group filter and committed on
+one of the flow's remote topics) and each remote partition it committed on, the committed
+target offset is translated back to the source partition through the forward flow's offset
+syncs (`mm2-offset-syncs.<target>.internal` on the source, or on the target with
+offsetSyncsLocation Target):
+  - exact at a sync and between two consecutive syncs of MirrorFlow's dense writer;
+  - otherwise conservative (MM2's rule backwards): never skips a record, re-reads at most the
+    printed number;
+  - unknown when the offset predates every retained sync (the syncs topic is compacted): the
+    group keeps its own older commit on the source and re-reads from there (refused, exit 3).
+
+Dry run by default. --apply commits the offsets into the groups on the source, refusing a
+group with members on the source or on the target (stop the consumers first; --force tries
+anyway, but Kafka refuses commits from outside a group with live members), never moving a
+source commit backwards (--allow-rewind), and never past the end of the source partition (a
+source that lost records or was recreated no longer matches the syncs).
+
+Procedure:
+  1. stop producers on the target, and the consumers of the groups there;
+  2. if producers wrote topics on the target after the failover, run a reverse flow (target ->
+     source, its own aliases) until it caught up, and move the groups' positions on those
+     topics with `mirrorflow failover` of the REVERSE flow (its checkpoints translate them);
+     this command names such topics per group and does not move them;
+  3. run this command without --apply, check it, then with --apply;
+  4. start the consumers and producers on the source; restart the forward flow.
+
+Limits: records written to the remote topics on the target by anything but the forward flow
+are not on the source, and a group positioned after them resumes at the next replicated
+record. The source partition must still hold the records (retention) for the translated
+offsets to be useful.
+
+Exit status: 0 when everything asked was done (or would be), 3 when something was refused or
+failed, 1 on errors (bad flags or flow, a cluster unreachable).";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackReport {
+    /// Alias of the cluster the groups run on now (the forward flow's target).
+    pub from: String,
+    /// Alias of the cluster they move back to (the forward flow's source).
+    pub to: String,
+    pub dry_run: bool,
+    pub groups: Vec<GroupBack>,
+}
+
+impl FailbackReport {
+    pub fn failed(&self) -> bool {
+        self.groups.iter().any(|g| g.action.is_failure())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupBack {
+    pub group: String,
+    /// The group on the cluster it moves back to (where offsets are committed).
+    pub to_group: Option<Membership>,
+    /// The group on the cluster it runs on now.
+    pub from_group: Option<Membership>,
+    pub action: GroupAction,
+    pub message: String,
+    pub partitions: Vec<PartitionBack>,
+    /// Topics the group committed on that are not remote topics of this flow (e.g. written
+    /// on the target after the failover): they need a reverse flow, see the help.
+    pub other_topics: Vec<String>,
+    #[serde(skip)]
+    pub write: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionBack {
+    /// The remote topic on the old target (`a.orders`).
+    pub remote_topic: String,
+    pub partition: i32,
+    /// The group's committed offset there.
+    pub remote_committed: i64,
+    /// The original topic on the old source (`orders`).
+    pub topic: String,
+    /// The offset to commit there; `null` when it cannot be translated.
+    pub offset: Option<i64>,
+    pub exact: bool,
+    /// At most this many records are read again (0 when exact).
+    pub reread_max: Option<u64>,
+    /// The group's committed offset on the old source now.
+    pub committed: Option<i64>,
+    pub action: PartitionAction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Decides one partition: `translation` of the remote commit, the group's `committed` offset on
+/// the source partition now and that partition's end offset.
+pub fn decide_back(
+    remote_committed: i64,
+    translation: Translation,
+    committed: Option<i64>,
+    end: Option<i64>,
+    o: Overrides,
+) -> (PartitionAction, Option<String>) {
+    let offset = match translation.offset() {
+        Some(u) => u,
+        None => {
+            let why = match translation {
+                Translation::Unknown(UnknownReason::OlderThanOldestSync { oldest }) => format!(
+                    "the remote commit {remote_committed} predates the oldest retained offset \
+                     sync (target offset {oldest})"
+                ),
+                Translation::Unknown(UnknownReason::NoSyncs) => {
+                    "the forward flow has no offset sync for this partition".into()
+                }
+                _ => format!("the remote commit {remote_committed} cannot be translated"),
+            };
+            let keep = committed.map_or(
+                "has no commit there: it starts by its auto.offset.reset".into(),
+                |c| format!("keeps its commit {c} there and re-reads from it"),
+            );
+            return (
+                PartitionAction::Refused,
+                Some(format!("{why}; the group {keep}")),
+            );
+        }
+    };
+    if let Some(end) = end
+        && offset > end
+    {
+        return (
+            PartitionAction::Refused,
+            Some(format!(
+                "the translated offset {offset} is past the end ({end}) of the source partition: \
+                 it lost records or was recreated since the offset syncs were written"
+            )),
+        );
+    }
+    match committed {
+        Some(c) if c == offset => (PartitionAction::Unchanged, None),
+        Some(c) if c > offset && !o.allow_rewind => (
+            PartitionAction::Refused,
+            Some(format!(
+                "the group already committed {c} on the source, ahead of {offset}; kept \
+                 (--allow-rewind moves it back)"
+            )),
+        ),
+        _ => (PartitionAction::Commit, None),
+    }
+}
+
+pub fn render_table(r: &FailbackReport) -> String {
+    let mut t = Table::new(&[
+        "GROUP",
+        "REMOTE-TOPIC",
+        "PARTITION",
+        "REMOTE-COMMITTED",
+        "TOPIC",
+        "OFFSET",
+        "RE-READ",
+        "COMMITTED",
+        "ACTION",
+    ]);
+    let mut notes = Vec::new();
+    for g in &r.groups {
+        for p in &g.partitions {
+            t.row(vec![
+                g.group.clone(),
+                p.remote_topic.clone(),
+                p.partition.to_string(),
+                p.remote_committed.to_string(),
+                p.topic.clone(),
+                p.offset.map_or("-".into(), |o| o.to_string()),
+                match (p.exact, p.reread_max) {
+                    (true, _) => "0".into(),
+                    (false, Some(m)) => format!("0-{m}"),
+                    (false, None) => "-".into(),
+                },
+                p.committed.map_or("-".into(), |c| c.to_string()),
+                serde_plain(&p.action),
+            ]);
+            if let Some(reason) = &p.reason {
+                notes.push(format!(
+                    "  {} {}-{}: {reason}",
+                    g.group, p.remote_topic, p.partition
+                ));
+            }
+        }
+        if !g.other_topics.is_empty() {
+            notes.push(format!(
+                "  {}: also committed on {} on {}: not remote topics of this flow; move those \
+                 with a reverse flow and `mirrorflow failover` of it",
+                g.group,
+                g.other_topics.join(", "),
+                r.from
+            ));
+        }
+    }
+    let mut groups = Table::new(&["GROUP", "MEMBERS-FROM", "MEMBERS-TO", "ACTION", "MESSAGE"]);
+    let members = |m: &Option<Membership>| m.as_ref().map_or("-".into(), |m| m.members.to_string());
+    for g in &r.groups {
+        groups.row(vec![
+            g.group.clone(),
+            members(&g.from_group),
+            members(&g.to_group),
+            serde_plain(&g.action),
+            g.message.clone(),
+        ]);
+    }
+    let mut out = format!(
+        "failback {} -> {}{}\n",
+        r.from,
+        r.to,
+        if r.dry_run { " (dry run)" } else { "" }
+    );
+    if !t.is_empty() {
+        out.push('\n');
+        out.push_str(&t.render());
+    }
+    if !notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        out.push_str(&notes.join("\n"));
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&groups.render());
+    out
+}
+
+/// The forward flow's syncs per source partition.
+fn inverse_syncs(flow: &Flow) -> Result<BTreeMap<TopicPartition, InverseSyncs>, CliError> {
+    let (client, cluster, topic) = match flow.spec.source_loop.offset_syncs_location {
+        OffsetSyncsLocation::Source => (
+            &flow.source_client,
+            "source",
+            flow.policy.offset_syncs_topic(flow.target_alias()),
+        ),
+        OffsetSyncsLocation::Target => (
+            &flow.target_client,
+            "target",
+            flow.policy.offset_syncs_topic(flow.source_alias()),
+        ),
+    };
+    let mut out: BTreeMap<TopicPartition, InverseSyncs> = BTreeMap::new();
+    match read_offset_syncs(client, cluster, &topic, READ_TIMEOUT) {
+        Ok(read) => {
+            for (sync, origin) in read.items {
+                out.entry(sync.topic_partition.clone()).or_default().push(
+                    sync.upstream_offset,
+                    sync.downstream_offset,
+                    origin,
+                );
+            }
+        }
+        Err(ReadError::NoTopic { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(out)
+}
+
+pub fn plan(
+    flow: &Flow,
+    selection: &GroupSelection,
+    args: &ApplyArgs,
+) -> Result<FailbackReport, CliError> {
+    if flow.spec.replication_policy.kind == PolicyKind::Identity {
+        return Err(CliError::Usage {
+            flag: "--flow-file/--name",
+            message: "spec.replicationPolicy.type is Identity: remote and local topics share \
+                      names on the target, so what the groups read there cannot be told apart \
+                      from what was written there after the failover; fail back with a reverse \
+                      flow and `mirrorflow failover` of it instead"
+                .into(),
+        });
+    }
+    let policy = flow.policy.as_ref();
+    let from = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
+    let from_md = clusters::metadata(&from, "target")?;
+    let to = clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")?;
+    clusters::metadata(&to, "source")?;
+    let mut remote_parts: Vec<Partition> = Vec::new();
+    let mut other_parts: Vec<Partition> = Vec::new();
+    for t in from_md.topics() {
+        let name = t.name();
+        if policy.is_internal_topic(name) || policy.is_heartbeats_topic(name) {
+            continue;
+        }
+        let remote = policy.topic_source(name) == Some(flow.source_alias());
+        for p in t.partitions() {
+            let part = (name.to_string(), p.id());
+            if remote {
+                remote_parts.push(part);
+            } else {
+                other_parts.push(part);
+            }
+        }
+    }
+    let names: Vec<String> = if selection.all_groups {
+        let list = from
+            .fetch_group_list(None, TIMEOUT)
+            .map_err(|source| CliError::Kafka {
+                what: "listing groups".into(),
+                cluster: "target",
+                source,
+            })?;
+        let mut names: Vec<String> = list
+            .groups()
+            .iter()
+            .map(|g| g.name().to_string())
+            .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow"))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    } else {
+        let mut g = selection.group.clone();
+        g.sort();
+        g.dedup();
+        g
+    };
+    let syncs = inverse_syncs(flow)?;
+    let empty = InverseSyncs::new();
+    let overrides = Overrides {
+        force: args.force,
+        allow_rewind: args.allow_rewind,
+    };
+    let mut groups = Vec::new();
+    for group in names {
+        let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
+        if remote.is_empty() && selection.all_groups {
+            continue;
+        }
+        let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
+        let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
+        other_topics.dedup();
+        let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
+        let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
+        let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
+        let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
+        let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
+        let mut partitions = Vec::new();
+        for ((remote_topic, p), c_b) in &remote {
+            let topic = upstream(remote_topic);
+            let tp = TopicPartition::new(topic.clone(), *p);
+            let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
+            let end = to
+                .fetch_watermarks(&topic, *p, TIMEOUT)
+                .ok()
+                .map(|(_, h)| h);
+            let c_a = committed.get(&(topic.clone(), *p)).copied();
+            let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
+            partitions.push(PartitionBack {
+                remote_topic: remote_topic.clone(),
+                partition: *p,
+                remote_committed: *c_b,
+                topic,
+                offset: translation.offset(),
+                exact: translation.is_exact(),
+                reread_max: translation.max_replay(),
+                committed: c_a,
+                action,
+                reason,
+            });
+        }
+        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+        let (mut action, mut message, mut write) =
+            decide_group(to_group.as_ref(), &actions, args.apply, overrides);
+        if actions.is_empty() {
+            message = format!(
+                "no commit on a remote topic of this flow ({}.*) on {}",
+                flow.source_alias(),
+                flow.target_alias()
+            );
+        }
+        if let Some(m) = &from_group
+            && m.is_active()
+            && write
+            && !args.force
+        {
+            action = GroupAction::Refused;
+            write = false;
+            message = format!(
+                "{} member(s) still active on {} (state {}): their commits would move on after \
+                 this; stop them first (--force ignores them)",
+                m.members,
+                flow.target_alias(),
+                m.state
+            );
+        }
+        groups.push(GroupBack {
+            group,
+            to_group,
+            from_group,
+            action,
+            message,
+            partitions,
+            other_topics,
+            write,
+        });
+    }
+    Ok(FailbackReport {
+        from: flow.target_alias().to_string(),
+        to: flow.source_alias().to_string(),
+        dry_run: !args.apply,
+        groups,
+    })
+}
+
+pub fn apply(flow: &Flow, report: &mut FailbackReport) {
+    for g in &mut report.groups {
+        if !g.write {
+            continue;
+        }
+        let offsets: Vec<(Partition, i64, String)> = g
+            .partitions
+            .iter()
+            .filter(|p| p.action == PartitionAction::Commit)
+            .filter_map(|p| {
+                p.offset
+                    .map(|o| ((p.topic.clone(), p.partition), o, String::new()))
+            })
+            .collect();
+        if let Err(e) = clusters::commit(&flow.source_client, "source", &g.group, &offsets) {
+            g.action = GroupAction::Failed;
+            g.message = format!("commit failed, nothing may have changed: {e}");
+        }
+    }
+}
+
+pub fn run(args: &FailbackArgs) -> Result<i32, CliError> {
+    if args.groups.all_groups && !args.groups.group.is_empty() {
+        return Err(CliError::Usage {
+            flag: "--all-groups",
+            message: "give either --group (repeatable) or --all-groups, not both".into(),
+        });
+    }
+    let flow = load_flow(&args.flow)?;
+    let mut report = plan(&flow, &args.groups, &args.apply)?;
+    if args.apply.apply {
+        apply(&flow, &mut report);
+    }
+    match args.apply.output {
+        OutputFormat::Json => print_json(&report)?,
+        OutputFormat::Table => print_text(&render_table(&report))?,
+    }
+    Ok(if report.failed() { EXIT_REFUSED } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exact_translation_is_committed_unless_the_source_is_ahead() {
+        let o = Overrides::default();
+        assert_eq!(
+            decide_back(20, Translation::Exact(13), Some(5), Some(30), o).0,
+            PartitionAction::Commit
+        );
+        assert_eq!(
+            decide_back(20, Translation::Exact(13), Some(13), Some(30), o).0,
+            PartitionAction::Unchanged
+        );
+        let (a, why) = decide_back(20, Translation::Exact(13), Some(17), Some(30), o);
+        assert_eq!(a, PartitionAction::Refused);
+        assert!(why.is_some_and(|w| w.contains("--allow-rewind")));
+        let rewind = Overrides {
+            allow_rewind: true,
+            ..o
+        };
+        assert_eq!(
+            decide_back(20, Translation::Exact(13), Some(17), Some(30), rewind).0,
+            PartitionAction::Commit
+        );
+    }
+
+    #[test]
+    fn an_untranslatable_commit_keeps_the_old_one_and_says_so() {
+        let t = Translation::Unknown(UnknownReason::OlderThanOldestSync { oldest: 40 });
+        let (a, why) = decide_back(20, t, Some(3), Some(30), Overrides::default());
+        assert_eq!(a, PartitionAction::Refused);
+        let why = why.unwrap_or_default();
+        assert!(
+            why.contains("oldest") && why.contains("keeps its commit 3"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn an_offset_past_the_source_end_is_refused() {
+        let (a, why) = decide_back(
+            20,
+            Translation::Exact(50),
+            None,
+            Some(30),
+            Overrides {
+                force: true,
+                allow_rewind: true,
+            },
+        );
+        assert_eq!(a, PartitionAction::Refused);
+        assert!(why.is_some_and(|w| w.contains("past the end")));
+    }
+
+    #[test]
+    fn the_table_and_json_name_other_topics() {
+        let r = FailbackReport {
+            from: "b".into(),
+            to: "a".into(),
+            dry_run: true,
+            groups: vec![GroupBack {
+                group: "g".into(),
+                to_group: None,
+                from_group: None,
+                action: GroupAction::WouldCommit,
+                message: "dry run".into(),
+                partitions: vec![PartitionBack {
+                    remote_topic: "a.t".into(),
+                    partition: 0,
+                    remote_committed: 20,
+                    topic: "t".into(),
+                    offset: Some(11),
+                    exact: false,
+                    reread_max: Some(4),
+                    committed: None,
+                    action: PartitionAction::Commit,
+                    reason: None,
+                }],
+                other_topics: vec!["t".into()],
+                write: true,
+            }],
+        };
+        let text = render_table(&r);
+        assert!(
+            text.contains("0-4") && text.contains("also committed on t on b"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["groups"][0]["partitions"][0]["offset"], 11);
+        assert_eq!(json["groups"][0]["otherTopics"][0], "t");
+        assert_eq!(json["groups"][0]["action"], "would-commit");
+    }
+}

@@ -1,0 +1,920 @@
+//! `mirrorflow failover`: move consumer groups from the source to the target at their newest
+//! checkpoints, saying per partition what that costs.
+//!
+//! Per group and target partition: the checkpoint's downstream offset (what `translate` prints),
+//! the records a consumer resuming there would read again, the checkpoint's age, the group's
+//! committed offset on the target and whether the group has members there. Dry run unless
+//! `--apply`, which commits the offsets into the target groups (never into a group with members,
+//! never backwards, never past records the group has not read, each unless overridden).
+//!
+//! Re-read records come from the source when it is reachable: the group's committed source
+//! offset translated through the flow's offset syncs, minus the checkpoint's downstream offset.
+//! That counts both commits the checkpoint loop has not caught up with and any slack in the
+//! checkpoint's own translation. Without offset syncs for the commit it falls back to source
+//! offsets (an upper bound: transaction markers take offsets but are no records).
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::clusters::{self, Membership, Partition, READ_TIMEOUT};
+use super::table::{Table, age};
+use super::translate::read_flow_checkpoints;
+use super::{
+    ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat, load_flow,
+    print_json, print_text,
+};
+use crate::api::OffsetSyncsLocation;
+use crate::flow::Flow;
+use crate::kafka::checkpoints::{StoredCheckpoint, read_offset_syncs};
+use crate::mm2::{OffsetSyncStore, StoreConfig, TopicPartition, Translation};
+
+/// `mirrorflow failover`.
+#[derive(Args, Debug, Clone)]
+pub struct FailoverArgs {
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    #[command(flatten)]
+    pub groups: GroupSelection,
+    #[command(flatten)]
+    pub apply: ApplyArgs,
+}
+
+/// The command's long help (`mirrorflow failover --help`).
+pub const FAILOVER_HELP: &str = "\
+Move consumer groups from the flow's source to its target at their newest checkpoints.
+
+For each group (--group, or --all-groups: every group with checkpoints that passes the flow's
+group filter) and each target partition it prints the translated target offset, how many
+records a consumer resuming there would read again (from the group's committed offset on the
+source when the source is reachable; `unknown` and the checkpoint's age when it is not),
+the group's committed offset on the target and whether the group has members there.
+
+Dry run by default. --apply commits the offsets into the target groups, per group:
+  - a group with members on the target is refused (--force tries anyway; Kafka itself refuses
+    commits from outside a group that has live members, so stop those consumers first);
+  - a partition whose target commit is ahead of the checkpoint keeps it (--allow-rewind moves
+    it back);
+  - a partition whose checkpoint is ahead of the group's source commit (the group rewound
+    after its last checkpoint) is refused, since the failover would skip records
+    (--force commits it anyway).
+
+Procedure: stop the consumers on the source (their last commits reach the target as
+checkpoints within the flow's checkpoint interval), run this command without --apply until the
+re-read column is what you accept, run it with --apply, start the consumers on the target.
+
+Exit status: 0 when everything asked was done (or would be), 3 when something was refused or
+failed, 1 on errors (bad flags or flow, a cluster unreachable).";
+
+/// Records a consumer would read again, as a range (equal ends: exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Range {
+    pub min: i64,
+    pub max: i64,
+}
+
+impl Range {
+    fn exact(n: i64) -> Self {
+        Self {
+            min: n.max(0),
+            max: n.max(0),
+        }
+    }
+
+    fn text(&self) -> String {
+        if self.min == self.max {
+            self.min.to_string()
+        } else {
+            format!("{}-{}", self.min, self.max)
+        }
+    }
+}
+
+/// What failing over one partition at its checkpoint costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Estimate {
+    /// Records read again; `None` when it cannot be known.
+    pub reread: Option<Range>,
+    /// Records the group has not read that a consumer resuming at the checkpoint would skip.
+    pub skips: Option<i64>,
+    pub note: Option<String>,
+}
+
+/// The re-read estimate of one partition.
+///
+/// `checkpoint` is (upstream, downstream); `source_committed` the group's committed offset on
+/// the source partition now; `commit` and `at_checkpoint` translate `source_committed` and the
+/// checkpoint's upstream offset through the flow's offset syncs.
+pub fn estimate(
+    checkpoint: (i64, i64),
+    source_committed: Option<i64>,
+    commit: Translation,
+    at_checkpoint: Translation,
+) -> Estimate {
+    let (up, down) = checkpoint;
+    let Some(sc) = source_committed else {
+        return Estimate {
+            reread: None,
+            skips: None,
+            note: Some("the group has no commit on this source partition now".into()),
+        };
+    };
+    if sc < up {
+        return Estimate {
+            reread: None,
+            skips: Some(up - sc),
+            note: Some(format!(
+                "the group rewound to {sc} on the source after its checkpoint at {up}; \
+                 wait for the next checkpoint"
+            )),
+        };
+    }
+    match commit {
+        Translation::Exact(x) if x < down => Estimate {
+            reread: None,
+            skips: Some(down - x),
+            note: Some(format!(
+                "the checkpoint ({down}) is ahead of the group's translated position ({x})"
+            )),
+        },
+        Translation::Exact(x) => Estimate {
+            reread: Some(Range::exact(x - down)),
+            skips: None,
+            note: None,
+        },
+        Translation::Conservative { offset, max_replay } => Estimate {
+            reread: Some(Range {
+                min: (offset - down).max(0),
+                max: (offset - down)
+                    .saturating_add(i64::try_from(max_replay).unwrap_or(i64::MAX))
+                    .max(0),
+            }),
+            skips: None,
+            note: Some("offset syncs only bound this commit's translation".into()),
+        },
+        Translation::Unknown(_) => {
+            // Commits past the checkpoint, counted in source offsets, plus the checkpoint's own
+            // slack when the syncs still cover it.
+            let behind = sc - up;
+            let slack = match at_checkpoint {
+                Translation::Exact(x) => Some(Range::exact(x - down)),
+                Translation::Conservative { offset, max_replay } => Some(Range {
+                    min: (offset - down).max(0),
+                    max: (offset - down)
+                        .saturating_add(i64::try_from(max_replay).unwrap_or(i64::MAX))
+                        .max(0),
+                }),
+                Translation::Unknown(_) => None,
+            };
+            let slack_known = slack.is_some();
+            let slack = slack.unwrap_or(Range { min: 0, max: 0 });
+            Estimate {
+                reread: Some(Range {
+                    min: slack.min,
+                    max: slack.max.saturating_add(behind),
+                }),
+                skips: None,
+                note: Some(if slack_known {
+                    "no offset sync covers the commit: counted in source offsets (at most)".into()
+                } else {
+                    "no offset sync covers the commit nor the checkpoint: counted in source \
+                     offsets, without the checkpoint's own slack"
+                        .into()
+                }),
+            }
+        }
+    }
+}
+
+/// Per-partition verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionAction {
+    /// The offset is (or would be) committed.
+    Commit,
+    /// The target group already sits at the checkpoint.
+    Unchanged,
+    /// Not committed; `reason` says why and which flag overrides.
+    Refused,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    pub force: bool,
+    pub allow_rewind: bool,
+}
+
+/// Decides one partition: `offset` the checkpoint's target offset, `target_committed` the
+/// group's committed target offset now.
+pub fn decide_partition(
+    offset: i64,
+    target_committed: Option<i64>,
+    skips: Option<i64>,
+    o: Overrides,
+) -> (PartitionAction, Option<String>) {
+    match target_committed {
+        Some(tc) if tc == offset => return (PartitionAction::Unchanged, None),
+        Some(tc) if tc > offset && !o.allow_rewind => {
+            return (
+                PartitionAction::Refused,
+                Some(format!(
+                    "the target group already committed {tc}, ahead of the checkpoint {offset}; \
+                     kept (--allow-rewind moves it back and re-reads {} records)",
+                    tc - offset
+                )),
+            );
+        }
+        _ => {}
+    }
+    if let Some(n) = skips
+        && !o.force
+    {
+        return (
+            PartitionAction::Refused,
+            Some(format!(
+                "committing {offset} would skip up to {n} records the group has not read \
+                 (--force commits it anyway)"
+            )),
+        );
+    }
+    (PartitionAction::Commit, None)
+}
+
+/// Per-group outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupAction {
+    /// Dry run: these offsets would be committed.
+    WouldCommit,
+    Committed,
+    /// Every partition already at its checkpoint.
+    Unchanged,
+    Refused,
+    Failed,
+}
+
+impl GroupAction {
+    pub fn is_failure(self) -> bool {
+        matches!(self, GroupAction::Refused | GroupAction::Failed)
+    }
+}
+
+/// Decides a group before any write: refused when it has no partitions to act on at all or
+/// has members (unless forced); otherwise what the dry run or apply does. The flag says
+/// whether `--apply` writes the group's `Commit` partitions.
+pub fn decide_group(
+    members: Option<&Membership>,
+    actions: &[PartitionAction],
+    apply: bool,
+    o: Overrides,
+) -> (GroupAction, String, bool) {
+    if actions.is_empty() {
+        return (
+            GroupAction::Refused,
+            "no checkpoints for this group: nothing to fail over (is it in spec.groups, and has \
+             it committed on a replicated topic?)"
+                .into(),
+            false,
+        );
+    }
+    let refused = actions
+        .iter()
+        .filter(|a| **a == PartitionAction::Refused)
+        .count();
+    let to_commit = actions
+        .iter()
+        .filter(|a| **a == PartitionAction::Commit)
+        .count();
+    if let Some(m) = members
+        && m.is_active()
+        && to_commit > 0
+        && !o.force
+    {
+        return (
+            GroupAction::Refused,
+            format!(
+                "{} member(s) active on the target (state {}): committing would race them; stop \
+                 its consumers there first (--force tries anyway)",
+                m.members, m.state
+            ),
+            false,
+        );
+    }
+    let refused_text = if refused > 0 {
+        format!("; {refused} partition(s) refused")
+    } else {
+        String::new()
+    };
+    let (action, message) = match (to_commit, apply) {
+        (0, _) if refused > 0 => (
+            GroupAction::Refused,
+            format!("nothing committed{refused_text}"),
+        ),
+        (0, _) => (GroupAction::Unchanged, "already at its checkpoints".into()),
+        (n, false) => (
+            if refused > 0 {
+                GroupAction::Refused
+            } else {
+                GroupAction::WouldCommit
+            },
+            format!("dry run: would commit {n} partition(s){refused_text}; --apply commits"),
+        ),
+        (n, true) => (
+            if refused > 0 {
+                GroupAction::Refused
+            } else {
+                GroupAction::Committed
+            },
+            format!("committed {n} partition(s){refused_text}"),
+        ),
+    };
+    (action, message, to_commit > 0)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverReport {
+    pub source: String,
+    pub target: String,
+    pub dry_run: bool,
+    /// Why re-read counts are unknown, when the source could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_error: Option<String>,
+    pub groups: Vec<GroupPlan>,
+}
+
+impl FailoverReport {
+    pub fn failed(&self) -> bool {
+        self.groups.iter().any(|g| g.action.is_failure())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupPlan {
+    pub group: String,
+    /// The group on the target: state and members, `None` when it could not be described.
+    pub target_group: Option<Membership>,
+    pub action: GroupAction,
+    pub message: String,
+    pub partitions: Vec<PartitionPlan>,
+    /// `--apply` writes this group's `Commit` partitions.
+    #[serde(skip)]
+    pub write: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionPlan {
+    /// Target topic.
+    pub topic: String,
+    pub partition: i32,
+    /// The translated target offset (the checkpoint's downstream offset).
+    pub offset: i64,
+    pub upstream_topic: String,
+    pub upstream_offset: i64,
+    #[serde(skip)]
+    pub metadata: String,
+    pub checkpoint_age_ms: Option<i64>,
+    pub source_committed: Option<i64>,
+    pub target_committed: Option<i64>,
+    /// Records read again after resuming at `offset`; `null` when unknown.
+    pub reread: Option<Range>,
+    /// Records skipped by resuming at `offset`, when the checkpoint is ahead of the group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skips: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub action: PartitionAction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+pub fn render_table(r: &FailoverReport) -> String {
+    let mut t = Table::new(&[
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "OFFSET",
+        "TARGET-COMMITTED",
+        "SOURCE-COMMITTED",
+        "RE-READ",
+        "CKPT-AGE",
+        "ACTION",
+    ]);
+    let mut notes = Vec::new();
+    let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    for g in &r.groups {
+        for p in &g.partitions {
+            let reread = match (p.reread, p.skips) {
+                (_, Some(n)) => format!("SKIPS {n}"),
+                (Some(range), None) => range.text(),
+                (None, None) => "unknown".into(),
+            };
+            t.row(vec![
+                g.group.clone(),
+                p.topic.clone(),
+                p.partition.to_string(),
+                p.offset.to_string(),
+                opt(p.target_committed),
+                opt(p.source_committed),
+                reread,
+                p.checkpoint_age_ms.map_or("-".into(), age),
+                serde_plain(&p.action),
+            ]);
+            for text in [&p.note, &p.reason].into_iter().flatten() {
+                notes.push(format!("  {} {}-{}: {text}", g.group, p.topic, p.partition));
+            }
+        }
+    }
+    let mut groups = Table::new(&["GROUP", "TARGET-STATE", "MEMBERS", "ACTION", "MESSAGE"]);
+    for g in &r.groups {
+        groups.row(vec![
+            g.group.clone(),
+            g.target_group
+                .as_ref()
+                .map_or("-".into(), |m| m.state.clone()),
+            g.target_group
+                .as_ref()
+                .map_or("-".into(), |m| m.members.to_string()),
+            serde_plain(&g.action),
+            g.message.clone(),
+        ]);
+    }
+    let mut out = format!(
+        "failover {} -> {}{}\n",
+        r.source,
+        r.target,
+        if r.dry_run { " (dry run)" } else { "" }
+    );
+    if let Some(e) = &r.source_error {
+        out.push_str(&format!(
+            "source unreachable, re-read counts unknown: {e}\n"
+        ));
+    }
+    if !t.is_empty() {
+        out.push('\n');
+        out.push_str(&t.render());
+    }
+    if !notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        out.push_str(&notes.join("\n"));
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&groups.render());
+    out
+}
+
+/// A unit enum's serde name (`would-commit`) for the table.
+pub(crate) fn serde_plain(v: &impl Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// What the source told us: the store of the flow's offset syncs and a way to read commits.
+struct SourceView {
+    syncs: OffsetSyncStore,
+}
+
+fn read_source_view(flow: &Flow) -> Result<SourceView, CliError> {
+    let source = clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")?;
+    clusters::metadata(&source, "source")?;
+    let (client, cluster, topic) = match flow.spec.source_loop.offset_syncs_location {
+        OffsetSyncsLocation::Source => (
+            &flow.source_client,
+            "source",
+            flow.policy.offset_syncs_topic(flow.target_alias()),
+        ),
+        OffsetSyncsLocation::Target => (
+            &flow.target_client,
+            "target",
+            flow.policy.offset_syncs_topic(flow.source_alias()),
+        ),
+    };
+    let mut syncs = OffsetSyncStore::new(StoreConfig::default());
+    match read_offset_syncs(client, cluster, &topic, READ_TIMEOUT) {
+        Ok(read) => {
+            for (sync, origin) in read.items {
+                // A negative sync is refused by the store; it only costs exactness.
+                let _ = syncs.update(&sync, origin);
+            }
+        }
+        // No syncs (yet): estimates fall back to source offsets.
+        Err(crate::kafka::checkpoints::ReadError::NoTopic { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    syncs.finish_initial_load();
+    Ok(SourceView { syncs })
+}
+
+/// Builds the plan (reads only).
+pub fn plan(
+    flow: &Flow,
+    selection: &GroupSelection,
+    args: &ApplyArgs,
+) -> Result<FailoverReport, CliError> {
+    let index = read_flow_checkpoints(flow)?;
+    let target = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
+    clusters::metadata(&target, "target")?;
+    let names: Vec<String> = if selection.all_groups {
+        index
+            .keys()
+            .filter(|g| flow.groups.matches(g))
+            .cloned()
+            .collect()
+    } else {
+        let mut g = selection.group.clone();
+        g.sort();
+        g.dedup();
+        g
+    };
+    let source = read_source_view(flow);
+    let source_error = source.as_ref().err().map(ToString::to_string);
+    let overrides = Overrides {
+        force: args.force,
+        allow_rewind: args.allow_rewind,
+    };
+    let now = now_ms();
+    let empty = BTreeMap::new();
+    let mut groups = Vec::new();
+    for group in names {
+        let cps: &BTreeMap<TopicPartition, StoredCheckpoint> = index.get(&group).unwrap_or(&empty);
+        let target_parts: Vec<Partition> = cps
+            .keys()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let upstream = |topic: &str| {
+            flow.policy
+                .upstream_topic(topic)
+                .unwrap_or(topic)
+                .to_string()
+        };
+        let source_parts: Vec<Partition> = cps
+            .keys()
+            .map(|tp| (upstream(&tp.topic), tp.partition))
+            .collect();
+        let target_committed =
+            clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
+        let membership = clusters::membership(&flow.target_client, "target", &group).ok();
+        let source_committed = match &source {
+            Ok(_) => Some(clusters::committed(
+                &flow.source_client,
+                "source",
+                &group,
+                &source_parts,
+            )?),
+            Err(_) => None,
+        };
+        let mut partitions = Vec::new();
+        for (tp, stored) in cps {
+            let cp = &stored.checkpoint;
+            let upstream_topic = upstream(&tp.topic);
+            let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
+            let est = match (&source, &source_committed) {
+                (Ok(view), Some(committed)) => {
+                    let sc = committed
+                        .get(&(upstream_topic.clone(), tp.partition))
+                        .copied();
+                    estimate(
+                        (cp.upstream_offset, cp.downstream_offset),
+                        sc,
+                        sc.map_or(
+                            Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
+                            |c| view.syncs.translate(&up_tp, c),
+                        ),
+                        view.syncs.translate(&up_tp, cp.upstream_offset),
+                    )
+                }
+                _ => Estimate {
+                    reread: None,
+                    skips: None,
+                    note: None,
+                },
+            };
+            let tc = target_committed
+                .get(&(tp.topic.clone(), tp.partition))
+                .copied();
+            let (action, reason) = decide_partition(cp.downstream_offset, tc, est.skips, overrides);
+            partitions.push(PartitionPlan {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: cp.downstream_offset,
+                upstream_topic,
+                upstream_offset: cp.upstream_offset,
+                metadata: cp.metadata.clone(),
+                checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
+                source_committed: source_committed
+                    .as_ref()
+                    .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
+                target_committed: tc,
+                reread: est.reread,
+                skips: est.skips,
+                note: est.note,
+                action,
+                reason,
+            });
+        }
+        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+        let (action, message, write) =
+            decide_group(membership.as_ref(), &actions, args.apply, overrides);
+        groups.push(GroupPlan {
+            group,
+            target_group: membership,
+            action,
+            message,
+            partitions,
+            write,
+        });
+    }
+    Ok(FailoverReport {
+        source: flow.source_alias().to_string(),
+        target: flow.target_alias().to_string(),
+        dry_run: !args.apply,
+        source_error,
+        groups,
+    })
+}
+
+/// Commits what the plan decided, group by group; a failed group does not stop the others.
+pub fn apply(flow: &Flow, report: &mut FailoverReport) {
+    for g in &mut report.groups {
+        if !g.write {
+            continue;
+        }
+        let offsets: Vec<(Partition, i64, String)> = g
+            .partitions
+            .iter()
+            .filter(|p| p.action == PartitionAction::Commit)
+            .map(|p| ((p.topic.clone(), p.partition), p.offset, p.metadata.clone()))
+            .collect();
+        if let Err(e) = clusters::commit(&flow.target_client, "target", &g.group, &offsets) {
+            g.action = GroupAction::Failed;
+            g.message = format!("commit failed, nothing may have changed: {e}");
+        }
+    }
+}
+
+pub fn run(args: &FailoverArgs) -> Result<i32, CliError> {
+    if args.groups.all_groups && !args.groups.group.is_empty() {
+        return Err(CliError::Usage {
+            flag: "--all-groups",
+            message: "give either --group (repeatable) or --all-groups, not both".into(),
+        });
+    }
+    let flow = load_flow(&args.flow)?;
+    let mut report = plan(&flow, &args.groups, &args.apply)?;
+    if args.apply.apply {
+        apply(&flow, &mut report);
+    }
+    match args.apply.output {
+        OutputFormat::Json => print_json(&report)?,
+        OutputFormat::Table => print_text(&render_table(&report))?,
+    }
+    Ok(if report.failed() { EXIT_REFUSED } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm2::UnknownReason;
+
+    const NONE: Translation = Translation::Unknown(UnknownReason::NoSyncs);
+
+    #[test]
+    fn a_caught_up_exact_checkpoint_re_reads_nothing() {
+        let e = estimate(
+            (100, 107),
+            Some(100),
+            Translation::Exact(107),
+            Translation::Exact(107),
+        );
+        assert_eq!(e.reread, Some(Range { min: 0, max: 0 }));
+        assert_eq!(e.skips, None);
+    }
+
+    #[test]
+    fn commits_after_the_checkpoint_are_re_read_exactly_through_the_syncs() {
+        // Checkpoint at source 100 -> target 107; the group committed 130 since, which the
+        // syncs translate to 137: a consumer at 107 reads 30 records again.
+        let e = estimate(
+            (100, 107),
+            Some(130),
+            Translation::Exact(137),
+            Translation::Exact(107),
+        );
+        assert_eq!(e.reread, Some(Range { min: 30, max: 30 }));
+    }
+
+    #[test]
+    fn a_conservative_checkpoint_adds_its_slack() {
+        // MM2 sparse syncs: the checkpoint said 101 (down+1) although the exact spot is 150.
+        let e = estimate(
+            (143, 101),
+            Some(143),
+            Translation::Conservative {
+                offset: 101,
+                max_replay: 99,
+            },
+            Translation::Conservative {
+                offset: 101,
+                max_replay: 99,
+            },
+        );
+        assert_eq!(e.reread, Some(Range { min: 0, max: 99 }));
+        assert!(e.note.is_some());
+    }
+
+    #[test]
+    fn without_syncs_the_source_offsets_bound_the_re_read() {
+        let e = estimate((100, 107), Some(120), NONE, Translation::Exact(107));
+        assert_eq!(e.reread, Some(Range { min: 0, max: 20 }));
+        let e = estimate((100, 107), Some(120), NONE, NONE);
+        assert_eq!(e.reread, Some(Range { min: 0, max: 20 }));
+        assert!(e.note.as_deref().is_some_and(|n| n.contains("slack")));
+    }
+
+    #[test]
+    fn a_group_that_rewound_after_its_checkpoint_would_skip() {
+        let e = estimate((100, 107), Some(90), Translation::Exact(97), NONE);
+        assert_eq!(e.skips, Some(10));
+        assert_eq!(e.reread, None);
+    }
+
+    #[test]
+    fn no_source_commit_is_unknown() {
+        let e = estimate((100, 107), None, NONE, NONE);
+        assert_eq!((e.reread, e.skips), (None, None));
+    }
+
+    #[test]
+    fn partitions_never_move_back_or_skip_unless_told() {
+        let o = Overrides::default();
+        assert_eq!(
+            decide_partition(10, None, None, o).0,
+            PartitionAction::Commit
+        );
+        assert_eq!(
+            decide_partition(10, Some(5), None, o).0,
+            PartitionAction::Commit
+        );
+        assert_eq!(
+            decide_partition(10, Some(10), None, o).0,
+            PartitionAction::Unchanged
+        );
+        let (a, why) = decide_partition(10, Some(15), None, o);
+        assert_eq!(a, PartitionAction::Refused);
+        assert!(why.is_some_and(|w| w.contains("--allow-rewind")));
+        let rewind = Overrides {
+            allow_rewind: true,
+            ..o
+        };
+        assert_eq!(
+            decide_partition(10, Some(15), None, rewind).0,
+            PartitionAction::Commit
+        );
+        let (a, why) = decide_partition(10, None, Some(3), o);
+        assert_eq!(a, PartitionAction::Refused);
+        assert!(why.is_some_and(|w| w.contains("--force")));
+        let force = Overrides { force: true, ..o };
+        assert_eq!(
+            decide_partition(10, None, Some(3), force).0,
+            PartitionAction::Commit
+        );
+    }
+
+    #[test]
+    fn active_groups_are_refused_unless_forced() {
+        let active = Membership {
+            state: "Stable".into(),
+            members: 2,
+        };
+        let commit = [PartitionAction::Commit];
+        let (a, msg, write) = decide_group(Some(&active), &commit, true, Overrides::default());
+        assert_eq!((a, write), (GroupAction::Refused, false));
+        assert!(
+            msg.contains("2 member(s)") && msg.contains("--force"),
+            "{msg}"
+        );
+        let force = Overrides {
+            force: true,
+            ..Overrides::default()
+        };
+        assert_eq!(
+            decide_group(Some(&active), &commit, true, force).0,
+            GroupAction::Committed
+        );
+        // Nothing to commit: an active group is no problem.
+        assert_eq!(
+            decide_group(
+                Some(&active),
+                &[PartitionAction::Unchanged],
+                true,
+                Overrides::default()
+            )
+            .0,
+            GroupAction::Unchanged
+        );
+    }
+
+    #[test]
+    fn group_outcomes() {
+        let o = Overrides::default();
+        assert_eq!(decide_group(None, &[], false, o).0, GroupAction::Refused);
+        assert_eq!(
+            decide_group(None, &[PartitionAction::Commit], false, o).0,
+            GroupAction::WouldCommit
+        );
+        let (a, msg, _) = decide_group(
+            None,
+            &[PartitionAction::Commit, PartitionAction::Refused],
+            true,
+            o,
+        );
+        assert_eq!(a, GroupAction::Refused);
+        assert!(msg.contains("committed 1") && msg.contains("1 partition(s) refused"));
+    }
+
+    #[test]
+    fn the_table_shows_unknowns_skips_and_reasons() {
+        let p = |partition, reread, skips, action, reason: Option<&str>| PartitionPlan {
+            topic: "a.t".into(),
+            partition,
+            offset: 10,
+            upstream_topic: "t".into(),
+            upstream_offset: 8,
+            metadata: String::new(),
+            checkpoint_age_ms: Some(65_000),
+            source_committed: None,
+            target_committed: Some(4),
+            reread,
+            skips,
+            note: None,
+            action,
+            reason: reason.map(str::to_string),
+        };
+        let r = FailoverReport {
+            source: "a".into(),
+            target: "b".into(),
+            dry_run: true,
+            source_error: Some("source down".into()),
+            groups: vec![GroupPlan {
+                group: "g".into(),
+                target_group: Some(Membership {
+                    state: "Empty".into(),
+                    members: 0,
+                }),
+                action: GroupAction::Refused,
+                message: "dry run".into(),
+                write: false,
+                partitions: vec![
+                    p(0, None, None, PartitionAction::Commit, None),
+                    p(
+                        1,
+                        Some(Range { min: 2, max: 5 }),
+                        None,
+                        PartitionAction::Commit,
+                        None,
+                    ),
+                    p(
+                        2,
+                        None,
+                        Some(3),
+                        PartitionAction::Refused,
+                        Some("would skip"),
+                    ),
+                ],
+            }],
+        };
+        let text = render_table(&r);
+        assert!(
+            text.starts_with("failover a -> b (dry run)\nsource unreachable"),
+            "{text}"
+        );
+        assert!(text.contains("unknown") && text.contains("2-5") && text.contains("SKIPS 3"));
+        assert!(
+            text.contains("1m5s") && text.contains("g a.t-2: would skip"),
+            "{text}"
+        );
+        assert!(text.contains("would-commit") || text.contains("commit"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["dryRun"], true);
+        assert_eq!(json["groups"][0]["partitions"][1]["reread"]["max"], 5);
+        assert_eq!(
+            json["groups"][0]["partitions"][0]["reread"],
+            serde_json::Value::Null
+        );
+        assert_eq!(json["groups"][0]["targetGroup"]["members"], 0);
+    }
+}
