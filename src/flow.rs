@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
-use crate::api::{MirrorFlow, MirrorFlowSpec, PolicyKind};
+use crate::api::{MirrorFlow, MirrorFlowSpec, OffsetSyncsLocation, PolicyKind};
 use crate::kafka::{self, SecretFiles};
 use crate::mm2::{
     FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
@@ -231,6 +231,25 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             });
         }
     }
+    if spec.exactly_once && spec.source_loop.offset_syncs_location != OffsetSyncsLocation::Target {
+        // Syncs are committed with their records and positions in one target transaction; a
+        // write to the source cluster cannot join it.
+        return Err(FlowError::Invalid {
+            field: "spec.sourceLoop.offsetSyncsLocation",
+            message: "spec.exactlyOnce writes offset syncs in the target's transactions: set \
+                      spec.sourceLoop.offsetSyncsLocation to Target (MM2's \
+                      offset-syncs.topic.location=target), or turn spec.exactlyOnce off"
+                .into(),
+        });
+    }
+    if spec.exactly_once && spec.target.config.contains_key("transactional.id") {
+        return Err(FlowError::Invalid {
+            field: "spec.target.config",
+            message: "transactional.id is set per source partition by spec.exactlyOnce: \
+                      remove it from spec.target.config"
+                .into(),
+        });
+    }
     Ok(())
 }
 
@@ -282,6 +301,30 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("spec.replicas")
+        );
+    }
+
+    #[test]
+    fn exactly_once_needs_offset_syncs_on_the_target() {
+        let err = validate(&spec(&format!("{BASE}exactlyOnce: true\n")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("spec.sourceLoop.offsetSyncsLocation") && err.contains("Target"),
+            "{err}"
+        );
+        let ok = spec(&format!(
+            "{BASE}exactlyOnce: true\nsourceLoop: {{offsetSyncsLocation: Target}}\n"
+        ));
+        assert!(validate(&ok).is_ok());
+        let s = spec(
+            "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1', config: {transactional.id: x}}\nexactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n",
+        );
+        assert!(
+            validate(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.target.config")
         );
     }
 

@@ -89,6 +89,10 @@ pub enum ReadError {
 pub struct PositionReader {
     topic: String,
     consumer: BaseConsumer,
+    /// Set for [`Self::read_committed`]: a `read_uncommitted` client for the high watermark.
+    /// A `read_committed` consumer's watermark is the last stable offset, which stops before
+    /// the oldest open transaction and so possibly before positions committed after it.
+    watermarks: Option<BaseConsumer>,
     next: i64,
     positions: HashMap<(String, i32), Frontier>,
     undecodable: u64,
@@ -96,12 +100,35 @@ pub struct PositionReader {
 
 impl PositionReader {
     pub fn new(target: &ClientConfig, topic: String, group: &str) -> Result<Self, ReadError> {
+        Self::create(target, topic, group, false)
+    }
+
+    /// A reader that sees committed transactions only (exactly-once mode, where positions are
+    /// written in the producer's transactions) and whose [`Self::read_to_end`] waits for every
+    /// transaction open on the topic to end, so no position committed so far is missed.
+    pub fn read_committed(
+        target: &ClientConfig,
+        topic: String,
+        group: &str,
+    ) -> Result<Self, ReadError> {
+        Self::create(target, topic, group, true)
+    }
+
+    fn create(
+        target: &ClientConfig,
+        topic: String,
+        group: &str,
+        committed: bool,
+    ) -> Result<Self, ReadError> {
         let kafka = |source| ReadError::Kafka {
             topic: topic.clone(),
             source,
         };
-        let consumer: BaseConsumer = target
-            .clone()
+        let mut config = target.clone();
+        if committed {
+            config.set("isolation.level", "read_committed");
+        }
+        let consumer: BaseConsumer = config
             // Never used for a group: the partition is assigned, nothing is committed.
             .set("group.id", format!("{group}.positions"))
             .set("enable.auto.commit", "false")
@@ -109,6 +136,17 @@ impl PositionReader {
             .set("enable.partition.eof", "false")
             .create()
             .map_err(kafka)?;
+        let watermarks = if committed {
+            let client: BaseConsumer = target
+                .clone()
+                .set("group.id", format!("{group}.positions"))
+                .set("isolation.level", "read_uncommitted")
+                .create()
+                .map_err(kafka)?;
+            Some(client)
+        } else {
+            None
+        };
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&topic, 0, Offset::Beginning)
             .map_err(kafka)?;
@@ -116,6 +154,7 @@ impl PositionReader {
         Ok(PositionReader {
             topic,
             consumer,
+            watermarks,
             next: 0,
             positions: HashMap::new(),
             undecodable: 0,
@@ -142,7 +181,9 @@ impl PositionReader {
             source,
         };
         let (_, high) = self
-            .consumer
+            .watermarks
+            .as_ref()
+            .unwrap_or(&self.consumer)
             .fetch_watermarks(&self.topic, 0, timeout)
             .map_err(kafka)?;
         let deadline = Instant::now() + timeout;

@@ -89,6 +89,13 @@ impl Replicator {
         }
     }
 
+    /// The process has not exited.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Kills the process at once (a crash).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -33,9 +33,10 @@
 //! sync rewinds its partition (the records are copied again and get fresh syncs), so no sync
 //! is dropped silently.
 //!
-//! # Exactly-once later
-//! [`progress::Progress`] decides what may be committed (positions, syncs); the copier decides
-//! how (separate idempotent writes today). A transactional mode replaces the latter only.
+//! # Exactly-once (`spec.exactlyOnce`)
+//! [`transactions`] replaces the copier: a transactional producer per owned partition puts
+//! records, offset syncs (on the target) and the position in one transaction, and fences the
+//! partition's previous writer. The at-least-once path above is unchanged.
 
 pub mod clients;
 pub mod copy;
@@ -43,6 +44,7 @@ pub mod discovery;
 pub mod progress;
 pub mod reach;
 pub mod topics;
+pub mod transactions;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 use self::copy::{AckContext, Copier, CopierParts, SourceContext};
 use self::discovery::{Admin, AdminError, Discovery};
 use self::reach::{Backoff, ClusterHealth};
+use self::transactions::{TxCopier, TxCopierParts, TxSourceContext};
 use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::positions::{self, PositionReader};
@@ -157,49 +160,76 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
 
     let group = source_group_id(flow);
     let refresh = spec.topics_refresh_interval.as_duration();
-    let producer: BaseProducer<AckContext> = clients::producer(&flow.target_client, refresh)
-        .create_with_context(AckContext::new(target_health.clone()))
-        .context("creating the target producer")?;
-    let syncs_client: &ClientConfig = match syncs_cluster {
-        "source" => &flow.source_client,
-        _ => &flow.target_client,
-    };
-    let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
-        .create_with_context(AckContext::new(health(syncs_cluster).clone()))
-        .context("creating the offset-sync producer")?;
-    let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
-        .context("creating the positions reader")?;
-    let copier = Copier::new(CopierParts {
-        ctx: ctx.clone(),
-        producer,
-        syncs,
-        syncs_topic,
-        positions_topic,
-        positions: reader,
-        shutdown: shutdown.clone(),
-        source_health: source_health.clone(),
-        target_health: target_health.clone(),
-    });
-    let consumer: BaseConsumer<SourceContext> =
-        clients::consumer(&flow.source_client, &group, refresh)
-            .create_with_context(SourceContext {
-                copier: Arc::new(Mutex::new(copier)),
-                health: source_health.clone(),
-            })
-            .context("creating the source consumer")?;
-    if flow.spec.exactly_once {
-        tracing::warn!(
-            "spec.exactlyOnce is not implemented yet: copying at-least-once (a crash may repeat records)"
-        );
-    }
-    tracing::info!(%group, "source loop starting");
-
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
     let copy_ctx = ctx.clone();
     let copy_shutdown = shutdown.clone();
-    let mut copy = tokio::task::spawn_blocking(move || {
-        copy::run(consumer, subscriptions, copy_ctx, copy_shutdown)
-    });
+    let mut copy = if flow.spec.exactly_once {
+        // `flow::validate` refuses exactly-once with syncs on the source.
+        anyhow::ensure!(
+            syncs_cluster == "target",
+            "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
+        );
+        let reader =
+            PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
+                .context("creating the positions reader")?;
+        let copier = TxCopier::new(TxCopierParts {
+            ctx: ctx.clone(),
+            producer_base: clients::producer(&flow.target_client, refresh),
+            syncs_topic,
+            positions_topic,
+            positions: reader,
+            shutdown: shutdown.clone(),
+            source_health: source_health.clone(),
+            target_health: target_health.clone(),
+        });
+        let consumer: BaseConsumer<TxSourceContext> =
+            clients::consumer(&flow.source_client, &group, refresh)
+                .create_with_context(TxSourceContext {
+                    copier: Arc::new(Mutex::new(copier)),
+                    health: source_health.clone(),
+                })
+                .context("creating the source consumer")?;
+        tracing::info!(%group, commit_every = ?transactions::COMMIT_EVERY,
+            "source loop starting (exactly-once: a transaction per partition)");
+        tokio::task::spawn_blocking(move || {
+            transactions::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+        })
+    } else {
+        let producer: BaseProducer<AckContext> = clients::producer(&flow.target_client, refresh)
+            .create_with_context(AckContext::new(target_health.clone()))
+            .context("creating the target producer")?;
+        let syncs_client: &ClientConfig = match syncs_cluster {
+            "source" => &flow.source_client,
+            _ => &flow.target_client,
+        };
+        let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
+            .create_with_context(AckContext::new(health(syncs_cluster).clone()))
+            .context("creating the offset-sync producer")?;
+        let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
+            .context("creating the positions reader")?;
+        let copier = Copier::new(CopierParts {
+            ctx: ctx.clone(),
+            producer,
+            syncs,
+            syncs_topic,
+            positions_topic,
+            positions: reader,
+            shutdown: shutdown.clone(),
+            source_health: source_health.clone(),
+            target_health: target_health.clone(),
+        });
+        let consumer: BaseConsumer<SourceContext> =
+            clients::consumer(&flow.source_client, &group, refresh)
+                .create_with_context(SourceContext {
+                    copier: Arc::new(Mutex::new(copier)),
+                    health: source_health.clone(),
+                })
+                .context("creating the source consumer")?;
+        tracing::info!(%group, "source loop starting");
+        tokio::task::spawn_blocking(move || {
+            copy::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+        })
+    };
 
     let mut discovery = Discovery::new(flow.clone(), source_admin, target_admin);
     let discover = async {
