@@ -2,6 +2,8 @@
 //! synchronous offset commit that is read back. Blocking; every call has a timeout.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -14,6 +16,40 @@ use super::CliError;
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Reading a whole checkpoints or offset-syncs topic.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Groups planned at the same time (each on its own clients).
+pub const WORKERS: usize = 8;
+
+/// `f` over `items` on up to `workers` threads; results in the order of `items`.
+pub fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new(items.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers.clamp(1, items.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    let mut all = results.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(slot) = all.get_mut(i) {
+                        *slot = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
+}
 
 /// (topic, partition).
 pub type Partition = (String, i32);
@@ -42,13 +78,7 @@ pub fn consumer(
 pub fn metadata(consumer: &BaseConsumer, cluster: &'static str) -> Result<Metadata, CliError> {
     consumer
         .fetch_metadata(None, TIMEOUT)
-        .map_err(|source| CliError::Kafka {
-            what: format!(
-                "fetching metadata (is the cluster up and spec.{cluster}.bootstrapServers right?)"
-            ),
-            cluster,
-            source,
-        })
+        .map_err(|source| CliError::Unreachable { cluster, source })
 }
 
 /// The group's committed offsets on `partitions`; partitions without a commit are absent.
@@ -172,4 +202,20 @@ pub fn commit(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn par_map_keeps_the_order() {
+        let items: Vec<u64> = (0..50).collect();
+        let out = par_map(&items, 4, |i| {
+            std::thread::sleep(std::time::Duration::from_millis(50 - i));
+            i * 2
+        });
+        assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        assert!(par_map(&Vec::<u8>::new(), 4, |i| *i).is_empty());
+    }
 }

@@ -363,79 +363,90 @@ pub fn plan(
         force: args.force,
         allow_rewind: args.allow_rewind,
     };
-    let mut groups = Vec::new();
-    for group in names {
-        let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
-        if remote.is_empty() && selection.all_groups {
-            continue;
-        }
-        let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
-        let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
-        other_topics.dedup();
-        let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
-        let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
-        let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
-        let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
-        let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
-        let mut partitions = Vec::new();
-        for ((remote_topic, p), c_b) in &remote {
-            let topic = upstream(remote_topic);
-            let tp = TopicPartition::new(topic.clone(), *p);
-            let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
-            let end = to
-                .fetch_watermarks(&topic, *p, TIMEOUT)
-                .ok()
-                .map(|(_, h)| h);
-            let c_a = committed.get(&(topic.clone(), *p)).copied();
-            let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
-            partitions.push(PartitionBack {
-                remote_topic: remote_topic.clone(),
-                partition: *p,
-                remote_committed: *c_b,
-                topic,
-                offset: translation.offset(),
-                exact: translation.is_exact(),
-                reread_max: translation.max_replay(),
-                committed: c_a,
-                action,
-                reason,
-            });
-        }
-        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let (mut action, mut message, mut write) =
-            decide_group(to_group.as_ref(), &actions, args.apply, overrides);
-        if actions.is_empty() {
-            message = format!(
-                "no commit on a remote topic of this flow ({}.*) on {}",
-                flow.source_alias(),
-                flow.target_alias()
-            );
-        }
-        if let Some(m) = &from_group
-            && m.is_active()
-            && write
-            && !args.force
-        {
-            action = GroupAction::Refused;
-            write = false;
-            message = format!(
-                "{} member(s) still active on {} (state {}): their commits would move on after \
+    // Each group costs a few round trips to each cluster: several groups at a time.
+    let planned = clusters::par_map(
+        &names,
+        clusters::WORKERS,
+        |group| -> Result<Option<_>, CliError> {
+            let group = group.clone();
+            let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
+            if remote.is_empty() && selection.all_groups {
+                return Ok(None);
+            }
+            let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
+            let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
+            other_topics.dedup();
+            let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
+            let source_parts: Vec<Partition> =
+                remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
+            let committed =
+                clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
+            let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
+            let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
+            let mut partitions = Vec::new();
+            for ((remote_topic, p), c_b) in &remote {
+                let topic = upstream(remote_topic);
+                let tp = TopicPartition::new(topic.clone(), *p);
+                let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
+                let end = to
+                    .fetch_watermarks(&topic, *p, TIMEOUT)
+                    .ok()
+                    .map(|(_, h)| h);
+                let c_a = committed.get(&(topic.clone(), *p)).copied();
+                let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
+                partitions.push(PartitionBack {
+                    remote_topic: remote_topic.clone(),
+                    partition: *p,
+                    remote_committed: *c_b,
+                    topic,
+                    offset: translation.offset(),
+                    exact: translation.is_exact(),
+                    reread_max: translation.max_replay(),
+                    committed: c_a,
+                    action,
+                    reason,
+                });
+            }
+            let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+            let (mut action, mut message, mut write) =
+                decide_group(to_group.as_ref(), &actions, args.apply, overrides);
+            if actions.is_empty() {
+                message = format!(
+                    "no commit on a remote topic of this flow ({}.*) on {}",
+                    flow.source_alias(),
+                    flow.target_alias()
+                );
+            }
+            if let Some(m) = &from_group
+                && m.is_active()
+                && write
+                && !args.force
+            {
+                action = GroupAction::Refused;
+                write = false;
+                message = format!(
+                    "{} member(s) still active on {} (state {}): their commits would move on after \
                  this; stop them first (--force ignores them)",
-                m.members,
-                flow.target_alias(),
-                m.state
-            );
-        }
-        groups.push(GroupBack {
-            group,
-            to_group,
-            from_group,
-            action,
-            message,
-            partitions,
-            other_topics,
-            write,
-        });
+                    m.members,
+                    flow.target_alias(),
+                    m.state
+                );
+            }
+            Ok(Some(GroupBack {
+                group,
+                to_group,
+                from_group,
+                action,
+                message,
+                partitions,
+                other_topics,
+                write,
+            }))
+        },
+    );
+    let mut groups = Vec::new();
+    for planned in planned {
+        groups.extend(planned?);
     }
     Ok(FailbackReport {
         from: flow.target_alias().to_string(),

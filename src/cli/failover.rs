@@ -548,95 +548,106 @@ pub fn plan(
     };
     let now = now_ms();
     let empty = BTreeMap::new();
-    let mut groups = Vec::new();
-    for group in names {
-        let cps: &BTreeMap<TopicPartition, StoredCheckpoint> = index.get(&group).unwrap_or(&empty);
-        let target_parts: Vec<Partition> = cps
-            .keys()
-            .map(|tp| (tp.topic.clone(), tp.partition))
-            .collect();
-        let upstream = |topic: &str| {
-            flow.policy
-                .upstream_topic(topic)
-                .unwrap_or(topic)
-                .to_string()
-        };
-        let source_parts: Vec<Partition> = cps
-            .keys()
-            .map(|tp| (upstream(&tp.topic), tp.partition))
-            .collect();
-        let target_committed =
-            clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
-        let membership = clusters::membership(&flow.target_client, "target", &group).ok();
-        let source_committed = match &source {
-            Ok(_) => Some(clusters::committed(
-                &flow.source_client,
-                "source",
-                &group,
-                &source_parts,
-            )?),
-            Err(_) => None,
-        };
-        let mut partitions = Vec::new();
-        for (tp, stored) in cps {
-            let cp = &stored.checkpoint;
-            let upstream_topic = upstream(&tp.topic);
-            let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
-            let est = match (&source, &source_committed) {
-                (Ok(view), Some(committed)) => {
-                    let sc = committed
-                        .get(&(upstream_topic.clone(), tp.partition))
-                        .copied();
-                    estimate(
-                        (cp.upstream_offset, cp.downstream_offset),
-                        sc,
-                        sc.map_or(
-                            Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
-                            |c| view.syncs.translate(&up_tp, c),
-                        ),
-                        view.syncs.translate(&up_tp, cp.upstream_offset),
-                    )
-                }
-                _ => Estimate {
-                    reread: None,
-                    skips: None,
-                    note: None,
-                },
+    // Each group costs a few round trips to each cluster: several groups at a time.
+    let planned = clusters::par_map(
+        &names,
+        clusters::WORKERS,
+        |group| -> Result<Option<_>, CliError> {
+            let group = group.clone();
+            let cps: &BTreeMap<TopicPartition, StoredCheckpoint> =
+                index.get(&group).unwrap_or(&empty);
+            let target_parts: Vec<Partition> = cps
+                .keys()
+                .map(|tp| (tp.topic.clone(), tp.partition))
+                .collect();
+            let upstream = |topic: &str| {
+                flow.policy
+                    .upstream_topic(topic)
+                    .unwrap_or(topic)
+                    .to_string()
             };
-            let tc = target_committed
-                .get(&(tp.topic.clone(), tp.partition))
-                .copied();
-            let (action, reason) = decide_partition(cp.downstream_offset, tc, est.skips, overrides);
-            partitions.push(PartitionPlan {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset: cp.downstream_offset,
-                upstream_topic,
-                upstream_offset: cp.upstream_offset,
-                metadata: cp.metadata.clone(),
-                checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
-                source_committed: source_committed
-                    .as_ref()
-                    .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
-                target_committed: tc,
-                reread: est.reread,
-                skips: est.skips,
-                note: est.note,
+            let source_parts: Vec<Partition> = cps
+                .keys()
+                .map(|tp| (upstream(&tp.topic), tp.partition))
+                .collect();
+            let target_committed =
+                clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
+            let membership = clusters::membership(&flow.target_client, "target", &group).ok();
+            let source_committed = match &source {
+                Ok(_) => Some(clusters::committed(
+                    &flow.source_client,
+                    "source",
+                    &group,
+                    &source_parts,
+                )?),
+                Err(_) => None,
+            };
+            let mut partitions = Vec::new();
+            for (tp, stored) in cps {
+                let cp = &stored.checkpoint;
+                let upstream_topic = upstream(&tp.topic);
+                let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
+                let est = match (&source, &source_committed) {
+                    (Ok(view), Some(committed)) => {
+                        let sc = committed
+                            .get(&(upstream_topic.clone(), tp.partition))
+                            .copied();
+                        estimate(
+                            (cp.upstream_offset, cp.downstream_offset),
+                            sc,
+                            sc.map_or(
+                                Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
+                                |c| view.syncs.translate(&up_tp, c),
+                            ),
+                            view.syncs.translate(&up_tp, cp.upstream_offset),
+                        )
+                    }
+                    _ => Estimate {
+                        reread: None,
+                        skips: None,
+                        note: None,
+                    },
+                };
+                let tc = target_committed
+                    .get(&(tp.topic.clone(), tp.partition))
+                    .copied();
+                let (action, reason) =
+                    decide_partition(cp.downstream_offset, tc, est.skips, overrides);
+                partitions.push(PartitionPlan {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: cp.downstream_offset,
+                    upstream_topic,
+                    upstream_offset: cp.upstream_offset,
+                    metadata: cp.metadata.clone(),
+                    checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
+                    source_committed: source_committed
+                        .as_ref()
+                        .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
+                    target_committed: tc,
+                    reread: est.reread,
+                    skips: est.skips,
+                    note: est.note,
+                    action,
+                    reason,
+                });
+            }
+            let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+            let (action, message, write) =
+                decide_group(membership.as_ref(), &actions, args.apply, overrides);
+            Ok(Some(GroupPlan {
+                group,
+                target_group: membership,
                 action,
-                reason,
-            });
-        }
-        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let (action, message, write) =
-            decide_group(membership.as_ref(), &actions, args.apply, overrides);
-        groups.push(GroupPlan {
-            group,
-            target_group: membership,
-            action,
-            message,
-            partitions,
-            write,
-        });
+                message,
+                partitions,
+                write,
+            }))
+        },
+    );
+    let mut groups = Vec::new();
+    for planned in planned {
+        groups.extend(planned?);
     }
     Ok(FailoverReport {
         source: flow.source_alias().to_string(),

@@ -67,6 +67,15 @@ pub enum CliError {
     },
     #[error(transparent)]
     Read(#[from] ReadError),
+    #[error(
+        "cannot reach the {cluster} cluster: {source}; check spec.{cluster}.bootstrapServers and \
+         that the cluster is up"
+    )]
+    Unreachable {
+        cluster: &'static str,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
     #[error("{what} on the {cluster} cluster: {source}")]
     Kafka {
         what: String,
@@ -86,6 +95,7 @@ impl CliError {
             CliError::Usage { .. } => "usage",
             CliError::Kubeconfig { .. } | CliError::Api { .. } => "apiserver",
             CliError::Read(e) => e.metric_label(),
+            CliError::Unreachable { .. } => "unreachable",
             CliError::Kafka { .. } => "kafka",
             CliError::Output(_) => "output",
         }

@@ -599,7 +599,11 @@ async fn translate_failover_and_failback_against_our_replicator() -> Result<()> 
     );
     ensure!(committed(&tgt, &g2, &s.remote, 1)? == Some(20 + SHIFT));
 
-    // 6. failback: g1 consumed 15 records per partition on the target; map them back.
+    // 6. failback: g1 consumed 15 records per partition on the target; map them back. Its
+    // producers failed over too and wrote `topic` on the target, which g1 also consumed: only a
+    // reverse flow can move that, and failback says so.
+    kafka::create_topic(&tgt, &s.topic, 1).await?;
+    commit(&tgt, &g1, &s.topic, &[(0, 0)])?;
     let fb = s.run("failback", &["--group", &g1, "-o", "json"])?;
     ensure!(
         fb.code == 0,
@@ -619,6 +623,17 @@ async fn translate_failover_and_failback_against_our_replicator() -> Result<()> 
             "failback of partition {p}: {pp:#}"
         );
     }
+    ensure!(
+        group_of(&fb, &g1)?["otherTopics"] == json!([s.topic]),
+        "{fb:#}"
+    );
+    // g2 sits exactly at its failover offsets: back to its source commits.
+    let fb2 = s.run("failback", &["--group", &g2, "-o", "json"])?.json()?;
+    let p1 = part(&fb2, &g2, 1)?;
+    ensure!(
+        p1["offset"] == 20 && p1["exact"] == true && p1["action"] == "unchanged",
+        "{p1:#}"
+    );
     println!("{}", s.run("failback", &["--group", &g1])?.stdout);
     let fb = s.run("failback", &["--group", &g1, "--apply", "-o", "json"])?;
     ensure!(
@@ -691,9 +706,9 @@ async fn plugin_checks(world: &World, dir: &Path, ns: &str) -> Result<()> {
              spec:\n  source: {{alias: {a}, bootstrapServers: '{}'}}\n  \
              target: {{alias: {b}, bootstrapServers: '{}'}}\n---\n\
              apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: locked}}\n\
-             spec:\n  source: {{alias: {a}, bootstrapServers: '{}', sasl: {{mechanism: PLAIN, \
-             usernameSecretRef: {{name: absent, key: user}}, passwordSecretRef: {{name: absent, key: pw}}}}}}\n  \
-             target: {{alias: {b}, bootstrapServers: '{}'}}\n",
+             spec:\n  source: {{alias: {a}, bootstrapServers: '{}'}}\n  \
+             target: {{alias: {b}, bootstrapServers: '{}', sasl: {{mechanism: PLAIN, \
+             usernameSecretRef: {{name: absent, key: user}}, passwordSecretRef: {{name: absent, key: pw}}}}}}\n",
             world.source_bootstrap,
             world.target_bootstrap,
             world.source_bootstrap,
@@ -758,11 +773,28 @@ async fn plugin_checks(world: &World, dir: &Path, ns: &str) -> Result<()> {
     let locked = kubectl(&["translate", "--name", "locked", "-n", ns])?;
     ensure!(
         locked.code == 1
-            && locked.stderr.contains("spec.source.sasl.usernameSecretRef")
+            && locked.stderr.contains("spec.target.sasl.usernameSecretRef")
             && locked.stderr.contains("absent"),
         "{}",
         locked.stderr
     );
+    // Credentials read from the API are used, never shown: the world's brokers speak no SASL,
+    // so the connection fails, and the error must not carry the password.
+    run_with_input(
+        "kubectl",
+        &["apply", "-n", ns, "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: absent}\n\
+         stringData: {user: alice, pw: hunter2-secret}\n",
+    )?;
+    let sasl = kubectl(&["translate", "--name", "locked", "-n", ns])?;
+    ensure!(
+        sasl.code == 1 && !sasl.stderr.contains("hunter2") && !sasl.stdout.contains("hunter2"),
+        "exit {}: {}{}",
+        sasl.code,
+        sasl.stdout,
+        sasl.stderr
+    );
+    println!("with the Secret present: {}", sasl.stderr.trim());
     let both = kubectl(&["failover", "--name", "plug", "-n", ns])?;
     ensure!(
         both.code == 2 && both.stderr.contains("--group"),
