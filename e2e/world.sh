@@ -68,6 +68,11 @@ export KAFKA_HOME='$KAFKA_HOME'
 export MF_SOURCE_BOOTSTRAP='$(kafka_bootstrap source)'
 export MF_TARGET_BOOTSTRAP='$(kafka_bootstrap target)'
 export MF_THIRD_BOOTSTRAP='$(kafka_bootstrap third)'
+export MF_SOURCE_SECURE_BOOTSTRAP='$(kafka_secure_bootstrap source)'
+export MF_TARGET_SECURE_BOOTSTRAP='$(kafka_secure_bootstrap target)'
+export MF_KAFKA_CA_PEM='$(kafka_tls_dir)/ca.pem'
+export MF_KAFKA_SCRAM_USER='mirrorflow'
+export MF_KAFKA_SCRAM_PASSWORD_FILE='$(kafka_tls_dir)/scram-password'
 export MF_NODE_STATE='$NODE_DIR'
 export PATH='$K8S_BIN:$HELM_BIN:'"\$PATH"
 EOF

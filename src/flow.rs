@@ -207,27 +207,61 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             message: format!("{} is out of range: use 1 to 64", spec.replicas),
         });
     }
-    let positive = [
+    // Floors keep a typo from hammering the brokers; ceilings keep one ("5000h") from
+    // silently switching a loop off.
+    const HOUR: u64 = 3600;
+    let intervals = [
         (
             "spec.sourceLoop.topicsRefreshInterval",
             spec.source_loop.topics_refresh_interval,
+            1000,
+            24 * HOUR,
         ),
         (
             "spec.sourceLoop.offsetSyncInterval",
             spec.source_loop.offset_sync_interval,
+            100,
+            HOUR,
         ),
-        ("spec.checkpoints.interval", spec.checkpoints.interval),
+        (
+            "spec.checkpoints.interval",
+            spec.checkpoints.interval,
+            100,
+            HOUR,
+        ),
         (
             "spec.checkpoints.groupsRefreshInterval",
             spec.checkpoints.groups_refresh_interval,
+            1000,
+            24 * HOUR,
         ),
-        ("spec.heartbeats.interval", spec.heartbeats.interval),
+        (
+            "spec.heartbeats.interval",
+            spec.heartbeats.interval,
+            100,
+            HOUR,
+        ),
+        (
+            "spec.failoverReadiness.maxCheckpointAge",
+            spec.failover_readiness.max_checkpoint_age,
+            1000,
+            24 * HOUR,
+        ),
+        (
+            "spec.failoverReadiness.maxHeartbeatLag",
+            spec.failover_readiness.max_heartbeat_lag,
+            1000,
+            24 * HOUR,
+        ),
     ];
-    for (field, d) in positive {
-        if d.as_duration().as_millis() < 100 {
+    for (field, d, min_ms, max_s) in intervals {
+        let d_ms = d.as_duration().as_millis();
+        if d_ms < u128::from(min_ms) || d_ms > u128::from(max_s) * 1000 {
+            let min = crate::api::SpecDuration::from_millis(min_ms);
+            let max = crate::api::SpecDuration::from_secs(max_s);
             return Err(FlowError::Invalid {
                 field,
-                message: format!("{d} is too short: use at least 100ms"),
+                message: format!("{d} is out of range: use {min} to {max}"),
             });
         }
     }
@@ -301,6 +335,26 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .starts_with("spec.replicas")
+        );
+    }
+
+    #[test]
+    fn absurd_intervals_are_refused_naming_the_field() {
+        let err = validate(&spec(&format!("{BASE}heartbeats: {{interval: 5000h}}\n")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("spec.heartbeats.interval") && err.contains("100ms to 1h"),
+            "{err}"
+        );
+        let err = validate(&spec(&format!(
+            "{BASE}failoverReadiness: {{maxCheckpointAge: 10ms}}\n"
+        )))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("spec.failoverReadiness.maxCheckpointAge"),
+            "{err}"
         );
     }
 

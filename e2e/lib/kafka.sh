@@ -1,5 +1,7 @@
 # Single-node KRaft Kafka clusters on loopback. Sourced by world.sh after common.sh and build.sh.
 # A cluster is named source, target or third; each has its own ports, data dir and cluster id.
+# Ports: PORT plaintext clients, PORT+1 controller, PORT+2 SASL_SSL clients (SCRAM-SHA-512 over
+# TLS with the world's own certificate; user and password in kafka_secure_env).
 
 kafka_port() {
   case "$1" in
@@ -11,6 +13,44 @@ kafka_port() {
 }
 
 kafka_dir() { echo "$MF_STATE/kafka/$1"; }
+kafka_secure_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 2))"; }
+kafka_tls_dir() { echo "$MF_STATE/kafka/tls"; }
+
+kafka_tls_material() {
+  # One self-signed certificate for 127.0.0.1, shared by every cluster of this world: the
+  # PKCS#12 keystore for brokers, its certificate as the CA PEM for clients, and the SCRAM
+  # password. Made once per world (MF_STATE), never in the repository.
+  local tls
+  tls="$(kafka_tls_dir)"
+  [ -f "$tls/broker.p12" ] && return 0
+  mkdir -p "$tls"
+  need keytool "Java 17 (keytool)"
+  local pass
+  pass="$(openssl rand -hex 12)"
+  keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 \
+    -dname "CN=127.0.0.1,O=mirrorflow-world" -ext "SAN=IP:127.0.0.1" \
+    -keystore "$tls/broker.p12.tmp" -storetype PKCS12 -storepass "$pass" >/dev/null 2>&1 ||
+    die "keytool could not make the brokers' TLS keystore"
+  keytool -exportcert -rfc -alias broker -keystore "$tls/broker.p12.tmp" -storepass "$pass" \
+    >"$tls/ca.pem" 2>/dev/null || die "keytool could not export the brokers' certificate"
+  printf '%s' "$pass" >"$tls/keystore-password"
+  openssl rand -hex 16 | tr -d '\n' >"$tls/scram-password"
+  chmod 600 "$tls/keystore-password" "$tls/scram-password"
+  mv "$tls/broker.p12.tmp" "$tls/broker.p12"
+}
+
+kafka_add_scram_user() {
+  # SCRAM credentials live in the cluster metadata: added once per data dir through the
+  # plaintext listener (no authorizer, so any client may).
+  local name="$1" dir
+  dir="$(kafka_dir "$name")"
+  [ -f "$dir/scram.done" ] && return 0
+  kafka_java kafka.admin.ConfigCommand --bootstrap-server "$(kafka_bootstrap "$name")" \
+    --alter --entity-type users --entity-name mirrorflow \
+    --add-config "SCRAM-SHA-512=[password=$(cat "$(kafka_tls_dir)/scram-password")]" \
+    >"$dir/scram.log" 2>&1 || die "adding the SCRAM user to kafka $name failed: $(tail -n 5 "$dir/scram.log")"
+  touch "$dir/scram.done"
+}
 kafka_pidfile() { echo "$(kafka_dir "$1")/broker.pid"; }
 kafka_bootstrap() { echo "127.0.0.1:$(kafka_port "$1")"; }
 
@@ -28,11 +68,16 @@ kafka_write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$((port + 1))
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1))
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2))
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL
+listener.name.secure.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.secure.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.secure.ssl.keystore.type=PKCS12
+listener.name.secure.ssl.keystore.location=$(kafka_tls_dir)/broker.p12
+listener.name.secure.ssl.keystore.password=$(cat "$(kafka_tls_dir)/keystore-password")
 log.dirs=$dir/data
 num.partitions=1
 default.replication.factor=1
@@ -63,12 +108,16 @@ kafka_start() {
   port="$(kafka_port "$name")"
   if pid_alive "$pidfile"; then
     log "kafka $name already running on 127.0.0.1:$port"
+    kafka_add_scram_user "$name"
     return 0
   fi
   require_port_free "$port" "Kafka $name broker" "KAFKA_${name^^}_PORT"
   require_port_free "$((port + 1))" "Kafka $name controller" "KAFKA_${name^^}_PORT"
+  require_port_free "$((port + 2))" "Kafka $name SASL_SSL listener" "KAFKA_${name^^}_PORT"
+  kafka_tls_material
+  # Written on every start, so a world made by an older checkout gets today's listeners.
+  kafka_write_config "$name"
   if [ ! -f "$dir/data/meta.properties" ]; then
-    kafka_write_config "$name"
     local id
     id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
     kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$dir/server.properties" \
@@ -82,7 +131,8 @@ kafka_start() {
     tail -n 20 "$dir/broker.log" >&2
     die "kafka $name did not come up (log: $dir/broker.log)"
   fi
-  log "kafka $name serves on 127.0.0.1:$port"
+  kafka_add_scram_user "$name"
+  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"))"
 }
 
 kafka_stop() {

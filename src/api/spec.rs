@@ -255,7 +255,7 @@ pub struct SourceLoopSpec {
     pub enabled: bool,
     /// How often the source's topic list is re-read to find new topics and partitions.
     #[serde(default = "defaults::topics_refresh")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('1s')").message("topicsRefreshInterval must be at least 1s"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("topicsRefreshInterval must be between 1s and 24h"))]
     pub topics_refresh_interval: SpecDuration,
     /// Copy topic configs (cleanup.policy, retention...) to remote topics, except those MirrorMaker
     /// 2 never copies.
@@ -267,7 +267,7 @@ pub struct SourceLoopSpec {
     /// Longest time between two offset syncs of a partition that keeps receiving records, so
     /// translation of recent offsets stays exact even when nothing else forces a sync.
     #[serde(default = "defaults::offset_sync_interval")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("offsetSyncInterval must be at least 100ms"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms') && duration(self) <= duration('1h')").message("offsetSyncInterval must be between 100ms and 1h"))]
     pub offset_sync_interval: SpecDuration,
     /// Replication factor of topics created on the target; -1 uses the target broker's default.
     #[serde(default = "defaults::replication_factor")]
@@ -284,11 +284,11 @@ pub struct CheckpointSpec {
     pub enabled: bool,
     /// How often source group offsets are read and translated (MirrorMaker 2: 60s).
     #[serde(default = "defaults::checkpoint_interval")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("interval must be at least 100ms"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms') && duration(self) <= duration('1h')").message("interval must be between 100ms and 1h"))]
     pub interval: SpecDuration,
     /// How often the source's group list is re-read.
     #[serde(default = "defaults::groups_refresh")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('1s')").message("groupsRefreshInterval must be at least 1s"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("groupsRefreshInterval must be between 1s and 24h"))]
     pub groups_refresh_interval: SpecDuration,
     /// Also commit translated offsets into the target's groups, but only into groups with no
     /// active member there and never backwards.
@@ -305,19 +305,21 @@ pub struct HeartbeatSpec {
     pub enabled: bool,
     /// Time between two heartbeats.
     #[serde(default = "defaults::heartbeat_interval")]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms')").message("interval must be at least 100ms"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('100ms') && duration(self) <= duration('1h')").message("interval must be between 100ms and 1h"))]
     pub interval: SpecDuration,
 }
 
 /// Thresholds under which the flow is `FailoverReady`.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverReadinessSpec {
     /// Oldest acceptable checkpoint of a group with committed offsets.
     #[serde(default = "defaults::max_checkpoint_age")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("maxCheckpointAge must be between 1s and 24h"))]
     pub max_checkpoint_age: SpecDuration,
     /// Largest acceptable age of the newest replicated heartbeat.
     #[serde(default = "defaults::max_heartbeat_lag")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("maxHeartbeatLag must be between 1s and 24h"))]
     pub max_heartbeat_lag: SpecDuration,
     /// Largest acceptable number of source records not yet copied, over all partitions.
     #[serde(default = "defaults::max_replication_lag")]

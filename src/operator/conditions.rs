@@ -25,6 +25,10 @@ pub mod reason {
     pub const SECRET_MISSING: &str = "SecretMissing";
     pub const SOURCE_UNREACHABLE: &str = "SourceUnreachable";
     pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";
+    pub const SOURCE_AUTHENTICATION_FAILED: &str = "SourceAuthenticationFailed";
+    pub const TARGET_AUTHENTICATION_FAILED: &str = "TargetAuthenticationFailed";
+    pub const SOURCE_TLS_FAILED: &str = "SourceTLSFailed";
+    pub const TARGET_TLS_FAILED: &str = "TargetTLSFailed";
     pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
     pub const NO_HEARTBEATS: &str = "NoHeartbeats";
     pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
@@ -56,6 +60,57 @@ pub struct GroupObservation {
     pub uncopied_records: i64,
 }
 
+/// Why a cluster could not be used, as the probe's clients reported it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterFault {
+    /// No answer: wrong address, brokers down, network.
+    Unreachable(String),
+    /// The brokers refused the SASL credentials.
+    Authentication(String),
+    /// The TLS handshake failed (e.g. the brokers' certificate is not signed by the given CA).
+    Tls(String),
+}
+
+impl ClusterFault {
+    /// The condition reason and a message naming the field to fix; `side` is `source` or
+    /// `target`.
+    fn describe(&self, side: &str) -> (&'static str, String) {
+        let source = side == "source";
+        match self {
+            ClusterFault::Unreachable(e) => (
+                if source {
+                    reason::SOURCE_UNREACHABLE
+                } else {
+                    reason::TARGET_UNREACHABLE
+                },
+                format!(
+                    "the {side} cluster cannot be reached: {e}; check spec.{side}.bootstrapServers and that its brokers run"
+                ),
+            ),
+            ClusterFault::Authentication(e) => (
+                if source {
+                    reason::SOURCE_AUTHENTICATION_FAILED
+                } else {
+                    reason::TARGET_AUTHENTICATION_FAILED
+                },
+                format!(
+                    "the {side} cluster refused the credentials: {e}; check the Secrets named by spec.{side}.sasl.usernameSecretRef and spec.{side}.sasl.passwordSecretRef, and spec.{side}.sasl.mechanism"
+                ),
+            ),
+            ClusterFault::Tls(e) => (
+                if source {
+                    reason::SOURCE_TLS_FAILED
+                } else {
+                    reason::TARGET_TLS_FAILED
+                },
+                format!(
+                    "TLS with the {side} cluster failed: {e}; check the CA certificate in the Secret named by spec.{side}.tls.caSecretRef"
+                ),
+            ),
+        }
+    }
+}
+
 /// What the probe saw on the clusters and in the workload; `None` = could not be observed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observation {
@@ -68,8 +123,8 @@ pub struct Observation {
     pub desired_replicas: i32,
     pub ready_replicas: i32,
     /// Error text when the cluster could not be reached.
-    pub source_error: Option<String>,
-    pub target_error: Option<String>,
+    pub source_error: Option<ClusterFault>,
+    pub target_error: Option<ClusterFault>,
     pub heartbeats_enabled: bool,
     pub checkpoints_enabled: bool,
     /// Age of the newest replicated source heartbeat on the target and its emission time.
@@ -187,14 +242,8 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         ];
     }
     let unreachable = match (&obs.source_error, &obs.target_error) {
-        (Some(e), _) => Some((
-            reason::SOURCE_UNREACHABLE,
-            format!("the source cluster cannot be reached: {e}"),
-        )),
-        (None, Some(e)) => Some((
-            reason::TARGET_UNREACHABLE,
-            format!("the target cluster cannot be reached: {e}"),
-        )),
+        (Some(e), _) => Some(e.describe("source")),
+        (None, Some(e)) => Some(e.describe("target")),
         (None, None) => None,
     };
 
@@ -208,6 +257,9 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 "mode Observe: no replicator pods; watching the heartbeats and checkpoints another replicator writes",
             ),
         }
+    } else if let Some((r, m)) = &unreachable {
+        // A cluster the replicators cannot use also keeps them unready: name the cause.
+        verdict(READY, false, r, m.clone())
     } else if obs.ready_replicas < obs.desired_replicas {
         verdict(
             READY,
@@ -218,8 +270,6 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 obs.ready_replicas, obs.desired_replicas
             ),
         )
-    } else if let Some((r, m)) = &unreachable {
-        verdict(READY, false, r, m.clone())
     } else {
         verdict(
             READY,
@@ -508,7 +558,7 @@ mod tests {
         assert_eq!(cond(&s, FAILOVER_READY).status, "False");
 
         let down = Observation {
-            source_error: Some("timed out".into()),
+            source_error: Some(ClusterFault::Unreachable("timed out".into())),
             ..observed
         };
         let s = status(None, &down, &limits, Some(1), &now());
@@ -540,7 +590,7 @@ mod tests {
     #[test]
     fn an_unreachable_source_stops_heartbeats_and_failover_with_its_reason() {
         let mut o = healthy();
-        o.source_error = Some("connection refused".into());
+        o.source_error = Some(ClusterFault::Unreachable("connection refused".into()));
         o.heartbeat_age = Some(Duration::from_secs(45));
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
         assert_eq!(

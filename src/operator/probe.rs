@@ -12,12 +12,15 @@
 //! records between the checkpoint and the commit are what a failover now would read again.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::conditions::GroupObservation;
+use super::conditions::{ClusterFault, GroupObservation};
 use crate::flow::Flow;
 use crate::kafka::positions::{self, PositionReader};
 use crate::mm2::{Checkpoint, Heartbeat, ReplicationPolicy};
@@ -28,8 +31,8 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// What the probe read from the clusters.
 #[derive(Debug, Default, Clone)]
 pub struct ClusterObservation {
-    pub source_error: Option<String>,
-    pub target_error: Option<String>,
+    pub source_error: Option<ClusterFault>,
+    pub target_error: Option<ClusterFault>,
     /// Age and emission time (ms since the epoch) of the newest replicated source heartbeat.
     pub heartbeat: Option<(Duration, i64)>,
     pub topics: Option<i32>,
@@ -50,16 +53,58 @@ fn age(since_ms: i64) -> Duration {
     Duration::from_millis(now_ms().saturating_sub(since_ms).max(0) as u64)
 }
 
-fn consumer(
-    base: &ClientConfig,
-    group: Option<&str>,
-) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+/// Keeps the most telling error librdkafka reported: a failed metadata request only says
+/// "transport failure", while the client's error callback says why (credentials refused, TLS
+/// handshake failed), which is what users need to see in the condition.
+#[derive(Default)]
+struct ProbeContext {
+    cause: Mutex<Option<ClusterFault>>,
+}
+
+impl ClientContext for ProbeContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let fault = if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
+            || reason.contains("SASL authentication")
+        {
+            ClusterFault::Authentication(reason.to_string())
+        } else if reason.contains("SSL handshake failed") {
+            ClusterFault::Tls(reason.to_string())
+        } else {
+            return;
+        };
+        if let Ok(mut cause) = self.cause.lock() {
+            *cause = Some(fault);
+        }
+    }
+}
+
+impl ConsumerContext for ProbeContext {}
+
+type ProbeConsumer = BaseConsumer<ProbeContext>;
+
+fn consumer(base: &ClientConfig, group: Option<&str>) -> Result<ProbeConsumer, KafkaError> {
     let mut c = base.clone();
     c.set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("socket.timeout.ms", "5000")
         .set("group.id", group.unwrap_or("mirrorflow-operator-probe"));
-    c.create()
+    c.create_with_context(ProbeContext::default())
+}
+
+/// The client's own explanation when it has one, else the request's error.
+fn fault(client: &ProbeConsumer, error: &KafkaError) -> ClusterFault {
+    // Client errors arrive as events on the consumer's queue: polling hands them to the
+    // context. No partition is assigned yet, so this consumes no records.
+    for _ in 0..5 {
+        let _ = client.poll(Duration::from_millis(100));
+    }
+    client
+        .context()
+        .cause
+        .lock()
+        .ok()
+        .and_then(|c| c.clone())
+        .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
 }
 
 /// Runs the whole probe; blocking (call it from `spawn_blocking`).
@@ -69,14 +114,14 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
     let target = match consumer(&flow.target_client, None) {
         Ok(c) => c,
         Err(e) => {
-            out.target_error = Some(e.to_string());
+            out.target_error = Some(ClusterFault::Unreachable(e.to_string()));
             return out;
         }
     };
     let source = match consumer(&flow.source_client, None) {
         Ok(c) => c,
         Err(e) => {
-            out.source_error = Some(e.to_string());
+            out.source_error = Some(ClusterFault::Unreachable(e.to_string()));
             return out;
         }
     };
@@ -90,12 +135,12 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
                 .count();
             out.topics = Some(mirrored as i32);
         }
-        Err(e) => out.source_error = Some(e.to_string()),
+        Err(e) => out.source_error = Some(fault(&source, e)),
     }
     let target_md = match target.fetch_metadata(None, TIMEOUT) {
         Ok(md) => md,
         Err(e) => {
-            out.target_error = Some(e.to_string());
+            out.target_error = Some(fault(&target, &e));
             return out;
         }
     };
@@ -138,7 +183,7 @@ fn read_positions(flow: &Flow, topic: String) -> Option<Positions> {
 /// known to be copied; a position behind the log start (retention) counts from the log start.
 fn replication_lag(
     flow: &Flow,
-    source: &BaseConsumer,
+    source: &ProbeConsumer,
     md: &rdkafka::metadata::Metadata,
     copied: &Positions,
 ) -> Option<i64> {
@@ -191,7 +236,7 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
         && (policy.is_heartbeats_topic(topic) || flow.topics.matches(topic))
 }
 
-fn newest_heartbeat(target: &BaseConsumer, topic: &str) -> Option<i64> {
+fn newest_heartbeat(target: &ProbeConsumer, topic: &str) -> Option<i64> {
     let (low, high) = target.fetch_watermarks(topic, 0, TIMEOUT).ok()?;
     if high <= low {
         return None;
@@ -216,7 +261,7 @@ fn newest_heartbeat(target: &BaseConsumer, topic: &str) -> Option<i64> {
 /// Newest checkpoint per (group, target topic, partition), with the record's write time.
 type CheckpointIndex = BTreeMap<String, HashMap<(String, i32), (i64, i64)>>;
 
-fn read_checkpoints(target: &BaseConsumer, topic: &str) -> CheckpointIndex {
+fn read_checkpoints(target: &ProbeConsumer, topic: &str) -> CheckpointIndex {
     let mut index = CheckpointIndex::new();
     let Ok((low, high)) = target.fetch_watermarks(topic, 0, TIMEOUT) else {
         return index;
@@ -259,7 +304,7 @@ fn read_checkpoints(target: &BaseConsumer, topic: &str) -> CheckpointIndex {
 /// `source` and `md` are the probe's own client and metadata of the source cluster.
 fn group_observations(
     flow: &Flow,
-    source: &BaseConsumer,
+    source: &ProbeConsumer,
     md: &rdkafka::metadata::Metadata,
     checkpoints: &CheckpointIndex,
     positions: Option<&Positions>,

@@ -15,7 +15,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::conditions::{self, Observation};
+use super::conditions::{self, ClusterFault, Observation};
 use super::desired::{self, BuildInputs};
 use super::probe;
 use super::{Context, Error, FIELD_MANAGER};
@@ -125,8 +125,14 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
                 obs.replication_lag = c.replication_lag;
                 obs.groups = c.groups;
             }
-            Ok(Err(e)) => obs.source_error = Some(format!("the probe failed: {e}")),
-            Err(_) => obs.source_error = Some("the probe timed out after 45s".into()),
+            Ok(Err(e)) => {
+                obs.source_error = Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
+            }
+            Err(_) => {
+                obs.source_error = Some(ClusterFault::Unreachable(
+                    "the probe timed out after 45s".into(),
+                ))
+            }
         }
     }
 

@@ -126,3 +126,4 @@ pub mod kafka;
 pub mod mm2;
 pub mod operator;
 pub mod replicator;
+pub mod secure;

@@ -15,6 +15,19 @@ pub fn install_operator(world: &World, ns: &str) -> Result<()> {
 pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result<()> {
     let chart = world.repo_root.join("charts/mirrorflow");
     let chart = chart.to_str().context("chart path")?;
+    // Helm installs a chart's CRDs only when absent and never upgrades them: a world that
+    // outlived a schema change would test against the old schema.
+    let crds = world.repo_root.join("crds");
+    run(
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            crds.to_str().context("crds path")?,
+        ],
+    )?;
     let watch = format!("watchNamespace={ns}");
     let mut args = vec![
         "install",
