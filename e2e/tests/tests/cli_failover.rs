@@ -516,6 +516,21 @@ async fn translate_failover_and_failback_against_our_replicator() -> Result<()> 
     );
     println!("source unreachable: {}", dead["sourceError"]);
 
+    // A group that rewound on the source after its checkpoint: failing over would skip.
+    commit(&src, &g3, &s.topic, &[(0, 40)])?;
+    let skip = s.run("failover", &["--group", &g3, "--apply", "-o", "json"])?;
+    let sj = skip.json()?;
+    let sp = part(&sj, &g3, 0)?;
+    ensure!(
+        skip.code == 3 && sp["skips"] == 10 && sp["action"] == "refused",
+        "a failover that skips must be refused: {sj:#}"
+    );
+    ensure!(
+        committed(&tgt, &g3, &s.remote, 0)?.is_none(),
+        "a refused skip was committed"
+    );
+    println!("rewound group: {}", sp["reason"]);
+
     // 4. failover --apply: the target group resumes on the next record.
     let applied = s.run("failover", &["--group", &g1, "--apply", "-o", "json"])?;
     ensure!(
