@@ -87,6 +87,20 @@ impl MirrorMaker {
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
+    /// Kills the process at once (a crash, or a failover that does not wait for it).
+    pub fn kill(&mut self) -> Result<()> {
+        if !self.running {
+            return Ok(());
+        }
+        let log = world_sh(&self.repo_root, &self.env, &["mm2", "log", &self.name])?;
+        let pidfile = Path::new(log.trim()).with_file_name("mm2.pid");
+        if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+        // Removes the pid file once the process is gone.
+        self.stop()
+    }
+
     pub fn stop(&mut self) -> Result<()> {
         if std::mem::take(&mut self.running) {
             world_sh(&self.repo_root, &self.env, &["mm2", "stop", &self.name])?;
