@@ -337,6 +337,33 @@ impl Scenario {
 #[tokio::test]
 async fn translate_failover_and_failback_against_our_replicator() -> Result<()> {
     let s = Scenario::new().await?;
+    let outcome = scenario(&s).await;
+    // Whatever happened: leave no topic of this test on the shared clusters.
+    for bootstrap in [&s.world.source_bootstrap, &s.world.target_bootstrap] {
+        if let Err(e) = delete_topics_naming(bootstrap, &[&s.a, &s.b, &s.topic]).await {
+            eprintln!("cleaning up topics on {bootstrap}: {e:#}");
+        }
+    }
+    outcome
+}
+
+/// Deletes every topic whose name contains one of `needles`.
+async fn delete_topics_naming(bootstrap: &str, needles: &[&str]) -> Result<()> {
+    let names: Vec<String> = kafka::topics(bootstrap)?
+        .into_iter()
+        .filter(|t| needles.iter().any(|n| t.contains(n)))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    kafka::admin(bootstrap)?
+        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
+        .await?;
+    Ok(())
+}
+
+async fn scenario(s: &Scenario) -> Result<()> {
     let (src, tgt) = (
         s.world.source_bootstrap.clone(),
         s.world.target_bootstrap.clone(),
@@ -705,13 +732,16 @@ async fn kubectl_plugin_reads_the_flow_from_the_apiserver() -> Result<()> {
     }
     let ns = unique("cf-plugin");
     run("kubectl", &["create", "namespace", &ns])?;
-    let outcome = plugin_checks(&world, &dir, &ns).await;
+    let (a, b) = (unique("cpa"), unique("cpb"));
+    let outcome = plugin_checks(&world, &dir, &ns, &a, &b).await;
+    if let Err(e) = delete_topics_naming(&world.target_bootstrap, &[&a]).await {
+        eprintln!("cleaning up topics: {e:#}");
+    }
     let _ = run("kubectl", &["delete", "namespace", &ns, "--wait=false"]);
     outcome
 }
 
-async fn plugin_checks(world: &World, dir: &Path, ns: &str) -> Result<()> {
-    let (a, b) = (unique("cpa"), unique("cpb"));
+async fn plugin_checks(world: &World, dir: &Path, ns: &str, a: &str, b: &str) -> Result<()> {
     let group = unique("cpg");
     run_with_input(
         "kubectl",
