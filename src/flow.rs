@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
-use crate::api::{MirrorFlow, MirrorFlowSpec, OffsetSyncsLocation, PolicyKind};
+use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, PolicyKind};
 use crate::kafka::{self, SecretFiles};
 use crate::mm2::{
     FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
@@ -26,6 +26,10 @@ pub enum FlowError {
         #[source]
         source: serde_yaml::Error,
     },
+    #[error(
+        "the flow file {path} has an unknown field {field}: remove it or fix its spelling (`kubectl explain mirrorflow.spec` lists the fields)"
+    )]
+    UnknownField { path: String, field: String },
     #[error("{0}")]
     Filter(#[from] FilterError),
     #[error("spec.replicationPolicy.separator: {0}")]
@@ -96,27 +100,44 @@ pub fn load_file(path: &Path) -> Result<(String, MirrorFlowSpec), FlowError> {
             path: shown.clone(),
             source,
         })?;
-    if value.get("spec").is_some() {
-        let flow: MirrorFlow =
-            serde_yaml::from_value(value).map_err(|source| FlowError::Parse {
+    // The apiserver prunes unknown fields; a file has no apiserver, so a misspelt field
+    // (`heartbeat:` for `heartbeats:`) would silently fall back to a default.
+    let parse_spec = |spec: serde_yaml::Value, prefix: &str| -> Result<MirrorFlowSpec, FlowError> {
+        let mut unknown = Vec::new();
+        let spec: MirrorFlowSpec =
+            serde_ignored::deserialize(spec, |p| unknown.push(p.to_string())).map_err(
+                |source| FlowError::Parse {
+                    path: shown.clone(),
+                    source,
+                },
+            )?;
+        match unknown.first() {
+            Some(field) => Err(FlowError::UnknownField {
                 path: shown.clone(),
-                source,
-            })?;
-        let name = match (
-            flow.metadata.namespace.as_deref(),
-            flow.metadata.name.as_deref(),
-        ) {
-            (Some(ns), Some(n)) => format!("{ns}/{n}"),
-            (None, Some(n)) => n.to_string(),
-            _ => stem(path),
-        };
-        Ok((name, flow.spec))
-    } else {
-        let spec = serde_yaml::from_value(value).map_err(|source| FlowError::Parse {
-            path: shown,
-            source,
-        })?;
-        Ok((stem(path), spec))
+                field: format!("{prefix}{field}"),
+            }),
+            None => Ok(spec),
+        }
+    };
+    match value {
+        serde_yaml::Value::Mapping(mut resource) if resource.contains_key("spec") => {
+            let spec = resource.remove("spec").unwrap_or(serde_yaml::Value::Null);
+            let spec = parse_spec(spec, "spec.")?;
+            let metadata: kube::api::ObjectMeta = match resource.remove("metadata") {
+                Some(m) => serde_yaml::from_value(m).map_err(|source| FlowError::Parse {
+                    path: shown.clone(),
+                    source,
+                })?,
+                None => Default::default(),
+            };
+            let name = match (metadata.namespace.as_deref(), metadata.name.as_deref()) {
+                (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                (None, Some(n)) => n.to_string(),
+                _ => stem(path),
+            };
+            Ok((name, spec))
+        }
+        spec => Ok((stem(path), parse_spec(spec, "spec.")?)),
     }
 }
 
@@ -165,6 +186,29 @@ pub fn resolve(
         groups,
         source_client,
         target_client,
+    })
+}
+
+/// The first `spec.topics` pattern that matches internal topics and no ordinary name: a
+/// filter that can never copy anything, almost always a mistake (MirrorMaker 2 accepts it
+/// silently and copies nothing).
+fn only_internal_topics(spec: &MirrorFlowSpec) -> Option<&str> {
+    let (s, t) = (&spec.source.alias, &spec.target.alias);
+    let internal = [
+        "__consumer_offsets".to_string(),
+        "__transaction_state".to_string(),
+        format!("mm2-offset-syncs.{t}.internal"),
+        format!("{s}.checkpoints.internal"),
+        format!("mirrorflow-positions.{s}.internal"),
+        "mm2-configs.internal".to_string(),
+    ];
+    let ordinary = ["orders", "a", "topic-1", "app.events", "Payments_v2", "x"];
+    spec.topics.iter().map(String::as_str).find(|pattern| {
+        let Ok(re) = regex::Regex::new(&format!("^(?:{pattern})$")) else {
+            // Invalid patterns are reported by the filters, with their own message.
+            return false;
+        };
+        internal.iter().any(|n| re.is_match(n)) && !ordinary.iter().any(|n| re.is_match(n))
     })
 }
 
@@ -265,6 +309,14 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             });
         }
     }
+    if let Some(pattern) = only_internal_topics(spec) {
+        return Err(FlowError::Invalid {
+            field: "spec.topics",
+            message: format!(
+                "'{pattern}' matches only internal topics (such as __consumer_offsets or *.internal), which are never replicated: remove it, or name the topics to copy"
+            ),
+        });
+    }
     if spec.exactly_once && spec.source_loop.offset_syncs_location != OffsetSyncsLocation::Target {
         // Syncs are committed with their records and positions in one target transaction; a
         // write to the source cluster cannot join it.
@@ -336,6 +388,60 @@ mod tests {
                 .to_string()
                 .starts_with("spec.replicas")
         );
+    }
+
+    #[test]
+    fn a_flow_file_with_a_misspelt_field_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("mf-flow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let resource = dir.join("typo.yaml");
+        std::fs::write(
+            &resource,
+            format!(
+                "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: f, namespace: n}}\nspec:\n  {}\n  heartbeat: {{interval: 1s}}\n",
+                BASE.trim_end().replace('\n', "\n  ")
+            ),
+        )
+        .unwrap();
+        let err = load_file(&resource).unwrap_err().to_string();
+        assert!(err.contains("unknown field spec.heartbeat"), "{err}");
+        let spec_only = dir.join("nested.yaml");
+        std::fs::write(&spec_only, format!("{BASE}heartbeats: {{intervall: 1s}}\n")).unwrap();
+        let err = load_file(&spec_only).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field spec.heartbeats.intervall"),
+            "{err}"
+        );
+        let good = dir.join("good.yaml");
+        std::fs::write(
+            &good,
+            format!(
+                "metadata: {{name: f, namespace: n}}\nspec:\n  {}\n",
+                BASE.trim_end().replace('\n', "\n  ")
+            ),
+        )
+        .unwrap();
+        assert_eq!(load_file(&good).unwrap().0, "n/f");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_topic_filter_that_can_only_match_internal_topics_is_refused() {
+        for pattern in ["__consumer_offsets", "__.*", ".*\\.internal"] {
+            let err = validate(&spec(&format!("{BASE}topics: ['{pattern}']\n")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("spec.topics") && err.contains("internal"),
+                "{err}"
+            );
+        }
+        for pattern in [".*", "orders", "[a-z_]+", "__consumer_offsets|orders"] {
+            assert!(
+                validate(&spec(&format!("{BASE}topics: ['{pattern}']\n"))).is_ok(),
+                "{pattern}"
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::conditions::{self, ClusterFault, Observation};
 use super::desired::{self, BuildInputs};
 use super::probe;
 use super::{Context, Error, FIELD_MANAGER};
-use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
+use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus, PolicyKind};
 use crate::flow;
 use crate::kafka::SecretFiles;
 
@@ -46,7 +46,15 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
 
     // Static checks the CRD schema cannot express (regexes, ...); a flow that fails them is
     // never deployed.
-    let resolved_without_secrets = flow::validate(&mf.spec).map_err(|e| e.to_string());
+    let looping = match flow::validate(&mf.spec) {
+        Ok(()) => identity_loop(&ctx, &ns, &mf).await?,
+        Err(_) => None,
+    };
+    let resolved_without_secrets = match (flow::validate(&mf.spec), &looping) {
+        (Err(e), _) => Err(e.to_string()),
+        (Ok(()), Some(msg)) => Err(msg.clone()),
+        (Ok(()), None) => Ok(()),
+    };
     let secrets = fetch_secrets(&ctx, &ns, &mf).await?;
     match (&resolved_without_secrets, &secrets) {
         (Err(msg), _) => obs.invalid_spec = Some(msg.clone()),
@@ -68,7 +76,8 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         }
     }
 
-    if observe_only {
+    // A loop copies every record again and again: stop replicating at once, not just report.
+    if observe_only || looping.is_some() {
         remove_workload(&ctx, &ns, &mf).await?;
     } else if let (Some(_), Ok((_, versions))) = (&resolved, &secrets) {
         let inputs = BuildInputs {
@@ -154,6 +163,48 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         STATUS_INTERVAL
     };
     Ok(Action::requeue(next))
+}
+
+/// With the Identity policy nothing marks a record as copied, so a flow back the other way
+/// copies every record again, forever. Flows in the same namespace between the same two
+/// clusters (compared by bootstrap servers) are checked; the message names both flows.
+async fn identity_loop(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Option<String>, Error> {
+    let identity = |f: &MirrorFlow| f.spec.replication_policy.kind == PolicyKind::Identity;
+    if !identity(mf) {
+        return Ok(None);
+    }
+    let servers = |s: &str| {
+        let mut v: Vec<String> = s
+            .split(',')
+            .map(|x| x.trim().to_ascii_lowercase())
+            .collect();
+        v.sort();
+        v
+    };
+    let (src, tgt) = (
+        servers(&mf.spec.source.bootstrap_servers),
+        servers(&mf.spec.target.bootstrap_servers),
+    );
+    let flows = Api::<MirrorFlow>::namespaced(ctx.client.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(flows
+        .items
+        .iter()
+        .find(|other| {
+            other.name_any() != mf.name_any()
+                && servers(&other.spec.source.bootstrap_servers) == tgt
+                && servers(&other.spec.target.bootstrap_servers) == src
+        })
+        .map(|other| {
+            format!(
+                "spec.replicationPolicy.type: Identity, and flow '{}' copies {} back to {}: records would be copied back and forth forever, since Identity names cannot tell a copy from an original; use type Prefix on {}",
+                other.name_any(),
+                mf.spec.target.alias,
+                mf.spec.source.alias,
+                if identity(other) { "both flows" } else { "this flow" },
+            )
+        }))
 }
 
 /// A flow switched to `mode: Observe` keeps no replicator: its children go (only objects this
