@@ -24,6 +24,13 @@ kafka_tls_material() {
   tls="$(kafka_tls_dir)"
   [ -f "$tls/broker.p12" ] && return 0
   mkdir -p "$tls"
+  # Brokers of one world may start at once: one makes the material, the others wait for it.
+  exec 9>"$tls/.lock"
+  flock 9
+  if [ -f "$tls/broker.p12" ]; then
+    flock -u 9
+    return 0
+  fi
   need keytool "Java 17 (keytool)"
   local pass
   pass="$(openssl rand -hex 12)"
@@ -37,6 +44,7 @@ kafka_tls_material() {
   openssl rand -hex 16 | tr -d '\n' >"$tls/scram-password"
   chmod 600 "$tls/keystore-password" "$tls/scram-password"
   mv "$tls/broker.p12.tmp" "$tls/broker.p12"
+  flock -u 9
 }
 
 kafka_add_scram_user() {
