@@ -376,8 +376,27 @@ fn check_installed(ns: &str, release: &str) -> Result<()> {
             }
         }
     }
+    // Replicator pods run as their namespace's `default` ServiceAccount without a token: they
+    // read Kafka, never the apiserver, and the chart grants that account nothing.
+    let replicator_forbidden = [
+        access(f, "get", "", "secrets"),
+        access(f, "list", "", "configmaps"),
+        access(f, "get", "mirrorflow.io", "mirrorflows"),
+        access(f, "patch", "mirrorflow.io", "mirrorflows").sub("status"),
+        access(f, "list", "", "pods"),
+        access(f, "create", "", "events"),
+        access(f, "get", "coordination.k8s.io", "leases"),
+    ];
+    for case in &replicator_forbidden {
+        if can_i(f, "default", case)? {
+            wrong.push(format!(
+                "replicator (default SA): {}: allowed",
+                case.describe()
+            ));
+        }
+    }
     if !wrong.is_empty() {
-        bail!("operator RBAC is off:\n  {}", wrong.join("\n  "));
+        bail!("RBAC is off:\n  {}", wrong.join("\n  "));
     }
     Ok(())
 }
