@@ -5,10 +5,10 @@
 #
 #   e2e/interop/run.sh translate BOOTSTRAP REMOTE_ALIAS GROUP... [--prop KEY=VALUE]...
 #       RemoteClusterUtils.translateOffsets for each group, as JSON (see TranslateOffsets.java)
-#   e2e/interop/run.sh format checkpoint|heartbeat|offset-sync BOOTSTRAP TOPIC
+#   e2e/interop/run.sh format checkpoint|heartbeat|offset-sync BOOTSTRAP TOPIC [COUNT]
 #       partition 0 of TOPIC from the beginning through Kafka's console consumer with
-#       MirrorMaker's formatter, one record a line (ends after INTEROP_IDLE_MS, default 5000,
-#       without a new record)
+#       MirrorMaker's formatter, one record a line; ends after COUNT records, or without COUNT
+#       after INTEROP_IDLE_MS (default 5000) without a new record
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../lib/common.sh
@@ -46,17 +46,23 @@ case "${1:-}" in
     interop_java -cp "$(classes):$KAFKA_HOME/lib/*" TranslateOffsets "$@"
     ;;
   format)
-    [ "$#" -eq 4 ] || die "usage: run.sh format checkpoint|heartbeat|offset-sync BOOTSTRAP TOPIC"
+    [ "$#" -eq 4 ] || [ "$#" -eq 5 ] || die "usage: run.sh format checkpoint|heartbeat|offset-sync BOOTSTRAP TOPIC [COUNT]"
     case "$2" in
       checkpoint) formatter=CheckpointFormatter ;;
       heartbeat) formatter=HeartbeatFormatter ;;
       offset-sync) formatter=OffsetSyncFormatter ;;
       *) die "unknown record kind '$2' (checkpoint, heartbeat or offset-sync)" ;;
     esac
+    # With a count, a slow start (a loaded machine) cannot end the read early.
+    if [ -n "${5:-}" ]; then
+      [ "$5" -gt 0 ] || exit 0
+      limit=(--max-messages "$5" --timeout-ms 60000)
+    else
+      limit=(--timeout-ms "${INTEROP_IDLE_MS:-5000}")
+    fi
     interop_java -cp "$KAFKA_HOME/lib/*" org.apache.kafka.tools.consumer.ConsoleConsumer \
       --bootstrap-server "$3" --topic "$4" --partition 0 --offset earliest \
-      --formatter "org.apache.kafka.connect.mirror.formatters.$formatter" \
-      --timeout-ms "${INTEROP_IDLE_MS:-5000}"
+      --formatter "org.apache.kafka.connect.mirror.formatters.$formatter" "${limit[@]}"
     ;;
   *)
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'

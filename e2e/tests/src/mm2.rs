@@ -217,14 +217,23 @@ pub fn mirrorflow_translate(
     positions_by_group(&json)
 }
 
-/// Lines Kafka's console consumer prints for partition 0 of `topic` with MirrorMaker's
-/// formatter for `kind` (`checkpoint`, `heartbeat`, `offset-sync`).
-pub fn format(repo_root: &Path, kind: &str, bootstrap: &str, topic: &str) -> Result<Vec<String>> {
-    Ok(interop(repo_root, &["format", kind, bootstrap, topic])?
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect())
+/// Lines Kafka's console consumer prints for the first `count` records of partition 0 of
+/// `topic` with MirrorMaker's formatter for `kind` (`checkpoint`, `heartbeat`, `offset-sync`).
+pub fn format(
+    repo_root: &Path,
+    kind: &str,
+    bootstrap: &str,
+    topic: &str,
+    count: usize,
+) -> Result<Vec<String>> {
+    Ok(interop(
+        repo_root,
+        &["format", kind, bootstrap, topic, &count.to_string()],
+    )?
+    .lines()
+    .map(str::to_string)
+    .filter(|l| !l.is_empty())
+    .collect())
 }
 
 /// The values of `keys` in a Java `toString()` such as `Name{a=1, b=x, c=3}`; each value runs

@@ -318,12 +318,17 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
     r.stop(Duration::from_secs(10));
 
     // Checkpoints: the formatter's fields are ours, record by record.
-    let java: Vec<mm2::JavaCheckpoint> =
-        mm2::format(&world.repo_root, "checkpoint", target, &cps_topic)?
-            .iter()
-            .map(|l| mm2::parse_checkpoint(l))
-            .collect::<Result<_>>()?;
     let cps = checkpoints(target, &cps_topic)?;
+    let java: Vec<mm2::JavaCheckpoint> = mm2::format(
+        &world.repo_root,
+        "checkpoint",
+        target,
+        &cps_topic,
+        cps.len(),
+    )?
+    .iter()
+    .map(|l| mm2::parse_checkpoint(l))
+    .collect::<Result<_>>()?;
     let as_java: Vec<mm2::JavaCheckpoint> = cps
         .iter()
         .map(|c| mm2::JavaCheckpoint {
@@ -373,12 +378,18 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
     println!("earlier conservative checkpoints of ours (superseded): {conservative:?}");
 
     // Offset syncs on the source.
-    let java: Vec<(String, i32, i64, i64)> =
-        mm2::format(&world.repo_root, "offset-sync", source, &syncs_topic)?
-            .iter()
-            .map(|l| mm2::parse_offset_sync(l))
-            .collect::<Result<_>>()?;
     let syncs = decode_all(source, &syncs_topic, |k, v| Ok(OffsetSync::decode(k, v)?))?;
+    ensure!(!syncs.is_empty(), "no offset syncs in {syncs_topic}");
+    let java: Vec<(String, i32, i64, i64)> = mm2::format(
+        &world.repo_root,
+        "offset-sync",
+        source,
+        &syncs_topic,
+        syncs.len(),
+    )?
+    .iter()
+    .map(|l| mm2::parse_offset_sync(l))
+    .collect::<Result<_>>()?;
     let as_java: Vec<(String, i32, i64, i64)> = syncs
         .iter()
         .map(|s| {
@@ -403,20 +414,26 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
 
     // Heartbeats: the shared `heartbeats` topics hold other flows' too; compare ours.
     for (bootstrap, from, to) in [(target, a, b), (source, b, a)] {
-        let java: Vec<(String, String, i64)> =
-            mm2::format(&world.repo_root, "heartbeat", bootstrap, "heartbeats")?
-                .iter()
-                .map(|l| mm2::parse_heartbeat(l))
-                .collect::<Result<Vec<_>>>()?
-                .into_iter()
-                .filter(|(s, t, _)| s == from && t == to)
-                .collect();
-        let mine: Vec<(String, String, i64)> =
-            decode_all(bootstrap, "heartbeats", |k, v| Ok(Heartbeat::decode(k, v)?))?
-                .into_iter()
-                .filter(|h| h.source_alias == from && h.target_alias == to)
-                .map(|h| (h.source_alias, h.target_alias, h.timestamp_ms))
-                .collect();
+        let all = decode_all(bootstrap, "heartbeats", |k, v| Ok(Heartbeat::decode(k, v)?))?;
+        // The first `all.len()` records: the topic may grow meanwhile (other flows).
+        let java: Vec<(String, String, i64)> = mm2::format(
+            &world.repo_root,
+            "heartbeat",
+            bootstrap,
+            "heartbeats",
+            all.len(),
+        )?
+        .iter()
+        .map(|l| mm2::parse_heartbeat(l))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .filter(|(s, t, _)| s == from && t == to)
+        .collect();
+        let mine: Vec<(String, String, i64)> = all
+            .into_iter()
+            .filter(|h| h.source_alias == from && h.target_alias == to)
+            .map(|h| (h.source_alias, h.target_alias, h.timestamp_ms))
+            .collect();
         println!(
             "HeartbeatFormatter decoded {} heartbeats {from}->{to} of ours on {bootstrap}",
             java.len()
@@ -516,12 +533,17 @@ async fn mirrormaker_read_by_ours(world: &World, a: &str, b: &str, topic: &str) 
     mm.stop()?;
 
     // MirrorMaker's records through our decoder and through its own formatter agree.
-    let java: Vec<mm2::JavaCheckpoint> =
-        mm2::format(&world.repo_root, "checkpoint", target, &cps_topic)?
-            .iter()
-            .map(|l| mm2::parse_checkpoint(l))
-            .collect::<Result<_>>()?;
     let cps_now = checkpoints(target, &cps_topic)?;
+    let java: Vec<mm2::JavaCheckpoint> = mm2::format(
+        &world.repo_root,
+        "checkpoint",
+        target,
+        &cps_topic,
+        cps_now.len(),
+    )?
+    .iter()
+    .map(|l| mm2::parse_checkpoint(l))
+    .collect::<Result<_>>()?;
     ensure!(
         java.len() == cps_now.len()
             && java.iter().zip(&cps_now).all(|(j, c)| j.group == c.group
