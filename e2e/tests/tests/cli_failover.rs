@@ -275,6 +275,8 @@ struct Scenario {
     b: String,
     topic: String,
     remote: String,
+    /// A topic the applications write on the target after failing over.
+    local: String,
     prefix: String,
     flow_file: PathBuf,
 }
@@ -312,6 +314,7 @@ impl Scenario {
             b,
             topic,
             remote,
+            local: unique("cf-local"),
             prefix,
             flow_file,
         })
@@ -340,7 +343,7 @@ async fn translate_failover_and_failback_against_our_replicator() -> Result<()> 
     let outcome = scenario(&s).await;
     // Whatever happened: leave no topic of this test on the shared clusters.
     for bootstrap in [&s.world.source_bootstrap, &s.world.target_bootstrap] {
-        if let Err(e) = delete_topics_naming(bootstrap, &[&s.a, &s.b, &s.topic]).await {
+        if let Err(e) = delete_topics_naming(bootstrap, &[&s.a, &s.b, &s.topic, &s.local]).await {
             eprintln!("cleaning up topics on {bootstrap}: {e:#}");
         }
     }
@@ -642,10 +645,12 @@ async fn scenario(s: &Scenario) -> Result<()> {
     ensure!(committed(&tgt, &g2, &s.remote, 1)? == Some(20 + SHIFT));
 
     // 6. failback: g1 consumed 15 records per partition on the target; map them back. Its
-    // producers failed over too and wrote `topic` on the target, which g1 also consumed: only a
+    // producers failed over too and wrote a topic on the target, which g1 also consumed: only a
     // reverse flow can move that, and failback says so.
-    kafka::create_topic(&tgt, &s.topic, 1).await?;
-    commit(&tgt, &g1, &s.topic, &[(0, 0)])?;
+    // (Its own name: another test's identity flow may be copying every source topic, this
+    // one's too, onto the target.)
+    kafka::create_topic(&tgt, &s.local, 1).await?;
+    commit(&tgt, &g1, &s.local, &[(0, 0)])?;
     let fb = s.run("failback", &["--group", &g1, "-o", "json"])?;
     ensure!(
         fb.code == 0,
@@ -666,7 +671,7 @@ async fn scenario(s: &Scenario) -> Result<()> {
         );
     }
     ensure!(
-        group_of(&fb, &g1)?["otherTopics"] == json!([s.topic]),
+        group_of(&fb, &g1)?["otherTopics"] == json!([s.local]),
         "{fb:#}"
     );
     // g2 sits exactly at its failover offsets: back to its source commits.
