@@ -670,8 +670,12 @@ async fn scenario(s: &Scenario) -> Result<()> {
             "failback of partition {p}: {pp:#}"
         );
     }
+    // Contains, not equals: another test's flow syncing every group could commit g1 on its
+    // own remote topics of this source topic.
     ensure!(
-        group_of(&fb, &g1)?["otherTopics"] == json!([s.local]),
+        group_of(&fb, &g1)?["otherTopics"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!(s.local))),
         "{fb:#}"
     );
     // g2 sits exactly at its failover offsets: back to its source commits.
