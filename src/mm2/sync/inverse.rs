@@ -110,7 +110,7 @@ impl InverseSyncs {
         {
             let (run, moved) = (n.up - s.up, c - s.down);
             if moved <= run {
-                return Translation::Exact(s.up + moved);
+                return Translation::Exact(s.up.saturating_add(moved));
             }
             // The target moved further than the source: records not copied from this
             // partition (then `n.up` is exact) or a writer restart that re-copied (then the
