@@ -26,7 +26,9 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
 
 use crate::api::MirrorFlow;
 
@@ -60,9 +62,115 @@ pub struct OperatorMetrics {
     pub reconciles: IntCounter,
     pub reconcile_errors: IntCounterVec,
     pub reconcile_duration: Histogram,
+    /// Per flow (`namespace`, `flow`): 1 while a condition is True, by `condition`.
+    pub flow_condition: IntGaugeVec,
+    /// Per flow: age of the newest replicated source heartbeat (absent when none was seen).
+    pub flow_heartbeat_lag: GaugeVec,
+    /// Per flow: checkpoint age of the least-ready group (+Inf when a group has none).
+    pub flow_oldest_checkpoint_age: GaugeVec,
+    /// Per flow: source records not yet copied.
+    pub flow_replication_lag: IntGaugeVec,
+    /// Per flow: groups not ready to fail over.
+    pub flow_groups_not_ready: IntGaugeVec,
+    /// Flows with series, so those of deleted flows can be dropped.
+    recorded_flows: Arc<std::sync::Mutex<std::collections::BTreeSet<(String, String)>>>,
 }
 
+const FLOW_LABELS: &[&str] = &["namespace", "flow"];
+
 impl OperatorMetrics {
+    /// Publishes a flow's measured state; series of values that are unknown now are removed,
+    /// so a dashboard shows a gap instead of a stale number.
+    pub fn record_flow(
+        &self,
+        ns: &str,
+        flow: &str,
+        obs: &conditions::Observation,
+        status: &crate::api::MirrorFlowStatus,
+    ) {
+        if let Ok(mut recorded) = self.recorded_flows.lock() {
+            recorded.insert((ns.to_string(), flow.to_string()));
+        }
+        let labels = [ns, flow];
+        for c in &status.conditions {
+            self.flow_condition
+                .with_label_values(&[ns, flow, c.type_.as_str()])
+                .set(i64::from(c.status == "True"));
+        }
+        match obs.heartbeat_age {
+            Some(age) => self
+                .flow_heartbeat_lag
+                .with_label_values(&labels)
+                .set(age.as_secs_f64()),
+            None => {
+                let _ = self.flow_heartbeat_lag.remove_label_values(&labels);
+            }
+        }
+        let oldest = obs
+            .groups
+            .iter()
+            .map(|g| g.checkpoint_age.map_or(f64::INFINITY, |a| a.as_secs_f64()))
+            .fold(None, |m: Option<f64>, a| Some(m.map_or(a, |m| m.max(a))));
+        match oldest {
+            Some(age) => self
+                .flow_oldest_checkpoint_age
+                .with_label_values(&labels)
+                .set(age),
+            None => {
+                let _ = self.flow_oldest_checkpoint_age.remove_label_values(&labels);
+            }
+        }
+        match obs.replication_lag {
+            Some(lag) => self
+                .flow_replication_lag
+                .with_label_values(&labels)
+                .set(lag),
+            None => {
+                let _ = self.flow_replication_lag.remove_label_values(&labels);
+            }
+        }
+        let not_ready = status
+            .least_ready_groups
+            .iter()
+            .filter(|g| g.reason != "Ready")
+            .count();
+        self.flow_groups_not_ready
+            .with_label_values(&labels)
+            .set(i64::try_from(not_ready).unwrap_or(i64::MAX));
+    }
+
+    /// Drops the series of flows that no longer exist (deleted flows get no reconcile).
+    pub fn retain_flows(&self, live: &std::collections::BTreeSet<(String, String)>) {
+        let gone: Vec<(String, String)> = match self.recorded_flows.lock() {
+            Ok(recorded) => recorded.difference(live).cloned().collect(),
+            Err(_) => return,
+        };
+        for (ns, flow) in gone {
+            self.forget_flow(&ns, &flow);
+        }
+    }
+
+    /// Drops every series of a deleted flow.
+    pub fn forget_flow(&self, ns: &str, flow: &str) {
+        if let Ok(mut recorded) = self.recorded_flows.lock() {
+            recorded.remove(&(ns.to_string(), flow.to_string()));
+        }
+        let labels = [ns, flow];
+        for c in [
+            conditions::READY,
+            conditions::REPLICATING,
+            conditions::CHECKPOINTS_FRESH,
+            conditions::HEARTBEATS_FLOWING,
+            conditions::FAILOVER_READY,
+        ] {
+            let _ = self.flow_condition.remove_label_values(&[ns, flow, c]);
+        }
+        let _ = self.flow_heartbeat_lag.remove_label_values(&labels);
+        let _ = self.flow_oldest_checkpoint_age.remove_label_values(&labels);
+        let _ = self.flow_replication_lag.remove_label_values(&labels);
+        let _ = self.flow_groups_not_ready.remove_label_values(&labels);
+    }
+
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new_custom(Some("mirrorflow_operator".into()), None)?;
         let m = OperatorMetrics {
@@ -75,8 +183,50 @@ impl OperatorMetrics {
                 HistogramOpts::new("reconcile_duration_seconds", "Time per reconcile")
                     .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             )?,
+            flow_condition: IntGaugeVec::new(
+                Opts::new("flow_condition", "1 while the flow's condition is True"),
+                &["namespace", "flow", "condition"],
+            )?,
+            flow_heartbeat_lag: GaugeVec::new(
+                Opts::new(
+                    "flow_heartbeat_lag_seconds",
+                    "Age of the newest replicated source heartbeat on the target",
+                ),
+                FLOW_LABELS,
+            )?,
+            flow_oldest_checkpoint_age: GaugeVec::new(
+                Opts::new(
+                    "flow_oldest_checkpoint_age_seconds",
+                    "Checkpoint age of the flow's least-ready group (+Inf: a group has none)",
+                ),
+                FLOW_LABELS,
+            )?,
+            flow_replication_lag: IntGaugeVec::new(
+                Opts::new(
+                    "flow_replication_lag_records",
+                    "Source records not yet copied to the target",
+                ),
+                FLOW_LABELS,
+            )?,
+            recorded_flows: Default::default(),
+            flow_groups_not_ready: IntGaugeVec::new(
+                Opts::new(
+                    "flow_groups_not_ready",
+                    "Consumer groups that could not fail over now",
+                ),
+                FLOW_LABELS,
+            )?,
             registry,
         };
+        m.registry.register(Box::new(m.flow_condition.clone()))?;
+        m.registry
+            .register(Box::new(m.flow_heartbeat_lag.clone()))?;
+        m.registry
+            .register(Box::new(m.flow_oldest_checkpoint_age.clone()))?;
+        m.registry
+            .register(Box::new(m.flow_replication_lag.clone()))?;
+        m.registry
+            .register(Box::new(m.flow_groups_not_ready.clone()))?;
         m.registry.register(Box::new(m.reconciles.clone()))?;
         m.registry.register(Box::new(m.reconcile_errors.clone()))?;
         m.registry
@@ -201,10 +351,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=mirrorflow-operator");
     tracing::info!("operator running");
-    Controller::new(flows, watcher::Config::default())
+    let controller = Controller::new(flows, watcher::Config::default())
         .owns(stses, owned.clone())
         .owns(cms, owned)
-        .shutdown_on_signal()
+        .shutdown_on_signal();
+    tokio::spawn(prune_flow_metrics(controller.store(), ctx.metrics.clone()));
+    controller
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -221,6 +373,26 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Every 30 s, drops the metric series of flows that are gone from the watch cache.
+async fn prune_flow_metrics(
+    store: kube::runtime::reflector::Store<MirrorFlow>,
+    metrics: OperatorMetrics,
+) {
+    // An empty cache before the first list would look like "every flow deleted".
+    if store.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let live = store
+            .state()
+            .iter()
+            .map(|mf| (mf.namespace().unwrap_or_default(), mf.name_any()))
+            .collect();
+        metrics.retain_flows(&live);
+    }
 }
 
 /// Renews the lease; a holder that lost it exits at once, so two operators never write at once.

@@ -30,6 +30,8 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     let _timer = ctx.metrics.reconcile_duration.start_timer();
     ctx.metrics.reconciles.inc();
     if mf.meta().deletion_timestamp.is_some() {
+        ctx.metrics
+            .forget_flow(&mf.namespace().unwrap_or_default(), &mf.name_any());
         // Children carry owner references: the garbage collector removes them.
         return Ok(Action::await_change());
     }
@@ -153,6 +155,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         mf.meta().generation,
         &now,
     );
+    ctx.metrics.record_flow(&ns, &name, &obs, &new_status);
     publish(&ctx, &mf, &ns, new_status).await?;
     ctx.record_success(&super::Context::flow_key(&mf));
     // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit

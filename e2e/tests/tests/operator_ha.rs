@@ -114,6 +114,20 @@ spec:
         let name = p.metadata.name.clone().unwrap_or_default();
         if name == leader {
             assert!(n >= 1.0, "the leader {name} reconciled ({n})");
+            // The leader also exports what it measured per flow, for dashboards and alerts.
+            let ip = p
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .context("pod IP")?;
+            let text = http_get(&format!("{ip}:8080"), "/metrics")?;
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("mirrorflow_operator_flow_condition{")
+                        && l.contains("flow=\"watched\"")
+                        && l.contains("condition=\"Ready\"")),
+                "per-flow condition series in the leader's /metrics"
+            );
         } else {
             assert_eq!(n, 0.0, "the standby {name} must not reconcile");
         }
