@@ -180,15 +180,6 @@ pub fn remote_cluster_utils(
     positions_by_group(&json)
 }
 
-/// Whether this build of `mirrorflow` has the `translate` subcommand.
-pub fn has_subcommand(repo_root: &Path, name: &str) -> bool {
-    Command::new(binary(repo_root))
-        .args([name, "--help"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 /// `mirrorflow translate --flow-file FLOW --group G... --output json`, by group.
 pub fn mirrorflow_translate(
     repo_root: &Path,

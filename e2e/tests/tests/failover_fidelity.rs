@@ -7,8 +7,8 @@
 //! aborted transactions, and a compacted one compacted before replication starts. Consumer
 //! groups read random amounts and commit while both replicate; then the source broker stops.
 //! Each replicator's checkpoints are failed over (`mirrorflow failover --all-groups --apply`,
-//! on ours and on MirrorMaker's checkpoints; RemoteClusterUtils when the build has no
-//! `failover`) and each group restarts on the target on each replicator's copy. Per group it
+//! on ours and on MirrorMaker's checkpoints, the latter checked against RemoteClusterUtils)
+//! and each group restarts on the target on each replicator's copy. Per group it
 //! counts records skipped (expected next on the source, never delivered on the target),
 //! re-read (consumed on the source before the failover, delivered again) and aborted records
 //! delivered, and prints both tables. Ours must skip nothing and, since every commit was
@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use mirrorflow_e2e::mm2::{self, MirrorMaker, Positions};
+use mirrorflow_e2e::mm2::{self, MirrorMaker};
 use mirrorflow_e2e::replicator::{Replicator, binary, http_get};
 use mirrorflow_e2e::{eventually, kafka, unique};
 use rdkafka::admin::{AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
@@ -429,25 +429,6 @@ fn run_cli(repo_root: &Path, args: &[&str]) -> Result<(i32, String)> {
     ))
 }
 
-/// Commits `positions` into `group` on the target (what a failover with RemoteClusterUtils
-/// does).
-fn commit_positions(bootstrap: &str, group: &str, positions: &Positions) -> Result<()> {
-    if positions.is_empty() {
-        return Ok(());
-    }
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for ((t, p), (o, _)) in positions {
-        tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
-    }
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_fidelity_ours_and_mirrormaker() -> Result<()> {
     let repo_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -765,11 +746,9 @@ async fn scenario(
     // checkpoints meanwhile: what its users would commit (on ours the interop test shows it
     // equals `mirrorflow translate`).
     let group_ids: Vec<&str> = groups.iter().map(|g| g.id.as_str()).collect();
-    let has_failover = mm2::has_subcommand(repo_root, "failover");
     let (failovers, rcu) = std::thread::scope(|scope| {
         let runs: Vec<_> = [&ours, &mm]
             .into_iter()
-            .filter(|_| has_failover)
             .map(|side| {
                 let flow = side.flow_file.display().to_string();
                 scope.spawn(move || {
@@ -800,41 +779,27 @@ async fn scenario(
             .collect();
         println!("  {g}: {}", parts.join(" "));
     }
-    if has_failover {
-        for (label, (code, out)) in failovers? {
-            println!("{label}: mirrorflow failover --all-groups --apply (exit {code}):\n{out}");
-            ensure!(
-                code == 0 || code == 3,
-                "mirrorflow failover failed ({code}): {out}"
-            );
-        }
-        // Our failover on MirrorMaker's checkpoints commits what RemoteClusterUtils reads.
-        for g in &groups {
-            let remote = mm.remote(&g.topic);
-            let on_target = committed(&target, &g.id, &remote, g.partitions)?;
-            for (part, c) in on_target.iter().enumerate() {
-                let want = rcu
-                    .get(&g.id)
-                    .and_then(|m| m.get(&(remote.clone(), i32::try_from(part).ok()?)))
-                    .map(|(o, _)| *o);
-                ensure!(
-                    *c == want,
-                    "{} {remote}-{part}: failover committed {c:?}, RemoteClusterUtils {want:?}",
-                    g.id
-                );
-            }
-        }
-    } else {
-        println!(
-            "NOTE: no `mirrorflow failover` in this build; committing what RemoteClusterUtils \
-             translates from each replicator's checkpoints"
+    for (label, (code, out)) in failovers? {
+        println!("{label}: mirrorflow failover --all-groups --apply (exit {code}):\n{out}");
+        ensure!(
+            code == 0 || code == 3,
+            "mirrorflow failover failed ({code}): {out}"
         );
-        for side in [&ours, &mm] {
-            let positions =
-                mm2::remote_cluster_utils(repo_root, &target, &side.source_alias, &group_ids, &[])?;
-            for (g, positions) in &positions {
-                commit_positions(&target, g, positions)?;
-            }
+    }
+    // Our failover on MirrorMaker's checkpoints commits what RemoteClusterUtils reads.
+    for g in &groups {
+        let remote = mm.remote(&g.topic);
+        let on_target = committed(&target, &g.id, &remote, g.partitions)?;
+        for (part, c) in on_target.iter().enumerate() {
+            let want = rcu
+                .get(&g.id)
+                .and_then(|m| m.get(&(remote.clone(), i32::try_from(part).ok()?)))
+                .map(|(o, _)| *o);
+            ensure!(
+                *c == want,
+                "{} {remote}-{part}: failover committed {c:?}, RemoteClusterUtils {want:?}",
+                g.id
+            );
         }
     }
 

@@ -6,12 +6,9 @@
 //!   what `mirrorflow translate` prints;
 //! - the reverse: a real MirrorMaker 2 (dedicated mode) replicates, and `mirrorflow translate`
 //!   on its checkpoints agrees with `RemoteClusterUtils`.
-//!
-//! Until `mirrorflow translate` exists in the build under test, the comparison falls back to
-//! the latest checkpoint per partition decoded here, and says so in the output.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -170,28 +167,6 @@ async fn wait_checkpointed(
     })
     .await
     .with_context(log)
-}
-
-/// `mirrorflow translate` on `flow_file` when this build has it, else the checkpoints decoded
-/// here; says which.
-fn ours(
-    repo_root: &Path,
-    flow_file: &Path,
-    groups: &[&str],
-    cps: &[Checkpoint],
-) -> Result<(BTreeMap<String, Positions>, &'static str)> {
-    if mm2::has_subcommand(repo_root, "translate") {
-        Ok((
-            mm2::mirrorflow_translate(repo_root, flow_file, groups)?,
-            "mirrorflow translate",
-        ))
-    } else {
-        println!(
-            "NOTE: this mirrorflow has no `translate` subcommand yet; comparing with the \
-             checkpoints decoded by the test"
-        );
-        Ok((latest_by_group(cps, groups), "decoded checkpoints"))
-    }
 }
 
 fn print_positions(label: &str, by_group: &BTreeMap<String, Positions>) {
@@ -447,7 +422,14 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
 
     // Translation: MirrorMaker's client library on our checkpoints.
     let rcu = mm2::remote_cluster_utils(&world.repo_root, target, a, &groups, &[])?;
-    let (mf, what) = ours(&world.repo_root, &flow_file, &groups, &cps)?;
+    let mf = mm2::mirrorflow_translate(&world.repo_root, &flow_file, &groups)?;
+    let what = "mirrorflow translate";
+    // RemoteClusterUtils keeps the last checkpoint per partition: so does our reading of them.
+    let decoded = latest_by_group(&cps, &groups);
+    ensure!(
+        rcu == decoded,
+        "RemoteClusterUtils {rcu:?}\nlatest checkpoints {decoded:?}"
+    );
     println!("translated positions on the target ({what} vs RemoteClusterUtils):");
     print_positions(what, &mf);
     print_positions("RemoteClusterUtils", &rcu);
@@ -584,7 +566,13 @@ async fn mirrormaker_read_by_ours(world: &World, a: &str, b: &str, topic: &str) 
         &groups,
         &["replication.policy.separator=_"],
     )?;
-    let (mf, what) = ours(&world.repo_root, &flow_file, &groups, &cps_now)?;
+    let mf = mm2::mirrorflow_translate(&world.repo_root, &flow_file, &groups)?;
+    let what = "mirrorflow translate";
+    let decoded = latest_by_group(&cps_now, &groups);
+    ensure!(
+        rcu == decoded,
+        "RemoteClusterUtils {rcu:?}\nlatest checkpoints {decoded:?}"
+    );
     println!("translated positions of MirrorMaker's checkpoints ({what} vs RemoteClusterUtils):");
     print_positions(what, &mf);
     print_positions("RemoteClusterUtils", &rcu);
