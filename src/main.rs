@@ -25,6 +25,13 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Subcommand)]
+enum DocsCommand {
+    /// The CRD reference as Markdown (docs/crd-reference.md): every field, its type, default,
+    /// validation and description.
+    Crd,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
@@ -35,6 +42,9 @@ enum LogFormat {
 enum Command {
     /// Print the MirrorFlow CustomResourceDefinition as YAML.
     Crd,
+    /// Print generated documentation.
+    #[command(subcommand)]
+    Docs(DocsCommand),
     /// Run a flow's replicator: source, checkpoint and heartbeat loops.
     Replicate {
         /// The flow: a MirrorFlow resource or just its spec, as YAML.
@@ -111,6 +121,9 @@ fn main() -> anyhow::Result<()> {
     init_logs(cli.log_format, default_filter);
     match cli.command {
         Command::Crd => print!("{}", mirrorflow::api::crd::crd_yaml()?),
+        Command::Docs(DocsCommand::Crd) => {
+            print!("{}", mirrorflow::api::reference::crd_markdown()?)
+        }
         Command::Replicate {
             config,
             secrets_dir,

@@ -5,6 +5,7 @@
 
 pub mod crd;
 pub mod duration;
+pub mod reference;
 pub mod spec;
 pub mod status;
 
