@@ -187,11 +187,18 @@ impl PositionReader {
             .fetch_watermarks(&self.topic, 0, timeout)
             .map_err(kafka)?;
         let deadline = Instant::now() + timeout;
+        let mut last_error = None;
         while self.next < high {
             if Instant::now() >= deadline {
-                return Err(ReadError::Timeout {
-                    topic: self.topic.clone(),
-                    waited: timeout,
+                return Err(match last_error {
+                    Some(source) => ReadError::Kafka {
+                        topic: self.topic.clone(),
+                        source,
+                    },
+                    None => ReadError::Timeout {
+                        topic: self.topic.clone(),
+                        waited: timeout,
+                    },
                 });
             }
             match self.consumer.poll(Duration::from_millis(100)) {
@@ -212,10 +219,10 @@ impl PositionReader {
                     }
                 }
                 Some(Err(e)) => {
-                    return Err(ReadError::Kafka {
-                        topic: self.topic.clone(),
-                        source: e,
-                    });
+                    // Connection errors arrive here too, also stale ones queued while the
+                    // target was away (this consumer is only polled here); librdkafka
+                    // reconnects by itself, so they end the read only if it cannot finish.
+                    last_error = Some(e);
                 }
                 None => {
                     // Compaction or transaction markers can leave the last offsets without a

@@ -62,6 +62,8 @@ pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How long a fenced partition waits before it is prepared again (see [`TxCopier::end`]).
+const FENCED_RETRY: Duration = Duration::from_secs(10);
 
 /// The transactional id of the writer of one source partition (see the module docs).
 pub fn transactional_id(flow: &Flow, topic: &str, partition: i32) -> String {
@@ -386,30 +388,18 @@ impl TxCopier {
             slot.failed = Some(format!("flushing records: {e}"));
         }
         let acks = std::mem::take(&mut *lock(&producer.context().acks));
-        let mut delivered = false;
-        for (upstream, result) in acks {
-            match result {
-                Ok(downstream) if upstream >= 0 => {
-                    delivered = true;
-                    if slot.failed.is_some() {
-                        continue;
-                    }
-                    if let Some(sync) = slot.policy.observe(upstream, downstream, now)
-                        && let Err(e) = send_sync(producer, &syncs_topic, &sync)
-                    {
-                        slot.failed = Some(e);
-                    }
-                    slot.latest = Some(Frontier {
-                        next: upstream.saturating_add(1),
-                        downstream,
-                    });
-                }
-                Ok(_) => delivered = true,
-                Err(e) => {
-                    if slot.failed.is_none() {
-                        slot.failed = Some(format!("writing to the target: {e}"));
+        let delivered = acks.iter().any(|(_, r)| r.is_ok());
+        if slot.failed.is_none() {
+            match absorb(&mut slot.policy, &mut slot.latest, acks, now) {
+                Ok(syncs) => {
+                    for sync in syncs {
+                        if let Err(e) = send_sync(producer, &syncs_topic, &sync) {
+                            slot.failed = Some(e);
+                            break;
+                        }
                     }
                 }
+                Err(e) => slot.failed = Some(e),
             }
         }
         if delivered {
@@ -471,11 +461,33 @@ impl TxCopier {
         slot.bytes = 0;
         slot.failed = None;
         if matches!(outcome, Ended::Lost) {
+            let fenced = slot
+                .producer
+                .as_ref()
+                .and_then(|p| p.client().fatal_error())
+                .is_some_and(|(code, _)| {
+                    matches!(
+                        code,
+                        RDKafkaErrorCode::Fenced
+                            | RDKafkaErrorCode::ProducerFenced
+                            | RDKafkaErrorCode::InvalidProducerEpoch
+                    )
+                });
+            // A fenced producer means another replica took the partition (this one missed a
+            // rebalance): give the group time to tell this replica before taking it back,
+            // which would be safe but would only fence the rightful owner in turn.
+            let wait = if fenced {
+                tracing::warn!(%topic, partition,
+                    "fenced: another writer took the partition; retrying after {FENCED_RETRY:?}");
+                FENCED_RETRY.max(slot.backoff.next_delay())
+            } else {
+                slot.backoff.next_delay()
+            };
             // Dropping a fenced or broken producer; a new one is initialised before the next
             // write, which also fences this one for good.
             slot.producer = None;
             slot.ready = false;
-            slot.retry_at = Instant::now() + slot.backoff.next_delay();
+            slot.retry_at = Instant::now() + wait;
         }
         outcome
     }
@@ -606,7 +618,15 @@ impl TxCopier {
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
         for (topic, partition) in &keys {
-            if self.slot(topic, *partition).is_some() {
+            if let Some(slot) = self.slot(topic, *partition) {
+                // Already ours (an eager assignor hands out the whole set again): restart it
+                // from its committed position rather than from wherever the consumer starts.
+                if slot.open {
+                    self.end(topic, *partition, false);
+                }
+                if let Some(slot) = self.slot_mut(topic, *partition) {
+                    slot.ready = false;
+                }
                 continue;
             }
             let slot = TxSlot {
@@ -687,6 +707,31 @@ impl TxCopier {
             }
         }
     }
+}
+
+/// Folds a transaction's delivery reports (in send order, one partition) into the sync policy
+/// and the position after the last acknowledged record. Returns the offset syncs to add to the
+/// transaction, or the first failure (the transaction must then be aborted). Reports of syncs
+/// and positions (negative source offset) are skipped.
+fn absorb(
+    policy: &mut SyncPolicy,
+    latest: &mut Option<Frontier>,
+    acks: Vec<(i64, Result<i64, KafkaError>)>,
+    now: Duration,
+) -> Result<Vec<OffsetSync>, String> {
+    let mut syncs = Vec::new();
+    for (upstream, result) in acks {
+        let downstream = result.map_err(|e| format!("writing to the target: {e}"))?;
+        if upstream < 0 {
+            continue;
+        }
+        syncs.extend(policy.observe(upstream, downstream, now));
+        *latest = Some(Frontier {
+            next: upstream.saturating_add(1),
+            downstream,
+        });
+    }
+    Ok(syncs)
 }
 
 /// After a failed commit: abort when librdkafka allows it, else the producer is lost.
@@ -887,6 +932,58 @@ mod tests {
             transactional_id(&f, "orders", 3),
             transactional_id(&f, "orders", 4)
         );
+    }
+
+    #[test]
+    fn each_transaction_syncs_where_its_markers_shift_the_delta() {
+        let mut policy = SyncPolicy::new(
+            TopicPartition::new("t", 0),
+            SyncPolicyConfig {
+                max_records: 0,
+                max_interval: None,
+            },
+        );
+        let mut latest = None;
+        let t = Duration::ZERO;
+        // First transaction: source 0..3 at target 0..3, then its commit marker at 3.
+        let first = vec![(0, Ok(0)), (1, Ok(1)), (2, Ok(2)), (-1, Ok(9))];
+        let syncs = absorb(&mut policy, &mut latest, first, t).unwrap();
+        assert_eq!(syncs.len(), 1, "the first record");
+        assert_eq!(
+            latest,
+            Some(Frontier {
+                next: 3,
+                downstream: 2
+            })
+        );
+        // Second: source 3.. lands at 4.. (after the marker): one sync, at its first record.
+        let second = vec![(3, Ok(4)), (4, Ok(5))];
+        let syncs = absorb(&mut policy, &mut latest, second, t).unwrap();
+        assert_eq!(
+            syncs
+                .iter()
+                .map(|s| (s.upstream_offset, s.downstream_offset))
+                .collect::<Vec<_>>(),
+            [(3, 4)]
+        );
+        assert_eq!(latest.map(|f| f.next), Some(5));
+    }
+
+    #[test]
+    fn a_failed_record_fails_the_transaction() {
+        let mut policy = SyncPolicy::new(TopicPartition::new("t", 0), SyncPolicyConfig::default());
+        let mut latest = None;
+        let acks = vec![
+            (0, Ok(0)),
+            (
+                1,
+                Err(KafkaError::MessageProduction(
+                    RDKafkaErrorCode::MessageTimedOut,
+                )),
+            ),
+        ];
+        let err = absorb(&mut policy, &mut latest, acks, Duration::ZERO).unwrap_err();
+        assert!(err.contains("writing to the target"), "{err}");
     }
 
     #[test]
