@@ -87,6 +87,8 @@ enum Command {
     /// Move consumer groups back to the source after a failover (dry run unless --apply).
     #[command(long_about = mirrorflow::cli::failback::FAILBACK_HELP)]
     Failback(mirrorflow::cli::failback::FailbackArgs),
+    /// Show a flow's failover readiness: conditions, lags and the least-ready groups.
+    Status(mirrorflow::cli::status::StatusArgs),
 }
 
 fn init_logs(format: LogFormat, default_filter: &str) {
@@ -113,7 +115,10 @@ fn main() -> anyhow::Result<()> {
     }
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     let default_filter = match cli.command {
-        Command::Translate(_) | Command::Failover(_) | Command::Failback(_) => {
+        Command::Translate(_)
+        | Command::Failover(_)
+        | Command::Failback(_)
+        | Command::Status(_) => {
             mirrorflow::cli::LOG_FILTER
         }
         _ => "info",
@@ -182,6 +187,7 @@ fn main() -> anyhow::Result<()> {
         Command::Translate(args) => exit_with(mirrorflow::cli::translate::run(&args)),
         Command::Failover(args) => exit_with(mirrorflow::cli::failover::run(&args)),
         Command::Failback(args) => exit_with(mirrorflow::cli::failback::run(&args)),
+        Command::Status(args) => exit_with(mirrorflow::cli::status::run(&args)),
     }
     Ok(())
 }

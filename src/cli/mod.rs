@@ -11,10 +11,12 @@
 //! | [`translate`] | the target's checkpoints topic | nothing |
 //! | [`failover`] | checkpoints, offset syncs, group offsets and members on both clusters | target group offsets |
 //! | [`failback`] | the forward flow's offset syncs, group offsets on both clusters | old source group offsets |
+//! | [`status`] | the `MirrorFlow`'s status, or (with a flow file) what the operator's probe reads | nothing |
 
 pub mod clusters;
 pub mod failback;
 pub mod failover;
+pub mod status;
 pub mod table;
 pub mod translate;
 

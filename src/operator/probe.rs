@@ -11,7 +11,7 @@
 //! otherwise it is the time since the checkpoint of an uncovered partition last advanced, and the
 //! records between the checkpoint and the commit are what a failover now would read again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,10 +20,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::conditions::{ClusterFault, GroupObservation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::conditions::{ClusterFault, GroupObservation, Observation};
 use crate::flow::Flow;
+use crate::kafka::checkpoints::{CheckpointIndex, read_checkpoints};
 use crate::kafka::positions::{self, PositionReader};
-use crate::mm2::{Checkpoint, Heartbeat, ReplicationPolicy};
+use crate::mm2::{Heartbeat, ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +43,23 @@ pub struct ClusterObservation {
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
     pub groups: Vec<GroupObservation>,
+}
+
+impl ClusterObservation {
+    /// Copies what the probe saw into the observation the conditions are computed from.
+    pub fn record_into(self, obs: &mut Observation) {
+        obs.source_error = self.source_error;
+        obs.target_error = self.target_error;
+        obs.heartbeat_age = self.heartbeat.map(|(age, _)| age);
+        obs.heartbeat_time = self.heartbeat.and_then(|(_, ts)| {
+            k8s_openapi::jiff::Timestamp::from_millisecond(ts)
+                .ok()
+                .map(Time)
+        });
+        obs.topics = self.topics;
+        obs.replication_lag = self.replication_lag;
+        obs.groups = self.groups;
+    }
 }
 
 fn now_ms() -> i64 {
@@ -161,7 +181,15 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
     out.heartbeat = newest_heartbeat(&target, &hb_topic).map(|ts| (age(ts), ts));
 
-    let checkpoints = read_checkpoints(&target, &policy.checkpoints_topic(flow.source_alias()));
+    // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
+    let checkpoints = read_checkpoints(
+        &flow.target_client,
+        "target",
+        &policy.checkpoints_topic(flow.source_alias()),
+        Duration::from_secs(20),
+    )
+    .map(|r| r.items)
+    .unwrap_or_default();
     if let Ok(md) = &source_md {
         out.groups = group_observations(flow, &source, md, &checkpoints, positions.as_ref());
     }
@@ -258,49 +286,6 @@ fn newest_heartbeat(target: &ProbeConsumer, topic: &str) -> Option<i64> {
     None
 }
 
-/// Newest checkpoint per (group, target topic, partition), with the record's write time.
-type CheckpointIndex = BTreeMap<String, HashMap<(String, i32), (i64, i64)>>;
-
-fn read_checkpoints(target: &ProbeConsumer, topic: &str) -> CheckpointIndex {
-    let mut index = CheckpointIndex::new();
-    let Ok((low, high)) = target.fetch_watermarks(topic, 0, TIMEOUT) else {
-        return index;
-    };
-    if high <= low {
-        return index;
-    }
-    let mut tpl = TopicPartitionList::new();
-    if tpl
-        .add_partition_offset(topic, 0, Offset::Beginning)
-        .is_err()
-        || target.assign(&tpl).is_err()
-    {
-        return index;
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut next = low;
-    while next < high && std::time::Instant::now() < deadline {
-        // Errors and empty polls just try again until the deadline.
-        let Some(Ok(m)) = target.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        next = m.offset() + 1;
-        let (Some(k), Some(v)) = (m.key(), m.payload()) else {
-            continue;
-        };
-        let Ok(cp) = Checkpoint::decode(k, v) else {
-            continue;
-        };
-        let written = m.timestamp().to_millis().unwrap_or(0);
-        let tp = &cp.topic_partition;
-        index.entry(cp.group.clone()).or_default().insert(
-            (tp.topic.clone(), tp.partition),
-            (cp.upstream_offset, written),
-        );
-    }
-    index
-}
-
 /// `source` and `md` are the probe's own client and metadata of the source cluster.
 fn group_observations(
     flow: &Flow,
@@ -366,12 +351,14 @@ fn group_observations(
                 uncopied += (c - next).max(0);
             }
             let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
-            match cps.and_then(|m| m.get(&(remote, e.partition()))) {
-                Some((up, written)) => {
-                    newest_written = Some(newest_written.map_or(*written, |n| n.max(*written)));
-                    if *up < c {
+            match cps.and_then(|m| m.get(&TopicPartition::new(remote, e.partition()))) {
+                Some(stored) => {
+                    let up = stored.checkpoint.upstream_offset;
+                    let written = stored.written_ms.unwrap_or(0);
+                    newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
+                    if up < c {
                         replay += c - up;
-                        stale_since = Some(stale_since.map_or(*written, |s| s.min(*written)));
+                        stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
                     }
                 }
                 None => {

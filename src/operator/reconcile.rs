@@ -123,19 +123,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         )
         .await;
         match probed {
-            Ok(Ok(c)) => {
-                obs.source_error = c.source_error;
-                obs.target_error = c.target_error;
-                obs.heartbeat_age = c.heartbeat.map(|(age, _)| age);
-                obs.heartbeat_time = c.heartbeat.and_then(|(_, ts)| {
-                    k8s_openapi::jiff::Timestamp::from_millisecond(ts)
-                        .ok()
-                        .map(Time)
-                });
-                obs.topics = c.topics;
-                obs.replication_lag = c.replication_lag;
-                obs.groups = c.groups;
-            }
+            Ok(Ok(c)) => c.record_into(&mut obs),
             Ok(Err(e)) => {
                 obs.source_error = Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
             }

@@ -131,6 +131,46 @@ spec:
         "observe mode deploys no replicator"
     );
 
+    // `mirrorflow status` draws the operator's status, and measures the same verdict itself
+    // from a flow file, without the operator.
+    let binary = mirrorflow_e2e::replicator::binary(&world.repo_root);
+    let binary = binary.to_str().context("binary path")?;
+    let report = run(binary, &["status", "--name", "mm2", "-n", &ns])?;
+    assert!(report.contains("(as the operator measured it)"), "{report}");
+    assert!(
+        report.contains("LEAST-READY GROUPS") && report.contains(&group),
+        "{report}"
+    );
+    let file = std::env::temp_dir().join(format!("{ns}.yaml"));
+    std::fs::write(&file, &flow)?;
+    let measured = run(
+        binary,
+        &[
+            "status",
+            "--flow-file",
+            file.to_str().context("path")?,
+            "-o",
+            "json",
+            "--watch",
+            "1",
+            "--count",
+            "2",
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    let measured = measured?;
+    // Two JSON documents, one per draw; the last one counts.
+    let last = measured
+        .rfind("{\n  \"conditions\"")
+        .map(|at| &measured[at..])
+        .context("a status document")?;
+    let status: serde_json::Value = serde_json::from_str(last)?;
+    let failover = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "FailoverReady"))
+        .context("FailoverReady in the measured status")?;
+    assert_eq!(failover["status"], "True", "{status}");
+
     // MirrorMaker stops: its heartbeats age past the limit and the flow is no longer ready.
     world.world_sh(&["mm2", "stop", &src])?;
     let stopped = std::time::Instant::now();
