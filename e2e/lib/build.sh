@@ -9,6 +9,29 @@ go_env() {
   export GOSUMDB="${GOSUMDB:-off}"
 }
 
+# `go build -v` names each package as it compiles it; counted against the packages the targets
+# need, that says how far a cold build is (cached packages are not named, so a warm build ends
+# early). Usage: go_build_counting <go build args...> -- <targets...>
+go_build_counting() {
+  local args=() targets=() total
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+  shift
+  targets=("$@")
+  total="$(go list -deps "${targets[@]}" 2>/dev/null | wc -l)"
+  go build -v "${args[@]}" "${targets[@]}" 2>&1 | {
+    local n=0 line
+    while IFS= read -r line; do
+      case "$line" in
+        *" "* | "#"*) printf '%s\n' "$line" >&2 ;; # errors and notes, not package names
+        *)
+          n=$((n + 1))
+          printf '%s of at most %s packages compiled\n' "$n" "$total" >"${MF_PROGRESS_FILE:-/dev/null}"
+          ;;
+      esac
+    done
+  }
+}
+
 # Kubernetes publishes its binaries only from a module with replace lines, so `go install` refuses
 # it. A throw-away wrapper module that pins every staging module to its published twin builds them.
 build_k8s() {
@@ -29,7 +52,7 @@ build_k8s() {
     go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
       "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
       "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
-    go build -trimpath -ldflags "-s -w" -o "$K8S_BIN/" k8s.io/kubernetes/cmd/kube-apiserver \
+    go_build_counting -trimpath -ldflags "-s -w" -o "$K8S_BIN/" -- k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
   ) || die "building Kubernetes $K8S_VERSION failed"
   touch "$K8S_BIN/.done"
@@ -45,7 +68,7 @@ build_etcd() {
     cd "$work"
     go mod init mirrorflow.local/etcd-world >/dev/null 2>&1
     go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-    go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3
+    go_build_counting -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" -- go.etcd.io/etcd/server/v3
   ) || die "building etcd $ETCD_VERSION failed"
   touch "$ETCD_BIN/.done"
   rm -rf "$work"

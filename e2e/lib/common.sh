@@ -74,18 +74,27 @@ stop_pidfile() {
   rm -f "$f"
 }
 
-# Runs a long step with a heartbeat line every 30 s so a cold set-up shows it is alive.
+# Runs a long step with a heartbeat line every 30 s so a cold set-up shows it is alive; a step
+# that knows how far along it is writes that into $MF_PROGRESS_FILE (see go_build_counting),
+# and the heartbeat shows it.
 with_progress() {
   local what="$1"
   shift
   log "$what ..."
   local start=$SECONDS
+  MF_PROGRESS_FILE="$(mktemp)"
+  export MF_PROGRESS_FILE
   "$@" &
   local pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
-    if (((SECONDS - start) % 30 == 0)); then log "$what: still working ($((SECONDS - start)) s)"; fi
+    if (((SECONDS - start) % 30 == 0)); then
+      local far
+      far="$(tail -n 1 "$MF_PROGRESS_FILE" 2>/dev/null || true)"
+      log "$what: still working ($((SECONDS - start)) s${far:+; $far})"
+    fi
   done
+  rm -f "$MF_PROGRESS_FILE"
   wait "$pid" || die "$what failed (see output above)"
   log "$what: done in $((SECONDS - start)) s"
 }
