@@ -1,5 +1,6 @@
 //! Runs every fuzz target's body over its seed corpus (`fuzz/seeds/<target>/`) and simple
-//! mutations of it, so CI exercises the fuzz invariants without nightly or libFuzzer.
+//! mutations of it, then fuzzes each for a bounded time with random edits, so CI exercises the
+//! fuzz invariants without nightly or libFuzzer.
 
 #[path = "../fuzz/src/lib.rs"]
 mod fuzz_bodies;
@@ -61,4 +62,102 @@ fn decode_offset_sync_corpus() {
 fn policy_filter_corpus() {
     // Compiling regexes is slow in debug builds: flip fewer bytes.
     assert!(run_with_mutations("policy_filter", fuzz_bodies::policy_filter, 5) > 100);
+}
+
+/// xorshift64*: a few lines instead of a dependency; the seed is printed so a failure can be
+/// replayed with `MF_FUZZ_SEED`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One random edit of an input: flip, set, insert, delete, duplicate a span, or splice with
+/// another seed, the kinds of edits libFuzzer's mutator makes.
+fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
+    let len = input.len();
+    match rng.below(6) {
+        0 if len > 0 => {
+            let i = rng.below(len);
+            input[i] ^= 1 << rng.below(8);
+        }
+        1 if len > 0 => {
+            let i = rng.below(len);
+            input[i] = [0x00, 0x7f, 0x80, 0xff, rng.next() as u8][rng.below(5)];
+        }
+        2 => {
+            let i = rng.below(len + 1);
+            input.insert(i, rng.next() as u8);
+        }
+        3 if len > 0 => {
+            let i = rng.below(len);
+            let n = rng.below(len - i) + 1;
+            input.drain(i..i + n);
+        }
+        4 if len > 0 && len < 4096 => {
+            let i = rng.below(len);
+            let n = rng.below(len - i) + 1;
+            let span: Vec<u8> = input[i..i + n].to_vec();
+            let at = rng.below(len + 1);
+            input.splice(at..at, span);
+        }
+        _ => {
+            let other = &seeds[rng.below(seeds.len())];
+            let cut = rng.below(len + 1);
+            let from = rng.below(other.len() + 1);
+            input.truncate(cut);
+            input.extend_from_slice(&other[from..]);
+        }
+    }
+}
+
+/// Every target, each for a bounded time (`MF_FUZZ_SECONDS`, default 3 s per target): random
+/// edits stacked on the seeds. Coverage-guided fuzzing with libFuzzer is `fuzz/README.md`.
+#[test]
+fn bounded_random_fuzzing_of_every_target() {
+    let seconds: u64 = std::env::var("MF_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let seed = std::env::var("MF_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    println!("MF_FUZZ_SEED={seed} MF_FUZZ_SECONDS={seconds}");
+    let targets: [(&str, fn(&[u8])); 4] = [
+        ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
+        ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
+        ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
+        ("policy_filter", fuzz_bodies::policy_filter),
+    ];
+    let mut rng = Rng(seed);
+    for (name, body) in targets {
+        let corpus = seeds(name);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        let mut runs = 0u64;
+        while std::time::Instant::now() < deadline {
+            let mut input = corpus[rng.below(corpus.len())].clone();
+            for _ in 0..=rng.below(8) {
+                mutate(&mut rng, &mut input, &corpus);
+            }
+            body(&input);
+            runs += 1;
+        }
+        println!("{name}: {runs} inputs in {seconds} s");
+        assert!(runs > 10, "{name}: only {runs} inputs ran");
+    }
 }
