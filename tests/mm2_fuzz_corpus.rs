@@ -64,6 +64,9 @@ fn policy_filter_corpus() {
     assert!(run_with_mutations("policy_filter", fuzz_bodies::policy_filter, 5) > 100);
 }
 
+/// A fuzz target's body.
+type FuzzBody = fn(&[u8]);
+
 /// xorshift64*: a few lines instead of a dependency; the seed is printed so a failure can be
 /// replayed with `MF_FUZZ_SEED`.
 struct Rng(u64);
@@ -138,7 +141,7 @@ fn bounded_random_fuzzing_of_every_target() {
                 | 1
         });
     println!("MF_FUZZ_SEED={seed} MF_FUZZ_SECONDS={seconds}");
-    let targets: [(&str, fn(&[u8])); 4] = [
+    let targets: [(&str, FuzzBody); 4] = [
         ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
         ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
         ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
