@@ -25,5 +25,5 @@ fi
 eval "$("$HERE/world.sh" env)"
 
 step "tests against the world"
-cargo test -p mirrorflow-e2e -- --test-threads 2
+"$HERE/world-tests.sh"
 $started_here && echo "(the world started for these tests is stopped now)"

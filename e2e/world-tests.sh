@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs the world test binaries (crate mirrorflow-e2e) against a running world: several binaries
+# at once (`cargo test` would run them one after another, and most of their time is waiting on
+# brokers and pods), then, alone, the ones that stop or restart the shared brokers.
+#
+#   e2e/world-tests.sh [NAME...]     all test binaries, or only those named (e.g. operator chaos)
+#
+# Env: MF_TEST_JOBS (binaries at once, default 3). Each binary's output goes to
+# $MF_STATE/test-logs/<name>.log; a failure prints its tail. Exit status 1 if any failed.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+cd "$ROOT"
+: "${MF_STATE:?run through e2e/test.sh, or eval \"\$(e2e/world.sh env)\" first}"
+JOBS="${MF_TEST_JOBS:-3}"
+LOGS="$MF_STATE/test-logs"
+mkdir -p "$LOGS"
+
+# These stop or restart the shared world's brokers: run alone, after the others.
+EXCLUSIVE=" world_kafka_restart operator_faults replicator_fidelity "
+
+# name<TAB>executable for every test binary of the crate, built once.
+cargo test -p mirrorflow-e2e --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target", {})
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("kind") == ["test"]:
+        print(t["name"] + "\t" + m["executable"])
+' | sort >"$LOGS/binaries.tsv"
+[ -s "$LOGS/binaries.tsv" ] || { echo "no test binaries built" >&2; exit 1; }
+
+wanted() { [ "$#" -eq 0 ] || [[ " $* " == *" $NAME "* ]]; }
+parallel=() exclusive=()
+while IFS=$'\t' read -r NAME EXE; do
+  wanted "$@" || continue
+  if [[ "$EXCLUSIVE" == *" $NAME "* ]]; then exclusive+=("$NAME=$EXE"); else parallel+=("$NAME=$EXE"); fi
+done <"$LOGS/binaries.tsv"
+
+run_one() {
+  local name="${1%%=*}" exe="${1#*=}" start=$SECONDS status=PASS
+  # Tests find the repository from the crate's directory, as under cargo.
+  (cd "$ROOT/e2e/tests" && "$exe" --test-threads 2) >"$LOGS/$name.log" 2>&1 || status=FAIL
+  printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))" >>"$LOGS/summary"
+  printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))"
+  if [ "$status" = FAIL ]; then
+    echo "----- $name (last 40 lines of $LOGS/$name.log)"
+    tail -n 40 "$LOGS/$name.log"
+    echo "-----"
+    return 1
+  fi
+}
+export -f run_one
+export ROOT LOGS
+
+: >"$LOGS/summary"
+start=$SECONDS
+failed=0
+if [ "${#parallel[@]}" -gt 0 ]; then
+  printf '%s\n' "${parallel[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {} || failed=1
+fi
+for e in "${exclusive[@]}"; do run_one "$e" || failed=1; done
+echo "$(grep -c '^PASS' "$LOGS/summary") passed, $(grep -c '^FAIL' "$LOGS/summary" || true) failed, in $((SECONDS - start)) s ($JOBS at once; logs in $LOGS)"
+exit "$failed"
