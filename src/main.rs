@@ -118,9 +118,7 @@ fn main() -> anyhow::Result<()> {
         Command::Translate(_)
         | Command::Failover(_)
         | Command::Failback(_)
-        | Command::Status(_) => {
-            mirrorflow::cli::LOG_FILTER
-        }
+        | Command::Status(_) => mirrorflow::cli::LOG_FILTER,
         _ => "info",
     };
     init_logs(cli.log_format, default_filter);
