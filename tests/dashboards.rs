@@ -64,7 +64,7 @@ fn exported() -> BTreeSet<String> {
         }],
         ..Default::default()
     };
-    operator.record_flow("ns", "flow", &obs, &status);
+    operator.record_flow("ns", "flow", &obs, &status, Duration::from_secs(30));
     operator.reconcile_errors.with_label_values(&["x"]).inc();
     replicator
         .registry

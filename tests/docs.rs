@@ -46,7 +46,6 @@ fn reasons() -> Vec<&'static str> {
         reason::CHECKPOINTS_STALE,
         reason::REPLICATION_LAG_HIGH,
         reason::REPLICATION_BEHIND,
-        reason::NOT_READY,
         reason::HEARTBEATS_DISABLED,
         reason::CHECKPOINTS_DISABLED,
         reason::OBSERVING,

@@ -110,7 +110,9 @@ pub struct MirrorFlowSpec {
     #[serde(default)]
     pub failover_readiness: FailoverReadinessSpec,
     /// Copy records with a transactional producer, with source positions and offset syncs in the
-    /// same transaction, so a crash neither loses nor duplicates records. Off by default.
+    /// same transaction, so a crash neither loses nor duplicates records (consumers on the
+    /// target read with `isolation.level=read_committed`). Needs
+    /// `sourceLoop.offsetSyncsLocation: Target`. Off by default.
     #[serde(default)]
     pub exactly_once: bool,
     /// CPU and memory for each replicator pod.

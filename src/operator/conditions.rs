@@ -37,7 +37,6 @@ pub mod reason {
     pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
     /// A group committed past what is copied, so no checkpoint can cover it yet.
     pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
-    pub const NOT_READY: &str = "NotReady";
     pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
     pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
     /// Observe mode: another tool replicates; the operator only watches.

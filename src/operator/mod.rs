@@ -87,6 +87,7 @@ impl OperatorMetrics {
         flow: &str,
         obs: &conditions::Observation,
         status: &crate::api::MirrorFlowStatus,
+        max_checkpoint_age: Duration,
     ) {
         if let Ok(mut recorded) = self.recorded_flows.lock() {
             recorded.insert((ns.to_string(), flow.to_string()));
@@ -129,10 +130,11 @@ impl OperatorMetrics {
                 let _ = self.flow_replication_lag.remove_label_values(&labels);
             }
         }
-        let not_ready = status
-            .least_ready_groups
+        // Every probed group counts, not only the (capped) list in the status.
+        let not_ready = obs
+            .groups
             .iter()
-            .filter(|g| g.reason != "Ready")
+            .filter(|g| g.checkpoint_age.is_none_or(|age| age > max_checkpoint_age))
             .count();
         self.flow_groups_not_ready
             .with_label_values(&labels)

@@ -143,7 +143,13 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         mf.meta().generation,
         &now,
     );
-    ctx.metrics.record_flow(&ns, &name, &obs, &new_status);
+    ctx.metrics.record_flow(
+        &ns,
+        &name,
+        &obs,
+        &new_status,
+        mf.spec.failover_readiness.max_checkpoint_age.as_duration(),
+    );
     publish(&ctx, &mf, &ns, new_status).await?;
     ctx.record_success(&super::Context::flow_key(&mf));
     // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit
