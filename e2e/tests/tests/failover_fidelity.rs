@@ -87,6 +87,11 @@ impl PrivateWorld {
     }
 
     fn start_broker(&self, cluster: &'static str) -> Result<Starting> {
+        let bootstrap = if cluster == "source" {
+            &self.source
+        } else {
+            &self.target
+        };
         Ok(Starting(
             cluster,
             Some(
@@ -96,6 +101,7 @@ impl PrivateWorld {
                     .spawn()
                     .with_context(|| format!("starting kafka {cluster}"))?,
             ),
+            bootstrap.clone(),
         ))
     }
 
@@ -128,7 +134,7 @@ impl Drop for PrivateWorld {
 
 /// A broker start under way. Waited for when dropped, so that a failure meanwhile never tears
 /// the world down under a start that then leaves a broker behind.
-struct Starting(&'static str, Option<std::process::Child>);
+struct Starting(&'static str, Option<std::process::Child>, String);
 
 impl Starting {
     fn exited(&mut self) -> Result<bool> {
@@ -141,13 +147,24 @@ impl Starting {
     fn wait(mut self) -> Result<()> {
         let child = self.1.take().context("already waited")?;
         let out = child.wait_with_output()?;
-        ensure!(
-            out.status.success(),
+        if out.status.success() {
+            return Ok(());
+        }
+        // world.sh gives a broker 90 s and then leaves it running; on a machine this loaded
+        // (four engineers' builds and tests on two cores) it may still come up.
+        let deadline = Instant::now() + Duration::from_secs(150);
+        while Instant::now() < deadline {
+            if kafka::topics(&self.2).is_ok() {
+                println!("kafka {} started slowly but serves now", self.0);
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        bail!(
             "starting kafka {}: {}",
             self.0,
             String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
+        )
     }
 }
 
@@ -175,11 +192,12 @@ impl Rng {
     }
 }
 
-/// Every record produced, by value: (topic, partition, source offset, visible). Values are
-/// unique, so a record read anywhere names its source position.
+/// Every record produced, by value: (topic, partition, source offset, visible), and its key.
+/// Values are unique, so a record read anywhere names its source position.
 #[derive(Default)]
 struct Ledger {
     records: HashMap<String, (String, i32, i64, bool)>,
+    keys: HashMap<String, String>,
 }
 
 impl Ledger {
@@ -201,11 +219,32 @@ impl Ledger {
             )
             .await
             .map_err(|(e, _)| e)?;
+        self.keys.insert(value.clone(), key.to_string());
         self.records.insert(
             value,
             (topic.to_string(), delivery.partition, delivery.offset, true),
         );
         Ok(())
+    }
+
+    /// Of `values`, the last one (by source offset) of each key: what compaction keeps, on
+    /// either cluster, whenever it runs. Keys of the plain and transactional topics are
+    /// unique, so there it is every value.
+    fn latest_per_key<'a>(
+        &self,
+        values: impl IntoIterator<Item = &'a String>,
+    ) -> HashSet<&'a String> {
+        let mut last: HashMap<&str, (i64, &'a String)> = HashMap::new();
+        for v in values {
+            let (Some(key), Some(r)) = (self.keys.get(v), self.records.get(v)) else {
+                continue;
+            };
+            let e = last.entry(key.as_str()).or_insert((r.2, v));
+            if r.2 >= e.0 {
+                *e = (r.2, v);
+            }
+        }
+        last.into_values().map(|(_, v)| v).collect()
     }
 
     fn abort(&mut self, values: &[String]) {
@@ -329,7 +368,7 @@ fn consume(bootstrap: &str, group: &str, topic: &str, quota: &[usize]) -> Result
         }
     }
     if commit.count() > 0 {
-        c.commit(&commit, CommitMode::Sync)?;
+        commit_retrying(&c, &commit)?;
     }
     Ok(())
 }
@@ -687,7 +726,9 @@ async fn scenario(
     }
 
     phase("traffic and commits done");
-    // Both copies complete (every visible source record on the target), then a few
+    // Both copies complete (the latest source record of each key on the target: both
+    // replicators copy the compacted topic's configs, so the target compacts it on its own
+    // schedule, possibly before the source's active segment does), then a few
     // checkpoint intervals of both replicators (ours 500 ms, MirrorMaker's here 1 s).
     for side in [&ours, &mm] {
         for (topic, partitions) in topics.all() {
@@ -705,7 +746,18 @@ async fn scenario(
                             read_from(&target, &remote, part, Offset::Beginning)?
                                 .into_iter()
                                 .collect();
-                        Ok(want.iter().all(|v| have.contains(v)).then_some(()))
+                        let latest = ledger.latest_per_key(&want);
+                        let missing: Vec<&&String> =
+                            latest.iter().filter(|v| !have.contains(**v)).collect();
+                        if missing.is_empty() {
+                            return Ok(Some(()));
+                        }
+                        bail!(
+                            "{remote}-{part}: {} of {} latest records not there yet, e.g. {:?}",
+                            missing.len(),
+                            latest.len(),
+                            missing.first()
+                        )
                     },
                 )
                 .await
@@ -824,10 +876,16 @@ async fn scenario(
                 )?;
                 let c = c_src.unwrap_or(0);
                 let delivered_set: HashSet<&String> = delivered.iter().collect();
-                // Expected next on the source: visible records at or after the group's commit.
-                f.skipped += visible
-                    .iter()
-                    .filter(|v| ledger.records.get(*v).is_some_and(|r| r.2 >= c))
+                // Expected next on the source: visible records at or after the group's commit
+                // (of the compacted topic, the latest of each key: an older one may be gone on
+                // the target by its own compaction, which no consumer of it can tell apart).
+                f.skipped += ledger
+                    .latest_per_key(
+                        visible
+                            .iter()
+                            .filter(|v| ledger.records.get(*v).is_some_and(|r| r.2 >= c)),
+                    )
+                    .into_iter()
                     .filter(|v| !delivered_set.contains(v))
                     .count();
                 for v in &delivered {
@@ -922,6 +980,21 @@ fn commit_at(bootstrap: &str, group: &str, topic: &str, partition: i32, offset: 
         .create()?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    Ok(())
+    commit_retrying(&consumer, &tpl)
+}
+
+/// Commits, retrying for a while: a broker that just started answers
+/// `CoordinatorLoadInProgress` until it has loaded its group metadata.
+fn commit_retrying(consumer: &BaseConsumer, tpl: &TopicPartitionList) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match consumer.commit(tpl, CommitMode::Sync) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("commit failed, retrying: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
