@@ -181,7 +181,8 @@ PRODUCER_PROPS=(acks=all linger.ms=5 batch.size=1048576 compression.type=none)
 # pipe SET TOPIC N SIZE REP: what the clusters allow, measured like the arms. Into the target:
 # ProducerPerformance (unthrottled) into a fresh topic, rate watched on the target from its first
 # record to its last, so the tool's JVM start-up is left out as the arms' start-up is. From the
-# source: ConsumerPerformance's fetch rate (group join left out).
+# source: ConsumerPerformance's fetch rate (group join left out). Once one end at a time, then
+# both at once.
 pipe() {
   local set="$1" topic="$2" n="$3" size="$4" rep="$5" scratch="pipe-$1-$5" p c ppid
   blog "pipe limit: $set (ProducerPerformance into the target, ConsumerPerformance from the source)"
@@ -197,8 +198,24 @@ pipe() {
     --num-records "$n" --timeout 30000 >"$LOGS/consume-$topic-$rep.log" 2>&1
   c="$(tail -n 1 "$LOGS/consume-$topic-$rep.log" | awk -F', *' '{print $10}')"
   [ -n "$c" ] || die "ConsumerPerformance of $set failed (log: $LOGS/consume-$topic-$rep.log)"
-  record "{\"phase\":\"pipe\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"produce\":$p,\"consume_source_rps\":$c}"
-  blog "pipe limit: $set: produce into target $p; consume from source $c records/s"
+  # Both ends at once, as replication runs them: on a small machine they share the cores.
+  local both="$scratch-both" bp bc cpid
+  "$DRIVER" create-topics --bootstrap "$TGT" --partitions "$PARTITIONS" "$both"
+  java -Xmx512m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+    org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$TGT" --topic "$both" \
+    --num-records "$n" --record-size "$size" --throughput -1 --command-property "${PRODUCER_PROPS[@]}" \
+    >"$LOGS/produce-$both.log" 2>&1 &
+  ppid=$!
+  kafka_java org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$SRC" --topic "$topic" \
+    --num-records "$n" --timeout 30000 >"$LOGS/consume-$topic-$rep-both.log" 2>&1 &
+  cpid=$!
+  bp="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$both" --expect "$n" --pid "$ppid")"
+  wait "$ppid" || die "ProducerPerformance failed (log: $LOGS/produce-$both.log)"
+  wait "$cpid" || die "ConsumerPerformance failed (log: $LOGS/consume-$topic-$rep-both.log)"
+  bc="$(tail -n 1 "$LOGS/consume-$topic-$rep-both.log" | awk -F', *' '{print $10}')"
+  [ -n "$bc" ] || die "ConsumerPerformance of $set failed (log: $LOGS/consume-$topic-$rep-both.log)"
+  record "{\"phase\":\"pipe\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"produce\":$p,\"consume_source_rps\":$c,\"both\":{\"produce\":$bp,\"consume_source_rps\":$bc}}"
+  blog "pipe limit: $set: produce into target $p; consume from source $c records/s; at once: $bp, $bc records/s"
 }
 
 # load TOPIC N SIZE: the data set, on the source (ProducerPerformance).
