@@ -424,8 +424,13 @@ impl TxCopier {
             (None, true) => match producer.commit_transaction(CALL_TIMEOUT) {
                 Ok(()) => Ended::Committed,
                 Err(e) => {
+                    // A failed call does not mean a failed commit (e.g. a timeout while the
+                    // target restarts: the coordinator may still complete it). Rewinding to
+                    // the position held here would then copy the committed records again.
+                    // Only a new producer's init_transactions settles the transaction; the
+                    // positions topic then says where the partition really is.
                     slot.failed = Some(format!("committing: {e}"));
-                    abort_or_lose(producer, &e)
+                    Ended::Lost
                 }
             },
             _ => match producer.abort_transaction(CALL_TIMEOUT) {
@@ -732,19 +737,6 @@ fn absorb(
         });
     }
     Ok(syncs)
-}
-
-/// After a failed commit: abort when librdkafka allows it, else the producer is lost.
-fn abort_or_lose(producer: &BaseProducer<TxContext>, e: &KafkaError) -> Ended {
-    let fatal = match e {
-        KafkaError::Transaction(t) => t.is_fatal(),
-        _ => false,
-    };
-    if !fatal && producer.abort_transaction(CALL_TIMEOUT).is_ok() {
-        Ended::Rewind
-    } else {
-        Ended::Lost
-    }
 }
 
 fn send_sync(
