@@ -48,8 +48,8 @@ run_one() {
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))" >>"$LOGS/summary"
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))"
   if [ "$status" = FAIL ]; then
-    echo "----- $name (last 40 lines of $LOGS/$name.log)"
-    tail -n 40 "$LOGS/$name.log"
+    echo "----- $name (last 40 lines of $LOGS/$name.log, backtraces left out)"
+    grep -Ev '^ +([0-9]+: |at )' "$LOGS/$name.log" | tail -n 40
     echo "-----"
     return 1
   fi
