@@ -59,7 +59,7 @@ impl ConsumerContext for RebalanceForwarder {
     }
 }
 
-/// Starts the follower thread. `group_id` is this flow's `mirrorflow.<flow>.checkpoints`.
+/// Starts the follower thread. `group_id` is this flow's `mirrorflow.<flow>.<source>-<target>.checkpoints`.
 pub fn follow(
     source: &ClientConfig,
     group_id: &str,

@@ -3,7 +3,7 @@
 //!
 //! # Following commits instead of polling them
 //! MM2 lists every group's offsets every 60 s. Here a consumer group
-//! (`mirrorflow.<flow>.checkpoints`) follows the source's `__consumer_offsets` with
+//! (`mirrorflow.<flow>.<source>-<target>.checkpoints`) follows the source's `__consumer_offsets` with
 //! `read_committed` ([`commits`]), so a commit reaches the loop within about one fetch wait
 //! (100 ms) and costs nothing while a group is idle, however many groups there are. Because a
 //! group's commits always land in one `__consumer_offsets` partition, the group protocol's
@@ -171,7 +171,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
 
     commits::follow(
         &flow.source_client,
-        &format!("mirrorflow.{}.checkpoints", flow.name),
+        // The aliases too, as in the source loop's group: two standalone flows whose files
+        // have the same name must not split each other's `__consumer_offsets` partitions.
+        &format!(
+            "mirrorflow.{}.{}-{}.checkpoints",
+            flow.name,
+            flow.source_alias(),
+            flow.target_alias()
+        ),
         flow.groups.clone(),
         source_reach.clone(),
         ctx.metrics.clone(),
