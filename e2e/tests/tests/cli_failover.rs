@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::{Checkpoint, TopicPartition};
+use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, binary, http_get};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::config::ClientConfig;
@@ -121,20 +122,6 @@ fn expected_translate(
         "source": source, "target": target,
         "groups": groups.into_iter().map(|(g, p)| json!({"group": g, "partitions": p})).collect::<Vec<_>>(),
     })
-}
-
-fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for &(p, o) in offsets {
-        tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
-    }
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    Ok(())
 }
 
 fn committed(bootstrap: &str, group: &str, topic: &str, partition: i32) -> Result<Option<i64>> {

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
+use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, http_get};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -210,22 +211,6 @@ async fn send(
         .await
         .map_err(|(e, _)| e)?;
     Ok(delivery.offset)
-}
-
-/// Commits offsets into `group` without joining it (what `kafka-consumer-groups
-/// --reset-offsets` does); refused while the group has members.
-fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for &(p, o) in offsets {
-        tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
-    }
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    Ok(())
 }
 
 /// Committed offsets of `group` on `topic`'s partitions.

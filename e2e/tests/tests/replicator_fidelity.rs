@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::Checkpoint;
+use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, http_get};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
@@ -227,21 +228,6 @@ fn latest(cps: &[Checkpoint], remote: &str, partition: i32) -> Option<Checkpoint
         .rev()
         .find(|c| c.topic_partition.topic == remote && c.topic_partition.partition == partition)
         .cloned()
-}
-
-/// Commits offsets into `group` without joining it.
-fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for &(p, o) in offsets {
-        tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
-    }
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    Ok(())
 }
 
 /// The committed offset of `group` on one partition, if any.
