@@ -49,6 +49,10 @@ fn reasons() -> Vec<&'static str> {
         reason::HEARTBEATS_DISABLED,
         reason::CHECKPOINTS_DISABLED,
         reason::OBSERVING,
+        reason::NO_GAPS,
+        reason::SOURCE_TRUNCATED,
+        reason::SOURCE_TOPIC_RECREATED,
+        reason::TARGET_TOPIC_RECREATED,
         // Per-group reasons of `status.leastReadyGroups`.
         "Ready",
         "NoCheckpoint",

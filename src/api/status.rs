@@ -43,6 +43,32 @@ pub struct MirrorFlowStatus {
     /// The groups furthest from being able to fail over, worst first (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub least_ready_groups: Vec<GroupReadiness>,
+    /// Breaks in continuity the replicator found and did not skip silently (records deleted
+    /// on the source before they were copied, a recreated source or remote topic), oldest
+    /// first, at most 20; those detected at or before the time in the annotation
+    /// `mirrorflow.io/gaps-acknowledged` are left out. Condition `Gapless` sums them up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<GapStatus>,
+}
+
+/// One break in a partition's continuity.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GapStatus {
+    /// The source topic.
+    pub topic: String,
+    pub partition: i32,
+    /// `SourceTruncated` (source offsets `from`..`to` were deleted before they were copied),
+    /// `SourceTopicRecreated` (the source log ends at `to`, before the copied position
+    /// `from`), `TargetTopicRecreated` (the remote log ends at `to`, before `from` where the
+    /// copies reached; the partition was copied again).
+    pub reason: String,
+    pub from: i64,
+    pub to: i64,
+    /// When the replicator found it (RFC 3339).
+    pub detected_at: String,
+    /// What happened, in a sentence.
+    pub message: String,
 }
 
 /// Heartbeat lag.

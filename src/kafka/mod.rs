@@ -4,6 +4,7 @@
 pub mod checkpoints;
 pub mod config;
 pub mod consumer_offsets;
+pub mod log_bounds;
 pub mod positions;
 
 pub use config::{ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, client_config};

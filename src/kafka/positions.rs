@@ -13,6 +13,13 @@
 //!
 //! A position is only written after the target acknowledged every record before `next`
 //! (and the offset syncs up to there), so a crash repeats records but never skips one.
+//!
+//! The same topic also keeps the breaks in continuity the source loop found ([`Gap`]), so
+//! the operator can surface them long after the replica that saw them is gone:
+//! - key: the position key of the partition followed by `detected: i64` (ms since the epoch),
+//!   so every break has its own key and compaction keeps them all;
+//! - value: `version: u8 = 1`, `kind: u8` ([`GapKind`]), `from: i64`, `to: i64`. Readers
+//!   of version 0 skip these records as undecodable.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -23,6 +30,114 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 pub const POSITIONS_VERSION: u8 = 0;
+pub const GAP_VERSION: u8 = 1;
+
+/// What broke the continuity of a copied partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GapKind {
+    /// Source offsets `from..to` were deleted (retention, DeleteRecords) before they were
+    /// copied: they are not on the target and never will be.
+    SourceTruncated,
+    /// The source partition ends at `to`, before the stored position `from`: the topic was
+    /// deleted and created again (or an unclean leader election lost records). Copying
+    /// restarted at the new log's start.
+    SourceRewound,
+    /// The target partition ends at `to`, before `from`, where the copied records reach: the
+    /// remote topic was deleted (and created again) or lost records. Everything the source
+    /// still holds is copied again.
+    TargetRewound,
+}
+
+impl GapKind {
+    fn code(self) -> u8 {
+        match self {
+            GapKind::SourceTruncated => 0,
+            GapKind::SourceRewound => 1,
+            GapKind::TargetRewound => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => GapKind::SourceTruncated,
+            1 => GapKind::SourceRewound,
+            2 => GapKind::TargetRewound,
+            _ => return None,
+        })
+    }
+
+    /// The condition reason and event reason the operator reports it under.
+    pub fn reason(self) -> &'static str {
+        match self {
+            GapKind::SourceTruncated => "SourceTruncated",
+            GapKind::SourceRewound => "SourceTopicRecreated",
+            GapKind::TargetRewound => "TargetTopicRecreated",
+        }
+    }
+}
+
+/// A break in a partition's continuity, as the source loop recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Gap {
+    /// The SOURCE topic and partition.
+    pub topic: String,
+    pub partition: i32,
+    pub kind: GapKind,
+    pub from: i64,
+    pub to: i64,
+    /// When the source loop found it, ms since the epoch.
+    pub detected_ms: i64,
+}
+
+impl Gap {
+    /// What happened, in a sentence for conditions, events and logs.
+    pub fn describe(&self) -> String {
+        let (t, p, from, to) = (&self.topic, self.partition, self.from, self.to);
+        match self.kind {
+            GapKind::SourceTruncated => format!(
+                "{t}[{p}]: source offsets {from}..{to} were deleted on the source (retention or DeleteRecords) before they were copied; {} records are missing on the target",
+                to - from
+            ),
+            GapKind::SourceRewound => format!(
+                "{t}[{p}]: the source partition now ends at offset {to}, before the copied position {from}: the topic was deleted and created again (or lost records); copying restarted at its beginning"
+            ),
+            GapKind::TargetRewound => format!(
+                "{t}[{p}]: the remote partition on the target ends at offset {to}, before {from} where the copies reached: the remote topic was deleted (or lost records); the partition is copied again from the source's earliest record"
+            ),
+        }
+    }
+
+    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut key = encode_key(&self.topic, self.partition);
+        key.extend_from_slice(&self.detected_ms.to_be_bytes());
+        let mut value = Vec::with_capacity(18);
+        value.push(GAP_VERSION);
+        value.push(self.kind.code());
+        value.extend_from_slice(&self.from.to_be_bytes());
+        value.extend_from_slice(&self.to.to_be_bytes());
+        (key, value)
+    }
+
+    pub fn decode(key: &[u8], value: &[u8]) -> Option<Gap> {
+        if *value.first()? != GAP_VERSION {
+            return None;
+        }
+        let (topic, partition) = decode_key(key)?;
+        let at = 6 + topic.len();
+        let detected_ms = i64::from_be_bytes(key.get(at..at + 8)?.try_into().ok()?);
+        let kind = GapKind::from_code(*value.get(1)?)?;
+        let from = i64::from_be_bytes(value.get(2..10)?.try_into().ok()?);
+        let to = i64::from_be_bytes(value.get(10..18)?.try_into().ok()?);
+        Some(Gap {
+            topic,
+            partition,
+            kind,
+            from,
+            to,
+            detected_ms,
+        })
+    }
+}
 
 /// How far a source partition is copied: every record before `next` is on the target, the
 /// one at `next - 1` at target offset `downstream` (-1 when unknown).
@@ -95,6 +210,7 @@ pub struct PositionReader {
     watermarks: Option<BaseConsumer>,
     next: i64,
     positions: HashMap<(String, i32), Frontier>,
+    gaps: Vec<Gap>,
     undecodable: u64,
 }
 
@@ -157,6 +273,7 @@ impl PositionReader {
             watermarks,
             next: 0,
             positions: HashMap::new(),
+            gaps: Vec::new(),
             undecodable: 0,
         })
     }
@@ -168,6 +285,11 @@ impl PositionReader {
     /// Every position read so far.
     pub fn into_positions(self) -> impl Iterator<Item = ((String, i32), Frontier)> {
         self.positions.into_iter()
+    }
+
+    /// Every break in continuity recorded so far, in the order they were written.
+    pub fn gaps(&self) -> &[Gap] {
+        &self.gaps
     }
 
     /// Records that were not positions this version understands (skipped).
@@ -204,6 +326,16 @@ impl PositionReader {
             match self.consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     self.next = m.offset() + 1;
+                    if let (Some(k), Some(v)) = (m.key(), m.payload())
+                        && v.first() == Some(&GAP_VERSION)
+                    {
+                        match Gap::decode(k, v) {
+                            Some(g) if !self.gaps.contains(&g) => self.gaps.push(g),
+                            Some(_) => {}
+                            None => self.undecodable += 1,
+                        }
+                        continue;
+                    }
                     let key = m.key().and_then(decode_key);
                     match (key, m.payload()) {
                         (Some(k), None) => {
@@ -278,6 +410,46 @@ mod tests {
         assert_eq!(decode_key(&[0, 9, b'x']), None, "truncated key");
         let negative = [&[0, 1, b't'][..], &(-1_i32).to_be_bytes()].concat();
         assert_eq!(decode_key(&negative), None);
+    }
+
+    #[test]
+    fn gaps_round_trip_and_never_pass_for_positions() {
+        let gap = Gap {
+            topic: "orders".into(),
+            partition: 2,
+            kind: GapKind::SourceTruncated,
+            from: 100,
+            to: 250,
+            detected_ms: 1_800_000_000_123,
+        };
+        let (key, value) = gap.encode();
+        assert_eq!(&key[..12], &encode_key("orders", 2)[..]);
+        assert_eq!(&key[12..], &1_800_000_000_123_i64.to_be_bytes());
+        assert_eq!(value.len(), 18);
+        assert_eq!(Gap::decode(&key, &value), Some(gap.clone()));
+        assert_eq!(decode_value(&value), None, "a gap is not a position");
+        assert!(gap.describe().contains("150 records are missing"));
+        for kind in [
+            GapKind::SourceTruncated,
+            GapKind::SourceRewound,
+            GapKind::TargetRewound,
+        ] {
+            assert_eq!(GapKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(GapKind::from_code(9), None);
+        assert_eq!(Gap::decode(&key, &value[..17]), None, "truncated value");
+        assert_eq!(Gap::decode(&key[..15], &value), None, "truncated key");
+        assert_eq!(
+            Gap::decode(
+                &key,
+                &encode_value(Frontier {
+                    next: 1,
+                    downstream: 1
+                })
+            ),
+            None,
+            "a position is not a gap"
+        );
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    CheckpointsStatus, FailoverReadinessSpec, GroupReadiness, HeartbeatStatus, MirrorFlowStatus,
-    SpecDuration,
+    CheckpointsStatus, FailoverReadinessSpec, GapStatus, GroupReadiness, HeartbeatStatus,
+    MirrorFlowStatus, SpecDuration,
 };
 
 pub const READY: &str = "Ready";
@@ -17,6 +17,12 @@ pub const REPLICATING: &str = "Replicating";
 pub const CHECKPOINTS_FRESH: &str = "CheckpointsFresh";
 pub const HEARTBEATS_FLOWING: &str = "HeartbeatsFlowing";
 pub const FAILOVER_READY: &str = "FailoverReady";
+/// No unacknowledged break in continuity (see `status.gaps`).
+pub const GAPLESS: &str = "Gapless";
+/// The annotation whose RFC 3339 time acknowledges every gap detected at or before it.
+pub const GAPS_ACKNOWLEDGED: &str = "mirrorflow.io/gaps-acknowledged";
+/// At most this many gaps are listed in `status.gaps` (the newest).
+pub const MAX_LISTED_GAPS: usize = 20;
 
 /// Reasons, as consts so docs and tests name the same strings.
 pub mod reason {
@@ -41,6 +47,10 @@ pub mod reason {
     pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
     /// Observe mode: another tool replicates; the operator only watches.
     pub const OBSERVING: &str = "Observing";
+    pub const NO_GAPS: &str = "NoGaps";
+    pub const SOURCE_TRUNCATED: &str = "SourceTruncated";
+    pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
+    pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
 }
 
 /// At most this many groups are listed in `leastReadyGroups`.
@@ -133,6 +143,13 @@ pub struct Observation {
     pub replication_lag: Option<i64>,
     /// Groups with committed offsets on the source (checkpointed or not).
     pub groups: Vec<GroupObservation>,
+    /// Breaks in continuity the replicator recorded; `None` when they could not be read
+    /// (then the previous status's list stands).
+    pub gaps: Option<Vec<crate::kafka::positions::Gap>>,
+    /// Gaps detected at or before this time (ms since the epoch) are acknowledged.
+    pub gaps_acknowledged_ms: Option<i64>,
+    /// The flow's name, for the acknowledge command in messages.
+    pub name: String,
 }
 
 fn secs(d: Duration) -> String {
@@ -473,7 +490,10 @@ pub fn status(
     now: &Time,
 ) -> MirrorFlowStatus {
     let prev_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
-    let conditions = merge(prev_conditions, evaluate(obs, limits), generation, now);
+    let (gaps, unacknowledged) = gap_list(previous, obs);
+    let mut verdicts = evaluate(obs, limits);
+    verdicts.push(gapless(&gaps, unacknowledged, obs));
+    let conditions = merge(prev_conditions, verdicts, generation, now);
     let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();
     let mut least_ready = group_readiness(obs, limits);
     least_ready.truncate(MAX_LISTED_GROUPS);
@@ -498,12 +518,85 @@ pub fn status(
         groups: Some(obs.groups.len() as i32),
         replication_lag: obs.replication_lag,
         least_ready_groups: least_ready,
+        gaps,
     }
+}
+
+/// The unacknowledged gaps, oldest first, at most [`MAX_LISTED_GAPS`] (the newest), and how
+/// many there are in all.
+fn gap_list(previous: Option<&MirrorFlowStatus>, obs: &Observation) -> (Vec<GapStatus>, usize) {
+    let mut gaps: Vec<(i64, GapStatus)> = match &obs.gaps {
+        Some(found) => found
+            .iter()
+            .map(|g| {
+                let at = k8s_openapi::jiff::Timestamp::from_millisecond(g.detected_ms)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                (
+                    g.detected_ms,
+                    GapStatus {
+                        topic: g.topic.clone(),
+                        partition: g.partition,
+                        reason: g.kind.reason().to_string(),
+                        from: g.from,
+                        to: g.to,
+                        detected_at: at,
+                        message: g.describe(),
+                    },
+                )
+            })
+            .collect(),
+        None => previous
+            .map(|p| p.gaps.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|g| (millis(&g.detected_at), g))
+            .collect(),
+    };
+    if let Some(ack) = obs.gaps_acknowledged_ms {
+        gaps.retain(|(at, _)| *at > ack);
+    }
+    gaps.sort_by(|a, b| (a.0, &a.1.topic, a.1.partition).cmp(&(b.0, &b.1.topic, b.1.partition)));
+    let total = gaps.len();
+    let skip = total.saturating_sub(MAX_LISTED_GAPS);
+    (gaps.into_iter().skip(skip).map(|(_, g)| g).collect(), total)
+}
+
+fn millis(rfc3339: &str) -> i64 {
+    rfc3339
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .map_or(0, |t| t.as_millisecond())
+}
+
+fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observation) -> Verdict {
+    let Some(newest) = gaps.last() else {
+        let message = if obs.observe_only {
+            "Observe mode: another tool replicates, and its skips are not visible here"
+        } else {
+            "no record was skipped: the replicator found no break in continuity, or each was acknowledged"
+        };
+        return verdict(GAPLESS, true, reason::NO_GAPS, message);
+    };
+    let reason = match newest.reason.as_str() {
+        reason::SOURCE_TRUNCATED => reason::SOURCE_TRUNCATED,
+        reason::SOURCE_TOPIC_RECREATED => reason::SOURCE_TOPIC_RECREATED,
+        _ => reason::TARGET_TOPIC_RECREATED,
+    };
+    verdict(
+        GAPLESS,
+        false,
+        reason,
+        format!(
+            "{} unacknowledged break(s) in continuity, see status.gaps; newest, detected {}: {}. Check what the consumers of that topic need, then acknowledge: kubectl annotate mirrorflow {} {GAPS_ACKNOWLEDGED}={} --overwrite",
+            unacknowledged, newest.detected_at, newest.message, obs.name, newest.detected_at
+        ),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::positions::{Gap, GapKind};
 
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap())
@@ -687,11 +780,101 @@ mod tests {
             ..healthy()
         };
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        // Gapless is about records already skipped or not, which no spec error changes.
         assert!(
             s.conditions
                 .iter()
+                .filter(|c| c.type_ != GAPLESS)
                 .all(|c| c.status == "False" && c.reason == reason::SECRET_MISSING)
         );
         assert!(cond(&s, READY).message.contains("'creds'"));
+    }
+
+    fn gap(topic: &str, kind: GapKind, detected_ms: i64) -> Gap {
+        Gap {
+            topic: topic.into(),
+            partition: 0,
+            kind,
+            from: 10,
+            to: 40,
+            detected_ms,
+        }
+    }
+
+    #[test]
+    fn gaps_make_gapless_false_with_the_newest_reason_until_acknowledged() {
+        let limits = FailoverReadinessSpec::default();
+        let clean = status(None, &healthy(), &limits, None, &now());
+        assert_eq!(cond(&clean, GAPLESS).status, "True");
+        assert_eq!(cond(&clean, GAPLESS).reason, reason::NO_GAPS);
+
+        let t1 = 1_800_000_000_000;
+        let found = Observation {
+            name: "orders".into(),
+            gaps: Some(vec![
+                gap("b", GapKind::SourceRewound, t1 + 5_000),
+                gap("a", GapKind::SourceTruncated, t1),
+            ]),
+            ..healthy()
+        };
+        let s = status(None, &found, &limits, None, &now());
+        let c = cond(&s, GAPLESS);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::SOURCE_TOPIC_RECREATED)
+        );
+        assert!(c.message.contains("2 unacknowledged"), "{}", c.message);
+        assert!(
+            c.message.contains("kubectl annotate mirrorflow orders mirrorflow.io/gaps-acknowledged=2027-01-15T08:00:05Z"),
+            "{}",
+            c.message
+        );
+        assert_eq!(s.gaps.len(), 2);
+        assert_eq!(s.gaps[0].topic, "a", "oldest first");
+        assert_eq!(s.gaps[0].reason, "SourceTruncated");
+        assert_eq!((s.gaps[0].from, s.gaps[0].to), (10, 40));
+        assert!(s.gaps[0].message.contains("30 records are missing"));
+
+        // The probe could not read the positions: the previous list stands.
+        let unknown = Observation {
+            gaps: None,
+            ..found.clone()
+        };
+        let kept = status(Some(&s), &unknown, &limits, None, &now());
+        assert_eq!(kept.gaps, s.gaps);
+        assert_eq!(cond(&kept, GAPLESS).status, "False");
+
+        // Acknowledging the older one leaves the newer; acknowledging both clears it.
+        let partly = Observation {
+            gaps_acknowledged_ms: Some(t1),
+            ..found.clone()
+        };
+        let s2 = status(Some(&s), &partly, &limits, None, &now());
+        assert_eq!(s2.gaps.len(), 1);
+        assert_eq!(s2.gaps[0].topic, "b");
+        let all = Observation {
+            gaps_acknowledged_ms: Some(t1 + 5_000),
+            gaps: None,
+            ..found
+        };
+        let s3 = status(Some(&s2), &all, &limits, None, &now());
+        assert!(s3.gaps.is_empty());
+        assert_eq!(cond(&s3, GAPLESS).status, "True");
+    }
+
+    #[test]
+    fn only_the_newest_gaps_are_listed() {
+        let many: Vec<Gap> = (0..30)
+            .map(|i| gap(&format!("t{i:02}"), GapKind::TargetRewound, 1_000 + i))
+            .collect();
+        let o = Observation {
+            gaps: Some(many),
+            ..healthy()
+        };
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        assert_eq!(s.gaps.len(), MAX_LISTED_GAPS);
+        assert_eq!(s.gaps[0].topic, "t10");
+        assert_eq!(cond(&s, GAPLESS).reason, reason::TARGET_TOPIC_RECREATED);
+        assert!(cond(&s, GAPLESS).message.starts_with("30 unacknowledged"));
     }
 }

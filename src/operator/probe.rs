@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::conditions::{ClusterFault, GroupObservation, Observation};
 use crate::flow::Flow;
 use crate::kafka::checkpoints::{CheckpointIndex, read_checkpoints};
-use crate::kafka::positions::{self, PositionReader};
+use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{Heartbeat, ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
@@ -43,6 +43,8 @@ pub struct ClusterObservation {
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
     pub groups: Vec<GroupObservation>,
+    /// Breaks in continuity recorded in the positions topic; `None` when it was not read.
+    pub gaps: Option<Vec<Gap>>,
 }
 
 impl ClusterObservation {
@@ -59,6 +61,7 @@ impl ClusterObservation {
         obs.topics = self.topics;
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
+        obs.gaps = self.gaps;
     }
 }
 
@@ -170,8 +173,12 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         .iter()
         .any(|t| t.name() == positions_topic)
     {
-        read_positions(flow, positions_topic)
+        let read = read_positions(flow, positions_topic);
+        out.gaps = read.as_ref().map(|(_, gaps)| gaps.clone());
+        read.map(|(positions, _)| positions)
     } else {
+        // Nothing copied yet (or another tool replicates): nothing can have been skipped.
+        out.gaps = Some(Vec::new());
         None
     };
     if let (Ok(md), Some(copied)) = (&source_md, &positions) {
@@ -199,11 +206,16 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
 /// The replicator's stored positions: per source partition, the next offset to copy.
 type Positions = HashMap<(String, i32), i64>;
 
-fn read_positions(flow: &Flow, topic: String) -> Option<Positions> {
+/// The stored positions and the breaks in continuity recorded beside them.
+fn read_positions(flow: &Flow, topic: String) -> Option<(Positions, Vec<Gap>)> {
     let mut reader =
         PositionReader::new(&flow.target_client, topic, "mirrorflow-operator-probe").ok()?;
     reader.read_to_end(2 * TIMEOUT).ok()?;
-    Some(reader.into_positions().map(|(k, f)| (k, f.next)).collect())
+    let gaps = reader.gaps().to_vec();
+    Some((
+        reader.into_positions().map(|(k, f)| (k, f.next)).collect(),
+        gaps,
+    ))
 }
 
 /// Sum over the mirrored source partitions of the records after the stored position. A

@@ -43,6 +43,8 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         desired_replicas: if observe_only { 0 } else { mf.spec.replicas },
         heartbeats_enabled: mf.spec.heartbeats.enabled,
         checkpoints_enabled: mf.spec.checkpoints.enabled,
+        gaps_acknowledged_ms: gaps_acknowledged(&mf),
+        name: mf.name_any(),
         ..Observation::default()
     };
 
@@ -272,7 +274,23 @@ async fn fetch_secrets(
     Ok(Ok((values, versions)))
 }
 
-/// Writes the status if it changed and records an Event for every condition that flipped.
+/// The time in the `mirrorflow.io/gaps-acknowledged` annotation (ms since the epoch). An
+/// unparsable value acknowledges nothing; the warning names the annotation and the format.
+fn gaps_acknowledged(mf: &MirrorFlow) -> Option<i64> {
+    let value = mf.annotations().get(conditions::GAPS_ACKNOWLEDGED)?;
+    match value.parse::<k8s_openapi::jiff::Timestamp>() {
+        Ok(t) => Some(t.as_millisecond()),
+        Err(e) => {
+            tracing::warn!(flow = %mf.name_any(), %value, error = %e,
+                "annotation {} must be an RFC 3339 time such as 2026-11-30T08:00:00Z; ignored",
+                conditions::GAPS_ACKNOWLEDGED);
+            None
+        }
+    }
+}
+
+/// Writes the status if it changed and records an Event for every condition that flipped
+/// and for every newly found gap.
 async fn publish(
     ctx: &Context,
     mf: &MirrorFlow,
@@ -315,6 +333,18 @@ async fn publish(
             if let Err(e) = ctx.recorder.publish(&event, &mf.object_ref(&())).await {
                 tracing::warn!(error = %e, "could not record an event");
             }
+        }
+    }
+    for gap in status.gaps.iter().filter(|g| !old.gaps.contains(g)) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: gap.reason.clone(),
+            note: Some(gap.message.clone()),
+            action: "Replicate".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &mf.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an event");
         }
     }
     let api = Api::<MirrorFlow>::namespaced(ctx.client.clone(), ns);

@@ -31,6 +31,8 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     /// 1 while the named cluster (`source`, `target`) cannot be reached.
     pub cluster_unreachable: prometheus::IntGaugeVec,
+    /// Breaks in a partition's continuity by reason (`SourceTruncated`, ...).
+    pub continuity_breaks: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -96,6 +98,13 @@ impl Metrics {
                 ),
                 &["cluster"],
             )?,
+            continuity_breaks: IntCounterVec::new(
+                Opts::new(
+                    "continuity_breaks_total",
+                    "Partitions whose copy had to break continuity (records deleted on the source before they were copied, a recreated source or target topic)",
+                ),
+                &["reason"],
+            )?,
             registry,
         };
         m.registry
@@ -119,6 +128,7 @@ impl Metrics {
         m.registry.register(Box::new(m.errors.clone()))?;
         m.registry
             .register(Box::new(m.cluster_unreachable.clone()))?;
+        m.registry.register(Box::new(m.continuity_breaks.clone()))?;
         Ok(m)
     }
 

@@ -19,8 +19,10 @@ pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) 
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        // Partitions without a stored position start at the beginning, as MM2.
-        .set("auto.offset.reset", "earliest")
+        // Never jump silently: the copy loop sets every start offset itself (the beginning
+        // without a stored position, as MM2) and handles a position outside the log as a
+        // break in continuity (`continuity.rs`).
+        .set("auto.offset.reset", "error")
         .set("enable.partition.eof", "false");
     // Moves only the partitions that change owner when replicas come and go.
     default(
@@ -98,7 +100,7 @@ mod tests {
         assert_eq!(p.get("compression.type"), Some("none"));
         let c = consumer(&user, "g", Duration::from_secs(10));
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
-        assert_eq!(c.get("auto.offset.reset"), Some("earliest"));
+        assert_eq!(c.get("auto.offset.reset"), Some("error"));
         assert_eq!(c.get("topic.metadata.refresh.interval.ms"), Some("10000"));
         assert_eq!(sync_producer(&user).get("message.timeout.ms"), Some("0"));
     }

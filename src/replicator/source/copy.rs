@@ -27,10 +27,11 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::continuity::{self, LogProbe, Resume};
 use super::progress::{Frontier, Progress};
 use super::reach::{Backoff, ClusterHealth};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
-use crate::kafka::positions::{self, PositionReader};
+use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
 
@@ -43,6 +44,9 @@ const PERSIST_EVERY: Duration = Duration::from_secs(1);
 const SERVICE_EVERY: u32 = 512;
 /// How often idle partitions are checked for a tail offset sync ([`Copier::idle_syncs`]).
 const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+/// How often the remote partitions are checked for having gone back under the copies
+/// ([`Copier::check_targets`]): an idle partition would otherwise never notice.
+const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
 
 /// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
 const POSITION_BIT: usize = 1 << 63;
@@ -207,6 +211,7 @@ pub struct Copier {
     syncs_topic: String,
     positions_topic: String,
     positions: PositionReader,
+    probe: LogProbe,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     by_topic: HashMap<String, Vec<Option<usize>>>,
@@ -230,6 +235,7 @@ pub struct CopierParts {
     pub syncs_topic: String,
     pub positions_topic: String,
     pub positions: PositionReader,
+    pub probe: LogProbe,
     pub shutdown: CancellationToken,
     pub source_health: Arc<ClusterHealth>,
     pub target_health: Arc<ClusterHealth>,
@@ -258,6 +264,7 @@ impl Copier {
             syncs_topic: p.syncs_topic,
             positions_topic: p.positions_topic,
             positions: p.positions,
+            probe: p.probe,
             slots: Vec::new(),
             free: Vec::new(),
             by_topic: HashMap::new(),
@@ -421,6 +428,7 @@ impl Copier {
             .unwrap_or(0);
         let mut syncs = Vec::new();
         let mut faults = Vec::new();
+        let mut rewound = Vec::new();
         let mut delivered = false;
         for ack in acks.drain(..) {
             let (idx, generation, is_position) = unpack(ack.opaque);
@@ -454,6 +462,17 @@ impl Copier {
                 continue;
             };
             match ack.result {
+                Ok((downstream, _))
+                    if slot
+                        .progress
+                        .latest()
+                        .is_some_and(|l| l.downstream >= 0 && downstream <= l.downstream) =>
+                {
+                    // Target offsets only grow within a partition's log: this one is a new
+                    // log (the remote topic was deleted and created again) or lost records.
+                    let from = slot.progress.latest().map_or(0, |l| l.downstream + 1);
+                    rewound.push((idx, from, downstream));
+                }
                 Ok((downstream, timestamp)) => {
                     delivered = true;
                     self.records.inc();
@@ -483,6 +502,74 @@ impl Copier {
         for (idx, reason) in faults {
             self.fault(idx, &reason, "produce");
         }
+        for (idx, from, to) in rewound {
+            self.target_rewound(idx, from, to);
+        }
+    }
+
+    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
+    /// was deleted, and discovery created it again) among those not written to right now
+    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
+    pub fn check_targets(&mut self) {
+        let idle: Vec<(usize, String, i32, i64)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, s)| {
+                let s = s.as_ref()?;
+                let latest = s.progress.latest()?;
+                (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
+                    .then(|| (idx, s.remote.to_string(), s.partition, latest.downstream))
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (idx, remote, partition, downstream) in idle {
+            if let Some(&end) = ends.get(&(remote, partition))
+                && end <= downstream
+            {
+                self.target_rewound(idx, downstream + 1, end);
+            }
+        }
+    }
+
+    /// The target partition went back under the copies: record it and copy the partition
+    /// again from the source's earliest record.
+    fn target_rewound(&mut self, idx: usize, from: i64, to: i64) {
+        let generation = self.bump_generation();
+        let config = self.sync_config;
+        let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        // Later acks of the same batch carry the old generation and are ignored.
+        slot.generation = generation;
+        slot.in_flight.clear();
+        let key = (slot.topic.clone(), slot.partition);
+        let bounds = self.probe.source(std::slice::from_ref(&key));
+        let start = bounds.get(&key).map(|b| Frontier {
+            next: b.start,
+            downstream: -1,
+        });
+        let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        slot.progress = Progress::new(TopicPartition::new(key.0.clone(), key.1), config, start);
+        slot.fault = Some(Fault {
+            retry_at: Instant::now(),
+            resume_from: start,
+        });
+        let gap = Gap {
+            topic: key.0,
+            partition: key.1,
+            kind: positions::GapKind::TargetRewound,
+            from,
+            to,
+            detected_ms: continuity::now_ms(),
+        };
+        self.write_gap(&gap, start);
     }
 
     fn process_sync_acks(&mut self) {
@@ -724,6 +811,7 @@ impl Copier {
             .iter()
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
+        let mut fresh = Vec::new();
         for (topic, partition) in assigned {
             if let Some(idx) = self.slot_index(&topic, partition) {
                 // Already ours (not expected from librdkafka): restart it from its safe point
@@ -743,20 +831,47 @@ impl Copier {
                 }
                 continue;
             }
-            let start = self.positions.get(&topic, partition);
-            let offset = start.map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            fresh.push((topic, partition));
+        }
+        // Stored positions are checked against both logs before anything is read.
+        let stored: Vec<(String, i32)> = fresh
+            .iter()
+            .filter(|(t, p)| self.positions.get(t, *p).is_some())
+            .cloned()
+            .collect();
+        let bounds = self.probe.source(&stored);
+        let remotes: Vec<(String, i32)> = stored
+            .iter()
+            .map(|(t, p)| (self.remote_name(t), *p))
+            .collect();
+        let target_ends = self.probe.target_ends(&remotes);
+        for (topic, partition) in fresh {
+            let key = (topic.clone(), partition);
+            let remote = self.remote_name(&topic);
+            let r = continuity::resume(
+                self.positions.get(&topic, partition),
+                bounds.get(&key).copied(),
+                target_ends.get(&(remote.clone(), partition)).copied(),
+            );
+            if let Some((kind, from, to)) = r.gap {
+                let gap = Gap {
+                    topic: topic.clone(),
+                    partition,
+                    kind,
+                    from,
+                    to,
+                    detected_ms: continuity::now_ms(),
+                };
+                self.write_gap(&gap, r.start);
+            }
+            let Resume { offset, start, .. } = r;
             if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
                 tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
             }
             tracing::debug!(%topic, partition, ?offset, "partition assigned");
             let generation = self.bump_generation();
             let slot = Slot {
-                remote: self
-                    .ctx
-                    .flow
-                    .policy
-                    .format_remote_topic(self.ctx.flow.source_alias(), &topic)
-                    .into(),
+                remote: remote.into(),
                 progress: Progress::new(
                     TopicPartition::new(topic.clone(), partition),
                     self.sync_config,
@@ -772,6 +887,113 @@ impl Copier {
             self.insert(slot);
         }
         self.report_assignment();
+    }
+
+    fn remote_name(&self, topic: &str) -> String {
+        self.ctx
+            .flow
+            .policy
+            .format_remote_topic(self.ctx.flow.source_alias(), topic)
+    }
+
+    /// Records a break and, with it, the position copying resumes from (so a restart before
+    /// the next stored position does not find the same break again).
+    fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) {
+        let (producer, topic) = (&self.producer, &self.positions_topic);
+        // An opaque naming no slot: its acknowledgement is ignored.
+        let unowned = opaque(0xffff_ffff, 0, true);
+        continuity::record(gap, &self.ctx.metrics, |key, value| {
+            let send = |k: &[u8], v: &[u8]| {
+                producer
+                    .send(
+                        BaseRecord::with_opaque_to(topic, unowned)
+                            .partition(0)
+                            .key(k)
+                            .payload(v),
+                    )
+                    .map_err(|(e, _)| e)
+            };
+            send(key, value)?;
+            if let Some(f) = start {
+                send(
+                    &positions::encode_key(&gap.topic, gap.partition),
+                    &positions::encode_value(f),
+                )?;
+            }
+            producer.flush(Duration::from_secs(10))
+        });
+    }
+
+    /// The consumer stopped on a partition whose next offset is outside its log
+    /// (`auto.offset.reset=error`): find which, record the break and go on past it.
+    pub fn offsets_out_of_range(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        // Settle what is in flight first, so each partition's frontier is final.
+        self.drain(DRAIN_TIMEOUT);
+        let owned: Vec<(String, i32)> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.fault.is_none())
+            .map(|s| (s.topic.clone(), s.partition))
+            .collect();
+        let bounds = self.probe.source(&owned);
+        let reading = consumer.position().ok();
+        for (topic, partition) in owned {
+            let Some(idx) = self.slot_index(&topic, partition) else {
+                continue;
+            };
+            let Some(b) = bounds.get(&(topic.clone(), partition)).copied() else {
+                continue;
+            };
+            let Some(slot) = self.slots[idx].as_ref() else {
+                continue;
+            };
+            let latest = slot.progress.latest();
+            let next = match reading
+                .as_ref()
+                .and_then(|r| r.find_partition(&topic, partition))
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => o,
+                _ => match latest {
+                    Some(f) => f.next,
+                    None => continue,
+                },
+            };
+            let Some((kind, from, to)) = continuity::out_of_range(next, b) else {
+                continue;
+            };
+            let start = Frontier {
+                next: b.start,
+                downstream: latest.map_or(-1, |f| f.downstream),
+            };
+            let gap = Gap {
+                topic: topic.clone(),
+                partition,
+                kind,
+                from,
+                to,
+                detected_ms: continuity::now_ms(),
+            };
+            self.write_gap(&gap, Some(start));
+            let generation = self.bump_generation();
+            let config = self.sync_config;
+            if let Some(slot) = self.slots[idx].as_mut() {
+                slot.generation = generation;
+                slot.in_flight.clear();
+                slot.progress = Progress::new(
+                    TopicPartition::new(topic.clone(), partition),
+                    config,
+                    Some(start),
+                );
+                // A failed seek is retried like any rewind.
+                slot.fault = Some(Fault {
+                    retry_at: Instant::now(),
+                    resume_from: Some(start),
+                });
+            }
+        }
+        self.retry_faults(consumer);
     }
 
     fn insert(&mut self, slot: Slot) {
@@ -850,6 +1072,7 @@ pub fn run(
     let mut subscribed: Option<Arc<Vec<String>>> = None;
     let mut last_persist = Instant::now();
     let mut last_idle_check = Instant::now();
+    let mut last_target_check = Instant::now();
     let mut since_service = 0_u32;
     while !shutdown.is_cancelled() {
         if subscriptions.has_changed().unwrap_or(false) {
@@ -886,6 +1109,9 @@ pub fn run(
                     c.service(&consumer);
                 }
             }
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                lock(&copier).offsets_out_of_range(&consumer);
+            }
             Some(Err(e)) => {
                 ctx.metrics
                     .errors
@@ -901,6 +1127,10 @@ pub fn run(
         if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
             last_idle_check = Instant::now();
             lock(&copier).idle_syncs();
+        }
+        if last_target_check.elapsed() >= TARGET_CHECK_EVERY {
+            last_target_check = Instant::now();
+            lock(&copier).check_targets();
         }
         if last_persist.elapsed() >= PERSIST_EVERY {
             last_persist = Instant::now();

@@ -39,12 +39,15 @@
 //! partition's previous writer. The at-least-once path above is unchanged.
 
 pub mod clients;
+pub mod continuity;
 pub mod copy;
 pub mod discovery;
 pub mod progress;
 pub mod reach;
 pub mod topics;
 pub mod transactions;
+
+use continuity::LogProbe;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -172,12 +175,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         let reader =
             PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
                 .context("creating the positions reader")?;
+        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
+            .context("creating the log probe")?;
         let copier = TxCopier::new(TxCopierParts {
             ctx: ctx.clone(),
             producer_base: clients::producer(&flow.target_client, refresh),
             syncs_topic,
             positions_topic,
             positions: reader,
+            probe,
             shutdown: shutdown.clone(),
             source_health: source_health.clone(),
             target_health: target_health.clone(),
@@ -207,6 +213,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             .context("creating the offset-sync producer")?;
         let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
             .context("creating the positions reader")?;
+        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
+            .context("creating the log probe")?;
         let copier = Copier::new(CopierParts {
             ctx: ctx.clone(),
             producer,
@@ -214,6 +222,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             syncs_topic,
             positions_topic,
             positions: reader,
+            probe,
             shutdown: shutdown.clone(),
             source_health: source_health.clone(),
             target_health: target_health.clone(),

@@ -63,6 +63,11 @@ impl Progress {
         sync
     }
 
+    /// After the newest acknowledged record (or where the partition started).
+    pub fn latest(&self) -> Option<Frontier> {
+        self.latest
+    }
+
     /// The tail sync of an idle partition ([`SyncPolicy::idle_sync`]): records were
     /// acknowledged after the last sync and none for the sync interval. Cheap when there is
     /// no tail.

@@ -49,9 +49,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::continuity::{self, LogProbe};
 use super::reach::{Backoff, ClusterHealth};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
-use crate::kafka::positions::{self, Frontier, PositionReader};
+use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
 use crate::replicator::{Context, Flow};
 
@@ -122,6 +123,11 @@ impl ProducerContext for TxContext {
 }
 
 const NOT_A_RECORD: usize = usize::MAX;
+/// How often idle remote partitions are checked for having gone back under the copies.
+const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// How [`absorb`] reports a target partition that went back under the copies.
+const TARGET_REWOUND: &str = "the remote partition went back below the copied records";
 
 /// One owned source partition.
 struct TxSlot {
@@ -141,6 +147,8 @@ struct TxSlot {
     records: u64,
     bytes: u64,
     failed: Option<String>,
+    /// The target partition went back under the copies: check both logs before going on.
+    recheck: bool,
 }
 
 /// What ending a transaction left to do.
@@ -159,6 +167,7 @@ pub struct TxCopier {
     syncs_topic: String,
     positions_topic: String,
     positions: PositionReader,
+    probe: LogProbe,
     slots: HashMap<String, HashMap<i32, TxSlot>>,
     sync_config: SyncPolicyConfig,
     started: Instant,
@@ -174,6 +183,7 @@ pub struct TxCopierParts {
     pub syncs_topic: String,
     pub positions_topic: String,
     pub positions: PositionReader,
+    pub probe: LogProbe,
     pub shutdown: CancellationToken,
     pub source_health: Arc<ClusterHealth>,
     pub target_health: Arc<ClusterHealth>,
@@ -198,6 +208,7 @@ impl TxCopier {
             syncs_topic: p.syncs_topic,
             positions_topic: p.positions_topic,
             positions: p.positions,
+            probe: p.probe,
             slots: HashMap::new(),
             started: Instant::now(),
             shutdown: p.shutdown,
@@ -420,6 +431,13 @@ impl TxCopier {
                 slot.failed = Some(format!("writing the position: {e}"));
             }
         }
+        if slot
+            .failed
+            .as_deref()
+            .is_some_and(|f| f.starts_with(TARGET_REWOUND))
+        {
+            slot.recheck = true;
+        }
         let outcome = match (&slot.failed, commit) {
             (None, true) => match producer.commit_transaction(CALL_TIMEOUT) {
                 Ok(()) => Ended::Committed,
@@ -511,6 +529,13 @@ impl TxCopier {
         let Some(slot) = self.slot_mut(topic, partition) else {
             return;
         };
+        if slot.recheck {
+            // Prepared again: the start position is then checked against both logs.
+            slot.recheck = false;
+            slot.ready = false;
+            slot.retry_at = Instant::now();
+            return;
+        }
         let offset = slot
             .committed
             .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
@@ -572,9 +597,47 @@ impl TxCopier {
             return Vec::new();
         }
         self.target_health.reachable();
+        // Stored positions are checked against both logs before anything is read.
+        let stored: Vec<(String, i32)> = inited
+            .iter()
+            .filter(|(t, p)| self.positions.get(t, *p).is_some())
+            .cloned()
+            .collect();
+        let bounds = self.probe.source(&stored);
+        let remotes: Vec<(String, i32)> = stored
+            .iter()
+            .filter_map(|(t, p)| Some((self.slot(t, *p)?.remote.clone(), *p)))
+            .collect();
+        let target_ends = self.probe.target_ends(&remotes);
         let mut ready = Vec::new();
         for (topic, partition) in inited {
-            let start = self.positions.get(&topic, partition);
+            let Some(remote) = self.slot(&topic, partition).map(|s| s.remote.clone()) else {
+                continue;
+            };
+            let r = continuity::resume(
+                self.positions.get(&topic, partition),
+                bounds.get(&(topic.clone(), partition)).copied(),
+                target_ends.get(&(remote, partition)).copied(),
+            );
+            if let Some((kind, from, to)) = r.gap {
+                let gap = Gap {
+                    topic: topic.clone(),
+                    partition,
+                    kind,
+                    from,
+                    to,
+                    detected_ms: continuity::now_ms(),
+                };
+                if !self.write_gap(&gap, r.start) {
+                    // Not copied until the break is on record with the position past it.
+                    if let Some(slot) = self.slot_mut(&topic, partition) {
+                        slot.producer = None;
+                        slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                    }
+                    continue;
+                }
+            }
+            let start = r.start;
             let config = self.sync_config;
             let Some(slot) = self.slot_mut(&topic, partition) else {
                 continue;
@@ -583,11 +646,100 @@ impl TxCopier {
             slot.latest = start;
             slot.policy = SyncPolicy::new(TopicPartition::new(topic.clone(), partition), config);
             slot.ready = true;
-            let offset = start.map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            let offset = r.offset;
             tracing::debug!(%topic, partition, ?offset, "partition ready (exactly-once)");
             ready.push((topic, partition, offset));
         }
         ready
+    }
+
+    /// Records a break and the position past it in one transaction of the partition's
+    /// producer, so neither is visible without the other.
+    fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) -> bool {
+        let topic = self.positions_topic.clone();
+        let ctx = self.ctx.clone();
+        let Some(producer) = self
+            .slot(&gap.topic, gap.partition)
+            .and_then(|s| s.producer.as_ref())
+        else {
+            return false;
+        };
+        let written = continuity::record(gap, &ctx.metrics, |key, value| {
+            producer.begin_transaction()?;
+            let send = |k: &[u8], v: &[u8]| {
+                producer
+                    .send(
+                        BaseRecord::with_opaque_to(&topic, NOT_A_RECORD)
+                            .partition(0)
+                            .key(k)
+                            .payload(v),
+                    )
+                    .map_err(|(e, _)| e)
+            };
+            let sent = send(key, value).and_then(|()| match start {
+                Some(f) => send(
+                    &positions::encode_key(&gap.topic, gap.partition),
+                    &positions::encode_value(f),
+                ),
+                None => Ok(()),
+            });
+            match sent {
+                Ok(()) => producer.commit_transaction(CALL_TIMEOUT),
+                Err(e) => {
+                    let _ = producer.abort_transaction(CALL_TIMEOUT);
+                    Err(e)
+                }
+            }
+        });
+        lock(&producer.context().acks).clear();
+        written
+    }
+
+    /// Finds remote partitions that end before the last committed copy (the remote topic was
+    /// deleted, and discovery created it again) among ready partitions without an open
+    /// transaction (open ones notice from their acknowledgements); those are prepared again,
+    /// which records the break and copies them again.
+    pub fn check_targets(&mut self) {
+        let idle: Vec<(String, i32, String, i64)> = self
+            .slots
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |(p, s)| (t, *p, s)))
+            .filter_map(|(t, p, s)| {
+                let downstream = s.committed?.downstream;
+                (s.ready && !s.open && downstream >= 0)
+                    .then(|| (t.clone(), p, s.remote.clone(), downstream))
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, p, r, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (topic, partition, remote, downstream) in idle {
+            if ends
+                .get(&(remote, partition))
+                .is_some_and(|&end| end <= downstream)
+                && let Some(slot) = self.slot_mut(&topic, partition)
+            {
+                slot.ready = false;
+                slot.retry_at = Instant::now();
+            }
+        }
+    }
+
+    /// The consumer stopped on a partition whose next offset is outside its log
+    /// (`auto.offset.reset=error`): every owned partition is prepared again, which checks
+    /// its committed position against both logs and records the break.
+    pub fn offsets_out_of_range(&mut self) {
+        for (topic, partition) in self.keys() {
+            if self.slot(&topic, partition).is_some_and(|s| s.open) {
+                self.end(&topic, partition, false);
+            }
+            if let Some(slot) = self.slot_mut(&topic, partition) {
+                slot.ready = false;
+                slot.retry_at = Instant::now();
+            }
+        }
     }
 
     fn retry_unready(&mut self, consumer: &BaseConsumer<TxSourceContext>) {
@@ -655,6 +807,7 @@ impl TxCopier {
                 records: 0,
                 bytes: 0,
                 failed: None,
+                recheck: false,
             };
             self.slots
                 .entry(topic.clone())
@@ -729,6 +882,12 @@ fn absorb(
         let downstream = result.map_err(|e| format!("writing to the target: {e}"))?;
         if upstream < 0 {
             continue;
+        }
+        if latest.is_some_and(|l| l.downstream >= 0 && downstream <= l.downstream) {
+            // Target offsets only grow within a partition's log.
+            return Err(format!(
+                "{TARGET_REWOUND} (a copy landed at offset {downstream})"
+            ));
         }
         syncs.extend(policy.observe(upstream, downstream, now));
         *latest = Some(Frontier {
@@ -842,6 +1001,7 @@ pub fn run(
     let mut subscribed: Option<Arc<Vec<String>>> = None;
     let mut last_commit = Instant::now();
     let mut last_idle_check = Instant::now();
+    let mut last_target_check = Instant::now();
     while !shutdown.is_cancelled() {
         if subscriptions.has_changed().unwrap_or(false) {
             let wanted = subscriptions.borrow_and_update().clone();
@@ -867,6 +1027,9 @@ pub fn run(
         };
         match consumer.poll(timeout) {
             Some(Ok(m)) => lock(&copier).copy(&m),
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                lock(&copier).offsets_out_of_range();
+            }
             Some(Err(e)) => {
                 ctx.metrics
                     .errors
@@ -883,6 +1046,10 @@ pub fn run(
         if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
             last_idle_check = Instant::now();
             lock(&copier).idle_syncs();
+        }
+        if last_target_check.elapsed() >= TARGET_CHECK_EVERY {
+            last_target_check = Instant::now();
+            lock(&copier).check_targets();
         }
     }
     tracing::info!("source loop stopping: committing open transactions");

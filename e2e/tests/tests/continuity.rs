@@ -1,0 +1,433 @@
+//! Breaks in continuity are found, surfaced and handled, never skipped silently: records
+//! deleted on the source while the replicator is stopped, a source topic deleted and created
+//! again, and the remote topic deleted under a running replicator. Each must end up in
+//! `status.gaps`, turn `Gapless` False with its reason, get a Warning event, and leave the
+//! target with exactly what the source still holds.
+//!
+//! Runs on the world's shared clusters with topics of its own (no broker is stopped).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kube::Api;
+use mirrorflow::api::{GapStatus, MirrorFlow};
+use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use rdkafka::admin::AdminOptions;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+async fn produce(bootstrap: &str, topic: &str, values: impl Iterator<Item = String>) -> Result<()> {
+    let producer = kafka::producer(bootstrap, Duration::from_secs(30))?;
+    for v in values {
+        producer
+            .send(
+                FutureRecord::<(), _>::to(topic).payload(&v).partition(0),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+/// Values of partition 0, read committed up to the end (transaction markers take offsets, so
+/// the end is where the consumer reports it, not the last record's offset + 1).
+fn values(bootstrap: &str, topic: &str) -> Result<Vec<String>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirrorflow-e2e-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if Instant::now() > deadline {
+            bail!("reading {topic} timed out after {} records", out.len());
+        }
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+}
+
+async fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
+    let results = kafka::admin(bootstrap)?
+        .delete_topics(&[topic], &AdminOptions::new())
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            bail!("deleting topic {name} failed: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes records before `offset` (what retention does to a partition's log start).
+async fn delete_records_before(bootstrap: &str, topic: &str, offset: i64) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))?;
+    let out = kafka::admin(bootstrap)?
+        .delete_records(&tpl, &AdminOptions::new())
+        .await?;
+    for e in out.elements() {
+        e.error()
+            .map_err(|e| anyhow::anyhow!("deleting records of {topic}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn gap<'a>(mf: &'a MirrorFlow, topic: &str, reason: &str) -> Option<&'a GapStatus> {
+    mf.status
+        .as_ref()?
+        .gaps
+        .iter()
+        .find(|g| g.topic == topic && g.reason == reason)
+}
+
+fn event_reasons(ns: &str) -> Result<Vec<(String, String)>> {
+    let json = run(
+        "kubectl",
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "involvedObject.name=flow",
+            "-o",
+            "json",
+        ],
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    Ok(v["items"]
+        .as_array()
+        .context("events list")?
+        .iter()
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"]
+                    .as_str()
+                    .or(e["note"].as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect())
+}
+
+async fn wait_for_event(ns: &str, reason: &str, topic: &str) -> Result<String> {
+    eventually(
+        &format!("a {reason} event about {topic}"),
+        Duration::from_secs(60),
+        || async {
+            let events = event_reasons(ns)?;
+            match events
+                .into_iter()
+                .find(|(r, m)| r == reason && m.contains(topic))
+            {
+                Some((_, m)) => Ok(Some(m)),
+                None => bail!("not yet"),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn at_least_once_surfaces_truncation_recreation_and_a_deleted_remote_topic() -> Result<()> {
+    breaks_are_surfaced_not_skipped(false).await
+}
+
+#[tokio::test]
+async fn exactly_once_surfaces_truncation_recreation_and_a_deleted_remote_topic() -> Result<()> {
+    breaks_are_surfaced_not_skipped(true).await
+}
+
+async fn breaks_are_surfaced_not_skipped(exactly_once: bool) -> Result<()> {
+    let world = World::from_env()?;
+    let (src, tgt) = (
+        world.source_bootstrap.clone(),
+        world.target_bootstrap.clone(),
+    );
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-cont");
+    install_operator(&world, &ns)?;
+    let alias = unique("cont");
+    let truncated = unique("conttrunc");
+    let recreated = unique("controcr");
+    let remote_deleted = unique("contrdel");
+    for t in [&truncated, &recreated, &remote_deleted] {
+        kafka::create_topic(&src, t, 1).await?;
+        produce(&src, t, (0..20).map(|i| format!("{t}-{i}"))).await?;
+    }
+    let flow = format!(
+        r#"apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: flow, namespace: {ns}}}
+spec:
+  source: {{alias: {alias}, bootstrapServers: "{src}"}}
+  target: {{alias: {alias}-t, bootstrapServers: "{tgt}"}}
+  topics: ["{truncated}", "{recreated}", "{remote_deleted}"]
+  sourceLoop: {{topicsRefreshInterval: 3s{syncs}}}
+{eos}"#,
+        syncs = if exactly_once {
+            ", offsetSyncsLocation: Target"
+        } else {
+            ""
+        },
+        eos = if exactly_once {
+            "  exactlyOnce: true\n"
+        } else {
+            ""
+        },
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let remote = |t: &str| format!("{alias}.{t}");
+    for t in [&truncated, &recreated, &remote_deleted] {
+        let r = remote(t);
+        eventually(
+            &format!("20 records in {r}"),
+            Duration::from_secs(120),
+            || async {
+                match values(&tgt, &r) {
+                    Ok(v) if v.len() >= 20 => Ok(Some(())),
+                    Ok(v) => bail!("{} so far", v.len()),
+                    Err(e) => bail!("{e}"),
+                }
+            },
+        )
+        .await?;
+    }
+    let clean = wait_for_flow(
+        &flows,
+        "flow",
+        "Gapless True",
+        Duration::from_secs(60),
+        |mf| condition(mf, "Gapless").is_some_and(|c| c.0 == "True"),
+    )
+    .await?;
+    assert!(clean.status.as_ref().is_some_and(|s| s.gaps.is_empty()));
+
+    // 1. Retention while the replicator is stopped: 30 more records, of which the first 20
+    // are deleted before the source loop comes back.
+    patch_flow_spec(&ns, "flow", r#"{"sourceLoop":{"enabled":false}}"#)?;
+    // The operator must have changed the StatefulSet before its rollout can be waited for.
+    wait_for_flow(
+        &flows,
+        "flow",
+        "the new generation observed",
+        Duration::from_secs(60),
+        |mf| mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation,
+    )
+    .await?;
+    run(
+        "kubectl",
+        &[
+            "rollout",
+            "status",
+            "statefulset/flow",
+            "-n",
+            &ns,
+            "--timeout=120s",
+        ],
+    )?;
+    produce(
+        &src,
+        &truncated,
+        (20..50).map(|i| format!("{truncated}-{i}")),
+    )
+    .await?;
+    delete_records_before(&src, &truncated, 40).await?;
+    patch_flow_spec(&ns, "flow", r#"{"sourceLoop":{"enabled":true}}"#)?;
+    let mf = wait_for_flow(
+        &flows,
+        "flow",
+        "a SourceTruncated gap",
+        Duration::from_secs(120),
+        |mf| gap(mf, &truncated, "SourceTruncated").is_some(),
+    )
+    .await?;
+    let g = gap(&mf, &truncated, "SourceTruncated").context("gap")?;
+    assert_eq!((g.from, g.to), (20, 40), "{g:?}");
+    assert!(g.message.contains("20 records are missing"), "{g:?}");
+    let c = condition(&mf, "Gapless").context("Gapless")?;
+    assert_eq!(
+        (c.0.as_str(), c.1.as_str()),
+        ("False", "SourceTruncated"),
+        "{c:?}"
+    );
+    assert!(c.2.contains("mirrorflow.io/gaps-acknowledged="), "{c:?}");
+    wait_for_event(&ns, "SourceTruncated", &truncated).await?;
+    let copied = eventually(
+        "the records after the gap copied",
+        Duration::from_secs(60),
+        || async {
+            let v = values(&tgt, &remote(&truncated))?;
+            if v.len() >= 30 {
+                return Ok(Some(v));
+            }
+            bail!("{} records", v.len())
+        },
+    )
+    .await?;
+    let want: Vec<String> = (0..20)
+        .chain(40..50)
+        .map(|i| format!("{truncated}-{i}"))
+        .collect();
+    assert_eq!(
+        copied, want,
+        "exactly the records the source still had, once"
+    );
+
+    // 2. The source topic is deleted and created again with new records.
+    delete_topic(&src, &recreated).await?;
+    eventually("the source topic gone", Duration::from_secs(30), || async {
+        if kafka::topics(&src)?.contains(&recreated) {
+            bail!("still listed");
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    // Long enough for discovery to notice it missing (3 s rounds).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    eventually(
+        "the source topic created again",
+        Duration::from_secs(30),
+        || async { kafka::create_topic(&src, &recreated, 1).await.map(Some) },
+    )
+    .await?;
+    produce(
+        &src,
+        &recreated,
+        (0..5).map(|i| format!("{recreated}-new-{i}")),
+    )
+    .await?;
+    let mf = wait_for_flow(
+        &flows,
+        "flow",
+        "a SourceTopicRecreated gap",
+        Duration::from_secs(120),
+        |mf| gap(mf, &recreated, "SourceTopicRecreated").is_some(),
+    )
+    .await?;
+    let g = gap(&mf, &recreated, "SourceTopicRecreated").context("gap")?;
+    assert_eq!(g.from, 20, "the old position: {g:?}");
+    assert!(g.to <= 5, "the new log's end when found: {g:?}");
+    wait_for_event(&ns, "SourceTopicRecreated", &recreated).await?;
+    let copied = eventually(
+        "the new records copied",
+        Duration::from_secs(60),
+        || async {
+            let v = values(&tgt, &remote(&recreated))?;
+            if v.len() >= 25 {
+                return Ok(Some(v));
+            }
+            bail!("{} records", v.len())
+        },
+    )
+    .await?;
+    let want: Vec<String> = (0..20)
+        .map(|i| format!("{recreated}-{i}"))
+        .chain((0..5).map(|i| format!("{recreated}-new-{i}")))
+        .collect();
+    assert_eq!(
+        copied, want,
+        "the old incarnation's copies, then the new records once"
+    );
+
+    // 3. The remote topic is deleted under the running replicator: discovery creates it
+    // again and the partition is copied again from the source's earliest record.
+    delete_topic(&tgt, &remote(&remote_deleted)).await?;
+    let mf = wait_for_flow(
+        &flows,
+        "flow",
+        "a TargetTopicRecreated gap",
+        Duration::from_secs(120),
+        |mf| gap(mf, &remote_deleted, "TargetTopicRecreated").is_some(),
+    )
+    .await?;
+    let g = gap(&mf, &remote_deleted, "TargetTopicRecreated").context("gap")?;
+    assert_eq!(g.from, 20, "where the copies had reached: {g:?}");
+    wait_for_event(&ns, "TargetTopicRecreated", &remote_deleted).await?;
+    produce(
+        &src,
+        &remote_deleted,
+        (20..25).map(|i| format!("{remote_deleted}-{i}")),
+    )
+    .await?;
+    let copied = eventually(
+        "the partition copied again",
+        Duration::from_secs(90),
+        || async {
+            let v = values(&tgt, &remote(&remote_deleted))?;
+            let distinct: BTreeSet<&String> = v.iter().collect();
+            if distinct.len() >= 25 {
+                return Ok(Some(v));
+            }
+            bail!("{} distinct records", distinct.len())
+        },
+    )
+    .await?;
+    let want: BTreeSet<String> = (0..25).map(|i| format!("{remote_deleted}-{i}")).collect();
+    let have: BTreeSet<String> = copied.iter().cloned().collect();
+    assert_eq!(have, want, "every source record is on the target again");
+
+    // Acknowledging the newest clears the condition; nothing was found twice.
+    let mf = flows.get("flow").await?;
+    let gaps = mf
+        .status
+        .as_ref()
+        .map(|s| s.gaps.clone())
+        .unwrap_or_default();
+    let per_reason = |r: &str| gaps.iter().filter(|g| g.reason == r).count();
+    assert_eq!(
+        (
+            per_reason("SourceTruncated"),
+            per_reason("SourceTopicRecreated"),
+            per_reason("TargetTopicRecreated")
+        ),
+        (1, 1, 1),
+        "{gaps:?}"
+    );
+    let newest = gaps.last().context("gaps")?.detected_at.clone();
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "mirrorflow",
+            "flow",
+            "-n",
+            &ns,
+            &format!("mirrorflow.io/gaps-acknowledged={newest}"),
+            "--overwrite",
+        ],
+    )?;
+    let acked = wait_for_flow(
+        &flows,
+        "flow",
+        "Gapless True again",
+        Duration::from_secs(60),
+        |mf| condition(mf, "Gapless").is_some_and(|c| c.0 == "True"),
+    )
+    .await?;
+    assert!(acked.status.as_ref().is_some_and(|s| s.gaps.is_empty()));
+    let _ = run("kubectl", &["delete", "namespace", &ns, "--wait=false"]);
+    Ok(())
+}
