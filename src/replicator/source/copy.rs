@@ -15,11 +15,11 @@
 //! missing.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::local::{LocalHistogram, LocalIntCounter};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -28,8 +28,10 @@ use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::continuity::{self, LogProbe, Resume};
+use super::lock;
 use super::progress::{Frontier, Progress};
 use super::reach::{Backoff, ClusterHealth};
+use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
@@ -117,11 +119,6 @@ fn note_client_error(health: &ClusterHealth, error: KafkaError, reason: &str) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves the state as consistent as any crash would.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The source consumer's context: routes rebalances to the [`Copier`].
 pub struct SourceContext {
     pub copier: Arc<Mutex<Copier>>,
@@ -141,42 +138,7 @@ impl ConsumerContext for SourceContext {
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
-        let outcome = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                lock(&self.copier).assigned(tpl);
-                if cooperative {
-                    consumer.incremental_assign(tpl)
-                } else {
-                    consumer.assign(tpl)
-                }
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let lost = consumer.assignment_lost();
-                lock(&self.copier).revoked(tpl, lost);
-                if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
-            }
-            other => {
-                tracing::error!(error = ?other, "rebalance failed; giving up the assignment");
-                let mut copier = lock(&self.copier);
-                copier.count_error("rebalance");
-                let all = copier.assignment();
-                copier.revoked(&all, false);
-                drop(copier);
-                consumer.unassign()
-            }
-        };
-        if let Err(e) = outcome {
-            lock(&self.copier).count_error("rebalance");
-            tracing::error!(error = %e, "applying a rebalance failed");
-        }
+        rebalance::rebalance(&self.copier, consumer, err, tpl);
     }
 }
 
@@ -212,6 +174,8 @@ pub struct Copier {
     positions_topic: String,
     positions: PositionReader,
     probe: LogProbe,
+    /// When the last rebalance callback returned (they may block for seconds).
+    last_rebalance: Instant,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     by_topic: HashMap<String, Vec<Option<usize>>>,
@@ -241,6 +205,26 @@ pub struct CopierParts {
     pub target_health: Arc<ClusterHealth>,
 }
 
+impl Owner for Copier {
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        Copier::assigned(self, tpl);
+    }
+
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
+        Copier::revoked(self, tpl, lost);
+    }
+
+    fn owned(&self) -> TopicPartitionList {
+        self.assignment()
+    }
+
+    fn count_error(&self, kind: &str) {
+        Copier::count_error(self, kind);
+    }
+
+    const FAILED_REBALANCE_IS_LOST: bool = false;
+}
+
 impl Copier {
     pub fn new(p: CopierParts) -> Self {
         let interval = p
@@ -265,6 +249,7 @@ impl Copier {
             positions_topic: p.positions_topic,
             positions: p.positions,
             probe: p.probe,
+            last_rebalance: Instant::now(),
             slots: Vec::new(),
             free: Vec::new(),
             by_topic: HashMap::new(),
@@ -887,6 +872,7 @@ impl Copier {
             self.insert(slot);
         }
         self.report_assignment();
+        self.last_rebalance = Instant::now();
     }
 
     fn remote_name(&self, topic: &str) -> String {
@@ -1023,17 +1009,10 @@ impl Copier {
             .iter()
             .filter_map(|e| self.slot_index(e.topic(), e.partition()))
             .collect();
-        if lost {
-            // Another replica may already own them: storing would only move its positions back.
-            tracing::warn!(
-                partitions = idxs.len(),
-                "assignment lost (session timed out)"
-            );
-            self.drain(Duration::from_secs(5));
-        } else {
+        if !lost {
             self.persist_and_wait(&idxs);
         }
-        for idx in idxs {
+        for &idx in &idxs {
             if let Some(slot) = self.slots.get_mut(idx).and_then(Option::take) {
                 if let Some(by_partition) = self.by_topic.get_mut(&slot.topic)
                     && let Some(entry) = usize::try_from(slot.partition)
@@ -1045,7 +1024,41 @@ impl Copier {
                 self.free.push(idx);
             }
         }
+        if lost {
+            // Another replica may already own them and copy into the same target partitions.
+            // Storing would move its positions back, and an offset sync for a copy landing
+            // among its copies could translate a group past records it copied: the slots are
+            // gone before the outstanding writes finish, so their acknowledgements are ignored.
+            tracing::warn!(
+                partitions = idxs.len(),
+                "assignment lost (session timed out)"
+            );
+            self.drain(Duration::from_secs(5));
+        }
         self.report_assignment();
+        self.last_rebalance = Instant::now();
+    }
+
+    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
+    /// enough for the group to give its partitions to another replica before this one hears of
+    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
+    /// become an offset sync: every partition forgets what is in flight and is copied again
+    /// from its last committable position (only duplicates if it was not taken away).
+    pub fn stalled(&mut self, stalled: Duration) {
+        let idxs: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_some())
+            .collect();
+        if idxs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?stalled,
+            partitions = idxs.len(),
+            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
+        );
+        for idx in idxs {
+            self.fault(idx, "stalled", "stall");
+        }
     }
 
     fn report_assignment(&self) {
@@ -1061,6 +1074,15 @@ impl Copier {
     }
 }
 
+/// The source consumer's `session.timeout.ms` (librdkafka's default 45 s when not set).
+fn session_timeout(source: &rdkafka::ClientConfig) -> Duration {
+    let ms = source
+        .get("session.timeout.ms")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(45_000);
+    Duration::from_millis(ms)
+}
+
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
 pub fn run(
     consumer: BaseConsumer<SourceContext>,
@@ -1074,6 +1096,8 @@ pub fn run(
     let mut last_idle_check = Instant::now();
     let mut last_target_check = Instant::now();
     let mut since_service = 0_u32;
+    let stall_limit = session_timeout(&ctx.flow.source_client) / 2;
+    let mut last_turn = Instant::now();
     while !shutdown.is_cancelled() {
         if subscriptions.has_changed().unwrap_or(false) {
             let wanted = subscriptions.borrow_and_update().clone();
@@ -1099,7 +1123,15 @@ pub fn run(
         } else {
             Duration::from_millis(100)
         };
-        match consumer.poll(timeout) {
+        let polled = consumer.poll(timeout);
+        // Checked before anything polled is handled: nothing acknowledged after a freeze may
+        // reach an offset sync. Rebalance callbacks (which may wait seconds) reset the clock.
+        let turn = last_turn.max(lock(&copier).last_rebalance);
+        if turn.elapsed() > stall_limit + timeout {
+            lock(&copier).stalled(turn.elapsed());
+        }
+        last_turn = Instant::now();
+        match polled {
             Some(Ok(m)) => {
                 let mut c = lock(&copier);
                 c.copy(&m);

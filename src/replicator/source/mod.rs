@@ -44,6 +44,7 @@ pub mod copy;
 pub mod discovery;
 pub mod progress;
 pub mod reach;
+pub mod rebalance;
 pub mod topics;
 pub mod transactions;
 
@@ -293,6 +294,12 @@ fn note_admin_error(e: &AdminError, health: &ClusterHealth, count: &impl Fn(&str
         count("discovery");
         tracing::warn!(error = %e, "topic discovery failed; retrying");
     }
+}
+
+/// The copy thread's state lock. A panic while holding it leaves the state as consistent as
+/// any crash would, so a poisoned lock is used as it is.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Sleeps; true when shutdown came first.

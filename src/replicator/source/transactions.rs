@@ -38,10 +38,10 @@
 //! safe by the argument above, and stops once the group moves the partition away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -50,7 +50,9 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::continuity::{self, LogProbe};
+use super::lock;
 use super::reach::{Backoff, ClusterHealth};
+use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
@@ -86,10 +88,6 @@ pub fn producer_config(base: &ClientConfig, transactional_id: &str) -> ClientCon
         // librdkafka requires it not to exceed the transaction timeout.
         .set("message.timeout.ms", timeout.to_string());
     c
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Delivery reports of one partition's producer: (source offset, target offset or error).
@@ -187,6 +185,26 @@ pub struct TxCopierParts {
     pub shutdown: CancellationToken,
     pub source_health: Arc<ClusterHealth>,
     pub target_health: Arc<ClusterHealth>,
+}
+
+impl Owner for TxCopier {
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        TxCopier::assigned(self, tpl);
+    }
+
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
+        TxCopier::revoked(self, tpl, lost);
+    }
+
+    fn owned(&self) -> TopicPartitionList {
+        self.all()
+    }
+
+    fn count_error(&self, kind: &str) {
+        TxCopier::count_error(self, kind);
+    }
+
+    const FAILED_REBALANCE_IS_LOST: bool = true;
 }
 
 impl TxCopier {
@@ -950,42 +968,7 @@ impl ConsumerContext for TxSourceContext {
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
-        let outcome = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                lock(&self.copier).assigned(tpl);
-                if cooperative {
-                    consumer.incremental_assign(tpl)
-                } else {
-                    consumer.assign(tpl)
-                }
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let lost = consumer.assignment_lost();
-                lock(&self.copier).revoked(tpl, lost);
-                if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
-            }
-            other => {
-                tracing::error!(error = ?other, "rebalance failed; giving up the assignment");
-                let mut copier = lock(&self.copier);
-                copier.count_error("rebalance");
-                let all = copier.all();
-                copier.revoked(&all, true);
-                drop(copier);
-                consumer.unassign()
-            }
-        };
-        if let Err(e) = outcome {
-            lock(&self.copier).count_error("rebalance");
-            tracing::error!(error = %e, "applying a rebalance failed");
-        }
+        rebalance::rebalance(&self.copier, consumer, err, tpl);
     }
 }
 

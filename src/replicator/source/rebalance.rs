@@ -1,0 +1,69 @@
+//! The source consumer's rebalance callback, shared by both copy modes: librdkafka calls it
+//! from inside `poll` on the copy thread; the copier decides where partitions start and what
+//! happens to those taken away, this applies the answer with the group's protocol.
+
+use std::sync::Mutex;
+
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::types::RDKafkaRespErr;
+
+use super::lock;
+
+/// What a copier does when its assignment changes.
+pub trait Owner {
+    /// Partitions were given to this replica: set each one's start offset in `tpl`.
+    fn assigned(&mut self, tpl: &mut TopicPartitionList);
+    /// Partitions were taken away; `lost` when another replica may already own them.
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool);
+    /// Every partition owned now.
+    fn owned(&self) -> TopicPartitionList;
+    fn count_error(&self, kind: &str);
+    /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
+    /// next owner's fencing settles open transactions) or in good order (positions stored).
+    const FAILED_REBALANCE_IS_LOST: bool;
+}
+
+pub fn rebalance<C: ConsumerContext, O: Owner>(
+    owner: &Mutex<O>,
+    consumer: &BaseConsumer<C>,
+    err: RDKafkaRespErr,
+    tpl: &mut TopicPartitionList,
+) {
+    let cooperative = matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    );
+    let outcome = match err {
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+            lock(owner).assigned(tpl);
+            if cooperative {
+                consumer.incremental_assign(tpl)
+            } else {
+                consumer.assign(tpl)
+            }
+        }
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+            let lost = consumer.assignment_lost();
+            lock(owner).revoked(tpl, lost);
+            if cooperative {
+                consumer.incremental_unassign(tpl)
+            } else {
+                consumer.unassign()
+            }
+        }
+        other => {
+            tracing::error!(error = ?other, "rebalance failed; giving up the assignment");
+            let mut o = lock(owner);
+            o.count_error("rebalance");
+            let all = o.owned();
+            o.revoked(&all, O::FAILED_REBALANCE_IS_LOST);
+            drop(o);
+            consumer.unassign()
+        }
+    };
+    if let Err(e) = outcome {
+        lock(owner).count_error("rebalance");
+        tracing::error!(error = %e, "applying a rebalance failed");
+    }
+}
