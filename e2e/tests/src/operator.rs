@@ -90,6 +90,38 @@ pub async fn wait_for_flow(
     .await
 }
 
+/// Patches the flow's spec and waits until its pods run the new spec: the operator has
+/// observed the generation (so the StatefulSet is changed) and the rollout is complete. Until
+/// then the old pods keep doing what the old spec said.
+pub async fn roll_flow_spec(
+    flows: &kube::Api<MirrorFlow>,
+    ns: &str,
+    name: &str,
+    spec_json: &str,
+) -> Result<()> {
+    patch_flow_spec(ns, name, spec_json)?;
+    wait_for_flow(
+        flows,
+        name,
+        "the new generation observed",
+        std::time::Duration::from_secs(60),
+        |mf| mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation,
+    )
+    .await?;
+    run(
+        "kubectl",
+        &[
+            "rollout",
+            "status",
+            &format!("statefulset/{name}"),
+            "-n",
+            ns,
+            "--timeout=120s",
+        ],
+    )
+    .map(|_| ())
+}
+
 /// Merge-patches the flow's spec with `spec_json` (a JSON object), as a user would.
 pub fn patch_flow_spec(ns: &str, name: &str, spec_json: &str) -> Result<()> {
     let patch = format!(r#"{{"spec":{spec_json}}}"#);

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use kube::Api;
 use mirrorflow::api::{GapStatus, MirrorFlow};
-use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::operator::{
+    condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_flow,
+};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::admin::AdminOptions;
 use rdkafka::config::ClientConfig;
@@ -63,6 +65,18 @@ fn values(bootstrap: &str, topic: &str) -> Result<Vec<String>> {
             None => {}
         }
     }
+}
+
+/// The values of `topic` once it holds at least `n` records.
+async fn copied(bootstrap: &str, topic: &str, n: usize, timeout: Duration) -> Result<Vec<String>> {
+    eventually(&format!("{n} records in {topic}"), timeout, || async {
+        let v = values(bootstrap, topic)?;
+        if v.len() >= n {
+            return Ok(Some(v));
+        }
+        bail!("{} so far", v.len())
+    })
+    .await
 }
 
 async fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
@@ -201,19 +215,7 @@ spec:
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
     let remote = |t: &str| format!("{alias}.{t}");
     for t in [&truncated, &recreated, &remote_deleted] {
-        let r = remote(t);
-        eventually(
-            &format!("20 records in {r}"),
-            Duration::from_secs(120),
-            || async {
-                match values(&tgt, &r) {
-                    Ok(v) if v.len() >= 20 => Ok(Some(())),
-                    Ok(v) => bail!("{} so far", v.len()),
-                    Err(e) => bail!("{e}"),
-                }
-            },
-        )
-        .await?;
+        copied(&tgt, &remote(t), 20, Duration::from_secs(120)).await?;
     }
     let clean = wait_for_flow(
         &flows,
@@ -227,27 +229,7 @@ spec:
 
     // 1. Retention while the replicator is stopped: 30 more records, of which the first 20
     // are deleted before the source loop comes back.
-    patch_flow_spec(&ns, "flow", r#"{"sourceLoop":{"enabled":false}}"#)?;
-    // The operator must have changed the StatefulSet before its rollout can be waited for.
-    wait_for_flow(
-        &flows,
-        "flow",
-        "the new generation observed",
-        Duration::from_secs(60),
-        |mf| mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation,
-    )
-    .await?;
-    run(
-        "kubectl",
-        &[
-            "rollout",
-            "status",
-            "statefulset/flow",
-            "-n",
-            &ns,
-            "--timeout=120s",
-        ],
-    )?;
+    roll_flow_spec(&flows, &ns, "flow", r#"{"sourceLoop":{"enabled":false}}"#).await?;
     produce(
         &src,
         &truncated,
@@ -275,24 +257,13 @@ spec:
     );
     assert!(c.2.contains("mirrorflow.io/gaps-acknowledged="), "{c:?}");
     wait_for_event(&ns, "SourceTruncated", &truncated).await?;
-    let copied = eventually(
-        "the records after the gap copied",
-        Duration::from_secs(60),
-        || async {
-            let v = values(&tgt, &remote(&truncated))?;
-            if v.len() >= 30 {
-                return Ok(Some(v));
-            }
-            bail!("{} records", v.len())
-        },
-    )
-    .await?;
+    let after_gap = copied(&tgt, &remote(&truncated), 30, Duration::from_secs(60)).await?;
     let want: Vec<String> = (0..20)
         .chain(40..50)
         .map(|i| format!("{truncated}-{i}"))
         .collect();
     assert_eq!(
-        copied, want,
+        after_gap, want,
         "exactly the records the source still had, once"
     );
 
@@ -331,24 +302,13 @@ spec:
     assert_eq!(g.from, 20, "the old position: {g:?}");
     assert!(g.to <= 5, "the new log's end when found: {g:?}");
     wait_for_event(&ns, "SourceTopicRecreated", &recreated).await?;
-    let copied = eventually(
-        "the new records copied",
-        Duration::from_secs(60),
-        || async {
-            let v = values(&tgt, &remote(&recreated))?;
-            if v.len() >= 25 {
-                return Ok(Some(v));
-            }
-            bail!("{} records", v.len())
-        },
-    )
-    .await?;
+    let both = copied(&tgt, &remote(&recreated), 25, Duration::from_secs(60)).await?;
     let want: Vec<String> = (0..20)
         .map(|i| format!("{recreated}-{i}"))
         .chain((0..5).map(|i| format!("{recreated}-new-{i}")))
         .collect();
     assert_eq!(
-        copied, want,
+        both, want,
         "the old incarnation's copies, then the new records once"
     );
 
@@ -372,21 +332,22 @@ spec:
         (20..25).map(|i| format!("{remote_deleted}-{i}")),
     )
     .await?;
-    let copied = eventually(
+    // Records copied into the new remote topic before the break was found are copied again.
+    let want: BTreeSet<String> = (0..25).map(|i| format!("{remote_deleted}-{i}")).collect();
+    let have = eventually(
         "the partition copied again",
         Duration::from_secs(90),
         || async {
-            let v = values(&tgt, &remote(&remote_deleted))?;
-            let distinct: BTreeSet<&String> = v.iter().collect();
-            if distinct.len() >= 25 {
-                return Ok(Some(v));
+            let have: BTreeSet<String> = values(&tgt, &remote(&remote_deleted))?
+                .into_iter()
+                .collect();
+            if have.len() >= want.len() {
+                return Ok(Some(have));
             }
-            bail!("{} distinct records", distinct.len())
+            bail!("{} distinct records", have.len())
         },
     )
     .await?;
-    let want: BTreeSet<String> = (0..25).map(|i| format!("{remote_deleted}-{i}")).collect();
-    let have: BTreeSet<String> = copied.iter().cloned().collect();
     assert_eq!(have, want, "every source record is on the target again");
 
     // Acknowledging the newest clears the condition; nothing was found twice.

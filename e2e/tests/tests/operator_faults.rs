@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::operator::{
+    condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_flow,
+};
 use mirrorflow_e2e::{World, kafka, run, run_with_input, unique};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -118,23 +120,14 @@ spec:
     // it on the source: nothing of it is copied, so no offset sync and no checkpoint can cover
     // the group, and the reason names replication, not checkpoints.
     let topic_b = format!("{topic}-b");
-    patch_flow_spec(
+    // The old pod copies until it is gone: wait for the rollout, not just the status.
+    roll_flow_spec(
+        &flows,
         &ns,
         "flow",
         &format!(r#"{{"sourceLoop":{{"enabled":false}},"topics":["{topic}","{topic_b}"]}}"#),
-    )?;
-    // The old pod copies until it is gone: wait for the rollout, not just the status.
-    run(
-        "kubectl",
-        &[
-            "rollout",
-            "status",
-            "statefulset/flow",
-            "-n",
-            &ns,
-            "--timeout=120s",
-        ],
-    )?;
+    )
+    .await?;
     kafka::create_topic(&world.source_bootstrap, &topic_b, 1).await?;
     for i in 0..20 {
         let v = format!("b{i}");
