@@ -1,5 +1,6 @@
-//! The few Kafka calls the CLI makes: metadata, a group's committed offsets and members, and a
-//! synchronous offset commit that is read back. Blocking; every call has a timeout.
+//! The few Kafka calls the CLI makes: metadata, a group's committed offsets and members, the
+//! flow's offset syncs, and a synchronous offset commit that is read back. Blocking; every call
+//! has a timeout.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -11,6 +12,10 @@ use rdkafka::metadata::Metadata;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::CliError;
+use crate::api::OffsetSyncsLocation;
+use crate::flow::Flow;
+use crate::kafka::checkpoints::{ReadError, read_offset_syncs};
+use crate::mm2::{OffsetSync, SyncOrigin};
 
 /// Metadata, group and offset requests.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -153,6 +158,28 @@ pub fn membership(
             state: "Dead".into(),
             members: 0,
         }))
+}
+
+/// The flow's offset syncs, from whichever cluster `offsetSyncsLocation` puts them on; none when
+/// the topic does not exist (yet), which costs the callers exactness, not correctness.
+pub fn flow_offset_syncs(flow: &Flow) -> Result<Vec<(OffsetSync, SyncOrigin)>, CliError> {
+    let (client, cluster, topic) = match flow.spec.source_loop.offset_syncs_location {
+        OffsetSyncsLocation::Source => (
+            &flow.source_client,
+            "source",
+            flow.policy.offset_syncs_topic(flow.target_alias()),
+        ),
+        OffsetSyncsLocation::Target => (
+            &flow.target_client,
+            "target",
+            flow.policy.offset_syncs_topic(flow.source_alias()),
+        ),
+    };
+    match read_offset_syncs(client, cluster, &topic, READ_TIMEOUT) {
+        Ok(read) => Ok(read.items),
+        Err(ReadError::NoTopic { .. }) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Commits `offsets` (with their metadata) as `group` and reads them back; an offset that did

@@ -10,16 +10,15 @@ use clap::Args;
 use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
-use super::clusters::{self, Membership, Partition, READ_TIMEOUT, TIMEOUT};
-use super::failover::{GroupAction, Overrides, PartitionAction, decide_group, serde_plain};
-use super::table::Table;
-use super::{
-    ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat, load_flow,
-    print_json, print_text,
+use super::apply::{
+    self, GroupAction, Overrides, PartitionAction, PlannedGroup, Report, against_commit,
+    blocking_members, commit_groups, decide_group, group_names, plan_groups, render, title,
 };
-use crate::api::{OffsetSyncsLocation, PolicyKind};
+use super::clusters::{self, Membership, Partition, TIMEOUT};
+use super::table::{Table, serde_plain};
+use super::{ApplyArgs, CliError, FlowArgs, GroupSelection};
+use crate::api::PolicyKind;
 use crate::flow::Flow;
-use crate::kafka::checkpoints::{ReadError, read_offset_syncs};
 use crate::mm2::{InverseSyncs, TopicPartition, Translation, UnknownReason};
 
 /// `mirrorflow failback`.
@@ -86,8 +85,12 @@ pub struct FailbackReport {
     pub groups: Vec<GroupBack>,
 }
 
-impl FailbackReport {
-    pub fn failed(&self) -> bool {
+impl Report for FailbackReport {
+    fn render_table(&self) -> String {
+        render_table(self)
+    }
+
+    fn failed(&self) -> bool {
         self.groups.iter().any(|g| g.action.is_failure())
     }
 }
@@ -175,17 +178,13 @@ pub fn decide_back(
             )),
         );
     }
-    match committed {
-        Some(c) if c == offset => (PartitionAction::Unchanged, None),
-        Some(c) if c > offset && !o.allow_rewind => (
-            PartitionAction::Refused,
-            Some(format!(
-                "the group already committed {c} on the source, ahead of {offset}; kept \
-                 (--allow-rewind moves it back)"
-            )),
-        ),
-        _ => (PartitionAction::Commit, None),
-    }
+    against_commit(offset, committed, o, |c| {
+        format!(
+            "the group already committed {c} on the source, ahead of {offset}; kept \
+             (--allow-rewind moves it back)"
+        )
+    })
+    .unwrap_or((PartitionAction::Commit, None))
 }
 
 pub fn render_table(r: &FailbackReport) -> String {
@@ -246,53 +245,23 @@ pub fn render_table(r: &FailbackReport) -> String {
             g.message.clone(),
         ]);
     }
-    let mut out = format!(
-        "failback {} -> {}{}\n",
-        r.from,
-        r.to,
-        if r.dry_run { " (dry run)" } else { "" }
-    );
-    if !t.is_empty() {
-        out.push('\n');
-        out.push_str(&t.render());
-    }
-    if !notes.is_empty() {
-        out.push_str("\nnotes:\n");
-        out.push_str(&notes.join("\n"));
-        out.push('\n');
-    }
-    out.push('\n');
-    out.push_str(&groups.render());
-    out
+    render(
+        title("failback", &r.from, &r.to, r.dry_run),
+        &t,
+        &notes,
+        &groups,
+    )
 }
 
 /// The forward flow's syncs per source partition.
 fn inverse_syncs(flow: &Flow) -> Result<BTreeMap<TopicPartition, InverseSyncs>, CliError> {
-    let (client, cluster, topic) = match flow.spec.source_loop.offset_syncs_location {
-        OffsetSyncsLocation::Source => (
-            &flow.source_client,
-            "source",
-            flow.policy.offset_syncs_topic(flow.target_alias()),
-        ),
-        OffsetSyncsLocation::Target => (
-            &flow.target_client,
-            "target",
-            flow.policy.offset_syncs_topic(flow.source_alias()),
-        ),
-    };
     let mut out: BTreeMap<TopicPartition, InverseSyncs> = BTreeMap::new();
-    match read_offset_syncs(client, cluster, &topic, READ_TIMEOUT) {
-        Ok(read) => {
-            for (sync, origin) in read.items {
-                out.entry(sync.topic_partition.clone()).or_default().push(
-                    sync.upstream_offset,
-                    sync.downstream_offset,
-                    origin,
-                );
-            }
-        }
-        Err(ReadError::NoTopic { .. }) => {}
-        Err(e) => return Err(e.into()),
+    for (sync, origin) in clusters::flow_offset_syncs(flow)? {
+        out.entry(sync.topic_partition.clone()).or_default().push(
+            sync.upstream_offset,
+            sync.downstream_offset,
+            origin,
+        );
     }
     Ok(out)
 }
@@ -334,7 +303,7 @@ pub fn plan(
             }
         }
     }
-    let names: Vec<String> = if selection.all_groups {
+    let names = group_names(selection, || {
         let list = from
             .fetch_group_list(None, TIMEOUT)
             .map_err(|source| CliError::Kafka {
@@ -350,104 +319,81 @@ pub fn plan(
             .collect();
         names.sort();
         names.dedup();
-        names
-    } else {
-        let mut g = selection.group.clone();
-        g.sort();
-        g.dedup();
-        g
-    };
+        Ok(names)
+    })?;
     let syncs = inverse_syncs(flow)?;
     let empty = InverseSyncs::new();
-    let overrides = Overrides {
-        force: args.force,
-        allow_rewind: args.allow_rewind,
-    };
-    // Each group costs a few round trips to each cluster: several groups at a time.
-    let planned = clusters::par_map(
-        &names,
-        clusters::WORKERS,
-        |group| -> Result<Option<_>, CliError> {
-            let group = group.clone();
-            let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
-            if remote.is_empty() && selection.all_groups {
-                return Ok(None);
-            }
-            let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
-            let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
-            other_topics.dedup();
-            let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
-            let source_parts: Vec<Partition> =
-                remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
-            let committed =
-                clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
-            let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
-            let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
-            let mut partitions = Vec::new();
-            for ((remote_topic, p), c_b) in &remote {
-                let topic = upstream(remote_topic);
-                let tp = TopicPartition::new(topic.clone(), *p);
-                let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
-                let end = to
-                    .fetch_watermarks(&topic, *p, TIMEOUT)
-                    .ok()
-                    .map(|(_, h)| h);
-                let c_a = committed.get(&(topic.clone(), *p)).copied();
-                let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
-                partitions.push(PartitionBack {
-                    remote_topic: remote_topic.clone(),
-                    partition: *p,
-                    remote_committed: *c_b,
-                    topic,
-                    offset: translation.offset(),
-                    exact: translation.is_exact(),
-                    reread_max: translation.max_replay(),
-                    committed: c_a,
-                    action,
-                    reason,
-                });
-            }
-            let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-            let (mut action, mut message, mut write) =
-                decide_group(to_group.as_ref(), &actions, args.apply, overrides);
-            if actions.is_empty() {
-                message = format!(
-                    "no commit on a remote topic of this flow ({}.*) on {}",
-                    flow.source_alias(),
-                    flow.target_alias()
-                );
-            }
-            if let Some(m) = &from_group
-                && m.is_active()
-                && write
-                && !args.force
-            {
-                action = GroupAction::Refused;
-                write = false;
-                message = format!(
-                    "{} member(s) still active on {} (state {}): their commits would move on after \
-                 this; stop them first (--force ignores them)",
-                    m.members,
-                    flow.target_alias(),
-                    m.state
-                );
-            }
-            Ok(Some(GroupBack {
-                group,
-                to_group,
-                from_group,
+    let overrides = Overrides::from(args);
+    let groups = plan_groups(&names, |group| {
+        let group = group.clone();
+        let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
+        if remote.is_empty() && selection.all_groups {
+            return Ok(None);
+        }
+        let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
+        let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
+        other_topics.dedup();
+        let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
+        let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
+        let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
+        let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
+        let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
+        let mut partitions = Vec::new();
+        for ((remote_topic, p), c_b) in &remote {
+            let topic = upstream(remote_topic);
+            let tp = TopicPartition::new(topic.clone(), *p);
+            let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
+            let end = to
+                .fetch_watermarks(&topic, *p, TIMEOUT)
+                .ok()
+                .map(|(_, h)| h);
+            let c_a = committed.get(&(topic.clone(), *p)).copied();
+            let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
+            partitions.push(PartitionBack {
+                remote_topic: remote_topic.clone(),
+                partition: *p,
+                remote_committed: *c_b,
+                topic,
+                offset: translation.offset(),
+                exact: translation.is_exact(),
+                reread_max: translation.max_replay(),
+                committed: c_a,
                 action,
-                message,
-                partitions,
-                other_topics,
-                write,
-            }))
-        },
-    );
-    let mut groups = Vec::new();
-    for planned in planned {
-        groups.extend(planned?);
-    }
+                reason,
+            });
+        }
+        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+        let (mut action, mut message, mut write) =
+            decide_group(to_group.as_ref(), &actions, args.apply, overrides);
+        if actions.is_empty() {
+            message = format!(
+                "no commit on a remote topic of this flow ({}.*) on {}",
+                flow.source_alias(),
+                flow.target_alias()
+            );
+        }
+        if write && let Some(m) = blocking_members(from_group.as_ref(), overrides) {
+            action = GroupAction::Refused;
+            write = false;
+            message = format!(
+                "{} member(s) still active on {} (state {}): their commits would move on after \
+                 this; stop them first (--force ignores them)",
+                m.members,
+                flow.target_alias(),
+                m.state
+            );
+        }
+        Ok(Some(GroupBack {
+            group,
+            to_group,
+            from_group,
+            action,
+            message,
+            partitions,
+            other_topics,
+            write,
+        }))
+    })?;
     Ok(FailbackReport {
         from: flow.target_alias().to_string(),
         to: flow.source_alias().to_string(),
@@ -456,44 +402,38 @@ pub fn plan(
     })
 }
 
-pub fn apply(flow: &Flow, report: &mut FailbackReport) {
-    for g in &mut report.groups {
-        if !g.write {
-            continue;
+impl PlannedGroup for GroupBack {
+    fn group(&self) -> &str {
+        &self.group
+    }
+
+    fn commits(&self) -> Vec<(Partition, i64, String)> {
+        if !self.write {
+            return Vec::new();
         }
-        let offsets: Vec<(Partition, i64, String)> = g
-            .partitions
+        self.partitions
             .iter()
             .filter(|p| p.action == PartitionAction::Commit)
             .filter_map(|p| {
                 p.offset
                     .map(|o| ((p.topic.clone(), p.partition), o, String::new()))
             })
-            .collect();
-        if let Err(e) = clusters::commit(&flow.source_client, "source", &g.group, &offsets) {
-            g.action = GroupAction::Failed;
-            g.message = format!("commit failed, nothing may have changed: {e}");
-        }
+            .collect()
+    }
+
+    fn fail(&mut self, message: String) {
+        self.action = GroupAction::Failed;
+        self.message = message;
     }
 }
 
+/// Commits what the plan decided into the groups on the old source.
+pub fn apply(flow: &Flow, report: &mut FailbackReport) {
+    commit_groups(&flow.source_client, "source", &mut report.groups);
+}
+
 pub fn run(args: &FailbackArgs) -> Result<i32, CliError> {
-    if args.groups.all_groups && !args.groups.group.is_empty() {
-        return Err(CliError::Usage {
-            flag: "--all-groups",
-            message: "give either --group (repeatable) or --all-groups, not both".into(),
-        });
-    }
-    let flow = load_flow(&args.flow)?;
-    let mut report = plan(&flow, &args.groups, &args.apply)?;
-    if args.apply.apply {
-        apply(&flow, &mut report);
-    }
-    match args.apply.output {
-        OutputFormat::Json => print_json(&report)?,
-        OutputFormat::Table => print_text(&render_table(&report))?,
-    }
-    Ok(if report.failed() { EXIT_REFUSED } else { 0 })
+    apply::run(&args.flow, &args.groups, &args.apply, plan, apply)
 }
 
 #[cfg(test)]

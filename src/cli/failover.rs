@@ -19,16 +19,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::Args;
 use serde::Serialize;
 
-use super::clusters::{self, Membership, Partition, READ_TIMEOUT};
-use super::table::{Table, age};
-use super::translate::read_flow_checkpoints;
-use super::{
-    ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat, load_flow,
-    print_json, print_text,
+use super::apply::{
+    self, GroupAction, Overrides, PartitionAction, PlannedGroup, Report, against_commit,
+    commit_groups, decide_group, group_names, plan_groups, render, title,
 };
-use crate::api::OffsetSyncsLocation;
+use super::clusters::{self, Membership, Partition};
+use super::table::{Table, age, serde_plain};
+use super::translate::read_flow_checkpoints;
+use super::{ApplyArgs, CliError, FlowArgs, GroupSelection};
 use crate::flow::Flow;
-use crate::kafka::checkpoints::{StoredCheckpoint, read_offset_syncs};
+use crate::kafka::checkpoints::StoredCheckpoint;
 use crate::mm2::{OffsetSyncStore, StoreConfig, TopicPartition, Translation};
 
 /// `mirrorflow failover`.
@@ -188,24 +188,6 @@ pub fn estimate(
     }
 }
 
-/// Per-partition verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PartitionAction {
-    /// The offset is (or would be) committed.
-    Commit,
-    /// The target group already sits at the checkpoint.
-    Unchanged,
-    /// Not committed; `reason` says why and which flag overrides.
-    Refused,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Overrides {
-    pub force: bool,
-    pub allow_rewind: bool,
-}
-
 /// Decides one partition: `offset` the checkpoint's target offset, `target_committed` the
 /// group's committed target offset now.
 pub fn decide_partition(
@@ -214,19 +196,14 @@ pub fn decide_partition(
     skips: Option<i64>,
     o: Overrides,
 ) -> (PartitionAction, Option<String>) {
-    match target_committed {
-        Some(tc) if tc == offset => return (PartitionAction::Unchanged, None),
-        Some(tc) if tc > offset && !o.allow_rewind => {
-            return (
-                PartitionAction::Refused,
-                Some(format!(
-                    "the target group already committed {tc}, ahead of the checkpoint {offset}; \
-                     kept (--allow-rewind moves it back and re-reads {} records)",
-                    tc - offset
-                )),
-            );
-        }
-        _ => {}
+    if let Some(verdict) = against_commit(offset, target_committed, o, |tc| {
+        format!(
+            "the target group already committed {tc}, ahead of the checkpoint {offset}; kept \
+             (--allow-rewind moves it back and re-reads {} records)",
+            tc - offset
+        )
+    }) {
+        return verdict;
     }
     if let Some(n) = skips
         && !o.force
@@ -242,97 +219,6 @@ pub fn decide_partition(
     (PartitionAction::Commit, None)
 }
 
-/// Per-group outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GroupAction {
-    /// Dry run: these offsets would be committed.
-    WouldCommit,
-    Committed,
-    /// Every partition already at its checkpoint.
-    Unchanged,
-    Refused,
-    Failed,
-}
-
-impl GroupAction {
-    pub fn is_failure(self) -> bool {
-        matches!(self, GroupAction::Refused | GroupAction::Failed)
-    }
-}
-
-/// Decides a group before any write: refused when it has no partitions to act on at all or
-/// has members (unless forced); otherwise what the dry run or apply does. The flag says
-/// whether `--apply` writes the group's `Commit` partitions.
-pub fn decide_group(
-    members: Option<&Membership>,
-    actions: &[PartitionAction],
-    apply: bool,
-    o: Overrides,
-) -> (GroupAction, String, bool) {
-    if actions.is_empty() {
-        return (
-            GroupAction::Refused,
-            "no checkpoints for this group: nothing to fail over (is it in spec.groups, and has \
-             it committed on a replicated topic?)"
-                .into(),
-            false,
-        );
-    }
-    let refused = actions
-        .iter()
-        .filter(|a| **a == PartitionAction::Refused)
-        .count();
-    let to_commit = actions
-        .iter()
-        .filter(|a| **a == PartitionAction::Commit)
-        .count();
-    if let Some(m) = members
-        && m.is_active()
-        && to_commit > 0
-        && !o.force
-    {
-        return (
-            GroupAction::Refused,
-            format!(
-                "{} member(s) active on the target (state {}): committing would race them; stop \
-                 its consumers there first (--force tries anyway)",
-                m.members, m.state
-            ),
-            false,
-        );
-    }
-    let refused_text = if refused > 0 {
-        format!("; {refused} partition(s) refused")
-    } else {
-        String::new()
-    };
-    let (action, message) = match (to_commit, apply) {
-        (0, _) if refused > 0 => (
-            GroupAction::Refused,
-            format!("nothing committed{refused_text}"),
-        ),
-        (0, _) => (GroupAction::Unchanged, "already at its checkpoints".into()),
-        (n, false) => (
-            if refused > 0 {
-                GroupAction::Refused
-            } else {
-                GroupAction::WouldCommit
-            },
-            format!("dry run: would commit {n} partition(s){refused_text}; --apply commits"),
-        ),
-        (n, true) => (
-            if refused > 0 {
-                GroupAction::Refused
-            } else {
-                GroupAction::Committed
-            },
-            format!("committed {n} partition(s){refused_text}"),
-        ),
-    };
-    (action, message, to_commit > 0)
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverReport {
@@ -345,8 +231,12 @@ pub struct FailoverReport {
     pub groups: Vec<GroupPlan>,
 }
 
-impl FailoverReport {
-    pub fn failed(&self) -> bool {
+impl Report for FailoverReport {
+    fn render_table(&self) -> String {
+        render_table(self)
+    }
+
+    fn failed(&self) -> bool {
         self.groups.iter().any(|g| g.action.is_failure())
     }
 }
@@ -443,37 +333,13 @@ pub fn render_table(r: &FailoverReport) -> String {
             g.message.clone(),
         ]);
     }
-    let mut out = format!(
-        "failover {} -> {}{}\n",
-        r.source,
-        r.target,
-        if r.dry_run { " (dry run)" } else { "" }
-    );
+    let mut head = title("failover", &r.source, &r.target, r.dry_run);
     if let Some(e) = &r.source_error {
-        out.push_str(&format!(
+        head.push_str(&format!(
             "source unreachable, re-read counts unknown: {e}\n"
         ));
     }
-    if !t.is_empty() {
-        out.push('\n');
-        out.push_str(&t.render());
-    }
-    if !notes.is_empty() {
-        out.push_str("\nnotes:\n");
-        out.push_str(&notes.join("\n"));
-        out.push('\n');
-    }
-    out.push('\n');
-    out.push_str(&groups.render());
-    out
-}
-
-/// A unit enum's serde name (`would-commit`) for the table.
-pub(crate) fn serde_plain(v: &impl Serialize) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "?".into(),
-    }
+    render(head, &t, &notes, &groups)
 }
 
 fn now_ms() -> i64 {
@@ -491,29 +357,11 @@ struct SourceView {
 fn read_source_view(flow: &Flow) -> Result<SourceView, CliError> {
     let source = clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")?;
     clusters::metadata(&source, "source")?;
-    let (client, cluster, topic) = match flow.spec.source_loop.offset_syncs_location {
-        OffsetSyncsLocation::Source => (
-            &flow.source_client,
-            "source",
-            flow.policy.offset_syncs_topic(flow.target_alias()),
-        ),
-        OffsetSyncsLocation::Target => (
-            &flow.target_client,
-            "target",
-            flow.policy.offset_syncs_topic(flow.source_alias()),
-        ),
-    };
     let mut syncs = OffsetSyncStore::new(StoreConfig::default());
-    match read_offset_syncs(client, cluster, &topic, READ_TIMEOUT) {
-        Ok(read) => {
-            for (sync, origin) in read.items {
-                // A negative sync is refused by the store; it only costs exactness.
-                let _ = syncs.update(&sync, origin);
-            }
-        }
-        // No syncs (yet): estimates fall back to source offsets.
-        Err(crate::kafka::checkpoints::ReadError::NoTopic { .. }) => {}
-        Err(e) => return Err(e.into()),
+    // No syncs (yet): estimates fall back to source offsets.
+    for (sync, origin) in clusters::flow_offset_syncs(flow)? {
+        // A negative sync is refused by the store; it only costs exactness.
+        let _ = syncs.update(&sync, origin);
     }
     syncs.finish_initial_load();
     Ok(SourceView { syncs })
@@ -528,127 +376,108 @@ pub fn plan(
     let index = read_flow_checkpoints(flow)?;
     let target = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
     clusters::metadata(&target, "target")?;
-    let names: Vec<String> = if selection.all_groups {
-        index
+    let names = group_names(selection, || {
+        Ok(index
             .keys()
             .filter(|g| flow.groups.matches(g))
             .cloned()
-            .collect()
-    } else {
-        let mut g = selection.group.clone();
-        g.sort();
-        g.dedup();
-        g
-    };
+            .collect())
+    })?;
     let source = read_source_view(flow);
     let source_error = source.as_ref().err().map(ToString::to_string);
-    let overrides = Overrides {
-        force: args.force,
-        allow_rewind: args.allow_rewind,
-    };
+    let overrides = Overrides::from(args);
     let now = now_ms();
     let empty = BTreeMap::new();
-    // Each group costs a few round trips to each cluster: several groups at a time.
-    let planned = clusters::par_map(
-        &names,
-        clusters::WORKERS,
-        |group| -> Result<Option<_>, CliError> {
-            let group = group.clone();
-            let cps: &BTreeMap<TopicPartition, StoredCheckpoint> =
-                index.get(&group).unwrap_or(&empty);
-            let target_parts: Vec<Partition> = cps
-                .keys()
-                .map(|tp| (tp.topic.clone(), tp.partition))
-                .collect();
-            let upstream = |topic: &str| {
-                flow.policy
-                    .upstream_topic(topic)
-                    .unwrap_or(topic)
-                    .to_string()
+    let groups = plan_groups(&names, |group| {
+        let group = group.clone();
+        let cps: &BTreeMap<TopicPartition, StoredCheckpoint> = index.get(&group).unwrap_or(&empty);
+        let target_parts: Vec<Partition> = cps
+            .keys()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let upstream = |topic: &str| {
+            flow.policy
+                .upstream_topic(topic)
+                .unwrap_or(topic)
+                .to_string()
+        };
+        let source_parts: Vec<Partition> = cps
+            .keys()
+            .map(|tp| (upstream(&tp.topic), tp.partition))
+            .collect();
+        let target_committed =
+            clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
+        let membership = clusters::membership(&flow.target_client, "target", &group).ok();
+        let source_committed = match &source {
+            Ok(_) => Some(clusters::committed(
+                &flow.source_client,
+                "source",
+                &group,
+                &source_parts,
+            )?),
+            Err(_) => None,
+        };
+        let mut partitions = Vec::new();
+        for (tp, stored) in cps {
+            let cp = &stored.checkpoint;
+            let upstream_topic = upstream(&tp.topic);
+            let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
+            let est = match (&source, &source_committed) {
+                (Ok(view), Some(committed)) => {
+                    let sc = committed
+                        .get(&(upstream_topic.clone(), tp.partition))
+                        .copied();
+                    estimate(
+                        (cp.upstream_offset, cp.downstream_offset),
+                        sc,
+                        sc.map_or(
+                            Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
+                            |c| view.syncs.translate(&up_tp, c),
+                        ),
+                        view.syncs.translate(&up_tp, cp.upstream_offset),
+                    )
+                }
+                _ => Estimate {
+                    reread: None,
+                    skips: None,
+                    note: None,
+                },
             };
-            let source_parts: Vec<Partition> = cps
-                .keys()
-                .map(|tp| (upstream(&tp.topic), tp.partition))
-                .collect();
-            let target_committed =
-                clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
-            let membership = clusters::membership(&flow.target_client, "target", &group).ok();
-            let source_committed = match &source {
-                Ok(_) => Some(clusters::committed(
-                    &flow.source_client,
-                    "source",
-                    &group,
-                    &source_parts,
-                )?),
-                Err(_) => None,
-            };
-            let mut partitions = Vec::new();
-            for (tp, stored) in cps {
-                let cp = &stored.checkpoint;
-                let upstream_topic = upstream(&tp.topic);
-                let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
-                let est = match (&source, &source_committed) {
-                    (Ok(view), Some(committed)) => {
-                        let sc = committed
-                            .get(&(upstream_topic.clone(), tp.partition))
-                            .copied();
-                        estimate(
-                            (cp.upstream_offset, cp.downstream_offset),
-                            sc,
-                            sc.map_or(
-                                Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
-                                |c| view.syncs.translate(&up_tp, c),
-                            ),
-                            view.syncs.translate(&up_tp, cp.upstream_offset),
-                        )
-                    }
-                    _ => Estimate {
-                        reread: None,
-                        skips: None,
-                        note: None,
-                    },
-                };
-                let tc = target_committed
-                    .get(&(tp.topic.clone(), tp.partition))
-                    .copied();
-                let (action, reason) =
-                    decide_partition(cp.downstream_offset, tc, est.skips, overrides);
-                partitions.push(PartitionPlan {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    offset: cp.downstream_offset,
-                    upstream_topic,
-                    upstream_offset: cp.upstream_offset,
-                    metadata: cp.metadata.clone(),
-                    checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
-                    source_committed: source_committed
-                        .as_ref()
-                        .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
-                    target_committed: tc,
-                    reread: est.reread,
-                    skips: est.skips,
-                    note: est.note,
-                    action,
-                    reason,
-                });
-            }
-            let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-            let (action, message, write) =
-                decide_group(membership.as_ref(), &actions, args.apply, overrides);
-            Ok(Some(GroupPlan {
-                group,
-                target_group: membership,
+            let tc = target_committed
+                .get(&(tp.topic.clone(), tp.partition))
+                .copied();
+            let (action, reason) = decide_partition(cp.downstream_offset, tc, est.skips, overrides);
+            partitions.push(PartitionPlan {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: cp.downstream_offset,
+                upstream_topic,
+                upstream_offset: cp.upstream_offset,
+                metadata: cp.metadata.clone(),
+                checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
+                source_committed: source_committed
+                    .as_ref()
+                    .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
+                target_committed: tc,
+                reread: est.reread,
+                skips: est.skips,
+                note: est.note,
                 action,
-                message,
-                partitions,
-                write,
-            }))
-        },
-    );
-    let mut groups = Vec::new();
-    for planned in planned {
-        groups.extend(planned?);
-    }
+                reason,
+            });
+        }
+        let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
+        let (action, message, write) =
+            decide_group(membership.as_ref(), &actions, args.apply, overrides);
+        Ok(Some(GroupPlan {
+            group,
+            target_group: membership,
+            action,
+            message,
+            partitions,
+            write,
+        }))
+    })?;
     Ok(FailoverReport {
         source: flow.source_alias().to_string(),
         target: flow.target_alias().to_string(),
@@ -658,42 +487,35 @@ pub fn plan(
     })
 }
 
-/// Commits what the plan decided, group by group; a failed group does not stop the others.
-pub fn apply(flow: &Flow, report: &mut FailoverReport) {
-    for g in &mut report.groups {
-        if !g.write {
-            continue;
+impl PlannedGroup for GroupPlan {
+    fn group(&self) -> &str {
+        &self.group
+    }
+
+    fn commits(&self) -> Vec<(Partition, i64, String)> {
+        if !self.write {
+            return Vec::new();
         }
-        let offsets: Vec<(Partition, i64, String)> = g
-            .partitions
+        self.partitions
             .iter()
             .filter(|p| p.action == PartitionAction::Commit)
             .map(|p| ((p.topic.clone(), p.partition), p.offset, p.metadata.clone()))
-            .collect();
-        if let Err(e) = clusters::commit(&flow.target_client, "target", &g.group, &offsets) {
-            g.action = GroupAction::Failed;
-            g.message = format!("commit failed, nothing may have changed: {e}");
-        }
+            .collect()
+    }
+
+    fn fail(&mut self, message: String) {
+        self.action = GroupAction::Failed;
+        self.message = message;
     }
 }
 
+/// Commits what the plan decided into the target groups.
+pub fn apply(flow: &Flow, report: &mut FailoverReport) {
+    commit_groups(&flow.target_client, "target", &mut report.groups);
+}
+
 pub fn run(args: &FailoverArgs) -> Result<i32, CliError> {
-    if args.groups.all_groups && !args.groups.group.is_empty() {
-        return Err(CliError::Usage {
-            flag: "--all-groups",
-            message: "give either --group (repeatable) or --all-groups, not both".into(),
-        });
-    }
-    let flow = load_flow(&args.flow)?;
-    let mut report = plan(&flow, &args.groups, &args.apply)?;
-    if args.apply.apply {
-        apply(&flow, &mut report);
-    }
-    match args.apply.output {
-        OutputFormat::Json => print_json(&report)?,
-        OutputFormat::Table => print_text(&render_table(&report))?,
-    }
-    Ok(if report.failed() { EXIT_REFUSED } else { 0 })
+    apply::run(&args.flow, &args.groups, &args.apply, plan, apply)
 }
 
 #[cfg(test)]
@@ -803,58 +625,6 @@ mod tests {
             decide_partition(10, None, Some(3), force).0,
             PartitionAction::Commit
         );
-    }
-
-    #[test]
-    fn active_groups_are_refused_unless_forced() {
-        let active = Membership {
-            state: "Stable".into(),
-            members: 2,
-        };
-        let commit = [PartitionAction::Commit];
-        let (a, msg, write) = decide_group(Some(&active), &commit, true, Overrides::default());
-        assert_eq!((a, write), (GroupAction::Refused, false));
-        assert!(
-            msg.contains("2 member(s)") && msg.contains("--force"),
-            "{msg}"
-        );
-        let force = Overrides {
-            force: true,
-            ..Overrides::default()
-        };
-        assert_eq!(
-            decide_group(Some(&active), &commit, true, force).0,
-            GroupAction::Committed
-        );
-        // Nothing to commit: an active group is no problem.
-        assert_eq!(
-            decide_group(
-                Some(&active),
-                &[PartitionAction::Unchanged],
-                true,
-                Overrides::default()
-            )
-            .0,
-            GroupAction::Unchanged
-        );
-    }
-
-    #[test]
-    fn group_outcomes() {
-        let o = Overrides::default();
-        assert_eq!(decide_group(None, &[], false, o).0, GroupAction::Refused);
-        assert_eq!(
-            decide_group(None, &[PartitionAction::Commit], false, o).0,
-            GroupAction::WouldCommit
-        );
-        let (a, msg, _) = decide_group(
-            None,
-            &[PartitionAction::Commit, PartitionAction::Refused],
-            true,
-            o,
-        );
-        assert_eq!(a, GroupAction::Refused);
-        assert!(msg.contains("committed 1") && msg.contains("1 partition(s) refused"));
     }
 
     #[test]

@@ -51,6 +51,14 @@ impl Table {
     }
 }
 
+/// A unit enum's serde name (`would-commit`) for the table.
+pub fn serde_plain(v: &impl serde::Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
 /// An age in milliseconds as `kubectl` prints ages: `45s`, `3m12s`, `2h5m`, `3d4h`.
 pub fn age(ms: i64) -> String {
     let s = ms.max(0) / 1000;
