@@ -146,8 +146,9 @@ pub struct Observation {
     /// Breaks in continuity the replicator recorded; `None` when they could not be read
     /// (then the previous status's list stands).
     pub gaps: Option<Vec<crate::kafka::positions::Gap>>,
-    /// Gaps detected at or before this time (ms since the epoch) are acknowledged.
-    pub gaps_acknowledged_ms: Option<i64>,
+    /// Gaps detected at or before this time (ms since the epoch) are acknowledged; the error
+    /// when the annotation is not a time.
+    pub gaps_acknowledged: Option<Result<i64, String>>,
     /// The flow's name, for the acknowledge command in messages.
     pub name: String,
 }
@@ -553,7 +554,7 @@ fn gap_list(previous: Option<&MirrorFlowStatus>, obs: &Observation) -> (Vec<GapS
             .map(|g| (millis(&g.detected_at), g))
             .collect(),
     };
-    if let Some(ack) = obs.gaps_acknowledged_ms {
+    if let Some(Ok(ack)) = obs.gaps_acknowledged {
         gaps.retain(|(at, _)| *at > ack);
     }
     gaps.sort_by(|a, b| (a.0, &a.1.topic, a.1.partition).cmp(&(b.0, &b.1.topic, b.1.partition)));
@@ -577,6 +578,10 @@ fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observation) -> Verd
         };
         return verdict(GAPLESS, true, reason::NO_GAPS, message);
     };
+    let bad_annotation = match &obs.gaps_acknowledged {
+        Some(Err(e)) => format!(" Note: {e}."),
+        _ => String::new(),
+    };
     let reason = match newest.reason.as_str() {
         reason::SOURCE_TRUNCATED => reason::SOURCE_TRUNCATED,
         reason::SOURCE_TOPIC_RECREATED => reason::SOURCE_TOPIC_RECREATED,
@@ -587,7 +592,7 @@ fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observation) -> Verd
         false,
         reason,
         format!(
-            "{} unacknowledged break(s) in continuity, see status.gaps; newest, detected {}: {}. Check what the consumers of that topic need, then acknowledge: kubectl annotate mirrorflow {} {GAPS_ACKNOWLEDGED}={} --overwrite",
+            "{} unacknowledged break(s) in continuity, see status.gaps; newest, detected {}: {}. Check what the consumers of that topic need, then acknowledge: kubectl annotate mirrorflow {} {GAPS_ACKNOWLEDGED}={} --overwrite.{bad_annotation}",
             unacknowledged, newest.detected_at, newest.message, obs.name, newest.detected_at
         ),
     )
@@ -846,14 +851,27 @@ mod tests {
 
         // Acknowledging the older one leaves the newer; acknowledging both clears it.
         let partly = Observation {
-            gaps_acknowledged_ms: Some(t1),
+            gaps_acknowledged: Some(Ok(t1)),
             ..found.clone()
         };
         let s2 = status(Some(&s), &partly, &limits, None, &now());
         assert_eq!(s2.gaps.len(), 1);
         assert_eq!(s2.gaps[0].topic, "b");
+        let garbled = Observation {
+            gaps_acknowledged: Some(Err(
+                "annotation mirrorflow.io/gaps-acknowledged is 'yesterday'".into(),
+            )),
+            ..found.clone()
+        };
+        let s4 = status(Some(&s), &garbled, &limits, None, &now());
+        assert_eq!(
+            s4.gaps.len(),
+            2,
+            "a garbled acknowledgement acknowledges nothing"
+        );
+        assert!(cond(&s4, GAPLESS).message.contains("'yesterday'"));
         let all = Observation {
-            gaps_acknowledged_ms: Some(t1 + 5_000),
+            gaps_acknowledged: Some(Ok(t1 + 5_000)),
             gaps: None,
             ..found
         };

@@ -43,7 +43,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         desired_replicas: if observe_only { 0 } else { mf.spec.replicas },
         heartbeats_enabled: mf.spec.heartbeats.enabled,
         checkpoints_enabled: mf.spec.checkpoints.enabled,
-        gaps_acknowledged_ms: gaps_acknowledged(&mf),
+        gaps_acknowledged: gaps_acknowledged(&mf),
         name: mf.name_any(),
         ..Observation::default()
     };
@@ -274,19 +274,21 @@ async fn fetch_secrets(
     Ok(Ok((values, versions)))
 }
 
-/// The time in the `mirrorflow.io/gaps-acknowledged` annotation (ms since the epoch). An
-/// unparsable value acknowledges nothing; the warning names the annotation and the format.
-fn gaps_acknowledged(mf: &MirrorFlow) -> Option<i64> {
+/// The time in the `mirrorflow.io/gaps-acknowledged` annotation (ms since the epoch), or why
+/// it is not one (then nothing is acknowledged and `Gapless` says so).
+fn gaps_acknowledged(mf: &MirrorFlow) -> Option<Result<i64, String>> {
     let value = mf.annotations().get(conditions::GAPS_ACKNOWLEDGED)?;
-    match value.parse::<k8s_openapi::jiff::Timestamp>() {
-        Ok(t) => Some(t.as_millisecond()),
-        Err(e) => {
-            tracing::warn!(flow = %mf.name_any(), %value, error = %e,
-                "annotation {} must be an RFC 3339 time such as 2026-11-30T08:00:00Z; ignored",
-                conditions::GAPS_ACKNOWLEDGED);
-            None
-        }
-    }
+    Some(
+        value
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .map(|t| t.as_millisecond())
+            .map_err(|e| {
+                format!(
+                    "annotation {} is '{value}', not an RFC 3339 time ({e}); set it to the detectedAt of the newest gap to acknowledge, e.g. 2026-11-30T08:00:00Z",
+                    conditions::GAPS_ACKNOWLEDGED
+                )
+            }),
+    )
 }
 
 /// Writes the status if it changed and records an Event for every condition that flipped
