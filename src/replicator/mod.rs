@@ -9,6 +9,7 @@
 //! Each loop retries on its own with backoff; a loop that fails for good ends the process with
 //! an error, so a pod restarts instead of limping.
 
+pub mod backoff;
 pub mod checkpoint;
 pub mod health;
 pub mod heartbeat;

@@ -48,13 +48,14 @@ use tokio_util::sync::CancellationToken;
 
 use self::group_sync::GroupView;
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use self::support::{Backoff, Reachability, assign_only_consumer, follow_partition};
+use self::support::{Reachability, assign_only_consumer, follow_partition};
 use super::Context;
 use crate::api::OffsetSyncsLocation;
 use crate::mm2::{
     Checkpoint, CheckpointTracker, Filters, OffsetSync, OffsetSyncStore, StoreConfig, SyncOrigin,
     TopicPartition,
 };
+use crate::replicator::backoff::Backoff;
 
 /// Header the source loop puts on the offset syncs it writes with its dense policy; MM2 writes
 /// no headers, so a sync without it is sparse.

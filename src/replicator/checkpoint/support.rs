@@ -1,6 +1,6 @@
 //! Kafka I/O the checkpoint and heartbeat loops share: creating their single-partition
 //! compacted topics, following a partition from a thread, telling "cluster unreachable" apart
-//! from other errors, and capped backoff.
+//! from other errors.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,44 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::replicator::Metrics;
-
-/// Doubling backoff between `min` and `max`, reset after a success.
-#[derive(Debug)]
-pub struct Backoff {
-    min: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Self {
-        Backoff {
-            min,
-            max,
-            next: min,
-        }
-    }
-
-    /// The delay to wait now; the following one doubles, up to `max`.
-    pub fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        delay
-    }
-
-    pub fn reset(&mut self) {
-        self.next = self.min;
-    }
-
-    /// Sleeps the next delay; false when `shutdown` fired meanwhile.
-    pub async fn wait(&mut self, shutdown: &CancellationToken) -> bool {
-        let delay = self.next_delay();
-        tokio::select! {
-            _ = shutdown.cancelled() => false,
-            _ = tokio::time::sleep(delay) => true,
-        }
-    }
-}
+use crate::replicator::backoff::Backoff;
 
 /// Errors that mean the cluster cannot be reached (as opposed to a refused request).
 pub fn is_unreachable(e: &KafkaError) -> bool {
@@ -331,15 +294,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
-        let delays: Vec<_> = (0..4).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(delays, [100, 200, 350, 350]);
-        b.reset();
-        assert_eq!(b.next_delay().as_millis(), 100);
-    }
 
     #[test]
     fn only_transport_errors_count_as_unreachable() {

@@ -30,12 +30,13 @@ use tokio_util::sync::CancellationToken;
 use super::continuity::{self, LogProbe, Resume};
 use super::lock;
 use super::progress::{Frontier, Progress};
-use super::reach::{Backoff, ClusterHealth};
+use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
+use crate::replicator::backoff::Backoff;
 
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).

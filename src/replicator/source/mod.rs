@@ -61,11 +61,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::copy::{AckContext, Copier, CopierParts, SourceContext};
 use self::discovery::{Admin, AdminError, Discovery};
-use self::reach::{Backoff, ClusterHealth};
+use self::reach::ClusterHealth;
 use self::transactions::{TxCopier, TxCopierParts, TxSourceContext};
 use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::positions::{self, PositionReader};
+use crate::replicator::backoff::Backoff;
 
 /// Header on every offset sync this loop writes, telling the checkpoint side the sync comes
 /// from a dense writer ([`crate::mm2::SyncOrigin::Dense`]): one sync on every delta change,

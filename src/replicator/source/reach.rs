@@ -1,7 +1,6 @@
 //! Whether a cluster can be reached, logged once per change rather than once per retry.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use crate::replicator::Metrics;
 
@@ -50,46 +49,9 @@ impl ClusterHealth {
     }
 }
 
-/// Exponential backoff from `min` to `max`.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    min: Duration,
-    max: Duration,
-    current: Duration,
-}
-
-impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Self {
-        Backoff {
-            min,
-            max,
-            current: min,
-        }
-    }
-
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.current;
-        self.current = (self.current * 2).min(self.max);
-        d
-    }
-
-    pub fn reset(&mut self) {
-        self.current = self.min;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(2));
-        let got: Vec<u128> = (0..4).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(got, [500, 1000, 2000, 2000]);
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_millis(500));
-    }
 
     #[test]
     fn unreachable_flips_the_gauge_and_counts_every_error() {

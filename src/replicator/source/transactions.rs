@@ -51,11 +51,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::continuity::{self, LogProbe};
 use super::lock;
-use super::reach::{Backoff, ClusterHealth};
+use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+use crate::replicator::backoff::Backoff;
 use crate::replicator::{Context, Flow};
 
 /// How often each partition's transaction is committed: the latency of exactly-once copies.
