@@ -44,7 +44,8 @@ done <"$LOGS/binaries.tsv"
 run_one() {
   local name="${1%%=*}" exe="${1#*=}" start=$SECONDS status=PASS
   # Tests find the repository from the crate's directory, as under cargo.
-  (cd "$ROOT/e2e/tests" && "$exe" --test-threads 2) >"$LOGS/$name.log" 2>&1 || status=FAIL
+  # --nocapture: the figures tests print (chaos losses and duplicates, ...) stay in the log.
+  (cd "$ROOT/e2e/tests" && "$exe" --test-threads 2 --nocapture) >"$LOGS/$name.log" 2>&1 || status=FAIL
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))" >>"$LOGS/summary"
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))"
   if [ "$status" = FAIL ]; then
@@ -64,5 +65,6 @@ if [ "${#parallel[@]}" -gt 0 ]; then
   printf '%s\n' "${parallel[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {} || failed=1
 fi
 for e in "${exclusive[@]}"; do run_one "$e" || failed=1; done
+grep -h '^chaos\[' "$LOGS"/*.log 2>/dev/null || true
 echo "$(grep -c '^PASS' "$LOGS/summary") passed, $(grep -c '^FAIL' "$LOGS/summary" || true) failed, in $((SECONDS - start)) s ($JOBS at once; logs in $LOGS)"
 exit "$failed"
