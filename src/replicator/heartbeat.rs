@@ -21,14 +21,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::Offset;
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use super::checkpoint::support::{
-    Reachability, assign_only_consumer, ensure_compacted_topic, follow_partition,
+    AckedProducer, Reachability, assign_only_consumer, ensure_compacted_topic, follow_partition,
 };
 use crate::mm2::Heartbeat;
 
@@ -50,13 +48,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     }
     // A heartbeat older than a few intervals is worthless: give up on it rather than queue.
     let timeout = (interval * 5).max(Duration::from_secs(5));
-    let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<FutureProducer> {
-        Ok(client
-            .clone()
-            .set("acks", "all")
-            .set("linger.ms", "0")
-            .set("message.timeout.ms", timeout.as_millis().to_string())
-            .create()?)
+    let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<AckedProducer> {
+        Ok(AckedProducer::new(
+            client
+                .clone()
+                .set("acks", "all")
+                .set("linger.ms", "0")
+                .set("message.timeout.ms", timeout.as_millis().to_string()),
+        )?)
     };
     let emitters = [
         Emitter {
@@ -128,7 +127,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
 }
 
 struct Emitter {
-    producer: FutureProducer,
+    producer: AckedProducer,
     heartbeat_source: String,
     heartbeat_target: String,
     reach: Arc<Reachability>,
@@ -149,23 +148,19 @@ impl Emitter {
                 return false;
             }
         };
-        let sent = self
+        let sent = match self
             .producer
-            .send(
-                FutureRecord::to(topic)
-                    .partition(0)
-                    .key(&record.key)
-                    .payload(&record.value)
-                    .timestamp(now_ms),
-                Timeout::Never,
-            )
-            .await;
+            .send(topic, &record.key, &record.value, Some(now_ms))
+        {
+            Ok(acked) => self.producer.acknowledged(acked).await,
+            Err(e) => Err(e),
+        };
         match sent {
             Ok(_) => {
                 self.reach.ok();
                 true
             }
-            Err((e, _)) => {
+            Err(e) => {
                 self.reach.failed("writing a heartbeat", &e);
                 false
             }

@@ -42,13 +42,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::Offset;
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::group_sync::GroupView;
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use self::support::{Reachability, assign_only_consumer, follow_partition};
+use self::support::{AckedProducer, Reachability, assign_only_consumer, follow_partition};
 use super::Context;
 use crate::api::OffsetSyncsLocation;
 use crate::mm2::{
@@ -204,13 +203,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         None
     };
 
-    let producer: FutureProducer = flow
-        .target_client
-        .clone()
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()?;
+    let producer = AckedProducer::new(
+        flow.target_client
+            .clone()
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5"),
+    )?;
     let filters = Filters {
         topics: flow.topics.clone(),
         groups: flow.groups.clone(),
@@ -283,7 +282,7 @@ struct Core<'a> {
     ctx: Arc<Context>,
     naming: Naming<'a>,
     topic: String,
-    producer: FutureProducer,
+    producer: AckedProducer,
     target_reach: Arc<Reachability>,
     store: OffsetSyncStore,
     tracker: CheckpointTracker,
@@ -472,23 +471,13 @@ impl Core<'_> {
             };
             let delivery = self
                 .producer
-                .send_result(
-                    FutureRecord::to(&self.topic)
-                        .partition(0)
-                        .key(&record.key)
-                        .payload(&record.value),
-                )
-                .map_err(|(e, _)| e);
+                .send(&self.topic, &record.key, &record.value, None);
             pending.push((tp, cp, live_since, delivery));
         }
         let mut all_ok = true;
         for (tp, cp, live_since, delivery) in pending {
             let outcome = match delivery {
-                Ok(future) => match future.await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e),
-                    Err(_) => Err(rdkafka::error::KafkaError::Canceled),
-                },
+                Ok(acked) => self.producer.acknowledged(acked).await,
                 Err(e) => Err(e),
             };
             match outcome {

@@ -36,11 +36,15 @@ pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) 
         "topic.metadata.refresh.interval.ms",
         metadata_refresh.as_millis().to_string(),
     );
-    // Large fetches keep the copy loop busy; the bounded prefetch queue keeps RSS small.
-    default(&mut c, "fetch.max.bytes", "16777216");
-    default(&mut c, "max.partition.fetch.bytes", "2097152");
-    default(&mut c, "queued.max.messages.kbytes", "8192");
-    default(&mut c, "queued.min.messages", "20000");
+    // A full prefetch queue postpones the next fetch by `fetch.queue.backoff.ms`, 1 s by
+    // default: the copy loop drained the queue in a fraction of that and then waited, which
+    // capped 1 KiB copies at ~15 k records/s. With a short backoff a small queue keeps the loop
+    // busy, and the small queue and fetches keep RSS low (bench/results/2026-11-30-run3).
+    default(&mut c, "fetch.queue.backoff.ms", "10");
+    default(&mut c, "fetch.max.bytes", "4194304");
+    default(&mut c, "max.partition.fetch.bytes", "1048576");
+    default(&mut c, "queued.max.messages.kbytes", "4096");
+    default(&mut c, "queued.min.messages", "10000");
     default(&mut c, "fetch.wait.max.ms", "100");
     c
 }
@@ -56,9 +60,10 @@ pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConf
     default(&mut c, "batch.size", "1000000");
     default(&mut c, "batch.num.messages", "10000");
     default(&mut c, "compression.type", "none");
-    // Each queued record also costs librdkafka ~100 bytes of bookkeeping: bound both.
-    default(&mut c, "queue.buffering.max.kbytes", "16384");
-    default(&mut c, "queue.buffering.max.messages", "50000");
+    // Each queued record also costs librdkafka ~100 bytes of bookkeeping: bound both. The
+    // queue only has to cover linger plus a produce round trip; more only adds RSS.
+    default(&mut c, "queue.buffering.max.kbytes", "4096");
+    default(&mut c, "queue.buffering.max.messages", "20000");
     // A record as large as the source accepted must fit.
     default(&mut c, "message.max.bytes", "16777216");
     // A failed delivery rewinds the partition and copies again; no need to wait forever.
@@ -102,6 +107,12 @@ mod tests {
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("auto.offset.reset"), Some("error"));
         assert_eq!(c.get("topic.metadata.refresh.interval.ms"), Some("10000"));
+        // The prefetch queue must not stall the loop for a second each time it fills.
+        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
+        let mut tuned = user.clone();
+        tuned.set("fetch.queue.backoff.ms", "100");
+        let c = consumer(&tuned, "g", Duration::from_secs(10));
+        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("100"));
         assert_eq!(sync_producer(&user).get("message.timeout.ms"), Some("0"));
     }
 }

@@ -50,6 +50,11 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// How often the remote partitions are checked for having gone back under the copies
 /// ([`Copier::check_targets`]): an idle partition would otherwise never notice.
 const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
+/// Bound on the delivery-report events one [`serve_reports`] serves, so a steady stream of
+/// them cannot keep the loop from consuming.
+const MAX_REPORT_EVENTS: usize = 1024;
+/// Wait between two attempts to queue a record while the producer's queue is full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
 /// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
 const POSITION_BIT: usize = 1 << 63;
@@ -91,6 +96,26 @@ impl AckContext {
     fn take(&self, into: &mut Vec<Ack>) {
         into.clear();
         std::mem::swap(&mut *lock(&self.acks), into);
+    }
+
+    fn collected(&self) -> usize {
+        lock(&self.acks).len()
+    }
+}
+
+/// Serves every delivery report `producer` has queued. `poll(ZERO)` serves one event, and an
+/// event reports one produce batch: served once per loop pass, reports of small batches (a
+/// few records per partition at moderate rates) queued up faster than they were served, so
+/// acknowledgements, and the offset syncs written on them, trailed the target by tens of
+/// seconds. Non-zero timeouts are avoided: rdkafka's poll keeps polling until the whole
+/// timeout has passed, and spins through its last millisecond.
+fn serve_reports(producer: &BaseProducer<AckContext>) {
+    for _ in 0..MAX_REPORT_EVENTS {
+        let before = producer.context().collected();
+        producer.poll(Duration::ZERO);
+        if producer.context().collected() == before {
+            break;
+        }
     }
 }
 
@@ -329,9 +354,11 @@ impl Copier {
             match self.producer.send(record) {
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    // Backpressure: the target is slower than the source (or away).
+                    // Backpressure: the target is slower than the source (or away). Retried
+                    // as soon as an acknowledgement frees room, not after a fixed poll.
                     record = back;
-                    self.producer.poll(Duration::from_millis(20));
+                    std::thread::sleep(QUEUE_FULL_WAIT);
+                    serve_reports(&self.producer);
                     self.service_acks();
                     let still_valid = self.slots[idx]
                         .as_ref()
@@ -381,7 +408,7 @@ impl Copier {
 
     /// Serves delivery reports of both producers and retries faulted partitions.
     pub fn service(&mut self, consumer: &BaseConsumer<SourceContext>) {
-        self.producer.poll(Duration::ZERO);
+        serve_reports(&self.producer);
         self.service_acks();
         self.retry_faults(consumer);
         self.records.flush();
@@ -391,7 +418,7 @@ impl Copier {
     }
 
     fn service_acks(&mut self) {
-        self.syncs.poll(Duration::ZERO);
+        serve_reports(&self.syncs);
         self.process_sync_acks();
         self.process_acks();
     }
