@@ -240,7 +240,12 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
     let consumer = plain_consumer(bootstrap)?;
     let n = partitions(&consumer, topic, Duration::from_secs(timeout_s))?;
     let mut first: Option<(Instant, i64, f64)> = None;
+    // A tool that exits once it has written everything (ProducerPerformance) can be gone, or a
+    // zombie without memory figures, by the time the copy is seen complete: keep the last
+    // peak read while it ran.
+    let mut last_rss = None;
     loop {
+        last_rss = peak_rss_kib(pid).ok().or(last_rss);
         // Right after the replicator creates the topic, leaders may not be known yet.
         let copied: i64 = match end_offsets(&consumer, topic, n) {
             Ok(ends) => ends.iter().sum(),
@@ -256,7 +261,10 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
         }
         if copied >= expect {
             let cpu_end = cpu_seconds(pid)?;
-            let rss = peak_rss_kib(pid)?;
+            let rss = peak_rss_kib(pid)
+                .ok()
+                .or(last_rss)
+                .context("no VmHWM: the process was gone before its memory was read")?;
             let (t0, c0, cpu0) = first.unwrap_or((now, copied, cpu_end));
             let window = now.duration_since(t0).as_secs_f64().max(1e-3);
             let records = (copied - c0).max(1) as f64;
