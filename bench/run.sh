@@ -6,8 +6,8 @@
 #   bench/run.sh [--quick] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   full (default): 1 M records of 1 KiB and 1 M of 100 B over 8 partitions, arms interleaved,
-#                   90 s of steady traffic per arm; --reps N repeats the copies (arms alternate
-#                   which goes first)
+#                   90 s of steady traffic per arm; --reps N repeats the copies and the steady
+#                   phases (arms alternate which goes first)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B, one copy each, 20 s steady
 #   --profile       after the measured runs, one more copy of the 1 KiB set by our replicator
 #                   under `perf record`; top symbols to profile.txt (not part of the figures)
@@ -158,9 +158,9 @@ copy() {
   blog "copy: $arm $set: $out"
 }
 
-# steady ARM ALIAS: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
+# steady ARM ALIAS REP: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
 steady() {
-  local arm="$1" alias="$2" topic="lat-$2" group="bench-$2" out
+  local arm="$1" alias="$2" rep="$3" topic="lat-$2" group="bench-$2" out
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" "$topic"
   # The group exists before the arm starts: MirrorMaker lists groups every 10 min by default.
   "$DRIVER" init-group --bootstrap "$SRC" --topic "$topic" --group "$group"
@@ -170,7 +170,7 @@ steady() {
     --checkpoints "$alias.checkpoints.internal" --group "$group" --rate "$RATE" --size "$BIG_SIZE" \
     --duration-s "$STEADY_S" --settle-s "$SETTLE_S" --pid "$ARM_PID")"
   arm_stop
-  record "{\"phase\":\"steady\",\"arm\":\"$arm\",\"result\":$out}"
+  record "{\"phase\":\"steady\",\"arm\":\"$arm\",\"rep\":$rep,\"result\":$out}"
   blog "steady: $arm: $out"
 }
 
@@ -267,8 +267,13 @@ main() {
     copy "$first" "${first:0:1}s$rep" small bench-small "$SMALL_N" "$rep"
     copy "$second" "${second:0:1}s$rep" small bench-small "$SMALL_N" "$rep"
   done
-  steady ours ol
-  steady mm2 ml
+  # Latency drifts with the shared machine's load: one steady phase per arm and repetition,
+  # alternating who goes first, so the comparison is paired.
+  for rep in $(seq 1 "$REPS"); do
+    if ((rep % 2 == 1)); then first=ours second=mm2; else first=mm2 second=ours; fi
+    steady "$first" "${first:0:1}l$rep" "$rep"
+    steady "$second" "${second:0:1}l$rep" "$rep"
+  done
 
   if $PROFILE; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"
