@@ -185,8 +185,9 @@ async fn breaks_are_surfaced_not_skipped(exactly_once: bool) -> Result<()> {
     let alias = unique("cont");
     let truncated = unique("conttrunc");
     let recreated = unique("controcr");
+    let swapped = unique("contswap");
     let remote_deleted = unique("contrdel");
-    for t in [&truncated, &recreated, &remote_deleted] {
+    for t in [&truncated, &recreated, &remote_deleted, &swapped] {
         kafka::create_topic(&src, t, 1).await?;
         produce(&src, t, (0..20).map(|i| format!("{t}-{i}"))).await?;
     }
@@ -197,7 +198,7 @@ metadata: {{name: flow, namespace: {ns}}}
 spec:
   source: {{alias: {alias}, bootstrapServers: "{src}"}}
   target: {{alias: {alias}-t, bootstrapServers: "{tgt}"}}
-  topics: ["{truncated}", "{recreated}", "{remote_deleted}"]
+  topics: ["{truncated}", "{recreated}", "{remote_deleted}", "{swapped}"]
   sourceLoop: {{topicsRefreshInterval: 3s{syncs}}}
 {eos}"#,
         syncs = if exactly_once {
@@ -214,7 +215,7 @@ spec:
     run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
     let remote = |t: &str| format!("{alias}.{t}");
-    for t in [&truncated, &recreated, &remote_deleted] {
+    for t in [&truncated, &recreated, &remote_deleted, &swapped] {
         copied(&tgt, &remote(t), 20, Duration::from_secs(120)).await?;
     }
     let clean = wait_for_flow(
@@ -312,6 +313,35 @@ spec:
         "the old incarnation's copies, then the new records once"
     );
 
+    // 2b. Deleted and created again at once, faster than discovery looks: the consumer may
+    // meet the new log at its old position (stopped by auto.offset.reset=error, then moved)
+    // rather than through a rebalance. Either way the new records must arrive once.
+    delete_topic(&src, &swapped).await?;
+    eventually(
+        "the swapped topic created again",
+        Duration::from_secs(30),
+        || async { kafka::create_topic(&src, &swapped, 1).await.map(Some) },
+    )
+    .await?;
+    produce(&src, &swapped, (0..5).map(|i| format!("{swapped}-new-{i}"))).await?;
+    wait_for_flow(
+        &flows,
+        "flow",
+        "a SourceTopicRecreated gap for the swapped topic",
+        Duration::from_secs(120),
+        |mf| gap(mf, &swapped, "SourceTopicRecreated").is_some(),
+    )
+    .await?;
+    let both = copied(&tgt, &remote(&swapped), 25, Duration::from_secs(60)).await?;
+    let want: Vec<String> = (0..20)
+        .map(|i| format!("{swapped}-{i}"))
+        .chain((0..5).map(|i| format!("{swapped}-new-{i}")))
+        .collect();
+    assert_eq!(
+        both, want,
+        "swapped: the old copies, then the new records once"
+    );
+
     // 3. The remote topic is deleted under the running replicator: discovery creates it
     // again and the partition is copied again from the source's earliest record.
     delete_topic(&tgt, &remote(&remote_deleted)).await?;
@@ -364,7 +394,7 @@ spec:
             per_reason("SourceTopicRecreated"),
             per_reason("TargetTopicRecreated")
         ),
-        (1, 1, 1),
+        (1, 2, 1),
         "{gaps:?}"
     );
     let newest = gaps.last().context("gaps")?.detected_at.clone();

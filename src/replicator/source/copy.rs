@@ -686,7 +686,7 @@ impl Copier {
             let offset = fault
                 .resume_from
                 .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
-            match consumer.seek(&slot.topic, slot.partition, offset, Duration::from_secs(5)) {
+            match rebalance::reposition(consumer, &slot.topic, slot.partition, offset) {
                 Ok(()) => {
                     tracing::info!(topic = %slot.topic, partition = slot.partition, ?offset,
                         "copying the partition again");

@@ -3,10 +3,12 @@
 //! happens to those taken away, this applies the answer with the group's protocol.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
-use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::lock;
 
@@ -66,4 +68,23 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
         lock(owner).count_error("rebalance");
         tracing::error!(error = %e, "applying a rebalance failed");
     }
+}
+
+/// Moves an owned partition's fetch position to `offset`. A partition librdkafka stopped after
+/// an offset reset error (`auto.offset.reset=error`) refuses `seek` ("Erroneous state"), so a
+/// refused seek assigns the partition again, starting at `offset`.
+pub fn reposition<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    offset: Offset,
+) -> KafkaResult<()> {
+    let Err(refused) = consumer.seek(topic, partition, offset, Duration::from_secs(5)) else {
+        return Ok(());
+    };
+    tracing::debug!(%topic, partition, error = %refused, "seek refused; assigning the partition again");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, offset)?;
+    consumer.incremental_unassign(&tpl)?;
+    consumer.incremental_assign(&tpl)
 }

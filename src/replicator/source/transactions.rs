@@ -558,7 +558,7 @@ impl TxCopier {
         let offset = slot
             .committed
             .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
-        if let Err(e) = consumer.seek(topic, partition, offset, Duration::from_secs(5)) {
+        if let Err(e) = rebalance::reposition(consumer, topic, partition, offset) {
             tracing::debug!(%topic, partition, error = %e, "seek failed; preparing the partition again");
             slot.ready = false;
             slot.retry_at = Instant::now() + slot.backoff.next_delay();
@@ -775,7 +775,7 @@ impl TxCopier {
             return;
         }
         for (topic, partition, offset) in self.prepare(&due) {
-            if let Err(e) = consumer.seek(&topic, partition, offset, Duration::from_secs(5)) {
+            if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
                 tracing::debug!(%topic, partition, error = %e, "seek failed; retrying later");
                 if let Some(slot) = self.slot_mut(&topic, partition) {
                     slot.ready = false;
@@ -832,6 +832,15 @@ impl TxCopier {
                 .entry(topic.clone())
                 .or_default()
                 .insert(*partition, slot);
+        }
+        // Every partition gets a start offset: one left unset would fall back to a committed
+        // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
+        // start at the beginning; their records are skipped until the partition is prepared
+        // and moved to its position.
+        for (topic, partition) in &keys {
+            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
         }
         for (topic, partition, offset) in self.prepare(&keys) {
             if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
