@@ -154,7 +154,19 @@ impl LogProbe {
     }
 }
 
-pub fn now_ms() -> i64 {
+/// A break found now in `topic`/`partition`; `found` is (kind, from, to) as [`Resume::gap`].
+pub fn found_now(topic: &str, partition: i32, (kind, from, to): (GapKind, i64, i64)) -> Gap {
+    Gap {
+        topic: topic.to_string(),
+        partition,
+        kind,
+        from,
+        to,
+        detected_ms: now_ms(),
+    }
+}
+
+fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -574,14 +574,8 @@ impl Copier {
             retry_at: Instant::now(),
             resume_from: start,
         });
-        let gap = Gap {
-            topic: key.0,
-            partition: key.1,
-            kind: positions::GapKind::TargetRewound,
-            from,
-            to,
-            detected_ms: continuity::now_ms(),
-        };
+        let gap =
+            continuity::found_now(&key.0, key.1, (positions::GapKind::TargetRewound, from, to));
         self.write_gap(&gap, start);
     }
 
@@ -867,14 +861,7 @@ impl Copier {
                 target_ends.get(&(remote.clone(), partition)).copied(),
             );
             if let Some((kind, from, to)) = r.gap {
-                let gap = Gap {
-                    topic: topic.clone(),
-                    partition,
-                    kind,
-                    from,
-                    to,
-                    detected_ms: continuity::now_ms(),
-                };
+                let gap = continuity::found_now(&topic, partition, (kind, from, to));
                 self.write_gap(&gap, r.start);
             }
             let Resume { offset, start, .. } = r;
@@ -981,14 +968,7 @@ impl Copier {
                 next: b.start,
                 downstream: latest.map_or(-1, |f| f.downstream),
             };
-            let gap = Gap {
-                topic: topic.clone(),
-                partition,
-                kind,
-                from,
-                to,
-                detected_ms: continuity::now_ms(),
-            };
+            let gap = continuity::found_now(&topic, partition, (kind, from, to));
             self.write_gap(&gap, Some(start));
             let generation = self.bump_generation();
             let config = self.sync_config;

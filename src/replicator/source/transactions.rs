@@ -639,14 +639,7 @@ impl TxCopier {
                 target_ends.get(&(remote, partition)).copied(),
             );
             if let Some((kind, from, to)) = r.gap {
-                let gap = Gap {
-                    topic: topic.clone(),
-                    partition,
-                    kind,
-                    from,
-                    to,
-                    detected_ms: continuity::now_ms(),
-                };
+                let gap = continuity::found_now(&topic, partition, (kind, from, to));
                 if !self.write_gap(&gap, r.start) {
                     // Not copied until the break is on record with the position past it.
                     if let Some(slot) = self.slot_mut(&topic, partition) {
