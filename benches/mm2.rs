@@ -102,7 +102,14 @@ fn filters(c: &mut Criterion) {
     let filters = Filters::mm2_defaults();
     let policy = PrefixPolicy::default();
     c.bench_function("topic_decision", |b| {
-        b.iter(|| filters.topic_decision(&policy, black_box("secondary.orders-eu"), "primary"))
+        b.iter(|| {
+            filters.topic_decision(
+                &policy,
+                black_box("secondary.orders-eu"),
+                "secondary",
+                "primary",
+            )
+        })
     });
 }
 

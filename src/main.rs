@@ -72,6 +72,15 @@ enum Command {
             default_value = "mirrorflow:dev"
         )]
         replicator_image: String,
+        /// Image prefixes a flow may choose with spec.pod.image, comma-separated (the
+        /// replicator image is always allowed; default: no other).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_ALLOWED_IMAGE_PREFIXES",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        allowed_image_prefixes: Vec<String>,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -160,6 +169,7 @@ fn main() -> anyhow::Result<()> {
         Command::Operator {
             listen,
             replicator_image,
+            allowed_image_prefixes,
             watch_namespace,
             leader_election,
         } => {
@@ -178,6 +188,11 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
                 replicator_image,
+                allowed_image_prefixes: allowed_image_prefixes
+                    .into_iter()
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect(),
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

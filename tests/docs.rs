@@ -53,6 +53,11 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_TRUNCATED,
         reason::SOURCE_TOPIC_RECREATED,
         reason::TARGET_TOPIC_RECREATED,
+        reason::CHILD_REJECTED,
+        reason::SAME_CLUSTER,
+        reason::CONFLICTING_FLOW,
+        reason::SECRET_NOT_SHARED,
+        reason::IMAGE_NOT_ALLOWED,
         // Per-group reasons of `status.leastReadyGroups`.
         "Ready",
         "NoCheckpoint",

@@ -73,7 +73,7 @@ pub fn policy_filter(data: &[u8]) {
         for name in &names {
             let _ = filters.topic_allowed(name);
             let _ = filters.group_allowed(name);
-            let _ = filters.topic_decision(&prefix, name, "target");
+            let _ = filters.topic_decision(&prefix, name, "source", "target");
         }
     }
 }

@@ -130,23 +130,44 @@ impl Filters {
         self.groups.matches(group)
     }
 
-    /// MM2's `shouldReplicateTopic`: (filters allow it or it is a heartbeats topic) and it is
-    /// not internal and replicating it to `target_alias` would not close a cycle.
+    /// See [`topic_decision`].
     pub fn topic_decision(
         &self,
         policy: &dyn ReplicationPolicy,
         topic: &str,
+        source_alias: &str,
         target_alias: &str,
     ) -> TopicDecision {
-        if policy.is_internal_topic(topic) {
-            TopicDecision::Skip(SkipReason::Internal)
-        } else if policy.is_cycle(topic, target_alias) {
+        topic_decision(policy, &self.topics, topic, source_alias, target_alias)
+    }
+}
+
+/// MM2's `shouldReplicateTopic`: (the topic lists allow it or it is a heartbeats topic) and it
+/// is not internal and replicating it to `target_alias` would not close a cycle. One rule more
+/// than MM2: a heartbeats topic that already went through the source cluster (`<source
+/// alias>.heartbeats` found on the source) can only be a copy of a copy, made by a flow whose
+/// target is its own source; copying it again would add one prefix per round, forever.
+pub fn topic_decision(
+    policy: &dyn ReplicationPolicy,
+    topics: &NameFilter,
+    topic: &str,
+    source_alias: &str,
+    target_alias: &str,
+) -> TopicDecision {
+    if policy.is_internal_topic(topic) {
+        TopicDecision::Skip(SkipReason::Internal)
+    } else if policy.is_cycle(topic, target_alias) {
+        TopicDecision::Skip(SkipReason::Cycle)
+    } else if policy.is_heartbeats_topic(topic) {
+        if policy.topic_source(topic).is_some() && policy.is_cycle(topic, source_alias) {
             TopicDecision::Skip(SkipReason::Cycle)
-        } else if policy.is_heartbeats_topic(topic) || self.topic_allowed(topic) {
-            TopicDecision::Replicate
         } else {
-            TopicDecision::Skip(SkipReason::Filtered)
+            TopicDecision::Replicate
         }
+    } else if topics.matches(topic) {
+        TopicDecision::Replicate
+    } else {
+        TopicDecision::Skip(SkipReason::Filtered)
     }
 }
 
@@ -231,33 +252,46 @@ mod tests {
     fn heartbeats_bypass_filters_but_not_cycles() {
         let p = PrefixPolicy::default();
         let f = Filters::new(&["orders"], &[], &[".*"], &[]).unwrap();
+        let decide = |topic| f.topic_decision(&p, topic, "A", "B");
+        assert_eq!(decide("orders"), TopicDecision::Replicate);
+        assert_eq!(decide("heartbeats"), TopicDecision::Replicate);
+        assert_eq!(decide("C.heartbeats"), TopicDecision::Replicate);
         assert_eq!(
-            f.topic_decision(&p, "orders", "B"),
-            TopicDecision::Replicate
-        );
-        assert_eq!(
-            f.topic_decision(&p, "heartbeats", "B"),
-            TopicDecision::Replicate
-        );
-        assert_eq!(
-            f.topic_decision(&p, "C.heartbeats", "B"),
-            TopicDecision::Replicate
-        );
-        assert_eq!(
-            f.topic_decision(&p, "B.heartbeats", "B"),
+            decide("B.heartbeats"),
             TopicDecision::Skip(SkipReason::Cycle)
         );
         assert_eq!(
-            f.topic_decision(&p, "payments", "B"),
+            decide("payments"),
             TopicDecision::Skip(SkipReason::Filtered)
         );
         assert_eq!(
-            f.topic_decision(&p, "A.checkpoints.internal", "B"),
+            decide("A.checkpoints.internal"),
             TopicDecision::Skip(SkipReason::Internal)
         );
+        assert_eq!(decide("B.orders"), TopicDecision::Skip(SkipReason::Cycle));
+    }
+
+    #[test]
+    fn heartbeats_copied_back_onto_their_source_are_never_copied_again() {
+        // A flow A -> B whose "B" is cluster A itself made `A.heartbeats` on A; with the
+        // plain MM2 rule it would be copied to `A.A.heartbeats`, then `A.A.A.heartbeats`...
+        let p = PrefixPolicy::default();
+        let all = Filters::new(&[".*"], &[], &[".*"], &[]).unwrap();
+        for topic in ["A.heartbeats", "A.A.heartbeats", "C.A.heartbeats"] {
+            assert_eq!(
+                all.topic_decision(&p, topic, "A", "B"),
+                TopicDecision::Skip(SkipReason::Cycle),
+                "{topic}"
+            );
+        }
+        // Heartbeats from a cluster further upstream still travel on, as in MM2.
         assert_eq!(
-            f.topic_decision(&p, "B.orders", "B"),
-            TopicDecision::Skip(SkipReason::Cycle)
+            all.topic_decision(&p, "C.heartbeats", "A", "B"),
+            TopicDecision::Replicate
+        );
+        assert_eq!(
+            all.topic_decision(&p, "heartbeats", "A", "B"),
+            TopicDecision::Replicate
         );
     }
 }

@@ -24,7 +24,7 @@ mod wire;
 pub use checkpoint::CheckpointTracker;
 pub use filter::{
     DEFAULT_GROUPS, DEFAULT_GROUPS_EXCLUDE, DEFAULT_TOPICS, DEFAULT_TOPICS_EXCLUDE, FilterError,
-    Filters, NameFilter, SkipReason, TopicDecision, parse_list,
+    Filters, NameFilter, SkipReason, TopicDecision, parse_list, topic_decision,
 };
 pub use policy::{
     DEFAULT_HEARTBEATS_TOPIC, DEFAULT_SEPARATOR, IdentityPolicy, PolicyError, PrefixPolicy,

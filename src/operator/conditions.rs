@@ -51,6 +51,16 @@ pub mod reason {
     pub const SOURCE_TRUNCATED: &str = "SourceTruncated";
     pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
     pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
+    /// The apiserver refused a child object built from the flow (field named in the message).
+    pub const CHILD_REJECTED: &str = "ChildRejected";
+    /// Source and target are the same Kafka cluster (same cluster id).
+    pub const SAME_CLUSTER: &str = "SameCluster";
+    /// Another flow already keeps its internal topics under the same names on the target.
+    pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
+    /// A referenced Secret has not opted in to being used by this flow.
+    pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
+    /// `spec.pod.image` is not among the images the operator's installer allowed.
+    pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
 }
 
 /// At most this many groups are listed in `leastReadyGroups`.
@@ -120,13 +130,28 @@ impl ClusterFault {
     }
 }
 
+/// A reason the flow is not deployed, and a message naming the field and the fix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Blocked {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Blocked {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
 /// What the probe saw on the clusters and in the workload; `None` = could not be observed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observation {
-    /// A spec problem (field and fix) that stops the flow from being deployed.
-    pub invalid_spec: Option<String>,
-    /// A referenced Secret (or key) that does not exist, with the field that references it.
-    pub missing_secret: Option<String>,
+    /// Why the flow is not deployed (a spec problem, a Secret it may not use, a child object
+    /// the apiserver refused, a flow that would harm a cluster...): every condition says so.
+    pub blocked: Option<Blocked>,
     /// `spec.mode: Observe`: no replicator pods; replication is judged by its heartbeats.
     pub observe_only: bool,
     pub desired_replicas: i32,
@@ -238,18 +263,8 @@ pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec
 }
 
 fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
-    if let Some(msg) = &obs.invalid_spec {
-        let v = |t| verdict(t, false, reason::INVALID_SPEC, msg.clone());
-        return vec![
-            v(READY),
-            v(REPLICATING),
-            v(CHECKPOINTS_FRESH),
-            v(HEARTBEATS_FLOWING),
-            v(FAILOVER_READY),
-        ];
-    }
-    if let Some(msg) = &obs.missing_secret {
-        let v = |t| verdict(t, false, reason::SECRET_MISSING, msg.clone());
+    if let Some(b) = &obs.blocked {
+        let v = |t| verdict(t, false, b.reason, b.message.clone());
         return vec![
             v(READY),
             v(REPLICATING),
@@ -779,9 +794,10 @@ mod tests {
     #[test]
     fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message() {
         let o = Observation {
-            missing_secret: Some(
-                "spec.source.sasl.passwordSecretRef: Secret 'creds' not found".into(),
-            ),
+            blocked: Some(Blocked::new(
+                reason::SECRET_MISSING,
+                "spec.source.sasl.passwordSecretRef: Secret 'creds' not found",
+            )),
             ..healthy()
         };
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());

@@ -6,12 +6,16 @@
 //! - [`probe`]: what the clusters say (heartbeats, checkpoints, group offsets).
 //! - [`reconcile`]: the pipeline that ties them together.
 //! - [`lease`]: leader election, so the chart can run two operators.
+//! - [`triggers`]: which watch events start a reconcile (not the operator's own status writes).
 
 pub mod conditions;
 pub mod desired;
+pub mod guards;
 pub mod lease;
 pub mod probe;
 pub mod reconcile;
+pub mod rejections;
+pub mod triggers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,7 +28,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use prometheus::{
     GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
@@ -242,11 +246,18 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: OperatorMetrics,
     pub replicator_image: String,
+    /// Image prefixes a flow may choose with `spec.pod.image` (besides `replicator_image`).
+    pub allowed_image_prefixes: Vec<String>,
     /// The status last written per flow (`namespace/name`).
     pub last_status:
         std::sync::Mutex<std::collections::HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Every flow the operator sees (the controller's watch cache), for checks across flows.
+    pub flows: reflector::Store<MirrorFlow>,
+    /// The clusters' ids per flow and the spec generation they were asked for.
+    pub cluster_ids:
+        std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, guards::ClusterIds)>>,
 }
 
 impl Context {
@@ -262,6 +273,41 @@ impl Context {
         let n = m.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         *n
+    }
+
+    pub fn cluster_ids_of(&self, key: &str) -> Option<(Option<i64>, guards::ClusterIds)> {
+        self.cluster_ids.lock().ok()?.get(key).cloned()
+    }
+
+    /// The ids last seen for a flow, whatever generation they were asked for.
+    pub fn known_cluster_ids(&self, key: &str) -> guards::ClusterIds {
+        self.cluster_ids_of(key)
+            .map(|(_, ids)| ids)
+            .unwrap_or_default()
+    }
+
+    pub fn remember_cluster_ids(
+        &self,
+        key: &str,
+        generation: Option<i64>,
+        ids: guards::ClusterIds,
+    ) {
+        if let Ok(mut m) = self.cluster_ids.lock() {
+            m.insert(key.to_string(), (generation, ids));
+        }
+    }
+
+    /// Forgets what is kept per flow once the flow is gone.
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut m) = self.cluster_ids.lock() {
+            m.remove(key);
+        }
+        if let Ok(mut m) = self.last_status.lock() {
+            m.remove(key);
+        }
+        if let Ok(mut m) = self.failures.lock() {
+            m.remove(key);
+        }
     }
 
     pub fn record_success(&self, key: &str) {
@@ -284,6 +330,8 @@ pub fn retry_delay(failures: u32) -> Duration {
 pub struct Options {
     pub listen: SocketAddr,
     pub replicator_image: String,
+    /// Image prefixes a flow may choose with `spec.pod.image`.
+    pub allowed_image_prefixes: Vec<String>,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -330,14 +378,6 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         controller: FIELD_MANAGER.into(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
-        client: client.clone(),
-        metrics,
-        replicator_image: opts.replicator_image,
-        last_status: Default::default(),
-        failures: Default::default(),
-    });
     let (flows, stses, cms) = match &opts.watch_namespace {
         Some(ns) => (
             Api::<MirrorFlow>::namespaced(client.clone(), ns),
@@ -353,11 +393,32 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=mirrorflow-operator");
     tracing::info!("operator running");
-    let controller = Controller::new(flows, watcher::Config::default())
-        .owns(stses, owned.clone())
+    let (store, writer) = reflector::store();
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        metrics,
+        replicator_image: opts.replicator_image,
+        allowed_image_prefixes: opts.allowed_image_prefixes,
+        last_status: Default::default(),
+        failures: Default::default(),
+        flows: store.clone(),
+        cluster_ids: Default::default(),
+    });
+    let flow_changes = watcher(flows, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(triggers::flow_change, Default::default());
+    let replica_changes = watcher(stses, owned.clone())
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(triggers::replicas_change, Default::default());
+    let controller = Controller::for_stream(flow_changes, store)
+        .owns_stream(replica_changes)
         .owns(cms, owned)
         .shutdown_on_signal();
-    tokio::spawn(prune_flow_metrics(controller.store(), ctx.metrics.clone()));
+    tokio::spawn(prune_gone_flows(controller.store(), ctx.clone()));
     controller
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -377,23 +438,37 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every 30 s, drops the metric series of flows that are gone from the watch cache.
-async fn prune_flow_metrics(
-    store: kube::runtime::reflector::Store<MirrorFlow>,
-    metrics: OperatorMetrics,
-) {
+/// Every 30 s, drops the metric series and per-flow memory of flows that are gone from the
+/// watch cache (a deleted flow gets no reconcile to do it).
+async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ctx: Arc<Context>) {
     // An empty cache before the first list would look like "every flow deleted".
     if store.wait_until_ready().await.is_err() {
         return;
     }
     loop {
         tokio::time::sleep(Duration::from_secs(30)).await;
-        let live = store
+        let live: std::collections::BTreeSet<(String, String)> = store
             .state()
             .iter()
             .map(|mf| (mf.namespace().unwrap_or_default(), mf.name_any()))
             .collect();
-        metrics.retain_flows(&live);
+        ctx.metrics.retain_flows(&live);
+        let mut known: Vec<String> = ctx
+            .last_status
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        if let Ok(m) = ctx.cluster_ids.lock() {
+            known.extend(m.keys().cloned());
+        }
+        for key in known {
+            let gone = key
+                .split_once('/')
+                .is_none_or(|(ns, n)| !live.contains(&(ns.to_string(), n.to_string())));
+            if gone {
+                ctx.forget(&key);
+            }
+        }
     }
 }
 

@@ -130,6 +130,20 @@ fn fault(client: &ProbeConsumer, error: &KafkaError) -> ClusterFault {
         .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
 }
 
+/// The ids the source and target brokers report (`None` for a side that did not answer);
+/// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
+pub fn cluster_ids(flow: &Flow) -> super::guards::ClusterIds {
+    let id = |config: &ClientConfig| {
+        consumer(config, None)
+            .ok()
+            .and_then(|c| c.client().fetch_cluster_id(TIMEOUT))
+    };
+    super::guards::ClusterIds {
+        source: id(&flow.source_client),
+        target: id(&flow.target_client),
+    }
+}
+
 /// Runs the whole probe; blocking (call it from `spawn_blocking`).
 pub fn observe(flow: &Flow) -> ClusterObservation {
     let mut out = ClusterObservation::default();
@@ -269,11 +283,15 @@ fn replication_lag(
     Some(lag)
 }
 
-/// MM2's rule for which source topics a flow copies.
+/// The replicator's rule for which source topics a flow copies.
 fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool {
-    !policy.is_internal_topic(topic)
-        && !policy.is_cycle(topic, flow.target_alias())
-        && (policy.is_heartbeats_topic(topic) || flow.topics.matches(topic))
+    crate::mm2::topic_decision(
+        policy,
+        &flow.topics,
+        topic,
+        flow.source_alias(),
+        flow.target_alias(),
+    ) == crate::mm2::TopicDecision::Replicate
 }
 
 fn newest_heartbeat(target: &ProbeConsumer, topic: &str) -> Option<i64> {

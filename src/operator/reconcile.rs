@@ -1,5 +1,6 @@
-//! One reconcile, top to bottom: dereference Secrets (I/O) -> validate (pure) -> build desired
-//! objects (pure) -> apply with server-side apply in a fixed order -> observe -> status.
+//! One reconcile, top to bottom: check (the spec, the other flows, the Secrets and whether they
+//! opted in, the clusters' ids) -> build desired objects (pure) -> apply with server-side apply
+//! in a fixed order, a refused child told as the flow field behind it -> observe -> status.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,11 +16,10 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::conditions::{self, ClusterFault, Observation};
+use super::conditions::{self, Blocked, ClusterFault, Observation, reason};
 use super::desired::{self, BuildInputs};
-use super::probe;
-use super::{Context, Error, FIELD_MANAGER};
-use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus, PolicyKind};
+use super::{Context, Error, FIELD_MANAGER, guards, probe, rejections};
+use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
 use crate::flow;
 use crate::kafka::SecretFiles;
 
@@ -48,93 +48,43 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         ..Observation::default()
     };
 
-    // Static checks the CRD schema cannot express (regexes, ...); a flow that fails them is
-    // never deployed.
-    let looping = match flow::validate(&mf.spec) {
-        Ok(()) => identity_loop(&ctx, &ns, &mf).await?,
-        Err(_) => None,
-    };
-    let resolved_without_secrets = match (flow::validate(&mf.spec), &looping) {
-        (Err(e), _) => Err(e.to_string()),
-        (Ok(()), Some(msg)) => Err(msg.clone()),
-        (Ok(()), None) => Ok(()),
-    };
-    let secrets = fetch_secrets(&ctx, &ns, &mf).await?;
-    match (&resolved_without_secrets, &secrets) {
-        (Err(msg), _) => obs.invalid_spec = Some(msg.clone()),
-        (Ok(()), Err(msg)) => obs.missing_secret = Some(msg.clone()),
-        _ => {}
-    }
-    let mut resolved = None;
-    if obs.invalid_spec.is_none()
-        && let Ok((values, _)) = &secrets
-    {
-        match flow::resolve(
-            format!("{ns}/{name}"),
-            mf.spec.clone(),
-            &SecretFiles::from_values(values.clone()),
-        ) {
-            Ok(f) => resolved = Some(f),
-            Err(e) if e.reason() == "SecretMissing" => obs.missing_secret = Some(e.to_string()),
-            Err(e) => obs.invalid_spec = Some(e.to_string()),
-        }
-    }
-
-    // A loop copies every record again and again: stop replicating at once, not just report.
-    if observe_only || looping.is_some() {
-        remove_workload(&ctx, &ns, &mf).await?;
-    } else if let (Some(_), Ok((_, versions))) = (&resolved, &secrets) {
-        let inputs = BuildInputs {
-            image: ctx.replicator_image.clone(),
-            secret_versions: versions.clone(),
-        };
-        let objects = desired::build(&mf, &inputs).map_err(Error::Build)?;
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let client = ctx.client.clone();
-        Api::<ConfigMap>::namespaced(client.clone(), &ns)
-            .patch(
-                &desired::config_map_name(&mf),
-                &pp,
-                &Patch::Apply(&objects.config_map),
-            )
-            .await?;
-        Api::<Service>::namespaced(client.clone(), &ns)
-            .patch(
-                &desired::service_name(&mf),
-                &pp,
-                &Patch::Apply(&objects.service),
-            )
-            .await?;
-        let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns)
-            .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
-            .await?;
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
-            .patch(&name, &pp, &Patch::Apply(&objects.pdb))
-            .await?;
-        obs.ready_replicas = sts
-            .status
-            .as_ref()
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0);
-    }
-
-    if let Some(f) = resolved {
-        let probed = tokio::time::timeout(
-            Duration::from_secs(45),
-            tokio::task::spawn_blocking(move || probe::observe(&f)),
-        )
-        .await;
-        match probed {
-            Ok(Ok(c)) => c.record_into(&mut obs),
-            Ok(Err(e)) => {
-                obs.source_error = Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
-            }
-            Err(_) => {
-                obs.source_error = Some(ClusterFault::Unreachable(
-                    "the probe timed out after 45s".into(),
-                ))
+    let verdict = check(&ctx, &ns, &mf).await?;
+    match &verdict {
+        Check::Deploy(_, versions) if !observe_only => {
+            match apply_children(&ctx, &ns, &mf, versions).await? {
+                Ok(ready) => obs.ready_replicas = ready,
+                Err(rejected) => obs.blocked = Some(rejected),
             }
         }
+        // Observe mode runs no replicator; nor does a flow that would harm a cluster or use
+        // what it may not.
+        Check::Deploy(..) | Check::Stop(_) => remove_workload(&ctx, &ns, &mf).await?,
+        // A spec error or a missing Secret leaves running replicators as they are: a typo in
+        // an edit should not stop what ran before it.
+        Check::Hold(_) => {}
+    }
+    match verdict {
+        Check::Hold(b) | Check::Stop(b) => obs.blocked = Some(b),
+        Check::Deploy(f, _) if obs.blocked.is_none() => {
+            let probed = tokio::time::timeout(
+                Duration::from_secs(45),
+                tokio::task::spawn_blocking(move || probe::observe(&f)),
+            )
+            .await;
+            match probed {
+                Ok(Ok(c)) => c.record_into(&mut obs),
+                Ok(Err(e)) => {
+                    obs.source_error =
+                        Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
+                }
+                Err(_) => {
+                    obs.source_error = Some(ClusterFault::Unreachable(
+                        "the probe timed out after 45s".into(),
+                    ))
+                }
+            }
+        }
+        Check::Deploy(..) => {}
     }
 
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -156,54 +106,12 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     ctx.record_success(&super::Context::flow_key(&mf));
     // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit
     // triggers a reconcile at once anyway).
-    let next = if obs.invalid_spec.is_some() || obs.missing_secret.is_some() {
+    let next = if obs.blocked.is_some() {
         Duration::from_secs(60)
     } else {
         STATUS_INTERVAL
     };
     Ok(Action::requeue(next))
-}
-
-/// With the Identity policy nothing marks a record as copied, so a flow back the other way
-/// copies every record again, forever. Flows in the same namespace between the same two
-/// clusters (compared by bootstrap servers) are checked; the message names both flows.
-async fn identity_loop(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Option<String>, Error> {
-    let identity = |f: &MirrorFlow| f.spec.replication_policy.kind == PolicyKind::Identity;
-    if !identity(mf) {
-        return Ok(None);
-    }
-    let servers = |s: &str| {
-        let mut v: Vec<String> = s
-            .split(',')
-            .map(|x| x.trim().to_ascii_lowercase())
-            .collect();
-        v.sort();
-        v
-    };
-    let (src, tgt) = (
-        servers(&mf.spec.source.bootstrap_servers),
-        servers(&mf.spec.target.bootstrap_servers),
-    );
-    let flows = Api::<MirrorFlow>::namespaced(ctx.client.clone(), ns)
-        .list(&kube::api::ListParams::default())
-        .await?;
-    Ok(flows
-        .items
-        .iter()
-        .find(|other| {
-            other.name_any() != mf.name_any()
-                && servers(&other.spec.source.bootstrap_servers) == tgt
-                && servers(&other.spec.target.bootstrap_servers) == src
-        })
-        .map(|other| {
-            format!(
-                "spec.replicationPolicy.type: Identity, and flow '{}' copies {} back to {}: records would be copied back and forth forever, since Identity names cannot tell a copy from an original; use type Prefix on {}",
-                other.name_any(),
-                mf.spec.target.alias,
-                mf.spec.source.alias,
-                if identity(other) { "both flows" } else { "this flow" },
-            )
-        }))
 }
 
 /// A flow switched to `mode: Observe` keeps no replicator: its children go (only objects this
@@ -240,29 +148,189 @@ where
     Ok(())
 }
 
-/// Values of the Secret keys the flow references and every Secret's resourceVersion; or a
-/// message naming the first missing Secret or key, the field that references it, and the fix.
+/// What the reconcile does with a flow.
+enum Check {
+    /// Valid, its Secrets readable and allowed, harming no cluster: deploy and probe it.
+    Deploy(Box<flow::Flow>, BTreeMap<String, String>),
+    /// Not deployable as it stands; replicators already running are left as they are.
+    Hold(Blocked),
+    /// Harmful (a loop, one cluster on both sides, shared internal topics) or using a Secret
+    /// it may not: no replicator may run.
+    Stop(Blocked),
+}
+
+/// Every check before anything is deployed, cheapest first: the spec alone, then the other
+/// flows, then the Secrets, then the clusters' ids.
+async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error> {
+    if let Err(e) = flow::validate(&mf.spec) {
+        return Ok(Check::Hold(Blocked::new(e.reason(), e.to_string())));
+    }
+    if let Some(b) =
+        guards::image_not_allowed(mf, &ctx.replicator_image, &ctx.allowed_image_prefixes)
+    {
+        return Ok(Check::Stop(b));
+    }
+    let others = ctx.flows.state();
+    if let Some(b) = guards::identity_loop(mf, &others) {
+        return Ok(Check::Stop(b));
+    }
+    let (values, versions) = match fetch_secrets(ctx, ns, mf).await? {
+        Ok(found) => found,
+        Err(SecretRefusal::Missing(b)) => return Ok(Check::Hold(b)),
+        Err(SecretRefusal::NotShared(b)) => return Ok(Check::Stop(b)),
+    };
+    let name = mf.name_any();
+    let resolved = match flow::resolve(
+        format!("{ns}/{name}"),
+        mf.spec.clone(),
+        &SecretFiles::from_values(values),
+    ) {
+        Ok(f) => f,
+        Err(e) => return Ok(Check::Hold(Blocked::new(e.reason(), e.to_string()))),
+    };
+    let key = Context::flow_key(mf);
+    let ids = cluster_ids(ctx, &key, mf, &resolved).await;
+    if let Some(b) = guards::same_cluster(&ids) {
+        return Ok(Check::Stop(b));
+    }
+    if let Some(b) = guards::conflicting_flow(mf, &others, |k| ctx.known_cluster_ids(k)) {
+        return Ok(Check::Stop(b));
+    }
+    Ok(Check::Deploy(Box::new(resolved), versions))
+}
+
+/// The clusters' ids, asked once per spec generation (again while a side did not answer).
+async fn cluster_ids(
+    ctx: &Context,
+    key: &str,
+    mf: &MirrorFlow,
+    flow: &flow::Flow,
+) -> guards::ClusterIds {
+    let generation = mf.meta().generation;
+    if let Some((g, ids)) = ctx.cluster_ids_of(key)
+        && g == generation
+        && ids.source.is_some()
+        && ids.target.is_some()
+    {
+        return ids;
+    }
+    let f = flow.clone();
+    let ids = tokio::time::timeout(
+        Duration::from_secs(15),
+        tokio::task::spawn_blocking(move || probe::cluster_ids(&f)),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
+    ctx.remember_cluster_ids(key, generation, ids.clone());
+    ids
+}
+
+/// Applies the children in a fixed order with server-side apply. `Ok(Err(_))`: the apiserver
+/// refused one of them, told as the flow field that produced the bad value.
+async fn apply_children(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+    versions: &BTreeMap<String, String>,
+) -> Result<Result<i32, Blocked>, Error> {
+    let inputs = BuildInputs {
+        image: ctx.replicator_image.clone(),
+        secret_versions: versions.clone(),
+    };
+    let objects = desired::build(mf, &inputs).map_err(Error::Build)?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let client = ctx.client.clone();
+    let name = mf.name_any();
+    let refused = |kind: &str, name: &str, e: kube::Error| match &e {
+        kube::Error::Api(status) => match rejections::describe(kind, name, status) {
+            Some(msg) => Ok(Blocked::new(conditions::reason::CHILD_REJECTED, msg)),
+            None => Err(Error::Kube(e)),
+        },
+        _ => Err(Error::Kube(e)),
+    };
+    let cm = desired::config_map_name(mf);
+    if let Err(e) = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(&cm, &pp, &Patch::Apply(&objects.config_map))
+        .await
+    {
+        return refused("ConfigMap", &cm, e).map(Err);
+    }
+    let svc = desired::service_name(mf);
+    if let Err(e) = Api::<Service>::namespaced(client.clone(), ns)
+        .patch(&svc, &pp, &Patch::Apply(&objects.service))
+        .await
+    {
+        return refused("Service", &svc, e).map(Err);
+    }
+    let sts = match Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
+        .await
+    {
+        Ok(sts) => sts,
+        Err(e) => return refused("StatefulSet", &name, e).map(Err),
+    };
+    if let Err(e) = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+        .patch(&name, &pp, &Patch::Apply(&objects.pdb))
+        .await
+    {
+        return refused("PodDisruptionBudget", &name, e).map(Err);
+    }
+    Ok(Ok(sts
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0)))
+}
+
+enum SecretRefusal {
+    /// Absent Secret or key: the flow waits for it.
+    Missing(Blocked),
+    /// The Secret did not opt in to this flow.
+    NotShared(Blocked),
+}
+
+/// Values of the Secret keys the flow references and every Secret's resourceVersion; or why
+/// one cannot be used, naming the field that references it and the fix.
 async fn fetch_secrets(
     ctx: &Context,
     ns: &str,
     mf: &MirrorFlow,
-) -> Result<Result<(BTreeMap<(String, String), String>, BTreeMap<String, String>), String>, Error> {
+) -> Result<
+    Result<(BTreeMap<(String, String), String>, BTreeMap<String, String>), SecretRefusal>,
+    Error,
+> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
     let mut values = BTreeMap::new();
     let mut versions = BTreeMap::new();
+    let missing = |m: String| {
+        Ok(Err(SecretRefusal::Missing(Blocked::new(
+            reason::SECRET_MISSING,
+            m,
+        ))))
+    };
     for (field, r) in desired::secret_refs(mf) {
         let Some(secret) = api.get_opt(&r.name).await? else {
-            return Ok(Err(format!(
+            return missing(format!(
                 "{field}: Secret '{}' not found in namespace '{ns}'; create it with key '{}'",
                 r.name, r.key
-            )));
+            ));
         };
+        if !guards::secret_allows(&secret, &mf.name_any()) {
+            return Ok(Err(SecretRefusal::NotShared(guards::secret_not_shared(
+                &field,
+                &r.name,
+                ns,
+                &mf.name_any(),
+            ))));
+        }
         let data = secret.data.unwrap_or_default();
         let Some(bytes) = data.get(&r.key) else {
-            return Ok(Err(format!(
+            return missing(format!(
                 "{field}: Secret '{}' has no key '{}'; add it",
                 r.name, r.key
-            )));
+            ));
         };
         let text = String::from_utf8_lossy(&bytes.0).into_owned();
         values.insert((r.name.clone(), r.key.clone()), text);

@@ -77,14 +77,12 @@ through owner references).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
-# Secrets a flow references: read to check they exist and to roll pods when they change.
+# Secrets a flow references, one by name: to check they exist and opted in to the flow, for
+# the probe's credentials, and to roll pods when they change. No list or watch: the operator
+# never needs to see a Secret no flow names.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch]
-# Replicator pods, for status.
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [list, watch]
+  verbs: [get]
 # Events about flows (new and core API; a repeated Event is a PATCH of its count).
 - apiGroups: ["", events.k8s.io]
   resources: [events]

@@ -182,6 +182,55 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "spec.source.bootstrapServers",
         ),
         (
+            "same-cluster",
+            "REPLACE_SAME_CLUSTER".into(),
+            "SameCluster",
+            "spec.target.bootstrapServers",
+        ),
+        (
+            "conflicting-flow",
+            "REPLACE_CONFLICT".into(),
+            "ConflictingFlow",
+            "conflict-older",
+        ),
+        (
+            "image-not-allowed",
+            "  pod: {image: \"registry.example.invalid/miner:1\"}\n".into(),
+            "ImageNotAllowed",
+            "spec.pod.image",
+        ),
+        (
+            "bad-pod-label",
+            "  pod: {labels: {\"bad key!\": x}}\n".into(),
+            "ChildRejected",
+            "spec.pod.labels",
+        ),
+        (
+            "bad-pod-annotation",
+            "  pod: {annotations: {\"-bad/key\": x}}\n".into(),
+            "ChildRejected",
+            "spec.pod.annotations",
+        ),
+        (
+            "limits-below-requests",
+            "  resources: {requests: {cpu: \"2\"}, limits: {cpu: \"1\"}}\n".into(),
+            "ChildRejected",
+            "spec.resources",
+        ),
+        (
+            "bad-toleration",
+            "  pod: {tolerations: [{key: a, operator: Exists, value: x}]}\n".into(),
+            "ChildRejected",
+            "spec.pod.tolerations",
+        ),
+        (
+            // 60 characters: valid for the flow, too long for its `<name>-metrics` Service.
+            "a-flow-whose-name-is-too-long-for-the-objects-derived-from-i",
+            "  topics: [\"none-such\"]\n".into(),
+            "ChildRejected",
+            "metadata.name",
+        ),
+        (
             "identity-there",
             "  replicationPolicy: {type: Identity}\n".into(),
             "InvalidSpec",
@@ -196,16 +245,30 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
     ]
 }
 
+/// The source alias of the flow into its own source cluster: unique, so the test can tell that
+/// no topic of that flow appeared on the cluster.
+fn self_alias(ns: &str) -> String {
+    format!("self-{}", ns.rsplit('-').next().unwrap_or("x"))
+}
+
 fn condition_yaml(ns: &str, name: &str, world: &World, spec: &str) -> String {
-    let clusters = |src: &str, tgt: &str, extra_src: &str| {
+    let flow = |alias: &str, src: &str, tgt: &str, extra_src: &str| {
         format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source:\n    alias: src\n    bootstrapServers: \"{src}\"\n{extra_src}  target: {{alias: tgt, bootstrapServers: \"{tgt}\"}}\n"
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source:\n    alias: {alias}\n    bootstrapServers: \"{src}\"\n{extra_src}  target: {{alias: tgt, bootstrapServers: \"{tgt}\"}}\n"
         )
     };
+    // Each case its own source alias: flows with one alias into one target would conflict.
+    let clusters = |src: &str, tgt: &str, extra_src: &str| flow(name, src, tgt, extra_src);
     let (s, t) = (&world.source_bootstrap, &world.target_bootstrap);
     match spec {
+        // Another name for the source cluster: only the cluster id tells they are one.
+        "REPLACE_SAME_CLUSTER" => {
+            flow(&self_alias(ns), s, &s.replace("127.0.0.1", "localhost"), "")
+        }
+        // The same source alias into the same target as `conflict-older`, created before.
+        "REPLACE_CONFLICT" => format!("{}  topics: [\"none-such\"]\n", flow("dup", s, t, "")),
+        "REPLACE_UNREACHABLE" => flow("unreach", "127.0.0.1:1", t, ""),
         "REPLACE_SOURCE_CONFIG" => clusters(s, t, "    config: {sasl.password: hunter2}\n"),
-        "REPLACE_UNREACHABLE" => clusters("127.0.0.1:1", t, ""),
         "REPLACE_REVERSE" => {
             format!(
                 "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: tgt, bootstrapServers: \"{t}\"}}\n  target: {{alias: src, bootstrapServers: \"{s}\"}}\n  replicationPolicy: {{type: Identity}}\n"
@@ -293,6 +356,36 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             "--from-literal=username=u",
         ],
     )?;
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "partial",
+            "-n",
+            &ns,
+            "mirrorflow.io/allowed-flows=*",
+        ],
+    )?;
+    // The older of two flows sharing internal topics: valid, and left running.
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: conflict-older, namespace: {ns}}}\nspec:\n  source: {{alias: dup, bootstrapServers: \"{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n  topics: [\"none-such\"]\n",
+            world.source_bootstrap, world.target_bootstrap
+        ),
+    )?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    // Older means seen first: the newer flow is applied once the operator has seen this one.
+    wait_for_flow(
+        &flows,
+        "conflict-older",
+        "a status",
+        Duration::from_secs(60),
+        |mf| mf.status.is_some(),
+    )
+    .await?;
     let cases = condition_cases();
     for (name, spec, _, _) in &cases {
         run_with_input(
@@ -301,7 +394,7 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             &condition_yaml(&ns, name, &world, spec),
         )?;
     }
-    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let applied = Instant::now();
     for (name, _, reason, text) in &cases {
         let mf = wait_for_flow(&flows, name, reason, Duration::from_secs(120), |mf| {
             condition(mf, "Ready").is_some_and(|c| c.1 == *reason)
@@ -314,6 +407,20 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
         );
         table.push(format!("| {name} | condition `{reason}` | {message} |"));
     }
+    println!(
+        "every condition case answered {:.1} s after the last was applied",
+        applied.elapsed().as_secs_f64()
+    );
+    // The flow into its own source created nothing there.
+    let alias = self_alias(&ns);
+    let made: Vec<String> = mirrorflow_e2e::kafka::topics(&world.source_bootstrap)?
+        .into_iter()
+        .filter(|t| t.contains(&alias))
+        .collect();
+    assert!(
+        made.is_empty(),
+        "same-cluster flow created {made:?} on the source"
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let all_events = events.list(&ListParams::default()).await?.items;
     for (name, _, reason, _) in &cases {
@@ -423,8 +530,10 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             .parse()
             .context("reconciles_total value")
     };
+    // 90 s: broken flows are retried every 60 s, so a shorter window would count each 0-2
+    // times depending on phase.
     let (before, t0) = (reconciles()?, Instant::now());
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(90)).await;
     let per_minute = (reconciles()? - before) / t0.elapsed().as_secs_f64() * 60.0;
     let flows_now = flows.list(&ListParams::default()).await?.items.len();
     println!(

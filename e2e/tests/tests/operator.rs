@@ -161,7 +161,7 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
         "kubectl",
         &["apply", "-f", "-"],
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: present, namespace: {ns}}}\nstringData: {{user: alice, password: {secret_value}}}\n"
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: present, namespace: {ns}, annotations: {{mirrorflow.io/allowed-flows: needs-secret}}}}\nstringData: {{user: alice, password: {secret_value}}}\n"
         ),
     )?;
     let yaml = format!(

@@ -38,7 +38,25 @@ fn secret(ns: &str, name: &str, pairs: &[(&str, &str)]) -> Result<()> {
         args.push(format!("--from-literal={k}={v}"));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run("kubectl", &args).map(|_| ())
+    run("kubectl", &args)?;
+    // The flows here may use it (a Secret no one allowed is refused: see the deputy test).
+    allow_flows(ns, name, "*")
+}
+
+fn allow_flows(ns: &str, secret: &str, flows: &str) -> Result<()> {
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            secret,
+            "-n",
+            ns,
+            &format!("mirrorflow.io/allowed-flows={flows}"),
+            "--overwrite",
+        ],
+    )
+    .map(|_| ())
 }
 
 /// A CA certificate that did not sign the brokers' certificate.

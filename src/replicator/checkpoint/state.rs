@@ -210,10 +210,12 @@ impl Naming<'_> {
     /// The target-side partition a source partition is mirrored to, or `None` when this flow
     /// does not mirror the topic (MM2 checkpoints only replicated topics).
     pub fn target_partition(&self, tp: &TopicPartition) -> Option<TopicPartition> {
-        match self
-            .filters
-            .topic_decision(self.policy, &tp.topic, self.target_alias)
-        {
+        match self.filters.topic_decision(
+            self.policy,
+            &tp.topic,
+            self.source_alias,
+            self.target_alias,
+        ) {
             TopicDecision::Replicate => Some(TopicPartition::new(
                 self.policy
                     .format_remote_topic(self.source_alias, &tp.topic),

@@ -65,7 +65,7 @@ pub fn plan(
 ) -> Plan {
     let mut plan = Plan::default();
     for (topic, &partitions) in source {
-        match filters.topic_decision(policy, topic, target_alias) {
+        match filters.topic_decision(policy, topic, source_alias, target_alias) {
             TopicDecision::Replicate => {}
             TopicDecision::Skip(crate::mm2::SkipReason::Cycle) => {
                 plan.cycles.push(topic.clone());

@@ -1,0 +1,233 @@
+//! The operator is nobody's deputy: a user who may create MirrorFlows in a namespace but may
+//! not read its Secrets cannot make the operator send one to a broker of theirs. The user is a
+//! real ServiceAccount with a token (`kubectl --kubeconfig` with that token), the "broker" a
+//! listener this test runs on 127.0.0.1 that counts who connects.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::{World, run, run_with_input, unique};
+
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = run("helm", &["uninstall", "mirrorflow", "-n", &self.0]);
+        let _ = run("kubectl", &["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+/// A TCP listener that counts connections and keeps the first bytes each one sent.
+struct Listener {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+fn listen() -> Result<Listener> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut conn = conn;
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 512];
+            let _ = conn.read(&mut buf);
+            // Dropped: the client sees a broker that hangs up, as a hostile one might.
+        }
+    });
+    Ok(Listener { port, connections })
+}
+
+/// A kubeconfig for the ServiceAccount `sa` of `ns`, with a token from the TokenRequest API.
+fn kubeconfig_for(world: &World, ns: &str, sa: &str) -> Result<std::path::PathBuf> {
+    let token = run(
+        "kubectl",
+        &["create", "token", sa, "-n", ns, "--duration=1h"],
+    )?;
+    let server = run(
+        "kubectl",
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    )?;
+    let ca = run(
+        "kubectl",
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ],
+    )?;
+    let path = world
+        .kubeconfig
+        .with_file_name(format!("{ns}-{sa}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: w, cluster: {{server: \"{}\", certificate-authority-data: \"{}\"}}}}]\nusers: [{{name: {sa}, user: {{token: \"{}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: w, user: {sa}, namespace: {ns}}}}}]\ncurrent-context: c\n",
+            server.trim(),
+            ca.trim(),
+            token.trim()
+        ),
+    )?;
+    Ok(path)
+}
+
+#[tokio::test]
+async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-tenant");
+    let _cleanup = Cleanup(ns.clone());
+    install_operator(&world, &ns)?;
+
+    // The victim's credentials, which the author may not read.
+    run(
+        "kubectl",
+        &[
+            "create",
+            "secret",
+            "generic",
+            "victim",
+            "-n",
+            &ns,
+            "--from-literal=username=svc-payments",
+            "--from-literal=password=never-sent-4c1d",
+        ],
+    )?;
+    // The author: MirrorFlows yes, Secrets no.
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: author, namespace: {ns}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: flow-author, namespace: {ns}}}\n\
+             rules: [{{apiGroups: [mirrorflow.io], resources: [mirrorflows], verbs: [get, list, watch, create, patch, update, delete]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: flow-author, namespace: {ns}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-author}}\n\
+             subjects: [{{kind: ServiceAccount, name: author, namespace: {ns}}}]\n"
+        ),
+    )?;
+    let author = kubeconfig_for(&world, &ns, "author")?;
+    let author = author.to_str().context("kubeconfig path")?;
+    let denied = run(
+        "kubectl",
+        &["--kubeconfig", author, "get", "secret", "victim", "-n", &ns],
+    );
+    ensure!(
+        denied
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("Forbidden")),
+        "the author can read the Secret: {denied:?}"
+    );
+
+    let broker = listen()?;
+    let flow = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: borrow, namespace: {ns}}}\nspec:\n  source:\n    alias: attacker\n    bootstrapServers: \"127.0.0.1:{}\"\n    sasl: {{mechanism: PLAIN, usernameSecretRef: {{name: victim, key: username}}, passwordSecretRef: {{name: victim, key: password}}}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n",
+        broker.port, world.target_bootstrap
+    );
+    run_with_input(
+        "kubectl",
+        &["--kubeconfig", author, "apply", "-f", "-"],
+        &flow,
+    )?;
+
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let mf = wait_for_flow(
+        &flows,
+        "borrow",
+        "SecretNotShared",
+        Duration::from_secs(20),
+        |mf| condition(mf, "Ready").is_some_and(|c| c.1 == "SecretNotShared"),
+    )
+    .await?;
+    let (_, _, message) = condition(&mf, "Ready").context("Ready")?;
+    ensure!(
+        message.contains("spec.source.sasl.usernameSecretRef")
+            && message.contains("kubectl annotate secret victim"),
+        "{message}"
+    );
+    ensure!(
+        !message.contains("never-sent"),
+        "the Secret's value is in the status"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let refused = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .any(|e| e.reason.as_deref() == Some("SecretNotShared"));
+    ensure!(refused, "no SecretNotShared event");
+    // The verdict came before any connection, and no replicator (which would mount the Secret)
+    // was made.
+    ensure!(
+        broker.connections.load(Ordering::SeqCst) == 0,
+        "the operator connected to the author's broker"
+    );
+    let stses: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    ensure!(
+        stses.get_opt("borrow").await?.is_none(),
+        "a StatefulSet was made"
+    );
+
+    // Once the Secret's owner allows this flow, it is used: the same listener now sees the
+    // operator's probe. (This is what an unguarded operator did at once.)
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "victim",
+            "-n",
+            &ns,
+            "mirrorflow.io/allowed-flows=borrow",
+        ],
+    )?;
+    // Editing the flow starts a reconcile at once (the Secret is not watched).
+    run(
+        "kubectl",
+        &[
+            "--kubeconfig",
+            author,
+            "annotate",
+            "mf",
+            "borrow",
+            "-n",
+            &ns,
+            "touched=1",
+        ],
+    )?;
+    mirrorflow_e2e::eventually(
+        "the probe to reach the listener",
+        Duration::from_secs(60),
+        || async { Ok((broker.connections.load(Ordering::SeqCst) > 0).then_some(())) },
+    )
+    .await?;
+    println!(
+        "deputy attack: refused with SecretNotShared and 0 connections; after the opt-in {} connections",
+        broker.connections.load(Ordering::SeqCst)
+    );
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! A child object the apiserver refused, told as the spec field that produced the bad value.
+//!
+//! The operator derives the StatefulSet, ConfigMap, Service and PodDisruptionBudget from the
+//! flow; when the apiserver refuses one (a name too long for a derived object, an invalid label
+//! or annotation key, limits below requests, an invalid toleration...), its error names a field
+//! of the child, which the flow's author never wrote. This maps it back to theirs.
+
+use kube::core::Status;
+
+/// Child field paths (as the apiserver prints them, prefix match) and the flow field their
+/// value comes from. Most specific first.
+const FIELD_ORIGINS: &[(&str, &str)] = &[
+    // The apiserver names the pod template's metadata either way.
+    ("spec.template.metadata.labels", "spec.pod.labels"),
+    ("spec.template.labels", "spec.pod.labels"),
+    ("spec.template.metadata.annotations", "spec.pod.annotations"),
+    ("spec.template.annotations", "spec.pod.annotations"),
+    ("spec.template.spec.tolerations", "spec.pod.tolerations"),
+    ("spec.template.spec.nodeSelector", "spec.pod.nodeSelector"),
+    ("spec.template.spec.containers[0].image", "spec.pod.image"),
+    (
+        "spec.template.spec.containers[0].resources",
+        "spec.resources",
+    ),
+    (
+        "spec.template.spec.volumes",
+        "the Secret names in spec.*.tls and spec.*.sasl",
+    ),
+    ("metadata.labels", "spec.pod.labels"),
+    // Derived names (`<flow>`, `<flow>-flow`, `<flow>-metrics`) and the pods' revision label
+    // (`<flow>-<hash>`, at most 63 characters) all grow from the flow's own name.
+    ("metadata.name", "metadata.name"),
+    ("spec.selector", "metadata.name"),
+    ("spec.serviceName", "metadata.name"),
+];
+
+/// The longest flow name whose derived names all fit: pods carry the label
+/// `controller-revision-hash: <name>-<10 characters>`, and label values have at most 63.
+pub const MAX_FITTING_NAME: usize = 52;
+
+/// Which flow field a child's field path comes from, when it is one the flow controls.
+pub fn flow_field(child_field: &str) -> Option<&'static str> {
+    FIELD_ORIGINS
+        .iter()
+        .find(|(prefix, _)| {
+            child_field == *prefix
+                || child_field
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with(['.', '[']))
+        })
+        .map(|(_, origin)| *origin)
+}
+
+/// The condition message for a refused child, or `None` when the error is not a refusal of
+/// the object itself (apiserver down, conflicts, permissions: those are retried).
+pub fn describe(kind: &str, name: &str, status: &Status) -> Option<String> {
+    let refused = status.is_invalid() || status.code == 400 || status.reason == "BadRequest";
+    if !refused {
+        return None;
+    }
+    let causes: Vec<_> = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.iter().collect())
+        .unwrap_or_default();
+    let mut fields: Vec<&'static str> =
+        causes.iter().filter_map(|c| flow_field(&c.field)).collect();
+    if fields.is_empty() {
+        // Some refusals carry no causes, only text that quotes the field.
+        fields.extend(
+            FIELD_ORIGINS
+                .iter()
+                .filter(|(prefix, _)| status.message.contains(prefix))
+                .map(|(_, origin)| *origin)
+                .take(1),
+        );
+    }
+    fields.dedup();
+    let field = match fields.as_slice() {
+        [] => "the flow".to_string(),
+        many => many.join(", "),
+    };
+    // The apiserver's own message names the rule that failed; it is bounded so one bad value
+    // cannot blow up the status.
+    let detail: String = status.message.chars().take(600).collect();
+    let fix = match fields.first() {
+        Some(&"metadata.name") => format!(
+            "a flow's name cannot change: recreate the flow with a name of at most {MAX_FITTING_NAME} characters, which fits every object derived from it"
+        ),
+        Some(f) if f.starts_with("spec.") => {
+            format!("fix {f} (`kubectl explain mirrorflow.{f}` says what is allowed)")
+        }
+        _ => format!("fix {field}"),
+    };
+    Some(format!(
+        "{field}: the apiserver refused the replicators' {kind} '{name}' built from it: {detail}; {fix}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn invalid(message: &str, fields: &[&str]) -> Status {
+        Status {
+            code: 422,
+            reason: "Invalid".into(),
+            message: message.into(),
+            details: Some(StatusDetails {
+                name: "f".into(),
+                group: "apps".into(),
+                kind: "StatefulSet".into(),
+                uid: String::new(),
+                causes: fields
+                    .iter()
+                    .map(|f| StatusCause {
+                        reason: "FieldValueInvalid".into(),
+                        message: "bad".into(),
+                        field: (*f).into(),
+                    })
+                    .collect(),
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn child_fields_map_back_to_the_flow_fields_that_made_them() {
+        for (child, flow) in [
+            ("spec.template.metadata.labels", "spec.pod.labels"),
+            (
+                "spec.template.metadata.annotations[bad key]",
+                "spec.pod.annotations",
+            ),
+            (
+                "spec.template.spec.tolerations[0].operator",
+                "spec.pod.tolerations",
+            ),
+            (
+                "spec.template.spec.containers[0].resources.requests",
+                "spec.resources",
+            ),
+            ("metadata.labels", "spec.pod.labels"),
+            ("metadata.name", "metadata.name"),
+        ] {
+            assert_eq!(flow_field(child), Some(flow), "{child}");
+        }
+        // A prefix must end at a path boundary.
+        assert_eq!(flow_field("metadata.namespace"), None);
+        assert_eq!(flow_field("spec.replicas"), None);
+    }
+
+    #[test]
+    fn a_refusal_names_the_flow_field_and_keeps_the_apiservers_reason() {
+        let s = invalid(
+            "StatefulSet.apps \"f\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+            &["spec.template.spec.containers[0].resources.requests"],
+        );
+        let msg = describe("StatefulSet", "f", &s).expect("a refusal");
+        assert!(msg.starts_with("spec.resources: "), "{msg}");
+        assert!(
+            msg.contains("must be less than or equal to cpu limit"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("kubectl explain mirrorflow.spec.resources"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn refusals_without_causes_are_matched_on_their_text() {
+        let mut s = invalid(
+            "StatefulSet.apps \"f\" is invalid: spec.template.spec.nodeSelector: Invalid value: \"a b\"",
+            &[],
+        );
+        s.details = None;
+        let msg = describe("StatefulSet", "f", &s).expect("a refusal");
+        assert!(msg.starts_with("spec.pod.nodeSelector: "), "{msg}");
+    }
+
+    #[test]
+    fn transient_errors_are_not_refusals() {
+        for (code, reason) in [
+            (409, "Conflict"),
+            (500, "InternalError"),
+            (403, "Forbidden"),
+        ] {
+            let s = Status {
+                code,
+                reason: reason.into(),
+                ..Default::default()
+            };
+            assert_eq!(describe("ConfigMap", "f-flow", &s), None, "{reason}");
+        }
+    }
+}
