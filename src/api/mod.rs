@@ -3,9 +3,11 @@
 //! No client code lives here: the replicator reads the same types from a file, the operator from
 //! the apiserver.
 
+pub mod client_properties;
 pub mod crd;
 pub mod duration;
 pub mod reference;
+pub mod rules;
 pub mod spec;
 pub mod status;
 
