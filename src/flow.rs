@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
+use crate::api::rules::alias_contains_separator;
 use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, PolicyKind};
-use crate::kafka::{self, SecretFiles};
+use crate::kafka::{self, ClientUse, SecretFiles};
 use crate::mm2::{
     FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
 };
@@ -43,6 +44,11 @@ pub enum FlowError {
     Client(#[from] kafka::ConfigError),
 }
 
+/// Every reason [`FlowError::reason`] returns.
+pub fn reasons() -> impl Iterator<Item = &'static str> {
+    std::iter::once("InvalidSpec").chain(kafka::config::REASONS.iter().copied())
+}
+
 impl FlowError {
     /// A condition reason for the operator's status.
     pub fn reason(&self) -> &'static str {
@@ -64,6 +70,10 @@ pub struct Flow {
     pub groups: NameFilter,
     pub source_client: ClientConfig,
     pub target_client: ClientConfig,
+    /// The clients of the operator's status probe: the same clusters and credentials, with only
+    /// the probe-safe part of `spec.<side>.config` ([`kafka::ClientUse::Probe`]).
+    pub source_probe_client: ClientConfig,
+    pub target_probe_client: ClientConfig,
 }
 
 impl std::fmt::Debug for Flow {
@@ -176,8 +186,12 @@ pub fn resolve(
         "spec.groupsExclude",
         &spec.groups_exclude,
     )?;
-    let source_client = kafka::client_config(&spec.source, "spec.source", secrets)?;
-    let target_client = kafka::client_config(&spec.target, "spec.target", secrets)?;
+    let client = |cluster, field, usage| kafka::client_config(cluster, field, secrets, usage);
+    let (source, target) = (&spec.source, &spec.target);
+    let source_client = client(source, "spec.source", ClientUse::Replicator)?;
+    let target_client = client(target, "spec.target", ClientUse::Replicator)?;
+    let source_probe_client = client(source, "spec.source", ClientUse::Probe)?;
+    let target_probe_client = client(target, "spec.target", ClientUse::Probe)?;
     Ok(Flow {
         name,
         spec,
@@ -186,6 +200,8 @@ pub fn resolve(
         groups,
         source_client,
         target_client,
+        source_probe_client,
+        target_probe_client,
     })
 }
 
@@ -245,6 +261,27 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 .into(),
         });
     }
+    if spec.replication_policy.kind == PolicyKind::Prefix
+        && let Some(separator) = &spec.replication_policy.separator
+    {
+        for (field, alias) in [
+            ("spec.source.alias", &spec.source.alias),
+            ("spec.target.alias", &spec.target.alias),
+        ] {
+            if alias_contains_separator(alias, separator) {
+                return Err(FlowError::Invalid {
+                    field,
+                    message: format!(
+                        "'{alias}' contains spec.replicationPolicy.separator '{separator}': remote topic names <alias>{separator}<topic> would be ambiguous; choose another separator or alias"
+                    ),
+                });
+            }
+        }
+    }
+    // Addresses, Secret references and client properties: the same checks as when the client
+    // configuration is built, run here so the operator refuses them before deploying anything.
+    kafka::check_cluster(&spec.source, "spec.source")?;
+    kafka::check_cluster(&spec.target, "spec.target")?;
     if !(1..=64).contains(&spec.replicas) {
         return Err(FlowError::Invalid {
             field: "spec.replicas",
@@ -325,14 +362,6 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             message: "spec.exactlyOnce writes offset syncs in the target's transactions: set \
                       spec.sourceLoop.offsetSyncsLocation to Target (MM2's \
                       offset-syncs.topic.location=target), or turn spec.exactlyOnce off"
-                .into(),
-        });
-    }
-    if spec.exactly_once && spec.target.config.contains_key("transactional.id") {
-        return Err(FlowError::Invalid {
-            field: "spec.target.config",
-            message: "transactional.id is set per source partition by spec.exactlyOnce: \
-                      remove it from spec.target.config"
                 .into(),
         });
     }
@@ -499,5 +528,98 @@ mod tests {
             err.contains("heartbeats") && err.contains("not a duration"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_alias_containing_the_separator_is_refused_naming_it() {
+        let s = spec(
+            "source: {alias: us-east, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\nreplicationPolicy: {separator: '-'}\n",
+        );
+        let err = validate(&s).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "spec.source.alias: 'us-east' contains spec.replicationPolicy.separator"
+            ),
+            "{err}"
+        );
+        let s = spec(
+            "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: west_2, bootstrapServers: 'y:1'}\nreplicationPolicy: {separator: _}\n",
+        );
+        assert!(
+            validate(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.target.alias:")
+        );
+        let ok = spec(
+            "source: {alias: us-east, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\nreplicationPolicy: {separator: _}\n",
+        );
+        assert!(validate(&ok).is_ok());
+        assert!(validate(&spec(BASE)).is_ok(), "the default separator '.'");
+    }
+
+    #[test]
+    fn flow_files_get_the_crd_rules_on_addresses_and_secret_refs() {
+        let s = spec(
+            "source: {alias: a, bootstrapServers: 'kafka'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",
+        );
+        let err = validate(&s).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(
+            err.to_string()
+                .starts_with("spec.source.bootstrapServers: 'kafka' has no port"),
+            "{err}"
+        );
+        let s = spec(
+            "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1', sasl: {mechanism: PLAIN, usernameSecretRef: {name: s, key: u}, passwordSecretRef: {name: s, key: ../../etc/shadow}}}\n",
+        );
+        let err = validate(&s).unwrap_err().to_string();
+        assert!(
+            err.starts_with("spec.target.sasl.passwordSecretRef.key:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn client_properties_are_checked_before_anything_connects() {
+        let with = |config: &str| {
+            spec(&format!(
+                "source: {{alias: a, bootstrapServers: 'x:1', config: {{{config}}}}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n"
+            ))
+        };
+        let err = validate(&with("fetch.wait.max.ms: banana")).unwrap_err();
+        assert_eq!(err.reason(), "InvalidClientConfig");
+        assert!(
+            err.to_string().starts_with(
+                "spec.source.config.fetch.wait.max.ms: the Kafka client refuses 'banana'"
+            ),
+            "{err}"
+        );
+        let err = validate(&with("plugin.library.paths: /tmp/evil.so")).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(err.to_string().contains("loads or reads a file"), "{err}");
+        let flow = resolve(
+            "f".into(),
+            with("linger.ms: '20', broker.address.family: v4"),
+            &SecretFiles::new("/none"),
+        )
+        .unwrap();
+        assert_eq!(flow.source_client.get("linger.ms"), Some("20"));
+        assert_eq!(flow.source_probe_client.get("linger.ms"), None);
+        assert_eq!(
+            flow.source_probe_client.get("broker.address.family"),
+            Some("v4")
+        );
+    }
+
+    #[test]
+    fn every_reason_is_known() {
+        let all: Vec<_> = reasons().collect();
+        assert!(all.contains(&"InvalidSpec") && all.contains(&"InvalidClientConfig"));
+        let err = FlowError::Invalid {
+            field: "spec.x",
+            message: String::new(),
+        };
+        assert!(all.contains(&err.reason()));
     }
 }

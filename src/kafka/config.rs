@@ -7,24 +7,31 @@
 use std::path::{Path, PathBuf};
 
 use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
 
+use crate::api::client_properties::{self, Refusal};
+use crate::api::rules;
 use crate::api::{ClusterSpec, SaslMechanism, SecretKeyRef};
 
 /// Where a pod finds the Secrets the operator mounted for it.
 pub const DEFAULT_SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
 
-/// Client properties that carry secrets: refused in `config`, so they cannot leak into a
-/// ConfigMap or a log line.
-const SECRET_PROPERTIES: &[&str] = &[
-    "sasl.password",
-    "sasl.username",
-    "sasl.jaas.config",
-    "ssl.key.password",
-    "ssl.key.pem",
-    "ssl.keystore.password",
-    "ssl.truststore.password",
-    "sasl.oauthbearer.client.secret",
-];
+/// The reason of a client property the Kafka client itself refuses (unknown to it, or a value
+/// it cannot use): the flow would never connect, however reachable the cluster is.
+pub const INVALID_CLIENT_CONFIG: &str = "InvalidClientConfig";
+
+/// Every reason [`ConfigError::reason`] returns (each has a troubleshooting entry).
+pub const REASONS: &[&str] = &["SecretMissing", "InvalidSpec", INVALID_CLIENT_CONFIG];
+
+/// Who the client configuration is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientUse {
+    /// The replicator pods (and the CLI): every allowed property of `spec.<side>.config`.
+    Replicator,
+    /// The operator's status probe, which runs in the shared operator: only the allowed
+    /// properties marked probe-safe (how to reach the brokers), never a buffer size or timing.
+    Probe,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -39,14 +46,22 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{field}: '{property}' carries a secret and is not allowed here; use {instead}")]
-    SecretInConfig {
+    /// A property outside the allow-list, or an allowed one outside its bounds. The value is
+    /// never part of the message: a refused property may carry a secret.
+    #[error("{field}: {message}")]
+    PropertyRefused { field: String, message: String },
+    /// librdkafka refused the property (its description says why). Only allowed properties
+    /// reach librdkafka, and none of them carries a secret, so the value is shown.
+    #[error("{field}: the Kafka client refuses '{value}': {description}")]
+    ClientRefused {
         field: String,
-        property: String,
-        instead: &'static str,
+        value: String,
+        description: String,
     },
-    #[error("{field}: bootstrapServers is empty; give at least one host:port")]
-    NoBootstrap { field: String },
+    #[error("{field}: {message}")]
+    InvalidBootstrap { field: String, message: String },
+    #[error("{field}: {message}")]
+    InvalidSecretRef { field: String, message: String },
 }
 
 impl ConfigError {
@@ -54,9 +69,100 @@ impl ConfigError {
     pub fn reason(&self) -> &'static str {
         match self {
             ConfigError::SecretUnreadable { .. } => "SecretMissing",
-            ConfigError::SecretInConfig { .. } | ConfigError::NoBootstrap { .. } => "InvalidSpec",
+            ConfigError::ClientRefused { .. } => INVALID_CLIENT_CONFIG,
+            ConfigError::PropertyRefused { .. }
+            | ConfigError::InvalidBootstrap { .. }
+            | ConfigError::InvalidSecretRef { .. } => "InvalidSpec",
         }
     }
+}
+
+/// The checks of one cluster that need no Secret and no connection: its addresses, the Secret
+/// references (so no name or key can leave the secrets folder) and its client properties.
+/// `field` is the cluster's spec path (`spec.source`).
+pub fn check_cluster(cluster: &ClusterSpec, field: &str) -> Result<(), ConfigError> {
+    check_addresses(cluster, field)?;
+    user_properties(cluster, field, ClientUse::Replicator).map(|_| ())
+}
+
+/// The broker addresses and the Secret references.
+fn check_addresses(cluster: &ClusterSpec, field: &str) -> Result<(), ConfigError> {
+    if let Some(message) = rules::bootstrap_problem(&cluster.bootstrap_servers) {
+        return Err(ConfigError::InvalidBootstrap {
+            field: format!("{field}.bootstrapServers"),
+            message,
+        });
+    }
+    for (ref_field, secret) in secret_refs(cluster, field) {
+        check_secret_ref(&ref_field, secret)?;
+    }
+    Ok(())
+}
+
+/// The Secret references of a cluster, with their spec paths.
+fn secret_refs<'a>(cluster: &'a ClusterSpec, field: &str) -> Vec<(String, &'a SecretKeyRef)> {
+    let mut refs = Vec::new();
+    if let Some(ca) = cluster.tls.as_ref().and_then(|t| t.ca_secret_ref.as_ref()) {
+        refs.push((format!("{field}.tls.caSecretRef"), ca));
+    }
+    if let Some(sasl) = &cluster.sasl {
+        refs.push((
+            format!("{field}.sasl.usernameSecretRef"),
+            &sasl.username_secret_ref,
+        ));
+        refs.push((
+            format!("{field}.sasl.passwordSecretRef"),
+            &sasl.password_secret_ref,
+        ));
+    }
+    refs
+}
+
+fn check_secret_ref(field: &str, secret: &SecretKeyRef) -> Result<(), ConfigError> {
+    let problem = rules::secret_name_problem(&secret.name)
+        .map(|m| (format!("{field}.name"), m))
+        .or_else(|| rules::secret_key_problem(&secret.key).map(|m| (format!("{field}.key"), m)));
+    match problem {
+        Some((field, message)) => Err(ConfigError::InvalidSecretRef { field, message }),
+        None => Ok(()),
+    }
+}
+
+/// The user's properties of `cluster` that `usage` takes, each checked against the allow-list,
+/// by librdkafka (without connecting) and against its bounds, in that order.
+fn user_properties<'a>(
+    cluster: &'a ClusterSpec,
+    field: &str,
+    usage: ClientUse,
+) -> Result<Vec<(&'a str, &'a str)>, ConfigError> {
+    let mut taken = Vec::new();
+    for (name, value) in &cluster.config {
+        let property_field = format!("{field}.config.{name}");
+        let refused = |r: Refusal| ConfigError::PropertyRefused {
+            field: property_field.clone(),
+            message: r.message(),
+        };
+        let entry = client_properties::check_name(field, name).map_err(refused)?;
+        // One property per native config, so librdkafka's refusal is pinned to its property.
+        let mut alone = ClientConfig::new();
+        alone.set(name, value);
+        if let Err(e) = alone.create_native_config() {
+            let description = match e {
+                KafkaError::ClientConfig(_, description, _, _) => description,
+                other => other.to_string(),
+            };
+            return Err(ConfigError::ClientRefused {
+                field: property_field,
+                value: value.clone(),
+                description,
+            });
+        }
+        entry.check_value(value).map_err(refused)?;
+        if usage == ClientUse::Replicator || entry.probe {
+            taken.push((name.as_str(), value.as_str()));
+        }
+    }
+    Ok(taken)
 }
 
 /// Reads Secret values from files laid out `<dir>/<name>/<key>` (replicator pods, standalone
@@ -93,12 +199,15 @@ impl SecretFiles {
         }
     }
 
-    pub fn path_of(&self, secret: &SecretKeyRef) -> PathBuf {
-        self.dir.join(&secret.name).join(&secret.key)
+    /// Where the Secret key's file is: `<dir>/<name>/<key>`, once the name and key are known to
+    /// stay inside their folders (a flow file has no apiserver that checked them).
+    pub fn path_of(&self, field: &str, secret: &SecretKeyRef) -> Result<PathBuf, ConfigError> {
+        check_secret_ref(field, secret)?;
+        Ok(self.dir.join(&secret.name).join(&secret.key))
     }
 
     fn read(&self, field: &str, secret: &SecretKeyRef) -> Result<String, ConfigError> {
-        let path = self.path_of(secret);
+        let path = self.path_of(field, secret)?;
         if let Some(values) = &self.values {
             return values
                 .get(&(secret.name.clone(), secret.key.clone()))
@@ -127,30 +236,20 @@ impl SecretFiles {
     }
 }
 
-/// Builds the client configuration for one cluster. `field` is the spec path of the cluster
-/// (`spec.source`), used in every error so users know what to fix.
+/// Builds the client configuration for one cluster and `usage`. `field` is the spec path of
+/// the cluster (`spec.source`), used in every error so users know what to fix.
 pub fn client_config(
     cluster: &ClusterSpec,
     field: &str,
     secrets: &SecretFiles,
+    usage: ClientUse,
 ) -> Result<ClientConfig, ConfigError> {
-    if cluster.bootstrap_servers.trim().is_empty() {
-        return Err(ConfigError::NoBootstrap {
-            field: field.to_string(),
-        });
-    }
+    check_addresses(cluster, field)?;
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", cluster.bootstrap_servers.trim());
+    config.set("bootstrap.servers", &cluster.bootstrap_servers);
     config.set("client.id", format!("mirrorflow-{}", cluster.alias));
-    for (key, value) in &cluster.config {
-        if SECRET_PROPERTIES.contains(&key.as_str()) {
-            return Err(ConfigError::SecretInConfig {
-                field: format!("{field}.config"),
-                property: key.clone(),
-                instead: "sasl.usernameSecretRef / sasl.passwordSecretRef",
-            });
-        }
-        config.set(key, value);
+    for (name, value) in user_properties(cluster, field, usage)? {
+        config.set(name, value);
     }
     let protocol = match (&cluster.tls, &cluster.sasl) {
         (None, None) => "PLAINTEXT",
@@ -191,6 +290,30 @@ mod tests {
     use super::*;
     use crate::api::{SaslSpec, TlsSpec};
 
+    fn none() -> SecretFiles {
+        SecretFiles::new("/nonexistent")
+    }
+
+    fn with_config(pairs: &[(&str, &str)]) -> ClusterSpec {
+        let mut c = cluster();
+        for (k, v) in pairs {
+            c.config.insert((*k).into(), (*v).into());
+        }
+        c
+    }
+
+    fn refusal(pairs: &[(&str, &str)]) -> ConfigError {
+        match client_config(
+            &with_config(pairs),
+            "spec.source",
+            &none(),
+            ClientUse::Replicator,
+        ) {
+            Err(e) => e,
+            Ok(_) => panic!("{pairs:?} accepted"),
+        }
+    }
+
     fn cluster() -> ClusterSpec {
         ClusterSpec {
             alias: "a".into(),
@@ -203,8 +326,7 @@ mod tests {
 
     #[test]
     fn plaintext_by_default() {
-        let c =
-            client_config(&cluster(), "spec.source", &SecretFiles::new("/nonexistent")).unwrap();
+        let c = client_config(&cluster(), "spec.source", &none(), ClientUse::Replicator).unwrap();
         assert_eq!(c.get("security.protocol"), Some("PLAINTEXT"));
         assert_eq!(c.get("bootstrap.servers"), Some("127.0.0.1:9092"));
     }
@@ -213,10 +335,12 @@ mod tests {
     fn secrets_in_config_are_refused_with_the_field() {
         let mut c = cluster();
         c.config.insert("sasl.password".into(), "hunter2".into());
-        let err = client_config(&c, "spec.target", &SecretFiles::new("/x")).unwrap_err();
+        let err = client_config(&c, "spec.target", &none(), ClientUse::Replicator).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
         let text = err.to_string();
         assert!(
-            text.contains("spec.target.config") && text.contains("sasl.password"),
+            text.starts_with("spec.target.config.sasl.password:")
+                && text.contains("spec.target.sasl.passwordSecretRef"),
             "{text}"
         );
         assert!(
@@ -245,7 +369,7 @@ mod tests {
             },
         });
         let secrets = SecretFiles::new(&dir);
-        let cfg = client_config(&c, "spec.source", &secrets).unwrap();
+        let cfg = client_config(&c, "spec.source", &secrets, ClientUse::Replicator).unwrap();
         assert_eq!(cfg.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(cfg.get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
         assert_eq!(cfg.get("sasl.username"), Some("alice"));
@@ -254,7 +378,7 @@ mod tests {
         if let Some(sasl) = c.sasl.as_mut() {
             sasl.password_secret_ref.name = "absent".into();
         }
-        let err = client_config(&c, "spec.source", &secrets).unwrap_err();
+        let err = client_config(&c, "spec.source", &secrets, ClientUse::Replicator).unwrap_err();
         assert_eq!(err.reason(), "SecretMissing");
         let text = err.to_string();
         assert!(
@@ -262,5 +386,179 @@ mod tests {
             "{text}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn allowed_tuning_reaches_the_client_and_the_rest_is_refused_by_name() {
+        let c = with_config(&[("linger.ms", "20"), ("fetch.max.bytes", "8388608")]);
+        let cfg = client_config(&c, "spec.source", &none(), ClientUse::Replicator).unwrap();
+        assert_eq!(cfg.get("linger.ms"), Some("20"));
+        assert_eq!(cfg.get("fetch.max.bytes"), Some("8388608"));
+        for (name, says) in [
+            ("plugin.library.paths", "loads or reads a file from the pod"),
+            ("ssl.engine.location", "loads or reads a file from the pod"),
+            ("bootstrap.servers", "spec.source.bootstrapServers"),
+            ("security.protocol", "spec.source.tls and spec.source.sasl"),
+            ("acks", "the replicator sets it"),
+            ("debug", "docs/crd-reference.md"),
+        ] {
+            let err = refusal(&[(name, "1")]);
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("spec.source.config.{name}: ")) && text.contains(says),
+                "{text}"
+            );
+            assert_eq!(err.reason(), "InvalidSpec");
+        }
+    }
+
+    #[test]
+    fn a_value_the_client_refuses_is_named_without_connecting() {
+        let err = refusal(&[("linger.ms", "5"), ("fetch.wait.max.ms", "banana")]);
+        assert_eq!(err.reason(), INVALID_CLIENT_CONFIG);
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "spec.source.config.fetch.wait.max.ms: the Kafka client refuses 'banana': "
+            ) && text.contains("Invalid value"),
+            "{text}"
+        );
+        // librdkafka's range, and a value it cannot parse for a bounded property.
+        assert_eq!(
+            refusal(&[("fetch.wait.max.ms", "999999999")]).reason(),
+            INVALID_CLIENT_CONFIG
+        );
+        assert_eq!(
+            refusal(&[("compression.type", "brotli")]).reason(),
+            INVALID_CLIENT_CONFIG
+        );
+        assert_eq!(
+            refusal(&[("fetch.max.bytes", "lots")]).reason(),
+            INVALID_CLIENT_CONFIG
+        );
+    }
+
+    #[test]
+    fn a_size_outside_its_bounds_is_refused_with_the_bounds() {
+        let err = refusal(&[("queued.max.messages.kbytes", "2000000")]);
+        assert_eq!(err.reason(), "InvalidSpec");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("spec.source.config.queued.max.messages.kbytes:")
+                && text.contains("from 1 to 131072"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_probe_takes_only_probe_safe_properties() {
+        let c = with_config(&[
+            ("broker.address.family", "v4"),
+            ("socket.keepalive.enable", "true"),
+            ("fetch.max.bytes", "67108864"),
+            ("queued.max.messages.kbytes", "131072"),
+            ("linger.ms", "100"),
+        ]);
+        let probe = client_config(&c, "spec.source", &none(), ClientUse::Probe).unwrap();
+        assert_eq!(probe.get("broker.address.family"), Some("v4"));
+        assert_eq!(probe.get("socket.keepalive.enable"), Some("true"));
+        for name in ["fetch.max.bytes", "queued.max.messages.kbytes", "linger.ms"] {
+            assert_eq!(probe.get(name), None, "{name} reached the probe");
+        }
+        assert_eq!(probe.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+        let replicator = client_config(&c, "spec.source", &none(), ClientUse::Replicator).unwrap();
+        assert_eq!(replicator.get("fetch.max.bytes"), Some("67108864"));
+        // A refused property is refused for the probe too, not silently dropped.
+        let bad = with_config(&[("plugin.library.paths", "/tmp/x.so")]);
+        assert!(client_config(&bad, "spec.source", &none(), ClientUse::Probe).is_err());
+    }
+
+    #[test]
+    fn malformed_bootstrap_servers_are_refused_naming_the_field() {
+        for servers in ["", "kafka", "kafka:0", "a:1, b:2"] {
+            let mut c = cluster();
+            c.bootstrap_servers = servers.into();
+            let err = check_cluster(&c, "spec.target").unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("spec.target.bootstrapServers: "),
+                "{err}"
+            );
+            assert_eq!(err.reason(), "InvalidSpec");
+        }
+    }
+
+    #[test]
+    fn secret_refs_cannot_leave_the_secrets_folder() {
+        let secrets = SecretFiles::new("/var/run/secrets");
+        let refs = [
+            (
+                "creds",
+                "../../etc/passwd",
+                "spec.source.sasl.passwordSecretRef.key",
+            ),
+            ("creds", "..", "spec.source.sasl.passwordSecretRef.key"),
+            ("creds", "a/b", "spec.source.sasl.passwordSecretRef.key"),
+            ("../creds", "p", "spec.source.sasl.passwordSecretRef.name"),
+            ("a/b", "p", "spec.source.sasl.passwordSecretRef.name"),
+            ("..", "p", "spec.source.sasl.passwordSecretRef.name"),
+        ];
+        for (name, key, field) in refs {
+            let secret = SecretKeyRef {
+                name: name.into(),
+                key: key.into(),
+            };
+            let err = secrets
+                .path_of("spec.source.sasl.passwordSecretRef", &secret)
+                .unwrap_err();
+            assert!(err.to_string().starts_with(&format!("{field}: ")), "{err}");
+            let mut c = cluster();
+            c.sasl = Some(SaslSpec {
+                mechanism: SaslMechanism::Plain,
+                username_secret_ref: SecretKeyRef {
+                    name: "creds".into(),
+                    key: "user".into(),
+                },
+                password_secret_ref: secret,
+            });
+            let err = check_cluster(&c, "spec.source").unwrap_err();
+            assert!(err.to_string().starts_with(&format!("{field}: ")), "{err}");
+        }
+        let ok = SecretKeyRef {
+            name: "creds".into(),
+            key: "ca.crt".into(),
+        };
+        assert_eq!(
+            secrets.path_of("f", &ok).unwrap(),
+            PathBuf::from("/var/run/secrets/creds/ca.crt")
+        );
+    }
+
+    #[test]
+    fn every_reason_is_listed() {
+        let errors = [
+            refusal(&[("acks", "1")]),
+            refusal(&[("linger.ms", "soon")]),
+            ConfigError::InvalidBootstrap {
+                field: "f".into(),
+                message: "m".into(),
+            },
+            ConfigError::InvalidSecretRef {
+                field: "f".into(),
+                message: "m".into(),
+            },
+            none()
+                .read(
+                    "f",
+                    &SecretKeyRef {
+                        name: "absent".into(),
+                        key: "k".into(),
+                    },
+                )
+                .unwrap_err(),
+        ];
+        for e in errors {
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
     }
 }

@@ -7,4 +7,6 @@ pub mod consumer_offsets;
 pub mod log_bounds;
 pub mod positions;
 
-pub use config::{ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, client_config};
+pub use config::{
+    ClientUse, ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, check_cluster, client_config,
+};
