@@ -116,6 +116,9 @@ pub fn crd_markdown() -> Result<String, ReferenceError> {
         for field in fields {
             render(&mut out, &field);
         }
+        if top == "spec" {
+            client_properties(&mut out);
+        }
     }
     while out.ends_with("\n\n") {
         out.pop();
@@ -285,6 +288,36 @@ fn render(out: &mut String, field: &Field<'_>) {
     }
 }
 
+/// The allow-list of `spec.<side>.config`, from the table the client configuration enforces.
+fn client_properties(out: &mut String) {
+    use super::client_properties::{ALLOWED, Group, Limit};
+    out.push_str(
+        "## Client properties\n\n\
+         `spec.source.config` and `spec.target.config` accept only these librdkafka properties; \
+         any other is refused (condition `InvalidSpec`, the message names \
+         `spec.<side>.config.<property>` and the field to use instead), and so is a value the \
+         Kafka client refuses (condition `InvalidClientConfig`). Addresses, TLS, SASL and \
+         credentials have their own fields; properties that load or read files of the pod, and \
+         those the replicator sets itself (`acks`, `enable.idempotence`, `isolation.level`, \
+         `group.id`, ...), are never allowed. \"Probe\" marks the few the operator's status \
+         probe applies too: it runs in the shared operator, so it takes only what it needs to \
+         reach the brokers.\n\n",
+    );
+    for group in Group::ALL {
+        let _ = writeln!(out, "{:?}: {}.\n", group, group.why());
+        out.push_str("| property | values | probe |\n|---|---|---|\n");
+        for a in ALLOWED.iter().filter(|a| a.group == group) {
+            let values = match a.limit {
+                Limit::Client => "as librdkafka accepts".to_string(),
+                Limit::Range(min, max) => format!("{min} to {max}"),
+            };
+            let probe = if a.probe { "yes" } else { "" };
+            let _ = writeln!(out, "| `{}` | {values} | {probe} |", a.name);
+        }
+        out.push('\n');
+    }
+}
+
 /// A table cell: pipes escaped.
 fn cell(text: &str) -> String {
     text.replace('|', "\\|")
@@ -313,6 +346,9 @@ mod tests {
             "### `spec.pod.tolerations[].key`",
             "### `status.conditions[].reason`",
             "(reported on `.target.alias`)",
+            "## Client properties",
+            "| `fetch.max.bytes` | 1 to 67108864 |  |",
+            "| `broker.address.family` | as librdkafka accepts | yes |",
         ] {
             assert!(md.contains(needle), "missing {needle}");
         }

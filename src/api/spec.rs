@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::duration::SpecDuration;
+use super::rules::{BOOTSTRAP_PATTERN, SECRET_KEY_PATTERN, SECRET_NAME_PATTERN};
 use super::status::MirrorFlowStatus;
 
 /// A one-way replication flow from a source Kafka cluster to a target Kafka cluster, run the way
@@ -56,6 +57,14 @@ use super::status::MirrorFlowStatus;
 )]
 #[x_kube(validation = Rule::new("self.source.alias != self.target.alias")
     .message("source.alias and target.alias must differ: they name the two clusters in topic names")
+    .field_path(".target.alias"))]
+// A separator inside an alias makes remote topic names ambiguous (`us-east-orders` with
+// separator `-`); the default `.` cannot occur in an alias, so only a set separator is checked.
+#[x_kube(validation = Rule::new("!has(self.replicationPolicy) || !has(self.replicationPolicy.separator) || !self.source.alias.contains(self.replicationPolicy.separator)")
+    .message("source.alias must not contain spec.replicationPolicy.separator: remote topic names <alias><separator><topic> would be ambiguous; choose another separator or alias")
+    .field_path(".source.alias"))]
+#[x_kube(validation = Rule::new("!has(self.replicationPolicy) || !has(self.replicationPolicy.separator) || !self.target.alias.contains(self.replicationPolicy.separator)")
+    .message("target.alias must not contain spec.replicationPolicy.separator: remote topic names <alias><separator><topic> would be ambiguous (the reverse flow prefixes with this alias); choose another separator or alias")
     .field_path(".target.alias"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
@@ -136,8 +145,9 @@ pub struct ClusterSpec {
     )]
     #[x_kube(validation = Rule::new("self == oldSelf").message("the alias cannot change: it is part of remote topic names and checkpoints; create a new flow instead"))]
     pub alias: String,
-    /// Comma-separated `host:port` list of the cluster's brokers.
-    #[schemars(length(min = 1, max = 4096))]
+    /// Comma-separated `host:port` list of the cluster's brokers, without spaces (an IPv6
+    /// address in brackets: `[2001:db8::1]:9092`; ports 1 to 65535).
+    #[schemars(length(min = 1, max = 4096), regex(pattern = BOOTSTRAP_PATTERN))]
     pub bootstrap_servers: String,
     /// TLS for the connection. Absent: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,8 +155,11 @@ pub struct ClusterSpec {
     /// SASL authentication. Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<SaslSpec>,
-    /// Extra client properties passed to the Kafka client (librdkafka names, e.g.
-    /// `fetch.max.bytes`). Never put secrets here: they would land in a ConfigMap.
+    /// Tuning properties passed to the Kafka client (librdkafka names, e.g. `fetch.max.bytes`).
+    /// Only the properties listed under "Client properties" in docs/crd-reference.md are
+    /// allowed, some within bounds; any other is refused with the field to use instead
+    /// (addresses, TLS, SASL and credentials have their own fields). Invalid values are refused
+    /// before anything connects.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
 }
@@ -187,11 +200,11 @@ pub enum SaslMechanism {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
-    /// The Secret's name.
-    #[schemars(length(min = 1, max = 253))]
+    /// The Secret's name (a Kubernetes object name: lower-case letters, digits, `-`, `.`).
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME_PATTERN))]
     pub name: String,
-    /// The key inside the Secret.
-    #[schemars(length(min = 1, max = 253))]
+    /// The key inside the Secret (letters, digits, `-`, `_`, `.`; not `.` or `..`).
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub key: String,
 }
 
