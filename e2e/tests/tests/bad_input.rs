@@ -120,6 +120,51 @@ fn refused_cases() -> Vec<(&'static str, &'static str, &'static str)> {
             "spec.sourceLoop.offsetSyncsLocation",
         ),
         ("unknown mode", "  mode: Mirror\n", "spec.mode"),
+        (
+            "bootstrap server without a port",
+            "REPLACE:  source: {alias: a, bootstrapServers: \"kafka\"}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.bootstrapServers",
+        ),
+        (
+            "bootstrap port out of range",
+            "REPLACE:  source: {alias: a, bootstrapServers: \"a:1\"}\n  target: {alias: b, bootstrapServers: \"b:1,c:70000\"}\n",
+            "spec.target.bootstrapServers",
+        ),
+        (
+            "bootstrap servers with spaces",
+            "REPLACE:  source: {alias: a, bootstrapServers: \"a:1, a2:1\"}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.bootstrapServers",
+        ),
+        (
+            "bootstrap server without a host",
+            "REPLACE:  source: {alias: a, bootstrapServers: \":9092\"}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.bootstrapServers",
+        ),
+        (
+            "Secret name with a slash",
+            "REPLACE:  source:\n    alias: a\n    bootstrapServers: \"a:1\"\n    sasl: {mechanism: PLAIN, usernameSecretRef: {name: s/status, key: u}, passwordSecretRef: {name: s, key: p}}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.sasl.usernameSecretRef.name",
+        ),
+        (
+            "Secret key that leaves its folder",
+            "REPLACE:  source:\n    alias: a\n    bootstrapServers: \"a:1\"\n    sasl: {mechanism: PLAIN, usernameSecretRef: {name: s, key: u}, passwordSecretRef: {name: s, key: ../../etc/passwd}}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.sasl.passwordSecretRef.key",
+        ),
+        (
+            "CA Secret key '..'",
+            "REPLACE:  source:\n    alias: a\n    bootstrapServers: \"a:1\"\n    tls: {caSecretRef: {name: ca, key: \"..\"}}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.tls.caSecretRef.key",
+        ),
+        (
+            "source alias containing the separator",
+            "REPLACE:  source: {alias: us-east, bootstrapServers: \"a:1\"}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n  replicationPolicy: {separator: \"-\"}\n",
+            "spec.source.alias",
+        ),
+        (
+            "target alias containing the separator",
+            "REPLACE:  source: {alias: a, bootstrapServers: \"a:1\"}\n  target: {alias: eu_west, bootstrapServers: \"b:1\"}\n  replicationPolicy: {separator: _}\n",
+            "replicationPolicy.separator",
+        ),
     ]
 }
 
@@ -480,6 +525,36 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             "mode Observe",
             "source: {alias: a, bootstrapServers: '127.0.0.1:1'}\ntarget: {alias: b, bootstrapServers: '127.0.0.1:2'}\nmode: Observe\n",
             "spec.mode is Observe",
+        ),
+        (
+            "bootstrap server without a port",
+            "source: {alias: a, bootstrapServers: 'kafka'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",
+            "spec.source.bootstrapServers: 'kafka' has no port",
+        ),
+        (
+            "Secret key that leaves its folder",
+            "source: {alias: a, bootstrapServers: 'x:1', sasl: {mechanism: PLAIN, usernameSecretRef: {name: s, key: ../../../etc/passwd}, passwordSecretRef: {name: s, key: p}}}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",
+            "spec.source.sasl.usernameSecretRef.key",
+        ),
+        (
+            "alias containing the separator",
+            "source: {alias: us-east, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\nreplicationPolicy: {separator: '-'}\n",
+            "spec.source.alias: 'us-east' contains spec.replicationPolicy.separator",
+        ),
+        (
+            "client property that loads a file",
+            "source: {alias: a, bootstrapServers: 'x:1', config: {plugin.library.paths: /tmp/x.so}}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",
+            "spec.source.config.plugin.library.paths: not allowed: it loads or reads a file from the pod",
+        ),
+        (
+            "client property value the client refuses",
+            "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1', config: {fetch.wait.max.ms: banana}}\n",
+            "spec.target.config.fetch.wait.max.ms: the Kafka client refuses 'banana'",
+        ),
+        (
+            "client property with a typed field",
+            "source: {alias: a, bootstrapServers: 'x:1', config: {security.protocol: SSL}}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",
+            "set by spec.source.tls and spec.source.sasl",
         ),
     ];
     for (case, text, expected) in files {
