@@ -4,14 +4,33 @@
 //! a pattern for the CRD and once as Rust code that says *what* is wrong; the tests below check
 //! that the two agree on a table of examples.
 
+// A host of `BOOTSTRAP_PATTERN` (a macro, so `concat!` can repeat it per entry).
+macro_rules! host_pattern {
+    () => {
+        r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"
+    };
+}
+
+// A port of `BOOTSTRAP_PATTERN`: 1 to 65535, spelled out digit by digit.
+macro_rules! port_pattern {
+    () => {
+        r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+    };
+}
+
 /// A comma-separated list of `host:port`, no spaces: a host is a name or an IPv4 address
 /// (letters, digits, `_`, `.`, `-`, not starting with `.` or `-`) or an IPv6 address in
 /// brackets, a port is 1 to 65535 without leading zeros.
 pub const BOOTSTRAP_PATTERN: &str = concat!(
-    r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])",
-    r":(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])",
-    r"(?:,(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])",
-    r":(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))*$",
+    "^",
+    host_pattern!(),
+    ":",
+    port_pattern!(),
+    "(?:,",
+    host_pattern!(),
+    ":",
+    port_pattern!(),
+    ")*$"
 );
 
 /// A Kubernetes object name (DNS-1123 subdomain): lower-case letters, digits, `-` and `.`,
