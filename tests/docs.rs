@@ -58,6 +58,9 @@ fn reasons() -> Vec<&'static str> {
         reason::CONFLICTING_FLOW,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,
+        // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
+        // so the operator can add it to `conditions::reason` when it reports flow reasons.
+        "InvalidClientConfig",
         // Per-group reasons of `status.leastReadyGroups`.
         "Ready",
         "NoCheckpoint",

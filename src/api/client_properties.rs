@@ -330,6 +330,85 @@ impl Allowed {
     }
 }
 
+/// Pairs librdkafka checks only when a client is created, long after the spec was accepted.
+struct Ordered {
+    larger: &'static str,
+    smaller: &'static str,
+    /// librdkafka's defaults; `None` means the pair is checked only when the flow sets both
+    /// (the replicator sets its own default for that property).
+    defaults: (Option<i64>, Option<i64>),
+    /// Equal values are refused too.
+    strict: bool,
+}
+
+const ORDERED: &[Ordered] = &[
+    Ordered {
+        larger: "reconnect.backoff.max.ms",
+        smaller: "reconnect.backoff.ms",
+        defaults: (Some(10_000), Some(100)),
+        strict: false,
+    },
+    Ordered {
+        larger: "max.poll.interval.ms",
+        smaller: "session.timeout.ms",
+        defaults: (Some(300_000), Some(45_000)),
+        strict: false,
+    },
+    Ordered {
+        larger: "fetch.max.bytes",
+        smaller: "message.max.bytes",
+        defaults: (None, None),
+        strict: false,
+    },
+    Ordered {
+        larger: "message.timeout.ms",
+        smaller: "linger.ms",
+        defaults: (None, None),
+        strict: true,
+    },
+];
+
+/// A pair of set properties the Kafka client would refuse together: (the property to name,
+/// its value, why). `get` looks a property up in the flow's `config`.
+pub fn contradiction<'a>(
+    get: impl Fn(&str) -> Option<&'a str>,
+) -> Option<(&'static str, String, String)> {
+    let number = |name: &str| get(name).and_then(|v| v.trim().parse::<i64>().ok());
+    ORDERED.iter().find_map(|pair| {
+        let set = (number(pair.larger), number(pair.smaller));
+        if set == (None, None) {
+            return None;
+        }
+        let big = set.0.or(pair.defaults.0)?;
+        let small = set.1.or(pair.defaults.1)?;
+        if big > small || (big == small && !pair.strict) {
+            return None;
+        }
+        let shown = |name: &str, set: Option<i64>, value: i64| match set {
+            Some(_) => format!("{name} ({value})"),
+            None => format!("{name} ({value}, librdkafka's default)"),
+        };
+        // Name the property the flow set; when it set both, the smaller one.
+        let (named, value, other) = match set.1 {
+            Some(v) => (pair.smaller, v, shown(pair.larger, set.0, big)),
+            None => (pair.larger, big, shown(pair.smaller, set.1, small)),
+        };
+        let relation = if pair.strict {
+            "greater than"
+        } else {
+            "at least"
+        };
+        Some((
+            named,
+            value.to_string(),
+            format!(
+                "{} must be {relation} {}; here it is not: {other}",
+                pair.larger, pair.smaller
+            ),
+        ))
+    })
+}
+
 /// The explanation for a property that is not allowed: the field to use, or why not at all.
 fn refusal_text(side: &str, name: &str) -> String {
     let with_side = |s: &str| s.replace("{side}", side);
@@ -473,5 +552,39 @@ mod tests {
                 .all(|a| a.group == Group::Connection && a.limit == Limit::Client),
             "the probe takes connection settings only, never a size"
         );
+    }
+
+    #[test]
+    fn contradicting_pairs_are_found_with_librdkafka_defaults() {
+        let find = |pairs: &'static [(&'static str, &'static str)]| {
+            contradiction(|name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v))
+        };
+        let (name, value, why) = find(&[("reconnect.backoff.ms", "20000")]).unwrap();
+        assert_eq!((name, value.as_str()), ("reconnect.backoff.ms", "20000"));
+        assert!(
+            why.contains("reconnect.backoff.max.ms (10000, librdkafka's default)"),
+            "{why}"
+        );
+        let (name, _, _) = find(&[("max.poll.interval.ms", "10000")]).unwrap();
+        assert_eq!(name, "max.poll.interval.ms");
+        let (name, _, _) = find(&[
+            ("fetch.max.bytes", "1048576"),
+            ("message.max.bytes", "2097152"),
+        ])
+        .unwrap();
+        assert_eq!(name, "message.max.bytes");
+        assert_eq!(find(&[("message.max.bytes", "2097152")]), None);
+        let (name, _, why) =
+            find(&[("message.timeout.ms", "5000"), ("linger.ms", "5000")]).unwrap();
+        assert!(name == "linger.ms" && why.contains("greater than"), "{why}");
+        assert_eq!(find(&[("reconnect.backoff.ms", "5000")]), None);
+        assert_eq!(
+            find(&[
+                ("session.timeout.ms", "6000"),
+                ("heartbeat.interval.ms", "1000")
+            ]),
+            None
+        );
+        assert_eq!(find(&[]), None);
     }
 }

@@ -162,6 +162,14 @@ fn user_properties<'a>(
             taken.push((name.as_str(), value.as_str()));
         }
     }
+    let set = |name: &str| cluster.config.get(name).map(String::as_str);
+    if let Some((name, value, description)) = client_properties::contradiction(set) {
+        return Err(ConfigError::ClientRefused {
+            field: format!("{field}.config.{name}"),
+            value,
+            description,
+        });
+    }
     Ok(taken)
 }
 
@@ -435,6 +443,14 @@ mod tests {
         assert_eq!(
             refusal(&[("fetch.max.bytes", "lots")]).reason(),
             INVALID_CLIENT_CONFIG
+        );
+        // A pair librdkafka would refuse only when the client starts.
+        let err = refusal(&[("reconnect.backoff.ms", "20000")]);
+        assert_eq!(err.reason(), INVALID_CLIENT_CONFIG);
+        assert!(
+            err.to_string()
+                .starts_with("spec.source.config.reconnect.backoff.ms: the Kafka client refuses '20000': reconnect.backoff.max.ms must be at least"),
+            "{err}"
         );
     }
 
