@@ -6,7 +6,7 @@ pub mod config;
 pub mod consumer_offsets;
 pub mod log_bounds;
 pub mod positions;
+pub mod secrets;
 
-pub use config::{
-    ClientUse, ConfigError, DEFAULT_SECRETS_DIR, SecretFiles, check_cluster, client_config,
-};
+pub use config::{ClientUse, ConfigError, check_cluster, client_config};
+pub use secrets::{DEFAULT_SECRETS_DIR, SecretFiles};
