@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use mirrorflow::kafka::{DEFAULT_SECRETS_DIR, SecretFiles};
-use mirrorflow::replicator::{self, Metrics, Readiness};
+use mirrorflow::replicator::{self, Loop, Metrics, Readiness};
 
 /// MirrorFlow: Kafka replication with a failover-readiness status.
 #[derive(Parser)]
@@ -148,11 +148,17 @@ fn main() -> anyhow::Result<()> {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
             });
             let spec = &flow.spec;
-            let readiness = Arc::new(Readiness::with_disabled(
-                spec.source_loop.enabled,
-                spec.checkpoints.enabled,
-                spec.heartbeats.enabled,
-            ));
+            let readiness = Arc::new(
+                Readiness::with_disabled(
+                    spec.source_loop.enabled,
+                    spec.checkpoints.enabled,
+                    spec.heartbeats.enabled,
+                )
+                .with_longest_turn(
+                    Loop::Heartbeat,
+                    replicator::heartbeat::longest_turn(spec.heartbeats.interval.as_duration()),
+                ),
+            );
             let ctx = Arc::new(replicator::Context {
                 metrics: Metrics::new().context("creating metrics")?,
                 flow,

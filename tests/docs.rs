@@ -60,7 +60,7 @@ fn reasons() -> Vec<&'static str> {
         reason::IMAGE_NOT_ALLOWED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
-        "InvalidClientConfig",
+        reason::INVALID_CLIENT_CONFIG,
         // Per-group reasons of `status.leastReadyGroups`.
         "Ready",
         "NoCheckpoint",

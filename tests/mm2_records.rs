@@ -1,6 +1,6 @@
 //! Decoders never panic on arbitrary bytes, and valid records round-trip.
 
-use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
+use mirrorflow::mm2::{Checkpoint, Heartbeat, MAX_OFFSET, OffsetSync, TopicPartition};
 use proptest::prelude::*;
 
 fn name() -> impl Strategy<Value = String> {
@@ -25,7 +25,7 @@ proptest! {
 
     #[test]
     fn checkpoint_round_trips(group in name(), topic in name(), partition in 0..i32::MAX,
-                              up in 0..i64::MAX, down in 0..i64::MAX, metadata in name(),
+                              up in 0..=MAX_OFFSET, down in 0..=MAX_OFFSET, metadata in name(),
                               trailing in prop::collection::vec(any::<u8>(), 0..4)) {
         let cp = Checkpoint {
             group, topic_partition: TopicPartition::new(topic, partition),
@@ -46,7 +46,7 @@ proptest! {
 
     #[test]
     fn offset_sync_round_trips(topic in name(), partition in 0..i32::MAX,
-                               up in 0..i64::MAX, down in 0..i64::MAX) {
+                               up in 0..=MAX_OFFSET, down in 0..=MAX_OFFSET) {
         let sync = OffsetSync::new(TopicPartition::new(topic, partition), up, down);
         let rec = sync.encode().unwrap();
         prop_assert_eq!(rec.value.len(), 16);
@@ -54,7 +54,15 @@ proptest! {
     }
 
     #[test]
-    fn negative_offsets_never_encode(up in i64::MIN..0, down in 0..i64::MAX) {
+    fn offsets_beyond_any_log_never_encode(up in (MAX_OFFSET + 1)..=i64::MAX, down in 0..=MAX_OFFSET) {
+        let sync = OffsetSync::new(TopicPartition::new("t", 0), up, down);
+        prop_assert!(sync.encode().is_err());
+        let swapped = OffsetSync::new(TopicPartition::new("t", 0), down, up);
+        prop_assert!(swapped.encode().is_err());
+    }
+
+    #[test]
+    fn negative_offsets_never_encode(up in i64::MIN..0, down in 0..=MAX_OFFSET) {
         let sync = OffsetSync::new(TopicPartition::new("t", 0), up, down);
         prop_assert!(sync.encode().is_err());
         let swapped = OffsetSync::new(TopicPartition::new("t", 0), down, up);

@@ -53,7 +53,10 @@ use super::status::MirrorFlowStatus;
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    // Pods carry `controller-revision-hash: <name>-<10 characters>`, a label value of at most
+    // 63: a longer flow name would be accepted and then fail in its StatefulSet.
+    validation = Rule::new("size(self.metadata.name) <= 52").message("metadata.name: a MirrorFlow's name has at most 52 characters, so the names of its StatefulSet's pods and their labels fit")
 )]
 #[x_kube(validation = Rule::new("self.source.alias != self.target.alias")
     .message("source.alias and target.alias must differ: they name the two clusters in topic names")

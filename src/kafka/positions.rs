@@ -96,7 +96,7 @@ impl Gap {
         match self.kind {
             GapKind::SourceTruncated => format!(
                 "{t}[{p}]: source offsets {from}..{to} were deleted on the source (retention or DeleteRecords) before they were copied; {} records are missing on the target",
-                to - from
+                to.saturating_sub(from)
             ),
             GapKind::SourceRewound => format!(
                 "{t}[{p}]: the source partition now ends at offset {to}, before the copied position {from}: the topic was deleted and created again (or lost records); copying restarted at its beginning"

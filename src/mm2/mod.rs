@@ -35,4 +35,4 @@ pub use sync::{
     Coverage, DEFAULT_MAX_RUNS, InvalidSync, InverseSyncs, OffsetSyncStore, PartitionSyncs,
     StoreConfig, SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
 };
-pub use wire::{DecodeError, EncodeError, MAX_STRING_LEN};
+pub use wire::{DecodeError, EncodeError, MAX_OFFSET, MAX_STRING_LEN};

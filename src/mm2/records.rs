@@ -4,6 +4,8 @@
 //! partitions and timestamps, valid UTF-8), so anything that decodes re-encodes to the same
 //! bytes, minus any trailing bytes, which readers ignore as MM2 does.
 
+#[cfg(test)]
+use super::wire::MAX_OFFSET;
 use super::wire::{DecodeError, EncodeError, Reader, Writer};
 
 /// A topic name and partition number.
@@ -58,8 +60,8 @@ impl Checkpoint {
             .finish();
         let value = Writer::with_capacity(20 + self.metadata.len())
             .i16(0)
-            .non_negative_i64("upstreamOffset", self.upstream_offset)?
-            .non_negative_i64("offset", self.downstream_offset)?
+            .offset("upstreamOffset", self.upstream_offset)?
+            .offset("offset", self.downstream_offset)?
             .string("metadata", &self.metadata)?
             .finish();
         Ok(EncodedRecord { key, value })
@@ -72,8 +74,8 @@ impl Checkpoint {
         let partition = k.non_negative_i32("partition")?;
         let mut v = Reader::new(value);
         v.version0("version")?;
-        let upstream_offset = v.non_negative_i64("upstreamOffset")?;
-        let downstream_offset = v.non_negative_i64("offset")?;
+        let upstream_offset = v.offset("upstreamOffset")?;
+        let downstream_offset = v.offset("offset")?;
         let metadata = v.string("metadata")?;
         Ok(Self {
             group,
@@ -152,8 +154,8 @@ impl OffsetSync {
             .non_negative_i32("partition", self.topic_partition.partition)?
             .finish();
         let value = Writer::with_capacity(16)
-            .non_negative_i64("upstreamOffset", self.upstream_offset)?
-            .non_negative_i64("offset", self.downstream_offset)?
+            .offset("upstreamOffset", self.upstream_offset)?
+            .offset("offset", self.downstream_offset)?
             .finish();
         Ok(EncodedRecord { key, value })
     }
@@ -163,8 +165,8 @@ impl OffsetSync {
         let topic = k.string("topic")?;
         let partition = k.non_negative_i32("partition")?;
         let mut v = Reader::new(value);
-        let upstream_offset = v.non_negative_i64("upstreamOffset")?;
-        let downstream_offset = v.non_negative_i64("offset")?;
+        let upstream_offset = v.offset("upstreamOffset")?;
+        let downstream_offset = v.offset("offset")?;
         Ok(Self {
             topic_partition: TopicPartition { topic, partition },
             upstream_offset,
@@ -186,6 +188,34 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn offsets_beyond_any_real_log_are_refused_both_ways() {
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let key = OffsetSync::new(tp.clone(), 0, 0).encode().unwrap().key;
+        for (up, down) in [(i64::MAX, 1), (1, i64::MAX), (MAX_OFFSET + 1, 0)] {
+            assert!(matches!(
+                OffsetSync::new(tp.clone(), up, down).encode(),
+                Err(EncodeError::OffsetTooLarge { .. })
+            ));
+            // What another writer could put in the topic: read, and refused.
+            let value = [up.to_be_bytes(), down.to_be_bytes()].concat();
+            assert!(
+                matches!(
+                    OffsetSync::decode(&key, &value),
+                    Err(DecodeError::OffsetTooLarge { .. })
+                ),
+                "{up} {down}"
+            );
+        }
+        let edge = OffsetSync::new(tp, MAX_OFFSET, MAX_OFFSET)
+            .encode()
+            .unwrap();
+        assert!(OffsetSync::decode(&edge.key, &edge.value).is_ok());
     }
 
     // Golden vectors from reference/mm2-compat.md.

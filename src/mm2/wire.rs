@@ -27,7 +27,14 @@ pub enum DecodeError {
     UnsupportedVersion { field: &'static str, version: i16 },
     #[error("field `{field}`: negative value {value}")]
     Negative { field: &'static str, value: i64 },
+    #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
+    OffsetTooLarge { field: &'static str, value: i64 },
 }
+
+/// The largest offset a decoded record may carry: 2^62, far beyond any log Kafka can hold (a
+/// billion records a second for 146 years). Bounding offsets where they enter keeps every later
+/// `offset + 1` and difference of two offsets in range, whatever a topic holds.
+pub const MAX_OFFSET: i64 = 1 << 62;
 
 impl DecodeError {
     /// A low-cardinality label for metrics.
@@ -38,6 +45,7 @@ impl DecodeError {
             DecodeError::InvalidUtf8 { .. } => "invalid_utf8",
             DecodeError::UnsupportedVersion { .. } => "unsupported_version",
             DecodeError::Negative { .. } => "negative_value",
+            DecodeError::OffsetTooLarge { .. } => "offset_too_large",
         }
     }
 }
@@ -49,6 +57,8 @@ pub enum EncodeError {
     StringTooLong { field: &'static str, len: usize },
     #[error("field `{field}`: negative value {value} would crash MirrorMaker 2 readers")]
     Negative { field: &'static str, value: i64 },
+    #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
+    OffsetTooLarge { field: &'static str, value: i64 },
 }
 
 /// Appends fields to a record buffer, refusing values MM2 cannot read back.
@@ -96,6 +106,14 @@ impl Writer {
         }
         self.buf.extend_from_slice(&v.to_be_bytes());
         Ok(self)
+    }
+
+    /// An offset: what [`Reader::offset`] reads back, nothing it would refuse.
+    pub(crate) fn offset(&mut self, field: &'static str, v: i64) -> Result<&mut Self, EncodeError> {
+        if v > MAX_OFFSET {
+            return Err(EncodeError::OffsetTooLarge { field, value: v });
+        }
+        self.non_negative_i64(field, v)
     }
 
     pub(crate) fn string(
@@ -167,6 +185,15 @@ impl<'a> Reader<'a> {
         let v = self.take::<8>(field).map(i64::from_be_bytes)?;
         if v < 0 {
             return Err(DecodeError::Negative { field, value: v });
+        }
+        Ok(v)
+    }
+
+    /// An offset: non-negative and at most [`MAX_OFFSET`].
+    pub(crate) fn offset(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        let v = self.non_negative_i64(field)?;
+        if v > MAX_OFFSET {
+            return Err(DecodeError::OffsetTooLarge { field, value: v });
         }
         Ok(v)
     }

@@ -28,6 +28,8 @@ pub const MAX_LISTED_GAPS: usize = 20;
 pub mod reason {
     pub const OK: &str = "AsExpected";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The Kafka client refuses a property of `spec.<side>.config` (unknown, or a bad value).
+    pub const INVALID_CLIENT_CONFIG: &str = crate::kafka::config::INVALID_CLIENT_CONFIG;
     pub const SECRET_MISSING: &str = "SecretMissing";
     pub const SOURCE_UNREACHABLE: &str = "SourceUnreachable";
     pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";

@@ -74,15 +74,8 @@ pub struct ClusterIds {
 /// A flow whose target is its own source copies its own copies: every round adds a prefix
 /// (`a.a.a.heartbeats`...). Bootstrap strings can differ for one cluster, its id cannot.
 pub fn same_cluster(ids: &ClusterIds) -> Option<Blocked> {
-    match (&ids.source, &ids.target) {
-        (Some(s), Some(t)) if s == t => Some(Blocked::new(
-            reason::SAME_CLUSTER,
-            format!(
-                "spec.target.bootstrapServers: reaches the same Kafka cluster (id {t}) as spec.source.bootstrapServers; a flow into its own source would copy its own copies again and again, so nothing is deployed and no topic is created; point spec.target at another cluster"
-            ),
-        )),
-        _ => None,
-    }
+    crate::kafka::cluster_id::same_cluster_message(ids.source.as_deref(), ids.target.as_deref())
+        .map(|m| Blocked::new(reason::SAME_CLUSTER, m))
 }
 
 /// Bootstrap servers as a set, so `b:1,a:1` and `A:1, b:1` compare equal.

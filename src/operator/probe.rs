@@ -133,14 +133,10 @@ fn fault(client: &ProbeConsumer, error: &KafkaError) -> ClusterFault {
 /// The ids the source and target brokers report (`None` for a side that did not answer);
 /// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
 pub fn cluster_ids(flow: &Flow) -> super::guards::ClusterIds {
-    let id = |config: &ClientConfig| {
-        consumer(config, None)
-            .ok()
-            .and_then(|c| c.client().fetch_cluster_id(TIMEOUT))
-    };
+    use crate::kafka::cluster_id::cluster_id;
     super::guards::ClusterIds {
-        source: id(&flow.source_client),
-        target: id(&flow.target_client),
+        source: cluster_id(&flow.source_probe_client, TIMEOUT),
+        target: cluster_id(&flow.target_probe_client, TIMEOUT),
     }
 }
 
@@ -148,14 +144,14 @@ pub fn cluster_ids(flow: &Flow) -> super::guards::ClusterIds {
 pub fn observe(flow: &Flow) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
-    let target = match consumer(&flow.target_client, None) {
+    let target = match consumer(&flow.target_probe_client, None) {
         Ok(c) => c,
         Err(e) => {
             out.target_error = Some(ClusterFault::Unreachable(e.to_string()));
             return out;
         }
     };
-    let source = match consumer(&flow.source_client, None) {
+    let source = match consumer(&flow.source_probe_client, None) {
         Ok(c) => c,
         Err(e) => {
             out.source_error = Some(ClusterFault::Unreachable(e.to_string()));
@@ -204,7 +200,7 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
 
     // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
     let checkpoints = read_checkpoints(
-        &flow.target_client,
+        &flow.target_probe_client,
         "target",
         &policy.checkpoints_topic(flow.source_alias()),
         Duration::from_secs(20),
@@ -222,8 +218,12 @@ type Positions = HashMap<(String, i32), i64>;
 
 /// The stored positions and the breaks in continuity recorded beside them.
 fn read_positions(flow: &Flow, topic: String) -> Option<(Positions, Vec<Gap>)> {
-    let mut reader =
-        PositionReader::new(&flow.target_client, topic, "mirrorflow-operator-probe").ok()?;
+    let mut reader = PositionReader::new(
+        &flow.target_probe_client,
+        topic,
+        "mirrorflow-operator-probe",
+    )
+    .ok()?;
     reader.read_to_end(2 * TIMEOUT).ok()?;
     let gaps = reader.gaps().to_vec();
     Some((
@@ -278,7 +278,7 @@ fn replication_lag(
         let next = copied
             .get(&(end.topic().to_string(), end.partition()))
             .map_or(start, |n| (*n).max(start));
-        lag += (end_offset - next).max(0);
+        lag = lag.saturating_add(end_offset.saturating_sub(next).max(0));
     }
     Some(lag)
 }
@@ -353,7 +353,7 @@ fn group_observations(
     }
     let mut out = Vec::new();
     for group in names {
-        let Ok(c) = consumer(&flow.source_client, Some(&group)) else {
+        let Ok(c) = consumer(&flow.source_probe_client, Some(&group)) else {
             continue;
         };
         let Ok(committed) = c.committed_offsets(tpl.clone(), TIMEOUT) else {
@@ -378,7 +378,7 @@ fn group_observations(
                     .get(&(e.topic().to_string(), e.partition()))
                     .copied()
                     .unwrap_or(0);
-                uncopied += (c - next).max(0);
+                uncopied = uncopied.saturating_add(c.saturating_sub(next).max(0));
             }
             let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
             match cps.and_then(|m| m.get(&TopicPartition::new(remote, e.partition()))) {
@@ -387,12 +387,12 @@ fn group_observations(
                     let written = stored.written_ms.unwrap_or(0);
                     newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
                     if up < c {
-                        replay += c - up;
+                        replay = replay.saturating_add(c.saturating_sub(up));
                         stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
                     }
                 }
                 None => {
-                    replay += c;
+                    replay = replay.saturating_add(c);
                     stale_since = Some(i64::MIN);
                 }
             }

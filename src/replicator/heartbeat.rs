@@ -46,8 +46,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             return Ok(());
         }
     }
-    // A heartbeat older than a few intervals is worthless: give up on it rather than queue.
-    let timeout = (interval * 5).max(Duration::from_secs(5));
+    let timeout = write_timeout(interval);
     let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<AckedProducer> {
         Ok(AckedProducer::new(
             client
@@ -106,6 +105,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 }
             }
             _ = tick.tick() => {
+                ctx.readiness.turned(crate::replicator::Loop::Heartbeat);
                 set_lag(&ctx, newest_ms);
                 let now = now_ms();
                 // Both at once: an unreachable source must not delay the target's heartbeat.
@@ -124,6 +124,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             }
         }
     }
+}
+
+/// A heartbeat older than a few intervals is worthless: give up on it rather than queue.
+fn write_timeout(interval: Duration) -> Duration {
+    interval.saturating_mul(5).max(Duration::from_secs(5))
+}
+
+/// The longest one turn of the loop can take: both writes wait at most [`write_timeout`], at
+/// once, after a tick of one interval.
+pub fn longest_turn(interval: Duration) -> Duration {
+    write_timeout(interval).saturating_add(interval)
 }
 
 struct Emitter {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::flow::{Flow, FlowError};
-pub use health::Readiness;
+pub use health::{Loop, Readiness};
 pub use metrics::Metrics;
 
 /// What every loop shares.
@@ -49,6 +49,7 @@ pub async fn run(
     }
     tracing::info!(flow = %ctx.flow.name, source = %ctx.flow.source_alias(), target = %ctx.flow.target_alias(),
         replica = %ctx.replica, "replicator starting");
+    refuse_own_source_as_target(&ctx).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(serve_health(ctx.clone(), listen, shutdown.clone()));
     if spec.source_loop.enabled {
@@ -74,6 +75,30 @@ pub async fn run(
     }
     tracing::info!("replicator stopped");
     result
+}
+
+/// The operator refuses such a flow before deploying it; a standalone run, or a spec the
+/// operator could not check because a cluster was down, is refused here, before any topic is
+/// created. A cluster that does not answer leaves the question open: nothing can be created
+/// on it either, and the operator decides once it answers.
+async fn refuse_own_source_as_target(ctx: &Context) -> anyhow::Result<()> {
+    use crate::kafka::cluster_id::{cluster_id, same_cluster_message};
+    let (source, target) = (
+        ctx.flow.source_client.clone(),
+        ctx.flow.target_client.clone(),
+    );
+    let ids = tokio::task::spawn_blocking(move || {
+        let timeout = std::time::Duration::from_secs(10);
+        (cluster_id(&source, timeout), cluster_id(&target, timeout))
+    })
+    .await?;
+    if let Some(message) = same_cluster_message(ids.0.as_deref(), ids.1.as_deref()) {
+        anyhow::bail!("{message}");
+    }
+    if ids.0.is_none() || ids.1.is_none() {
+        tracing::warn!(source = ?ids.0, target = ?ids.1, "a cluster did not say its id; starting anyway");
+    }
+    Ok(())
 }
 
 async fn serve_health(

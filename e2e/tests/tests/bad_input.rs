@@ -227,6 +227,36 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "spec.source.bootstrapServers",
         ),
         (
+            "config-plugin",
+            "REPLACE_SOURCE_CONFIG:plugin.library.paths: /tmp/x.so".into(),
+            "InvalidSpec",
+            "spec.source.config.plugin.library.paths",
+        ),
+        (
+            "config-file-location",
+            "REPLACE_SOURCE_CONFIG:ssl.ca.location: /etc/shadow".into(),
+            "InvalidSpec",
+            "spec.source.config.ssl.ca.location",
+        ),
+        (
+            "config-bootstrap",
+            "REPLACE_SOURCE_CONFIG:bootstrap.servers: 'x:1'".into(),
+            "InvalidSpec",
+            "spec.source.bootstrapServers",
+        ),
+        (
+            "config-huge-buffer",
+            "REPLACE_SOURCE_CONFIG:queued.max.messages.kbytes: '2097151'".into(),
+            "InvalidSpec",
+            "spec.source.config.queued.max.messages.kbytes",
+        ),
+        (
+            "config-banana",
+            "REPLACE_SOURCE_CONFIG:fetch.wait.max.ms: banana".into(),
+            "InvalidClientConfig",
+            "spec.source.config.fetch.wait.max.ms",
+        ),
+        (
             "same-cluster",
             "REPLACE_SAME_CLUSTER".into(),
             "SameCluster",
@@ -269,13 +299,6 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "spec.pod.tolerations",
         ),
         (
-            // 60 characters: valid for the flow, too long for its `<name>-metrics` Service.
-            "a-flow-whose-name-is-too-long-for-the-objects-derived-from-i",
-            "  topics: [\"none-such\"]\n".into(),
-            "ChildRejected",
-            "metadata.name",
-        ),
-        (
             "identity-there",
             "  replicationPolicy: {type: Identity}\n".into(),
             "InvalidSpec",
@@ -314,6 +337,10 @@ fn condition_yaml(ns: &str, name: &str, world: &World, spec: &str) -> String {
         "REPLACE_CONFLICT" => format!("{}  topics: [\"none-such\"]\n", flow("dup", s, t, "")),
         "REPLACE_UNREACHABLE" => flow("unreach", "127.0.0.1:1", t, ""),
         "REPLACE_SOURCE_CONFIG" => clusters(s, t, "    config: {sasl.password: hunter2}\n"),
+        c if c.starts_with("REPLACE_SOURCE_CONFIG:") => {
+            let property = &c["REPLACE_SOURCE_CONFIG:".len()..];
+            clusters(s, t, &format!("    config: {{{property}}}\n"))
+        }
         "REPLACE_REVERSE" => {
             format!(
                 "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: tgt, bootstrapServers: \"{t}\"}}\n  target: {{alias: src, bootstrapServers: \"{s}\"}}\n  replicationPolicy: {{type: Identity}}\n"
@@ -365,6 +392,21 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
         );
         table.push(format!("| {case} | refused by the apiserver | `{field}` |"));
     }
+
+    // A name too long for the objects derived from it (pods' revision-hash label).
+    let long = resource(
+        &ns,
+        "a-flow-whose-name-is-too-long-for-the-objects-derived-from-i",
+        &world,
+        "",
+    );
+    let err = run_with_input("kubectl", &["apply", "--dry-run=server", "-f", "-"], &long)
+        .expect_err("the apiserver refuses a 60-character flow name");
+    assert!(
+        format!("{err:#}").contains("metadata.name: a MirrorFlow's name has at most 52"),
+        "{err:#}"
+    );
+    table.push("| name of 60 characters | refused by the apiserver | `metadata.name` |".into());
 
     // An alias cannot change once set.
     run_with_input(
@@ -504,7 +546,17 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
     let dir = std::env::temp_dir().join(unique("mf-bad-files"));
     std::fs::create_dir_all(&dir)?;
     let binary = mirrorflow_e2e::replicator::binary(&world.repo_root);
+    let into_itself = format!(
+        "source: {{alias: a, bootstrapServers: '{}'}}\ntarget: {{alias: b, bootstrapServers: '{}'}}\n",
+        world.source_bootstrap,
+        world.source_bootstrap.replace("127.0.0.1", "localhost")
+    );
     let files = [
+        (
+            "target is the source (another name)",
+            into_itself.as_str(),
+            "spec.target.bootstrapServers: reaches the same Kafka cluster",
+        ),
         ("not YAML", "source: [unclosed\n", "not a valid MirrorFlow"),
         (
             "misspelt field",

@@ -208,7 +208,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             .clone()
             .set("acks", "all")
             .set("enable.idempotence", "true")
-            .set("linger.ms", "5"),
+            .set("linger.ms", "5")
+            // A write to an unreachable target fails (and is retried with backoff) well before
+            // liveness would call the loop wedged; librdkafka's default waits 300 s.
+            .set("message.timeout.ms", "120000"),
     )?;
     let filters = Filters {
         topics: flow.topics.clone(),
@@ -544,6 +547,9 @@ impl Core<'_> {
 
     /// Once a second: readiness and per-group checkpoint ages.
     fn tick(&mut self) {
+        self.ctx
+            .readiness
+            .turned(crate::replicator::Loop::Checkpoint);
         let readiness = &self.ctx.readiness.checkpoint;
         if !readiness.load(Ordering::Relaxed)
             && self.ready_to_evaluate()

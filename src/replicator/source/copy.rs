@@ -1131,6 +1131,7 @@ pub fn run(
         } else {
             Duration::from_millis(100)
         };
+        ctx.readiness.turned(crate::replicator::Loop::Source);
         let polled = consumer.poll(timeout);
         // Checked before anything polled is handled: nothing acknowledged after a freeze may
         // reach an offset sync. Rebalance callbacks (which may wait seconds) reset the clock.

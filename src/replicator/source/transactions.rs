@@ -1011,6 +1011,7 @@ pub fn run(
         } else {
             Duration::from_millis(100)
         };
+        ctx.readiness.turned(crate::replicator::Loop::Source);
         match consumer.poll(timeout) {
             Some(Ok(m)) => lock(&copier).copy(&m),
             Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
