@@ -85,7 +85,12 @@ fn measure(args: &StatusArgs) -> Result<(String, MirrorFlowStatus), CliError> {
         checkpoints_enabled: flow.spec.checkpoints.enabled,
         ..Observation::default()
     };
-    probe::observe(&flow).record_into(&mut obs);
+    // The CLI waits as long as the operator would for one probe.
+    probe::observe(
+        &flow,
+        probe::Budget::new(crate::operator::reconcile::PROBE_BUDGET),
+    )
+    .record_into(&mut obs);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let status = conditions::status(None, &obs, &flow.spec.failover_readiness, None, &now);
     Ok((

@@ -1,7 +1,7 @@
 //! Leader election with a coordination.k8s.io Lease: every replica runs, only the holder
 //! reconciles. A holder that cannot renew in time exits, so two operators never write at once.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -12,11 +12,27 @@ use serde_json::json;
 
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// A holder that has not renewed for this long stops writing at once and exits: well inside
+/// [`LEASE_DURATION`], so it is gone before a standby may take the lease.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct LeaseLock {
     api: Api<Lease>,
     name: String,
     holder: String,
+    /// The other holder's record as last read, and when (local monotonic clock) it was first
+    /// seen unchanged: expiry is judged on this clock, never by comparing the remote
+    /// `renewTime` with ours (clocks differ between nodes).
+    observed: std::sync::Mutex<Option<(Observed, Instant)>>,
+    /// When this replica last renewed (monotonic; a frozen process sees it age).
+    renewed: std::sync::Mutex<Option<Instant>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Observed {
+    holder: Option<String>,
+    renew_time: Option<String>,
+    lease_seconds: Option<i32>,
 }
 
 impl LeaseLock {
@@ -25,6 +41,51 @@ impl LeaseLock {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             holder: holder.into(),
+            observed: Default::default(),
+            renewed: Default::default(),
+        }
+    }
+
+    /// Whether this replica renewed within [`RENEW_DEADLINE`]: checked before every write.
+    pub fn leading(&self) -> bool {
+        self.renewed
+            .lock()
+            .ok()
+            .and_then(|r| *r)
+            .is_some_and(|at| at.elapsed() < RENEW_DEADLINE)
+    }
+
+    /// How long ago this replica last renewed (`None`: never).
+    pub fn since_renewed(&self) -> Option<Duration> {
+        self.renewed
+            .lock()
+            .ok()
+            .and_then(|r| *r)
+            .map(|at| at.elapsed())
+    }
+
+    fn mark_renewed(&self, at: Instant) {
+        if let Ok(mut r) = self.renewed.lock() {
+            *r = Some(at);
+        }
+    }
+
+    /// True once another holder's record has stayed the same for its lease duration, as
+    /// measured here.
+    fn other_expired(&self, seen: Observed) -> bool {
+        let Ok(mut observed) = self.observed.lock() else {
+            return false;
+        };
+        let duration = seen
+            .lease_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(LEASE_DURATION, Duration::from_secs);
+        match observed.as_ref() {
+            Some((last, since)) if *last == seen => since.elapsed() > duration,
+            _ => {
+                *observed = Some((seen, Instant::now()));
+                false
+            }
         }
     }
 
@@ -48,26 +109,30 @@ impl LeaseLock {
                 "spec": self.spec(now, true),
             }))
             .map_err(kube::Error::SerdeError)?;
+            let asked = Instant::now();
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(_) => {
+                    self.mark_renewed(asked);
+                    Ok(true)
+                }
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
         };
         let spec = lease.spec.unwrap_or_default();
         let ours = spec.holder_identity.as_deref() == Some(self.holder.as_str());
-        let expired = spec
-            .renew_time
-            .map(|t| {
-                let secs = spec
-                    .lease_duration_seconds
-                    .unwrap_or(LEASE_DURATION.as_secs() as i32);
-                t.0.as_second() + i64::from(secs) < now.as_second()
+        let free = spec.holder_identity.is_none() || spec.renew_time.is_none();
+        if !ours
+            && !free
+            && !self.other_expired(Observed {
+                holder: spec.holder_identity.clone(),
+                renew_time: spec.renew_time.as_ref().map(|t| t.0.to_string()),
+                lease_seconds: spec.lease_duration_seconds,
             })
-            .unwrap_or(true);
-        if !ours && !expired {
+        {
             return Ok(false);
         }
+        let asked = Instant::now();
         // The resourceVersion makes the update fail if another replica took it meanwhile.
         let patch = json!({
             "metadata": {"resourceVersion": lease.metadata.resource_version},
@@ -78,7 +143,11 @@ impl LeaseLock {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                // The lease runs from when we asked, not from when the answer came.
+                self.mark_renewed(asked);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
@@ -123,5 +192,49 @@ impl LeaseLock {
             spec["acquireTime"] = json!(MicroTime(now));
         }
         spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock() -> LeaseLock {
+        // No request is made by the functions under test; any client will do.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        LeaseLock::new(client, "ns", "l", "me")
+    }
+
+    fn record(renew: &str) -> Observed {
+        Observed {
+            holder: Some("other".into()),
+            renew_time: Some(renew.into()),
+            lease_seconds: Some(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn another_holder_expires_by_our_clock_only_while_its_record_stands_still() {
+        let l = lock();
+        // Its renewTime may be far in the past by our clock (skew): first sight is not expiry.
+        assert!(!l.other_expired(record("2000-01-01T00:00:00Z")));
+        std::thread::sleep(Duration::from_millis(1100));
+        assert!(
+            l.other_expired(record("2000-01-01T00:00:00Z")),
+            "unchanged for its 1 s"
+        );
+        // A renewal (any change of the record) starts the wait again.
+        assert!(!l.other_expired(record("2000-01-01T00:00:05Z")));
+    }
+
+    #[tokio::test]
+    async fn leadership_lapses_at_the_renew_deadline() {
+        let l = lock();
+        assert!(!l.leading(), "never renewed");
+        l.mark_renewed(Instant::now());
+        assert!(l.leading());
+        l.mark_renewed(Instant::now() - RENEW_DEADLINE - Duration::from_millis(1));
+        assert!(!l.leading());
     }
 }

@@ -13,6 +13,7 @@ pub mod desired;
 pub mod guards;
 pub mod lease;
 pub mod probe;
+pub mod probes;
 pub mod reconcile;
 pub mod rejections;
 pub mod triggers;
@@ -255,6 +256,10 @@ pub struct Context {
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Every flow the operator sees (the controller's watch cache), for checks across flows.
     pub flows: reflector::Store<MirrorFlow>,
+    /// The leader lease when leader election is on: no write without holding it.
+    pub lease: Option<Arc<lease::LeaseLock>>,
+    /// Probes running now, and the slots that bound them per namespace and in all.
+    pub probes: probes::Probes,
     /// The clusters' ids per flow and the spec generation they were asked for.
     pub cluster_ids:
         std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, guards::ClusterIds)>>,
@@ -308,6 +313,11 @@ impl Context {
         if let Ok(mut m) = self.failures.lock() {
             m.remove(key);
         }
+    }
+
+    /// Whether this operator may write: it holds a renewed lease, or runs without election.
+    pub fn leading(&self) -> bool {
+        self.lease.as_ref().is_none_or(|l| l.leading())
     }
 
     pub fn record_success(&self, key: &str) {
@@ -403,6 +413,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),
+        lease: lease.as_ref().map(|(lock, _)| lock.clone()),
+        probes: Default::default(),
         cluster_ids: Default::default(),
     });
     let flow_changes = watcher(flows, watcher::Config::default())
@@ -453,6 +465,8 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
             .map(|mf| (mf.namespace().unwrap_or_default(), mf.name_any()))
             .collect();
         ctx.metrics.retain_flows(&live);
+        ctx.probes
+            .retain_namespaces(&live.iter().map(|(ns, _)| ns.clone()).collect());
         let mut known: Vec<String> = ctx
             .last_status
             .lock()
@@ -472,17 +486,26 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
     }
 }
 
-/// Renews the lease; a holder that lost it exits at once, so two operators never write at once.
+/// Renews the lease; a holder that lost it, or could not renew it within the renew deadline
+/// (apiserver unreachable or stalled, process frozen), exits at once, so two operators never
+/// write at once. Reconciles also check [`lease::LeaseLock::leading`] before they write.
 async fn keep_lease(lock: Arc<lease::LeaseLock>) {
     loop {
         tokio::time::sleep(lease::RENEW_EVERY).await;
-        match lock.try_acquire_or_renew().await {
-            Ok(true) => {}
-            Ok(false) => {
+        // A stalled connection must not hold the loop past the deadline.
+        match tokio::time::timeout(lease::RENEW_EVERY, lock.try_acquire_or_renew()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
                 tracing::error!("lost the leader lease; exiting so another replica takes over");
                 std::process::exit(1);
             }
-            Err(e) => tracing::warn!(error = %e, "renewing the leader lease failed; retrying"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "renewing the leader lease failed; retrying"),
+            Err(_) => tracing::warn!("renewing the leader lease got no answer; retrying"),
+        }
+        if !lock.leading() {
+            tracing::error!(since_renewed = ?lock.since_renewed(), deadline = ?lease::RENEW_DEADLINE,
+                "could not renew the leader lease in time; exiting so another replica takes over");
+            std::process::exit(1);
         }
     }
 }

@@ -29,7 +29,35 @@ use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{Heartbeat, ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
+/// The longest one request to a cluster may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The time a whole probe may take. Every request gets what is left (at most [`TIMEOUT`]), and
+/// the probe stops asking once it is spent, so a cluster that accepts connections and never
+/// answers costs one blocking thread for at most the budget, not one per request.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    deadline: std::time::Instant,
+}
+
+impl Budget {
+    pub fn new(total: Duration) -> Self {
+        Budget {
+            deadline: std::time::Instant::now() + total,
+        }
+    }
+
+    /// The timeout for the next request: what is left, at most `cap`; zero once spent.
+    fn next(&self, cap: Duration) -> Duration {
+        self.deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .min(cap)
+    }
+
+    fn spent(&self) -> bool {
+        self.next(TIMEOUT).is_zero()
+    }
+}
 
 /// What the probe read from the clusters.
 #[derive(Debug, Default, Clone)]
@@ -140,8 +168,8 @@ pub fn cluster_ids(flow: &Flow) -> super::guards::ClusterIds {
     }
 }
 
-/// Runs the whole probe; blocking (call it from `spawn_blocking`).
-pub fn observe(flow: &Flow) -> ClusterObservation {
+/// Runs the whole probe within `budget`; blocking (call it from `spawn_blocking`).
+pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
     let target = match consumer(&flow.target_probe_client, None) {
@@ -158,7 +186,7 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
             return out;
         }
     };
-    let source_md = source.fetch_metadata(None, TIMEOUT);
+    let source_md = source.fetch_metadata(None, budget.next(TIMEOUT));
     match &source_md {
         Ok(md) => {
             let mirrored = md
@@ -170,7 +198,7 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         }
         Err(e) => out.source_error = Some(fault(&source, e)),
     }
-    let target_md = match target.fetch_metadata(None, TIMEOUT) {
+    let target_md = match target.fetch_metadata(None, budget.next(TIMEOUT)) {
         Ok(md) => md,
         Err(e) => {
             out.target_error = Some(fault(&target, &e));
@@ -183,7 +211,7 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         .iter()
         .any(|t| t.name() == positions_topic)
     {
-        let read = read_positions(flow, positions_topic);
+        let read = read_positions(flow, positions_topic, budget);
         out.gaps = read.as_ref().map(|(_, gaps)| gaps.clone());
         read.map(|(positions, _)| positions)
     } else {
@@ -192,23 +220,24 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
         None
     };
     if let (Ok(md), Some(copied)) = (&source_md, &positions) {
-        out.replication_lag = replication_lag(flow, &source, md, copied);
+        out.replication_lag = replication_lag(flow, &source, md, copied, budget);
     }
 
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
-    out.heartbeat = newest_heartbeat(&target, &hb_topic).map(|ts| (age(ts), ts));
+    out.heartbeat = newest_heartbeat(&target, &hb_topic, budget).map(|ts| (age(ts), ts));
 
     // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
     let checkpoints = read_checkpoints(
         &flow.target_probe_client,
         "target",
         &policy.checkpoints_topic(flow.source_alias()),
-        Duration::from_secs(20),
+        budget.next(Duration::from_secs(20)),
     )
     .map(|r| r.items)
     .unwrap_or_default();
     if let Ok(md) = &source_md {
-        out.groups = group_observations(flow, &source, md, &checkpoints, positions.as_ref());
+        out.groups =
+            group_observations(flow, &source, md, &checkpoints, positions.as_ref(), budget);
     }
     out
 }
@@ -217,14 +246,14 @@ pub fn observe(flow: &Flow) -> ClusterObservation {
 type Positions = HashMap<(String, i32), i64>;
 
 /// The stored positions and the breaks in continuity recorded beside them.
-fn read_positions(flow: &Flow, topic: String) -> Option<(Positions, Vec<Gap>)> {
+fn read_positions(flow: &Flow, topic: String, budget: Budget) -> Option<(Positions, Vec<Gap>)> {
     let mut reader = PositionReader::new(
         &flow.target_probe_client,
         topic,
         "mirrorflow-operator-probe",
     )
     .ok()?;
-    reader.read_to_end(2 * TIMEOUT).ok()?;
+    reader.read_to_end(budget.next(2 * TIMEOUT)).ok()?;
     let gaps = reader.gaps().to_vec();
     Some((
         reader.into_positions().map(|(k, f)| (k, f.next)).collect(),
@@ -240,6 +269,7 @@ fn replication_lag(
     source: &ProbeConsumer,
     md: &rdkafka::metadata::Metadata,
     copied: &Positions,
+    budget: Budget,
 ) -> Option<i64> {
     let policy = flow.policy.as_ref();
     let mut ends = TopicPartitionList::new();
@@ -261,8 +291,10 @@ fn replication_lag(
         return Some(0);
     }
     // One ListOffsets request per broker for all partitions, instead of one per partition.
-    let ends = source.offsets_for_times(ends, TIMEOUT).ok()?;
-    let starts = source.offsets_for_times(starts, TIMEOUT).ok()?;
+    let ends = source.offsets_for_times(ends, budget.next(TIMEOUT)).ok()?;
+    let starts = source
+        .offsets_for_times(starts, budget.next(TIMEOUT))
+        .ok()?;
     let mut lag = 0i64;
     for end in ends.elements() {
         let Offset::Offset(end_offset) = end.offset() else {
@@ -294,8 +326,10 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
     ) == crate::mm2::TopicDecision::Replicate
 }
 
-fn newest_heartbeat(target: &ProbeConsumer, topic: &str) -> Option<i64> {
-    let (low, high) = target.fetch_watermarks(topic, 0, TIMEOUT).ok()?;
+fn newest_heartbeat(target: &ProbeConsumer, topic: &str, budget: Budget) -> Option<i64> {
+    let (low, high) = target
+        .fetch_watermarks(topic, 0, budget.next(TIMEOUT))
+        .ok()?;
     if high <= low {
         return None;
     }
@@ -303,7 +337,7 @@ fn newest_heartbeat(target: &ProbeConsumer, topic: &str) -> Option<i64> {
     tpl.add_partition_offset(topic, 0, Offset::Offset(high - 1))
         .ok()?;
     target.assign(&tpl).ok()?;
-    let deadline = std::time::Instant::now() + TIMEOUT;
+    let deadline = std::time::Instant::now() + budget.next(TIMEOUT);
     while std::time::Instant::now() < deadline {
         match target.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
@@ -323,9 +357,10 @@ fn group_observations(
     md: &rdkafka::metadata::Metadata,
     checkpoints: &CheckpointIndex,
     positions: Option<&Positions>,
+    budget: Budget,
 ) -> Vec<GroupObservation> {
     let policy = flow.policy.as_ref();
-    let Ok(list) = source.fetch_group_list(None, TIMEOUT) else {
+    let Ok(list) = source.fetch_group_list(None, budget.next(TIMEOUT)) else {
         return Vec::new();
     };
     let mut names: Vec<String> = list
@@ -353,10 +388,14 @@ fn group_observations(
     }
     let mut out = Vec::new();
     for group in names {
+        // The groups not probed this time keep no row; the next probe starts again.
+        if budget.spent() {
+            break;
+        }
         let Ok(c) = consumer(&flow.source_probe_client, Some(&group)) else {
             continue;
         };
-        let Ok(committed) = c.committed_offsets(tpl.clone(), TIMEOUT) else {
+        let Ok(committed) = c.committed_offsets(tpl.clone(), budget.next(TIMEOUT)) else {
             continue;
         };
         let cps = checkpoints.get(&group);

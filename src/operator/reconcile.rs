@@ -27,6 +27,11 @@ use crate::kafka::SecretFiles;
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A replica whose lease lapsed (frozen, cut off from the apiserver) writes nothing; it
+    // exits at its next renewal check.
+    if !ctx.leading() {
+        return Ok(Action::requeue(super::lease::RENEW_EVERY));
+    }
     let _timer = ctx.metrics.reconcile_duration.start_timer();
     ctx.metrics.reconciles.inc();
     if mf.meta().deletion_timestamp.is_some() {
@@ -49,6 +54,9 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     };
 
     let verdict = check(&ctx, &ns, &mf).await?;
+    if !ctx.leading() {
+        return Ok(Action::requeue(super::lease::RENEW_EVERY));
+    }
     match &verdict {
         Check::Deploy(_, versions) if !observe_only => {
             match apply_children(&ctx, &ns, &mf, versions).await? {
@@ -66,22 +74,10 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     match verdict {
         Check::Hold(b) | Check::Stop(b) => obs.blocked = Some(b),
         Check::Deploy(f, _) if obs.blocked.is_none() => {
-            let probed = tokio::time::timeout(
-                Duration::from_secs(45),
-                tokio::task::spawn_blocking(move || probe::observe(&f)),
-            )
-            .await;
-            match probed {
-                Ok(Ok(c)) => c.record_into(&mut obs),
-                Ok(Err(e)) => {
-                    obs.source_error =
-                        Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
-                }
-                Err(_) => {
-                    obs.source_error = Some(ClusterFault::Unreachable(
-                        "the probe timed out after 45s".into(),
-                    ))
-                }
+            if !probe_into(&ctx, &ns, &mf, *f, &mut obs).await {
+                // No probe slot in time: the status stays what was last measured rather
+                // than say something not measured.
+                return Ok(Action::requeue(Duration::from_secs(5)));
             }
         }
         Check::Deploy(..) => {}
@@ -102,6 +98,10 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         &new_status,
         mf.spec.failover_readiness.max_checkpoint_age.as_duration(),
     );
+    // The probe can take seconds: the lease may have lapsed meanwhile.
+    if !ctx.leading() {
+        return Ok(Action::requeue(super::lease::RENEW_EVERY));
+    }
     publish(&ctx, &mf, &ns, new_status).await?;
     ctx.record_success(&super::Context::flow_key(&mf));
     // A broken flow is re-checked slowly: nothing changes until someone fixes it (an edit
@@ -146,6 +146,55 @@ where
         api.delete(name, &DeleteParams::background()).await?;
     }
     Ok(())
+}
+
+/// The longest a probe of one flow may take, whatever its clusters do.
+pub const PROBE_BUDGET: Duration = Duration::from_secs(30);
+
+/// Probes the flow's clusters into `obs`; false when no probe slot came free in time (the
+/// namespace or the operator has as many probes running as it allows). A probe still running
+/// from an earlier reconcile is not started again: its clusters do not answer in time.
+async fn probe_into(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+    flow: flow::Flow,
+    obs: &mut Observation,
+) -> bool {
+    let Some(in_flight) = ctx.probes.claim(&Context::flow_key(mf)) else {
+        obs.source_error = Some(ClusterFault::Unreachable(format!(
+            "the previous probe of this flow has not finished within {}s: a cluster accepts connections but does not answer",
+            PROBE_BUDGET.as_secs()
+        )));
+        return true;
+    };
+    let Some(slots) = ctx.probes.slots(ns, STATUS_INTERVAL).await else {
+        return false;
+    };
+    let budget = probe::Budget::new(PROBE_BUDGET);
+    // The slots and the claim go with the blocking thread: they are free again when the
+    // probe really ends, not when this reconcile stops waiting for it.
+    let probed = tokio::time::timeout(
+        PROBE_BUDGET + Duration::from_secs(10),
+        tokio::task::spawn_blocking(move || {
+            let _held = (slots, in_flight);
+            probe::observe(&flow, budget)
+        }),
+    )
+    .await;
+    match probed {
+        Ok(Ok(c)) => c.record_into(obs),
+        Ok(Err(e)) => {
+            obs.source_error = Some(ClusterFault::Unreachable(format!("the probe failed: {e}")))
+        }
+        Err(_) => {
+            obs.source_error = Some(ClusterFault::Unreachable(format!(
+                "the probe did not end within {}s",
+                PROBE_BUDGET.as_secs() + 10
+            )))
+        }
+    }
+    true
 }
 
 /// What the reconcile does with a flow.

@@ -231,3 +231,89 @@ async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() 
     );
     Ok(())
 }
+
+/// One tenant's flows whose broker accepts connections and never answers cost at most one
+/// running probe each; a healthy flow served by the same operator keeps a status that follows
+/// its clusters.
+#[tokio::test]
+async fn a_stalled_broker_stalls_no_other_flow() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-stall");
+    let _cleanup = Cleanup(ns.clone());
+    install_operator(&world, &ns)?;
+    let silent = listen()?;
+    let stalled: Vec<String> = (0..4).map(|i| format!("stalled-{i}")).collect();
+    for name in &stalled {
+        run_with_input(
+            "kubectl",
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: {name}, bootstrapServers: \"127.0.0.1:{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n",
+                silent.port, world.target_bootstrap
+            ),
+        )?;
+    }
+    let prefix = unique("stall-topic");
+    mirrorflow_e2e::kafka::create_topic(&world.source_bootstrap, &format!("{prefix}-0"), 1).await?;
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: healthy, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: healthy-src, bootstrapServers: \"{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{prefix}-.*\"]\n",
+            world.source_bootstrap, world.target_bootstrap
+        ),
+    )?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    for name in &stalled {
+        wait_for_flow(
+            &flows,
+            name,
+            "SourceUnreachable",
+            Duration::from_secs(30),
+            |mf| condition(mf, "Ready").is_some_and(|c| c.1 == "SourceUnreachable"),
+        )
+        .await?;
+    }
+    let topics =
+        |n: i32| move |mf: &MirrorFlow| mf.status.as_ref().and_then(|s| s.topics) == Some(n);
+    // Its topic, plus the source's heartbeats topic (always mirrored) when other flows made one.
+    let first = wait_for_flow(
+        &flows,
+        "healthy",
+        "a topic count",
+        Duration::from_secs(30),
+        |mf| {
+            mf.status
+                .as_ref()
+                .and_then(|s| s.topics)
+                .is_some_and(|n| n >= 1)
+        },
+    )
+    .await?;
+    let base = first.status.and_then(|s| s.topics).unwrap_or(1);
+    // The healthy flow keeps following its source while the stalled ones keep failing.
+    for n in 1..=2 {
+        let t0 = std::time::Instant::now();
+        mirrorflow_e2e::kafka::create_topic(&world.source_bootstrap, &format!("{prefix}-{n}"), 1)
+            .await?;
+        let want = base + n;
+        wait_for_flow(
+            &flows,
+            "healthy",
+            &format!("{want} topics"),
+            Duration::from_secs(30),
+            topics(want),
+        )
+        .await?;
+        println!(
+            "healthy flow saw new topic {n} after {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "stalled listener: {} connections from 4 flows",
+        silent.connections.load(Ordering::SeqCst)
+    );
+    Ok(())
+}
