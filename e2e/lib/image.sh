@@ -298,7 +298,10 @@ image_smoke() {
   out="$("${run[@]}" "$img" --version)" || die "smoke: '$img --version' failed"
   case "$out" in "mirrorflow "*) ;; *) die "smoke: --version printed '$out'" ;; esac
   # A real subcommand, not only clap: the CRD generator runs the library code.
-  "${run[@]}" "$img" crd | grep -q '^kind: CustomResourceDefinition' || die "smoke: '$img crd' printed no CRD"
+  # (Into a variable first: grep -q would close the pipe early and podman report a broken pipe.)
+  out="$("${run[@]}" "$img" crd)" || die "smoke: '$img crd' failed"
+  grep -q '^kind: CustomResourceDefinition' <<<"$out" || die "smoke: '$img crd' printed no CRD"
+  out="$("${run[@]}" "$img" --version)"
   user="$(podman image inspect --format '{{.Config.User}}' "$img")"
   [ "$user" = "65532:65532" ] || die "smoke: the image's user is '$user', not 65532:65532"
   # No shell: starting one must fail (runc cannot find it).
