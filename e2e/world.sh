@@ -3,7 +3,7 @@
 # plane (etcd, kube-apiserver, kube-controller-manager) and the process node that runs its pods.
 #
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
-#   e2e/world.sh image            build the mirrorflow container image (podman; see lib/image.sh)
+#   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman]
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
 #   e2e/world.sh down             stop everything and delete the world's state
 #   e2e/world.sh status           what runs (`running` exits 0 when the whole world is alive)
