@@ -15,6 +15,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "unit, property and seed-corpus tests"
 cargo test --workspace --exclude mirrorflow-e2e
 
+step "the container image (podman build, smoke run)"
+"$HERE/world.sh" image
+
 step "the local world"
 started_here=false
 if ! "$HERE/world.sh" running; then

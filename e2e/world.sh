@@ -3,6 +3,7 @@
 # plane (etcd, kube-apiserver, kube-controller-manager) and the process node that runs its pods.
 #
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
+#   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman]
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
 #   e2e/world.sh down             stop everything and delete the world's state
 #   e2e/world.sh status           what runs (`running` exits 0 when the whole world is alive)
@@ -23,6 +24,8 @@ source "$HERE/lib/kafka.sh"
 source "$HERE/lib/k8s.sh"
 # shellcheck source=lib/mm2.sh
 source "$HERE/lib/mm2.sh"
+# shellcheck source=lib/image.sh
+source "$HERE/lib/image.sh"
 
 CARGO_TARGET="${CARGO_TARGET_DIR:-$MF_ROOT/target}"
 NODE_BIN="$CARGO_TARGET/debug/mirrorflow-process-node"
@@ -43,6 +46,7 @@ setup() {
   with_progress "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (Go modules; 10-25 min cold)" build_k8s
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
   with_progress "building the mirrorflow binaries (cargo)" build_rust
+  image_build
 }
 
 node_start() {
@@ -133,6 +137,8 @@ status() {
 
 case "${1:-}" in
   setup) setup ;;
+  image) image_build ;;
+  image-setup) image_setup ;;
   up) up "${2:-}" ;;
   down) down ;;
   status) status ;;
@@ -177,7 +183,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
