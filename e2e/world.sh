@@ -46,6 +46,7 @@ setup() {
   with_progress "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (Go modules; 10-25 min cold)" build_k8s
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
   with_progress "building the mirrorflow binaries (cargo)" build_rust
+  image_setup
   image_build
 }
 
@@ -137,7 +138,7 @@ status() {
 
 case "${1:-}" in
   setup) setup ;;
-  image) image_build ;;
+  image) image_setup && image_build ;;
   image-setup) image_setup ;;
   up) up "${2:-}" ;;
   down) down ;;

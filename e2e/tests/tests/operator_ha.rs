@@ -175,3 +175,126 @@ spec:
     );
     Ok(())
 }
+
+/// The leader's process of an operator pod on the process node (`<state>/pids/<pod uid>_<container>.pid`
+/// holds "PID STARTTIME").
+fn operator_pid(world: &World, pod: &Pod) -> Result<i32> {
+    let uid = pod.metadata.uid.clone().context("pod uid")?;
+    let file = world
+        .node_state
+        .join("pids")
+        .join(format!("{uid}_operator.pid"));
+    let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
+    text.split_whitespace()
+        .next()
+        .context("pid")?
+        .parse()
+        .context("pid number")
+}
+
+/// Signals the container's whole process group (the node starts each container in its own).
+fn signal(pgid: i32, sig: &str) -> Result<()> {
+    run("kill", &[sig, "--", &format!("-{pgid}")]).map(|_| ())
+}
+
+fn alive(pgid: i32) -> bool {
+    run("kill", &["-0", "--", &format!("-{pgid}")]).is_ok()
+}
+
+/// A leader frozen past its lease (as when its node or its apiserver connection stalls): a
+/// standby takes over, and the old leader, once it runs again, writes nothing and exits instead
+/// of reconciling beside the new one.
+#[tokio::test]
+async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-frozen");
+    let _cleanup = Cleanup(ns.clone());
+    // Liveness would restart the frozen pod after 30 s; this test wants to wake it itself.
+    install_operator_with(
+        &world,
+        &ns,
+        &["replicaCount=2", "livenessProbe.failureThreshold=12"],
+    )?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let leader = eventually("a Lease holder", Duration::from_secs(60), || async {
+        holder(&leases).await
+    })
+    .await?;
+    let leader_pod = pods.get(&leader).await?;
+    let pid = operator_pid(&world, &leader_pod)?;
+    let flow = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: fz-src, bootstrapServers: \"{}\"}}\n  target: {{alias: fz-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    wait_for_flow(
+        &flows,
+        "watched",
+        "a status",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+
+    signal(pid, "-STOP")?;
+    let frozen = Instant::now();
+    let next = eventually("another Lease holder", Duration::from_secs(60), || async {
+        Ok(holder(&leases).await?.filter(|h| *h != leader))
+    })
+    .await;
+    let next = match next {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = signal(pid, "-CONT");
+            return Err(e);
+        }
+    };
+    println!(
+        "frozen leader {leader} replaced by {next} after {:?}",
+        frozen.elapsed()
+    );
+    patch_flow_spec(
+        &ns,
+        "watched",
+        r#"{"failoverReadiness":{"maxHeartbeatLag":"25s"}}"#,
+    )?;
+    wait_for_flow(
+        &flows,
+        "watched",
+        "the new leader's status",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+
+    // Wake the old leader: its lease lapsed long ago by its own clock.
+    signal(pid, "-CONT")?;
+    let woke = Instant::now();
+    eventually(
+        "the old leader to exit",
+        Duration::from_secs(30),
+        || async { Ok((!alive(pid)).then_some(())) },
+    )
+    .await?;
+    println!("the woken leader exited after {:?}", woke.elapsed());
+    let log = world
+        .node_state
+        .join("logs")
+        .join(&ns)
+        .join(&leader)
+        .join("operator.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("lost the leader lease")
+            || text.contains("could not renew the leader lease in time"),
+        "the old leader's log does not say why it stopped ({})",
+        log.display()
+    );
+    // What the new leader wrote stands: the old one did not write its view over it.
+    let mf = flows.get("watched").await?;
+    assert!(observed(&mf), "the status is for the newest generation");
+    Ok(())
+}
