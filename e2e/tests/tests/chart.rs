@@ -112,6 +112,38 @@ fn chart_lints_and_renders_its_variants() -> Result<()> {
         run("helm", &unsafe_ha).is_err(),
         "two replicas without leader election must not render"
     );
+    assert!(
+        single.contains("- --listen=$(POD_IP):8080\n") && !single.contains("kind: NetworkPolicy"),
+        "metrics on the pod IP; no NetworkPolicy unless asked"
+    );
+    let fenced = run(
+        "helm",
+        &[
+            "template",
+            "mf",
+            chart,
+            "--set",
+            "networkPolicy.enabled=true",
+        ],
+    )?;
+    assert!(
+        fenced.contains("kind: NetworkPolicy") && fenced.contains("ingress: []"),
+        "a NetworkPolicy that admits no one by default:\n{fenced}"
+    );
+    let scraped = run(
+        "helm",
+        &[
+            "template",
+            "mf",
+            chart,
+            "--set",
+            "networkPolicy.enabled=true,networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus",
+        ],
+    )?;
+    assert!(
+        scraped.contains("app: prometheus") && scraped.contains("port: http"),
+        "the scrapers named are admitted to the metrics port:\n{scraped}"
+    );
     let typo = ["template", "mf", chart, "--set", "replicas=2"];
     assert!(
         run("helm", &typo).is_err(),
