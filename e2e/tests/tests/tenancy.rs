@@ -57,28 +57,21 @@ fn kubeconfig_for(world: &World, ns: &str, sa: &str) -> Result<std::path::PathBu
         "kubectl",
         &["create", "token", sa, "-n", ns, "--duration=1h"],
     )?;
-    let server = run(
-        "kubectl",
-        &[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ],
-    )?;
-    let ca = run(
-        "kubectl",
-        &[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
-        ],
-    )?;
+    let cluster_field = |field: &str| {
+        run(
+            "kubectl",
+            &[
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "-o",
+                &format!("jsonpath={{.clusters[0].cluster.{field}}}"),
+            ],
+        )
+    };
+    let server = cluster_field("server")?;
+    let ca = cluster_field("certificate-authority-data")?;
     let path = world
         .kubeconfig
         .with_file_name(format!("{ns}-{sa}.kubeconfig"));
