@@ -39,6 +39,8 @@ fn reasons() -> Vec<&'static str> {
         reason::TARGET_AUTHENTICATION_FAILED,
         reason::SOURCE_TLS_FAILED,
         reason::TARGET_TLS_FAILED,
+        reason::SOURCE_CERTIFICATE_REFUSED,
+        reason::TARGET_CERTIFICATE_REFUSED,
         reason::REPLICAS_NOT_READY,
         reason::NO_HEARTBEATS,
         reason::HEARTBEAT_LAG_HIGH,

@@ -1,7 +1,8 @@
 # Single-node KRaft Kafka clusters on loopback. Sourced by world.sh after common.sh and build.sh.
 # A cluster is named source, target or third; each has its own ports, data dir and cluster id.
 # Ports: PORT plaintext clients, PORT+1 controller, PORT+2 SASL_SSL clients (SCRAM-SHA-512 over
-# TLS with the world's own certificate; user and password in kafka_secure_env).
+# TLS with the world's own certificate; user and password in kafka_secure_env), PORT+3 mTLS
+# clients (SSL with a client certificate the world's client CA signed, required).
 
 kafka_port() {
   case "$1" in
@@ -14,6 +15,7 @@ kafka_port() {
 
 kafka_dir() { echo "$MF_STATE/kafka/$1"; }
 kafka_secure_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 2))"; }
+kafka_mtls_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 3))"; }
 kafka_tls_dir() { echo "$MF_STATE/kafka/tls"; }
 
 kafka_tls_material() {
@@ -47,6 +49,35 @@ kafka_tls_material() {
   flock -u 9
 }
 
+kafka_client_tls_material() {
+  # The clients CA the mTLS listener trusts, and one client certificate it signed, as PEM
+  # (cert + key: Strimzi's user.crt / user.key) and as PKCS#12 with a password (user.p12 /
+  # user.password). Made once per world; separate from the brokers' material so a world made
+  # by an older checkout gets it too.
+  local tls
+  tls="$(kafka_tls_dir)"
+  [ -f "$tls/client.p12" ] && return 0
+  mkdir -p "$tls"
+  exec 8>"$tls/.client-lock"
+  flock 8
+  if [ ! -f "$tls/client.p12" ]; then
+    need openssl "openssl"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=mirrorflow-world-clients-ca"       -keyout "$tls/client-ca.key" -out "$tls/client-ca.pem" >/dev/null 2>&1 ||
+      die "openssl could not make the clients CA"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=mirrorflow-flow"       -keyout "$tls/client.key" -out "$tls/client.csr" >/dev/null 2>&1 ||
+      die "openssl could not make the client key"
+    openssl x509 -req -in "$tls/client.csr" -CA "$tls/client-ca.pem" -CAkey "$tls/client-ca.key"       -CAcreateserial -days 3650 -out "$tls/client.pem" >/dev/null 2>&1 ||
+      die "openssl could not sign the client certificate"
+    openssl rand -hex 12 | tr -d '\n' >"$tls/client-p12-password"
+    openssl pkcs12 -export -in "$tls/client.pem" -inkey "$tls/client.key" -name mirrorflow-flow \
+      -passout "file:$tls/client-p12-password" -out "$tls/client.p12.tmp" >/dev/null 2>&1 ||
+      die "openssl could not make the client PKCS#12 keystore"
+    chmod 600 "$tls/client.key" "$tls/client-ca.key" "$tls/client-p12-password"
+    mv "$tls/client.p12.tmp" "$tls/client.p12"
+  fi
+  flock -u 8
+}
+
 kafka_add_scram_user() {
   # SCRAM credentials live in the cluster metadata: added once per data dir through the
   # plaintext listener (no authorizer, so any client may).
@@ -76,11 +107,17 @@ kafka_write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$((port + 1))
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2))
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2))
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3))
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL,MTLS:SSL
+listener.name.mtls.ssl.client.auth=required
+listener.name.mtls.ssl.keystore.type=PKCS12
+listener.name.mtls.ssl.keystore.location=$(kafka_tls_dir)/broker.p12
+listener.name.mtls.ssl.keystore.password=$(cat "$(kafka_tls_dir)/keystore-password")
+listener.name.mtls.ssl.truststore.type=PEM
+listener.name.mtls.ssl.truststore.location=$(kafka_tls_dir)/client-ca.pem
 listener.name.secure.sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.secure.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.secure.ssl.keystore.type=PKCS12
@@ -122,7 +159,9 @@ kafka_start() {
   require_port_free "$port" "Kafka $name broker" "KAFKA_${name^^}_PORT"
   require_port_free "$((port + 1))" "Kafka $name controller" "KAFKA_${name^^}_PORT"
   require_port_free "$((port + 2))" "Kafka $name SASL_SSL listener" "KAFKA_${name^^}_PORT"
+  require_port_free "$((port + 3))" "Kafka $name mTLS listener" "KAFKA_${name^^}_PORT"
   kafka_tls_material
+  kafka_client_tls_material
   # Written on every start, so a world made by an older checkout gets today's listeners.
   kafka_write_config "$name"
   if [ ! -f "$dir/data/meta.properties" ]; then
@@ -140,7 +179,7 @@ kafka_start() {
     die "kafka $name did not come up (log: $dir/broker.log)"
   fi
   kafka_add_scram_user "$name"
-  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"))"
+  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"), mTLS on $(kafka_mtls_bootstrap "$name"))"
 }
 
 kafka_stop() {

@@ -167,13 +167,31 @@ pub struct ClusterSpec {
     pub config: BTreeMap<String, String>,
 }
 
-/// TLS settings for one cluster.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+/// TLS settings for one cluster, and the client certificate for brokers that authenticate
+/// clients by TLS (mTLS).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.certSecretRef) == has(self.keySecretRef)").message("certSecretRef and keySecretRef go together: the client certificate and its private key"))]
+#[x_kube(validation = Rule::new("has(self.pkcs12SecretRef) == has(self.pkcs12PasswordSecretRef)").message("pkcs12SecretRef and pkcs12PasswordSecretRef go together: the keystore and its password"))]
+#[x_kube(validation = Rule::new("!(has(self.certSecretRef) && has(self.pkcs12SecretRef))").message("give the client certificate once: as PEM (certSecretRef, keySecretRef) or as PKCS#12 (pkcs12SecretRef, pkcs12PasswordSecretRef)"))]
 pub struct TlsSpec {
     /// The CA certificate (PEM) that signed the brokers' certificates. Absent: the system's CAs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret_ref: Option<SecretKeyRef>,
+    /// The client certificate (PEM) for brokers that require one (mTLS), e.g. `user.crt` of the
+    /// Secret Strimzi makes for a `KafkaUser` with `authentication: tls`. Needs `keySecretRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_secret_ref: Option<SecretKeyRef>,
+    /// The client certificate's private key (PEM, unencrypted), e.g. Strimzi's `user.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_secret_ref: Option<SecretKeyRef>,
+    /// The client certificate and key as a PKCS#12 keystore instead of PEM, e.g. Strimzi's
+    /// `user.p12`. Needs `pkcs12PasswordSecretRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pkcs12_secret_ref: Option<SecretKeyRef>,
+    /// The PKCS#12 keystore's password, e.g. Strimzi's `user.password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pkcs12_password_secret_ref: Option<SecretKeyRef>,
 }
 
 /// SASL authentication for one cluster. Credentials come from Secrets in the flow's namespace.

@@ -266,10 +266,7 @@ async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow
                 ),
             })?;
         // Values are credentials: kept in memory only, never printed.
-        values.insert(
-            (r.name.clone(), r.key.clone()),
-            String::from_utf8_lossy(&bytes.0).into_owned(),
-        );
+        values.insert((r.name.clone(), r.key.clone()), bytes.0.clone());
     }
     Ok(flow::resolve(
         format!("{ns}/{name}"),

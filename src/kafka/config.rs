@@ -60,6 +60,8 @@ pub enum ConfigError {
     InvalidBootstrap { field: String, message: String },
     #[error("{field}: {message}")]
     InvalidSecretRef { field: String, message: String },
+    #[error("{field}: {message}")]
+    ClientCertificate { field: String, message: String },
 }
 
 impl ConfigError {
@@ -70,7 +72,8 @@ impl ConfigError {
             ConfigError::ClientRefused { .. } => INVALID_CLIENT_CONFIG,
             ConfigError::PropertyRefused { .. }
             | ConfigError::InvalidBootstrap { .. }
-            | ConfigError::InvalidSecretRef { .. } => "InvalidSpec",
+            | ConfigError::InvalidSecretRef { .. }
+            | ConfigError::ClientCertificate { .. } => "InvalidSpec",
         }
     }
 }
@@ -97,11 +100,21 @@ fn check_addresses(cluster: &ClusterSpec, field: &str) -> Result<(), ConfigError
     Ok(())
 }
 
-/// The Secret references of a cluster, with their spec paths.
-fn secret_refs<'a>(cluster: &'a ClusterSpec, field: &str) -> Vec<(String, &'a SecretKeyRef)> {
+/// The Secret references of a cluster, with their spec paths (`field` is the cluster's).
+pub fn secret_refs<'a>(cluster: &'a ClusterSpec, field: &str) -> Vec<(String, &'a SecretKeyRef)> {
     let mut refs = Vec::new();
-    if let Some(ca) = cluster.tls.as_ref().and_then(|t| t.ca_secret_ref.as_ref()) {
-        refs.push((format!("{field}.tls.caSecretRef"), ca));
+    if let Some(tls) = &cluster.tls {
+        for (name, r) in [
+            ("caSecretRef", &tls.ca_secret_ref),
+            ("certSecretRef", &tls.cert_secret_ref),
+            ("keySecretRef", &tls.key_secret_ref),
+            ("pkcs12SecretRef", &tls.pkcs12_secret_ref),
+            ("pkcs12PasswordSecretRef", &tls.pkcs12_password_secret_ref),
+        ] {
+            if let Some(r) = r {
+                refs.push((format!("{field}.tls.{name}"), r));
+            }
+        }
     }
     if let Some(sasl) = &cluster.sasl {
         refs.push((
@@ -183,11 +196,15 @@ pub fn client_config(
         (Some(_), Some(_)) => "SASL_SSL",
     };
     config.set("security.protocol", protocol);
-    if let Some(tls) = &cluster.tls
-        && let Some(ca) = &tls.ca_secret_ref
-    {
-        let pem = secrets.read(&format!("{field}.tls.caSecretRef"), ca)?;
-        config.set("ssl.ca.pem", pem);
+    if let Some(tls) = &cluster.tls {
+        if let Some(ca) = &tls.ca_secret_ref {
+            let pem = secrets.read(&format!("{field}.tls.caSecretRef"), ca)?;
+            config.set("ssl.ca.pem", pem);
+        }
+        if let Some(id) = super::client_cert::client_certificate(tls, field, secrets)? {
+            config.set("ssl.certificate.pem", id.cert_pem);
+            config.set("ssl.key.pem", id.key_pem);
+        }
     }
     if let Some(sasl) = &cluster.sasl {
         let mechanism = match sasl.mechanism {

@@ -2,6 +2,7 @@
 //! client configuration from a cluster spec, and small admin helpers.
 
 pub mod checkpoints;
+pub mod client_cert;
 pub mod cluster_id;
 pub mod config;
 pub mod consumer_offsets;

@@ -9,6 +9,9 @@ use crate::api::rules;
 
 use super::config::ConfigError;
 
+/// The most a Secret's value can hold (the apiserver's limit for a whole Secret).
+pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
+
 /// Where a pod finds the Secrets the operator mounted for it.
 pub const DEFAULT_SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
 
@@ -30,7 +33,7 @@ pub(crate) fn check_secret_ref(field: &str, secret: &SecretKeyRef) -> Result<(),
 #[derive(Clone)]
 pub struct SecretFiles {
     dir: PathBuf,
-    values: Option<std::collections::BTreeMap<(String, String), String>>,
+    values: Option<std::collections::BTreeMap<(String, String), Vec<u8>>>,
 }
 
 impl std::fmt::Debug for SecretFiles {
@@ -51,7 +54,7 @@ impl SecretFiles {
     }
 
     /// Secret values keyed by (secret name, key).
-    pub fn from_values(values: std::collections::BTreeMap<(String, String), String>) -> Self {
+    pub fn from_values(values: std::collections::BTreeMap<(String, String), Vec<u8>>) -> Self {
         SecretFiles {
             dir: PathBuf::from("<apiserver>"),
             values: Some(values),
@@ -65,29 +68,43 @@ impl SecretFiles {
         Ok(self.dir.join(&secret.name).join(&secret.key))
     }
 
+    /// A text value (PEM, a user name, a password): a file's trailing newline is not part of it.
     pub(crate) fn read(&self, field: &str, secret: &SecretKeyRef) -> Result<String, ConfigError> {
+        let bytes = self.read_bytes(field, secret)?;
+        Ok(String::from_utf8_lossy(&bytes)
+            .trim_end_matches(['\n', '\r'])
+            .to_string())
+    }
+
+    /// A value as it is stored (a PKCS#12 keystore is binary).
+    pub(crate) fn read_bytes(
+        &self,
+        field: &str,
+        secret: &SecretKeyRef,
+    ) -> Result<Vec<u8>, ConfigError> {
         let path = self.path_of(field, secret)?;
+        let unreadable = |path: PathBuf, source| ConfigError::SecretUnreadable {
+            field: field.to_string(),
+            secret: secret.name.clone(),
+            key: secret.key.clone(),
+            path,
+            source,
+        };
         if let Some(values) = &self.values {
             return values
                 .get(&(secret.name.clone(), secret.key.clone()))
                 .cloned()
-                .ok_or_else(|| ConfigError::SecretUnreadable {
-                    field: field.to_string(),
-                    secret: secret.name.clone(),
-                    key: secret.key.clone(),
-                    path,
-                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                });
+                .ok_or_else(|| unreadable(path, std::io::Error::from(std::io::ErrorKind::NotFound)));
         }
-        std::fs::read_to_string(&path)
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-            .map_err(|source| ConfigError::SecretUnreadable {
-                field: field.to_string(),
-                secret: secret.name.clone(),
-                key: secret.key.clone(),
+        // Bounded: a Secret holds at most 1 MiB; anything larger is not one of ours.
+        let meta = std::fs::metadata(&path).map_err(|e| unreadable(path.clone(), e))?;
+        if meta.len() > MAX_SECRET_BYTES {
+            return Err(unreadable(
                 path,
-                source,
-            })
+                std::io::Error::other(format!("larger than {MAX_SECRET_BYTES} bytes")),
+            ));
+        }
+        std::fs::read(&path).map_err(|e| unreadable(path, e))
     }
 
     pub fn dir(&self) -> &Path {
@@ -122,7 +139,7 @@ mod tests {
         }
         // Values from the apiserver go through the same check, so both sources agree.
         let values = SecretFiles::from_values(
-            [(("creds".into(), "..".into()), "x".into())]
+            [(("creds".into(), "..".into()), b"x".to_vec())]
                 .into_iter()
                 .collect(),
         );

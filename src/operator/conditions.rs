@@ -37,6 +37,8 @@ pub mod reason {
     pub const TARGET_AUTHENTICATION_FAILED: &str = "TargetAuthenticationFailed";
     pub const SOURCE_TLS_FAILED: &str = "SourceTLSFailed";
     pub const TARGET_TLS_FAILED: &str = "TargetTLSFailed";
+    pub const SOURCE_CERTIFICATE_REFUSED: &str = "SourceCertificateRefused";
+    pub const TARGET_CERTIFICATE_REFUSED: &str = "TargetCertificateRefused";
     pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
     pub const NO_HEARTBEATS: &str = "NoHeartbeats";
     pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
@@ -90,6 +92,9 @@ pub enum ClusterFault {
     Authentication(String),
     /// The TLS handshake failed (e.g. the brokers' certificate is not signed by the given CA).
     Tls(String),
+    /// The brokers refused our client certificate (mTLS): unknown CA, expired, or none given
+    /// where one is required.
+    CertificateRefused(String),
 }
 
 impl ClusterFault {
@@ -116,6 +121,16 @@ impl ClusterFault {
                 },
                 format!(
                     "the {side} cluster refused the credentials: {e}; check the Secrets named by spec.{side}.sasl.usernameSecretRef and spec.{side}.sasl.passwordSecretRef, and spec.{side}.sasl.mechanism"
+                ),
+            ),
+            ClusterFault::CertificateRefused(e) => (
+                if source {
+                    reason::SOURCE_CERTIFICATE_REFUSED
+                } else {
+                    reason::TARGET_CERTIFICATE_REFUSED
+                },
+                format!(
+                    "the {side} cluster refused the client certificate: {e}; check the certificate in the Secret named by spec.{side}.tls.certSecretRef (or pkcs12SecretRef): the brokers' client CA must have signed it, and it must not have expired"
                 ),
             ),
             ClusterFault::Tls(e) => (

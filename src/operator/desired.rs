@@ -120,25 +120,8 @@ pub fn referenced_secrets(flow: &MirrorFlow) -> BTreeSet<String> {
 
 /// (spec field, reference) for every Secret key the flow uses.
 pub fn secret_refs(flow: &MirrorFlow) -> Vec<(String, &SecretKeyRef)> {
-    let mut out = Vec::new();
-    for (field, cluster) in [
-        ("spec.source", &flow.spec.source),
-        ("spec.target", &flow.spec.target),
-    ] {
-        if let Some(ca) = cluster.tls.as_ref().and_then(|t| t.ca_secret_ref.as_ref()) {
-            out.push((format!("{field}.tls.caSecretRef"), ca));
-        }
-        if let Some(sasl) = &cluster.sasl {
-            out.push((
-                format!("{field}.sasl.usernameSecretRef"),
-                &sasl.username_secret_ref,
-            ));
-            out.push((
-                format!("{field}.sasl.passwordSecretRef"),
-                &sasl.password_secret_ref,
-            ));
-        }
-    }
+    let mut out = crate::kafka::config::secret_refs(&flow.spec.source, "spec.source");
+    out.extend(crate::kafka::config::secret_refs(&flow.spec.target, "spec.target"));
     out
 }
 

@@ -118,6 +118,8 @@ impl ClientContext for ProbeContext {
             || reason.contains("SASL authentication")
         {
             ClusterFault::Authentication(reason.to_string())
+        } else if refuses_client_certificate(reason) {
+            ClusterFault::CertificateRefused(reason.to_string())
         } else if reason.contains("SSL handshake failed") {
             ClusterFault::Tls(reason.to_string())
         } else {
@@ -130,6 +132,21 @@ impl ClientContext for ProbeContext {
 }
 
 impl ConsumerContext for ProbeContext {}
+
+/// The TLS alerts a broker sends when it refuses the client's certificate (OpenSSL's words);
+/// our own refusal of the broker's certificate reads "certificate verify failed" instead.
+fn refuses_client_certificate(reason: &str) -> bool {
+    [
+        "alert bad certificate",
+        "alert certificate required",
+        "alert unknown ca",
+        "alert certificate unknown",
+        "alert certificate expired",
+        "alert handshake failure",
+    ]
+    .iter()
+    .any(|alert| reason.contains(alert))
+}
 
 type ProbeConsumer = BaseConsumer<ProbeContext>;
 
@@ -452,4 +469,20 @@ fn group_observations(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_client_certificate_is_told_from_a_broker_we_do_not_trust() {
+        assert!(refuses_client_certificate(
+            "ssl://127.0.0.1:19095/bootstrap: SSL handshake failed: ssl/record/rec_layer_s3.c:1605: error:0A000418:SSL routines::tlsv1 alert unknown ca"
+        ));
+        assert!(refuses_client_certificate("SSL handshake failed: error:0A00045C:SSL routines::tlsv13 alert certificate required"));
+        assert!(!refuses_client_certificate(
+            "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified"
+        ));
+    }
 }

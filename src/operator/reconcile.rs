@@ -381,8 +381,7 @@ async fn fetch_secrets(
                 r.name, r.key
             ));
         };
-        let text = String::from_utf8_lossy(&bytes.0).into_owned();
-        values.insert((r.name.clone(), r.key.clone()), text);
+        values.insert((r.name.clone(), r.key.clone()), bytes.0.clone());
         versions.insert(
             r.name.clone(),
             secret.metadata.resource_version.unwrap_or_default(),
