@@ -525,13 +525,16 @@ impl TxCopier {
         if let Some(r) = slot.refused.filter(|r| r.passed)
             && commit
             && slot.failed.is_none()
-            && slot.latest.is_none_or(|l| l.next <= r.offset)
+            && slot.committed.is_none_or(|c| c.next <= r.offset)
         {
-            // Every record before it is in this transaction: the position moves past it.
-            slot.latest = Some(Frontier {
-                next: r.offset.saturating_add(1),
-                downstream: slot.latest.map_or(-1, |l| l.downstream),
-            });
+            // The transaction began at or before it (and passed it): the position moves past
+            // it even when it was the transaction's last record.
+            if slot.latest.is_none_or(|l| l.next <= r.offset) {
+                slot.latest = Some(Frontier {
+                    next: r.offset.saturating_add(1),
+                    downstream: slot.latest.map_or(-1, |l| l.downstream),
+                });
+            }
             let gap = continuity::found_now(
                 topic,
                 partition,
