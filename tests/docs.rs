@@ -55,6 +55,7 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_TRUNCATED,
         reason::SOURCE_TOPIC_RECREATED,
         reason::TARGET_TOPIC_RECREATED,
+        reason::RECORD_REJECTED,
         reason::CHILD_REJECTED,
         reason::SAME_CLUSTER,
         reason::CONFLICTING_FLOW,

@@ -18,8 +18,9 @@
 //! the operator can surface them long after the replica that saw them is gone:
 //! - key: the position key of the partition followed by `detected: i64` (ms since the epoch),
 //!   so every break has its own key and compaction keeps them all;
-//! - value: `version: u8 = 1`, `kind: u8` ([`GapKind`]), `from: i64`, `to: i64`. Readers
-//!   of version 0 skip these records as undecodable.
+//! - value: `version: u8 = 1`, `kind: u8` ([`GapKind`]), `from: i64`, `to: i64`; a
+//!   [`GapKind::RecordRejected`] appends `size: i64`, `limit: i64`. Readers of version 0 skip
+//!   these records as undecodable.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -46,6 +47,10 @@ pub enum GapKind {
     /// remote topic was deleted (and created again) or lost records. Everything the source
     /// still holds is copied again.
     TargetRewound,
+    /// The target refused the record at source offset `from` (`to` = `from + 1`) as too
+    /// large: `size` bytes (key, value and headers) against the remote topic's
+    /// `max.message.bytes` `limit` (0 when unknown). Copying went on after it.
+    RecordRejected { size: i64, limit: i64 },
 }
 
 impl GapKind {
@@ -54,14 +59,20 @@ impl GapKind {
             GapKind::SourceTruncated => 0,
             GapKind::SourceRewound => 1,
             GapKind::TargetRewound => 2,
+            GapKind::RecordRejected { .. } => 3,
         }
     }
 
-    fn from_code(code: u8) -> Option<Self> {
+    /// `extra` is what follows `to` in the value (the details some kinds carry).
+    fn decode(code: u8, extra: &[u8]) -> Option<Self> {
         Some(match code {
             0 => GapKind::SourceTruncated,
             1 => GapKind::SourceRewound,
             2 => GapKind::TargetRewound,
+            3 => GapKind::RecordRejected {
+                size: i64::from_be_bytes(extra.get(0..8)?.try_into().ok()?),
+                limit: i64::from_be_bytes(extra.get(8..16)?.try_into().ok()?),
+            },
             _ => return None,
         })
     }
@@ -72,6 +83,7 @@ impl GapKind {
             GapKind::SourceTruncated => "SourceTruncated",
             GapKind::SourceRewound => "SourceTopicRecreated",
             GapKind::TargetRewound => "TargetTopicRecreated",
+            GapKind::RecordRejected { .. } => "RecordRejected",
         }
     }
 }
@@ -104,6 +116,16 @@ impl Gap {
             GapKind::TargetRewound => format!(
                 "{t}[{p}]: the remote partition on the target ends at offset {to}, before {from} where the copies reached: the remote topic was deleted (or lost records); the partition is copied again from the source's earliest record"
             ),
+            GapKind::RecordRejected { size, limit } => {
+                let limit = if limit > 0 {
+                    format!("its limit of {limit} bytes (max.message.bytes)")
+                } else {
+                    "its limit (max.message.bytes)".to_string()
+                };
+                format!(
+                    "{t}[{p}]: the target refused the record at source offset {from} ({size} bytes) as larger than {limit}; it is missing on the target, copying went on after it"
+                )
+            }
         }
     }
 
@@ -115,6 +137,10 @@ impl Gap {
         value.push(self.kind.code());
         value.extend_from_slice(&self.from.to_be_bytes());
         value.extend_from_slice(&self.to.to_be_bytes());
+        if let GapKind::RecordRejected { size, limit } = self.kind {
+            value.extend_from_slice(&size.to_be_bytes());
+            value.extend_from_slice(&limit.to_be_bytes());
+        }
         (key, value)
     }
 
@@ -125,7 +151,7 @@ impl Gap {
         let (topic, partition) = decode_key(key)?;
         let at = 6 + topic.len();
         let detected_ms = i64::from_be_bytes(key.get(at..at + 8)?.try_into().ok()?);
-        let kind = GapKind::from_code(*value.get(1)?)?;
+        let kind = GapKind::decode(*value.get(1)?, value.get(18..).unwrap_or_default())?;
         let from = i64::from_be_bytes(value.get(2..10)?.try_into().ok()?);
         let to = i64::from_be_bytes(value.get(10..18)?.try_into().ok()?);
         Some(Gap {
@@ -398,6 +424,29 @@ mod tests {
     }
 
     #[test]
+    fn a_rejected_record_keeps_its_size_and_limit() {
+        let gap = Gap {
+            topic: "orders".into(),
+            partition: 1,
+            kind: GapKind::RecordRejected {
+                size: 300_000,
+                limit: 100_000,
+            },
+            from: 42,
+            to: 43,
+            detected_ms: 1_800_000_000_000,
+        };
+        let (key, value) = gap.encode();
+        assert_eq!(value.len(), 34);
+        assert_eq!(Gap::decode(&key, &value), Some(gap.clone()));
+        assert_eq!(gap.kind.reason(), "RecordRejected");
+        assert!(gap.describe().contains("offset 42 (300000 bytes)"));
+        assert!(gap.describe().contains("limit of 100000 bytes"));
+        // Without its details the record is refused, not read as zeros.
+        assert_eq!(Gap::decode(&key, &value[..26]), None);
+    }
+
+    #[test]
     fn trailing_bytes_are_ignored_and_garbage_refused() {
         let mut value = encode_value(Frontier {
             next: 7,
@@ -434,9 +483,9 @@ mod tests {
             GapKind::SourceRewound,
             GapKind::TargetRewound,
         ] {
-            assert_eq!(GapKind::from_code(kind.code()), Some(kind));
+            assert_eq!(GapKind::decode(kind.code(), &[]), Some(kind));
         }
-        assert_eq!(GapKind::from_code(9), None);
+        assert_eq!(GapKind::decode(9, &[]), None);
         assert_eq!(Gap::decode(&key, &value[..17]), None, "truncated value");
         assert_eq!(Gap::decode(&key[..15], &value), None, "truncated key");
         assert_eq!(

@@ -55,6 +55,8 @@ pub mod reason {
     pub const SOURCE_TRUNCATED: &str = "SourceTruncated";
     pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
     pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
+    /// The target refused a record as too large; the replicator skipped it.
+    pub const RECORD_REJECTED: &str = "RecordRejected";
     /// The apiserver refused a child object built from the flow (field named in the message).
     pub const CHILD_REJECTED: &str = "ChildRejected";
     /// Source and target are the same Kafka cluster (same cluster id).
@@ -617,6 +619,7 @@ fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observation) -> Verd
     let reason = match newest.reason.as_str() {
         reason::SOURCE_TRUNCATED => reason::SOURCE_TRUNCATED,
         reason::SOURCE_TOPIC_RECREATED => reason::SOURCE_TOPIC_RECREATED,
+        reason::RECORD_REJECTED => reason::RECORD_REJECTED,
         _ => reason::TARGET_TOPIC_RECREATED,
     };
     verdict(

@@ -1,7 +1,8 @@
 //! The replicator's Prometheus metrics, all prefixed `mirrorflow_`.
 //!
-//! Labels stay low-cardinality: no per-topic or per-partition labels; per-group checkpoint age is
-//! the one labelled family, since groups are what users fail over and they are few.
+//! Labels stay low-cardinality: no per-partition labels; per-group checkpoint age is labelled,
+//! since groups are what users fail over and they are few, and refused records by topic, since
+//! only topics whose records the target refuses ever get a series.
 
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
@@ -33,6 +34,8 @@ pub struct Metrics {
     pub cluster_unreachable: prometheus::IntGaugeVec,
     /// Breaks in a partition's continuity by reason (`SourceTruncated`, ...).
     pub continuity_breaks: IntCounterVec,
+    /// Records the target refused as too large and the source loop skipped, by source topic.
+    pub records_rejected: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -105,6 +108,13 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            records_rejected: IntCounterVec::new(
+                Opts::new(
+                    "records_rejected_total",
+                    "Records the target refused as larger than the remote topic's max.message.bytes; skipped and recorded as a gap",
+                ),
+                &["topic"],
+            )?,
             registry,
         };
         m.registry
@@ -129,6 +139,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.cluster_unreachable.clone()))?;
         m.registry.register(Box::new(m.continuity_breaks.clone()))?;
+        m.registry.register(Box::new(m.records_rejected.clone()))?;
         Ok(m)
     }
 

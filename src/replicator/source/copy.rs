@@ -21,13 +21,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::continuity::{self, LogProbe, Resume};
+use super::limits::{self, Admit, RemoteLimits};
 use super::lock;
 use super::progress::{Frontier, Progress};
 use super::reach::ClusterHealth;
@@ -170,7 +171,13 @@ impl ConsumerContext for SourceContext {
 
 struct InFlight {
     offset: i64,
+    /// Key, value and header bytes.
     bytes: u64,
+    /// Upper bound of its size in a batch ([`limits::wire_size`]).
+    wire: usize,
+    /// Queued with nothing else of its partition ([`Admit::Alone`]): a refusal as too large
+    /// is about this record alone.
+    alone: bool,
     read_at: Instant,
 }
 
@@ -189,6 +196,26 @@ struct Slot {
     in_flight: VecDeque<InFlight>,
     fault: Option<Fault>,
     backoff: Backoff,
+    /// Sum of `wire` over `in_flight`.
+    in_flight_bytes: usize,
+    /// The remote topic's `max.message.bytes`, once discovery read it.
+    limit: Option<usize>,
+    /// Records up to this source offset were in a batch the target refused as too large: each
+    /// is written alone, so a second refusal names the record ([`Admit::Alone`]).
+    alone_until: i64,
+}
+
+impl Slot {
+    fn clear_in_flight(&mut self) {
+        self.in_flight.clear();
+        self.in_flight_bytes = 0;
+    }
+
+    fn pop_in_flight(&mut self) -> Option<InFlight> {
+        let sent = self.in_flight.pop_front()?;
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(sent.wire);
+        Some(sent)
+    }
 }
 
 /// Everything the copy thread mutates; see the module docs.
@@ -216,6 +243,9 @@ pub struct Copier {
     bytes: LocalIntCounter,
     record_age: LocalHistogram,
     latency: LocalHistogram,
+    limits: RemoteLimits,
+    /// The largest batch the producer builds ([`limits::batch_cap`]).
+    batch_cap: usize,
 }
 
 pub struct CopierParts {
@@ -229,6 +259,8 @@ pub struct CopierParts {
     pub shutdown: CancellationToken,
     pub source_health: Arc<ClusterHealth>,
     pub target_health: Arc<ClusterHealth>,
+    pub limits: RemoteLimits,
+    pub batch_cap: usize,
 }
 
 impl Owner for Copier {
@@ -289,6 +321,8 @@ impl Copier {
             bytes,
             record_age,
             latency,
+            limits: p.limits,
+            batch_cap: p.batch_cap,
         }
     }
 
@@ -333,6 +367,17 @@ impl Copier {
             return;
         }
         let (remote, generation) = (slot.remote.clone(), slot.generation);
+        let wire = limits::wire_size(
+            m.key().map_or(0, <[u8]>::len),
+            m.payload().map_or(0, <[u8]>::len),
+            m.headers()
+                .into_iter()
+                .flat_map(|h| h.iter())
+                .map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))),
+        );
+        let Some(alone) = self.make_room(idx, generation, m.offset(), wire) else {
+            return;
+        };
         let mut record = BaseRecord::with_opaque_to(&remote, opaque(idx, generation, false))
             .partition(m.partition());
         let mut bytes = 0;
@@ -367,7 +412,20 @@ impl Copier {
                         return;
                     }
                 }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))
+                    if alone =>
+                {
+                    // Over the producer's own `message.max.bytes`: no broker will see it.
+                    let limit = self.slots[idx].as_ref().and_then(|s| s.limit);
+                    self.reject(idx, m.offset(), bytes, limit);
+                    return;
+                }
                 Err((e, _)) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
+                        && let Some(slot) = self.slots[idx].as_mut()
+                    {
+                        slot.alone_until = slot.alone_until.max(m.offset());
+                    }
                     self.fault(idx, &format!("producing to {remote}: {e}"), "produce");
                     return;
                 }
@@ -379,9 +437,100 @@ impl Copier {
             slot.in_flight.push_back(InFlight {
                 offset: m.offset(),
                 bytes: bytes as u64,
+                wire,
+                alone,
                 read_at: Instant::now(),
             });
+            slot.in_flight_bytes = slot.in_flight_bytes.saturating_add(wire);
         }
+        if alone {
+            // Nothing may join its batch: wait for its answer before reading on.
+            self.wait_for(idx, generation, |s| s.in_flight.is_empty());
+        }
+    }
+
+    /// Holds the copy of the record at `offset` (`wire` bytes) until the partition's queue
+    /// leaves room for it under the remote topic's limit ([`limits::admit`]). Returns whether
+    /// it goes alone, or `None` when the partition was faulted, moved or the loop is stopping
+    /// meanwhile (the record is then copied again later, or by the next owner).
+    fn make_room(&mut self, idx: usize, generation: u32, offset: i64, wire: usize) -> Option<bool> {
+        loop {
+            let slot = self.slots[idx].as_mut()?;
+            if slot.generation != generation || slot.fault.is_some() {
+                return None;
+            }
+            if slot.limit.is_none() {
+                slot.limit = self.limits.get(&slot.remote);
+            }
+            let decision = limits::admit(
+                wire,
+                slot.in_flight_bytes,
+                slot.in_flight.len(),
+                slot.limit,
+                self.batch_cap,
+                offset <= slot.alone_until,
+            );
+            match decision {
+                Admit::Send => return Some(false),
+                Admit::Alone => return Some(true),
+                Admit::WaitForRoom => {
+                    if !self.wait_for(idx, generation, |s| s.in_flight.is_empty()) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves acknowledgements until `done` holds for the slot. False when the slot was faulted
+    /// or moved meanwhile, or the loop is stopping.
+    fn wait_for(&mut self, idx: usize, generation: u32, done: impl Fn(&Slot) -> bool) -> bool {
+        loop {
+            match self.slots[idx].as_ref() {
+                Some(s) if s.generation == generation && s.fault.is_none() => {
+                    if done(s) {
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+            if self.shutdown.is_cancelled() {
+                return false;
+            }
+            std::thread::sleep(QUEUE_FULL_WAIT);
+            serve_reports(&self.producer);
+            self.service_acks();
+        }
+    }
+
+    /// The target refused the record at `offset` (`bytes` long) alone as too large: record
+    /// the refusal as a gap and copy on after it. Retrying could never succeed, and stopping
+    /// the partition would hold every later record back for one the target cannot take;
+    /// records deleted before they were copied are handled the same way.
+    fn reject(&mut self, idx: usize, offset: i64, bytes: usize, limit: Option<usize>) {
+        let Some(slot) = self.slots[idx].as_mut() else {
+            return;
+        };
+        slot.progress.skipped(offset);
+        // Stored with the gap, so a restart does not refuse the record again; never past an
+        // unacknowledged offset sync.
+        let start = slot.progress.committable();
+        let topic = slot.topic.clone();
+        self.ctx
+            .metrics
+            .records_rejected
+            .with_label_values(&[&topic])
+            .inc();
+        let kind = positions::GapKind::RecordRejected {
+            size: i64::try_from(bytes).unwrap_or(i64::MAX),
+            limit: limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+        };
+        let gap = continuity::found_now(
+            &topic,
+            slot.partition,
+            (kind, offset, offset.saturating_add(1)),
+        );
+        self.write_gap(&gap, start);
     }
 
     /// Writes the tail sync of every owned partition that went idle with acknowledged records
@@ -442,6 +591,7 @@ impl Copier {
         let mut syncs = Vec::new();
         let mut faults = Vec::new();
         let mut rewound = Vec::new();
+        let mut rejected = Vec::new();
         let mut delivered = false;
         for ack in acks.drain(..) {
             let (idx, generation, is_position) = unpack(ack.opaque);
@@ -471,7 +621,7 @@ impl Copier {
                 }
                 continue;
             }
-            let Some(sent) = slot.in_flight.pop_front() else {
+            let Some(sent) = slot.pop_in_flight() else {
                 continue;
             };
             match ack.result {
@@ -488,6 +638,9 @@ impl Copier {
                 }
                 Ok((downstream, timestamp)) => {
                     delivered = true;
+                    // Recovered: the next fault waits the shortest delay again, not the
+                    // longest one an earlier outage reached.
+                    slot.backoff.reset();
                     self.records.inc();
                     self.bytes.inc_by(sent.bytes);
                     self.latency.observe(sent.read_at.elapsed().as_secs_f64());
@@ -499,10 +652,25 @@ impl Copier {
                         syncs.push((idx, generation, sync));
                     }
                 }
-                Err(e) => faults.push((
-                    idx,
-                    format!("copying offset {} to {}: {e}", sent.offset, slot.remote),
-                )),
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge))
+                    if sent.alone =>
+                {
+                    rejected.push((idx, sent.offset, sent.bytes, slot.limit));
+                }
+                Err(e) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+                        // A batch was refused: its records go alone next time, so the one
+                        // that cannot fit (if any) is found instead of refused again forever.
+                        let last = slot.in_flight.back().map_or(sent.offset, |f| f.offset);
+                        slot.alone_until = slot.alone_until.max(last);
+                        // The limit may have been lowered since it was read.
+                        slot.limit = None;
+                    }
+                    faults.push((
+                        idx,
+                        format!("copying offset {} to {}: {e}", sent.offset, slot.remote),
+                    ));
+                }
             }
         }
         self.acks = acks;
@@ -511,6 +679,14 @@ impl Copier {
         }
         for (idx, generation, sync) in syncs {
             self.write_sync(idx, generation, &sync);
+        }
+        for (idx, offset, bytes, limit) in rejected {
+            self.reject(
+                idx,
+                offset,
+                usize::try_from(bytes).unwrap_or(usize::MAX),
+                limit,
+            );
         }
         for (idx, reason) in faults {
             self.fault(idx, &reason, "produce");
@@ -559,7 +735,7 @@ impl Copier {
         };
         // Later acks of the same batch carry the old generation and are ignored.
         slot.generation = generation;
-        slot.in_flight.clear();
+        slot.clear_in_flight();
         let key = (slot.topic.clone(), slot.partition);
         let bounds = self.probe.source(std::slice::from_ref(&key));
         let start = bounds.get(&key).map(|b| Frontier {
@@ -662,7 +838,7 @@ impl Copier {
                 "copy failed; the partition will be copied again from its last safe position");
         }
         slot.generation = generation;
-        slot.in_flight.clear();
+        slot.clear_in_flight();
         let resume_from = slot.progress.rewind();
         slot.fault = Some(Fault {
             retry_at: Instant::now() + slot.backoff.next_delay(),
@@ -826,7 +1002,7 @@ impl Copier {
                 let generation = self.bump_generation();
                 if let Some(slot) = self.slots[idx].as_mut() {
                     slot.generation = generation;
-                    slot.in_flight.clear();
+                    slot.clear_in_flight();
                     slot.fault = None;
                     let offset = slot
                         .progress
@@ -870,6 +1046,7 @@ impl Copier {
             }
             tracing::debug!(%topic, partition, ?offset, "partition assigned");
             let generation = self.bump_generation();
+            let limit = self.limits.get(&remote);
             let slot = Slot {
                 remote: remote.into(),
                 progress: Progress::new(
@@ -883,6 +1060,9 @@ impl Copier {
                 in_flight: VecDeque::new(),
                 fault: None,
                 backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+                in_flight_bytes: 0,
+                limit,
+                alone_until: -1,
             };
             self.insert(slot);
         }
@@ -974,7 +1154,7 @@ impl Copier {
             let config = self.sync_config;
             if let Some(slot) = self.slots[idx].as_mut() {
                 slot.generation = generation;
-                slot.in_flight.clear();
+                slot.clear_in_flight();
                 slot.progress = Progress::new(
                     TopicPartition::new(topic.clone(), partition),
                     config,

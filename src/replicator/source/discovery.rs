@@ -17,6 +17,7 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::limits::RemoteLimits;
 use super::topics::{self, Mirrored};
 use crate::mm2::Filters;
 use crate::replicator::Flow;
@@ -271,10 +272,12 @@ pub struct Discovery {
     pub target: Admin,
     known: BTreeSet<String>,
     cycles_logged: BTreeSet<String>,
+    /// Filled each round for the copier, which keeps batches under them.
+    limits: RemoteLimits,
 }
 
 impl Discovery {
-    pub fn new(flow: Flow, source: Admin, target: Admin) -> Self {
+    pub fn new(flow: Flow, source: Admin, target: Admin, limits: RemoteLimits) -> Self {
         let filters = Filters {
             topics: flow.topics.clone(),
             groups: flow.groups.clone(),
@@ -286,6 +289,7 @@ impl Discovery {
             target,
             known: BTreeSet::new(),
             cycles_logged: BTreeSet::new(),
+            limits,
         }
     }
 
@@ -349,6 +353,9 @@ impl Discovery {
             }
             refused.extend(self.target.alter(&updates).await?);
         }
+        // After creation and config sync, so the copier sees the limits records will meet.
+        let remotes: Vec<&str> = plan.mirrored.iter().map(|m| m.remote.as_str()).collect();
+        self.limits.update(&self.target.describe(&remotes).await?);
         // A topic whose creation failed is not subscribed to; one whose growth failed still is,
         // its new partitions fail to copy until a later round grows it.
         let failed: BTreeSet<String> = plan

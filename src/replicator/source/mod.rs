@@ -42,6 +42,7 @@ pub mod clients;
 pub mod continuity;
 pub mod copy;
 pub mod discovery;
+pub mod limits;
 pub mod progress;
 pub mod reach;
 pub mod rebalance;
@@ -168,6 +169,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
     let copy_ctx = ctx.clone();
     let copy_shutdown = shutdown.clone();
+    let limits = limits::RemoteLimits::default();
+    let producer_config = clients::producer(&flow.target_client, refresh);
+    let batch_cap = limits::batch_cap(
+        producer_config.get("batch.size"),
+        producer_config.get("message.max.bytes"),
+    );
     let mut copy = if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
@@ -181,7 +188,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             .context("creating the log probe")?;
         let copier = TxCopier::new(TxCopierParts {
             ctx: ctx.clone(),
-            producer_base: clients::producer(&flow.target_client, refresh),
+            producer_base: producer_config,
+            limits: limits.clone(),
             syncs_topic,
             positions_topic,
             positions: reader,
@@ -203,7 +211,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             transactions::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else {
-        let producer: BaseProducer<AckContext> = clients::producer(&flow.target_client, refresh)
+        let producer: BaseProducer<AckContext> = producer_config
             .create_with_context(AckContext::new(target_health.clone()))
             .context("creating the target producer")?;
         let syncs_client: &ClientConfig = match syncs_cluster {
@@ -228,6 +236,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             shutdown: shutdown.clone(),
             source_health: source_health.clone(),
             target_health: target_health.clone(),
+            limits: limits.clone(),
+            batch_cap,
         });
         let consumer: BaseConsumer<SourceContext> =
             clients::consumer(&flow.source_client, &group, refresh)
@@ -242,7 +252,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         })
     };
 
-    let mut discovery = Discovery::new(flow.clone(), source_admin, target_admin);
+    let mut discovery = Discovery::new(flow.clone(), source_admin, target_admin, limits);
     let discover = async {
         let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
         loop {

@@ -63,6 +63,17 @@ impl Progress {
         sync
     }
 
+    /// The record at `upstream`, after every one acknowledged so far, will never be on the
+    /// target (it was refused): the position moves past it, target offsets stay. The next
+    /// acknowledged record changes the offset delta, so the policy writes a sync for it.
+    pub fn skipped(&mut self, upstream: i64) {
+        let downstream = self.latest.map_or(-1, |l| l.downstream);
+        self.latest = Some(Frontier {
+            next: upstream.saturating_add(1),
+            downstream,
+        });
+    }
+
     /// After the newest acknowledged record (or where the partition started).
     pub fn latest(&self) -> Option<Frontier> {
         self.latest

@@ -43,20 +43,21 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::continuity::{self, LogProbe};
+use super::limits::{self, RemoteLimits};
 use super::lock;
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
-use crate::replicator::backoff::Backoff;
+use crate::replicator::backoff::{Backoff, Retry};
 use crate::replicator::{Context, Flow};
 
 /// How often each partition's transaction is committed: the latency of exactly-once copies.
@@ -78,8 +79,21 @@ pub fn transactional_id(flow: &Flow, topic: &str, partition: i32) -> String {
 
 /// Settings of a partition's transactional producer: the at-least-once producer's, plus the id
 /// and timeouts a transaction needs.
-pub fn producer_config(base: &ClientConfig, transactional_id: &str) -> ClientConfig {
+/// `limit` is the remote topic's `max.message.bytes`, if known: the partition's producer writes
+/// only that topic, so its batches are kept under it (a record larger than `batch.size` still
+/// goes, alone in its batch, and a refusal then names it).
+pub fn producer_config(
+    base: &ClientConfig,
+    transactional_id: &str,
+    limit: Option<usize>,
+) -> ClientConfig {
     let mut c = base.clone();
+    if let Some(limit) = limit {
+        let cap = limits::batch_cap(c.get("batch.size"), c.get("message.max.bytes"))
+            .min(limit.saturating_sub(limits::BATCH_OVERHEAD))
+            .max(1);
+        c.set("batch.size", cap.to_string());
+    }
     let timeout = c
         .get("transaction.timeout.ms")
         .and_then(|v| v.parse::<u64>().ok())
@@ -148,6 +162,24 @@ struct TxSlot {
     failed: Option<String>,
     /// The target partition went back under the copies: check both logs before going on.
     recheck: bool,
+    /// After an aborted transaction: when the partition is copied again from `committed`.
+    rewind: Retry,
+    /// The limit the producer's batches were capped by ([`producer_config`]).
+    capped_by: Option<usize>,
+    /// Records of the open transaction that may not fit the limit alone: (offset, bytes).
+    large: Vec<(i64, usize)>,
+    /// A record the target refused alone: skipped when copied again, recorded as a gap in
+    /// the transaction that passes it.
+    refused: Option<Refused>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    offset: i64,
+    bytes: usize,
+    limit: Option<usize>,
+    /// The open transaction passed it.
+    passed: bool,
 }
 
 /// What ending a transaction left to do.
@@ -173,6 +205,7 @@ pub struct TxCopier {
     shutdown: CancellationToken,
     source_health: Arc<ClusterHealth>,
     target_health: Arc<ClusterHealth>,
+    limits: RemoteLimits,
 }
 
 pub struct TxCopierParts {
@@ -186,6 +219,7 @@ pub struct TxCopierParts {
     pub shutdown: CancellationToken,
     pub source_health: Arc<ClusterHealth>,
     pub target_health: Arc<ClusterHealth>,
+    pub limits: RemoteLimits,
 }
 
 impl Owner for TxCopier {
@@ -233,6 +267,7 @@ impl TxCopier {
             shutdown: p.shutdown,
             source_health: p.source_health,
             target_health: p.target_health,
+            limits: p.limits,
         }
     }
 
@@ -265,7 +300,7 @@ impl TxCopier {
         else {
             return;
         };
-        if !slot.ready || slot.failed.is_some() {
+        if !slot.ready || slot.failed.is_some() || slot.rewind.pending() {
             // Not positioned yet, or the transaction will be aborted and the partition
             // rewound: this record is copied later.
             return;
@@ -285,9 +320,29 @@ impl TxCopier {
             }
             slot.open = true;
         }
+        if let Some(r) = slot.refused.as_mut()
+            && r.offset == m.offset()
+        {
+            // Refused before: this transaction passes it and records the gap (see `end`).
+            r.passed = true;
+            return;
+        }
         let Ok(opaque) = usize::try_from(m.offset()) else {
             return;
         };
+        if let Some(limit) = slot.capped_by {
+            let wire = limits::wire_size(
+                m.key().map_or(0, <[u8]>::len),
+                m.payload().map_or(0, <[u8]>::len),
+                m.headers()
+                    .into_iter()
+                    .flat_map(|h| h.iter())
+                    .map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))),
+            );
+            if wire.saturating_add(limits::BATCH_OVERHEAD) > limit {
+                slot.large.push((m.offset(), wire));
+            }
+        }
         let mut record = BaseRecord::with_opaque_to(&slot.remote, opaque).partition(m.partition());
         let mut bytes = 0;
         if let Some(k) = m.key() {
@@ -335,9 +390,10 @@ impl TxCopier {
                 .is_some_and(|s| s.ready && s.open);
             if open {
                 let ended = self.end(topic, *partition, true);
-                self.after(topic, *partition, ended, consumer);
+                self.after(topic, *partition, ended);
             }
         }
+        self.rewind_due(consumer);
         self.retry_unready(consumer);
     }
 
@@ -419,6 +475,36 @@ impl TxCopier {
         }
         let acks = std::mem::take(&mut *lock(&producer.context().acks));
         let delivered = acks.iter().any(|(_, r)| r.is_ok());
+        let too_large = acks.iter().find_map(|(upstream, r)| match r {
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge))
+                if *upstream >= 0 =>
+            {
+                Some(*upstream)
+            }
+            _ => None,
+        });
+        if let Some(offset) = too_large {
+            if slot.capped_by.is_some() {
+                // Batches are capped under the limit: the refused batch held this record alone.
+                let bytes = slot
+                    .large
+                    .iter()
+                    .find(|(o, _)| *o == offset)
+                    .map_or(0, |(_, b)| *b);
+                slot.refused = Some(Refused {
+                    offset,
+                    bytes,
+                    limit: slot.capped_by,
+                    passed: false,
+                });
+            } else {
+                // The limit was unknown when the producer was made: make it again with it.
+                slot.failed = Some(format!(
+                    "the target refused a batch as too large (offset {offset}); the producer is made again with the remote topic's limit"
+                ));
+            }
+        }
+        slot.large.clear();
         if slot.failed.is_none() {
             match absorb(&mut slot.policy, &mut slot.latest, acks, now) {
                 Ok(syncs) => {
@@ -434,6 +520,48 @@ impl TxCopier {
         }
         if delivered {
             self.target_health.reachable();
+        }
+        let mut rejected = None;
+        if let Some(r) = slot.refused.filter(|r| r.passed)
+            && commit
+            && slot.failed.is_none()
+            && slot.committed.is_none_or(|c| c.next <= r.offset)
+        {
+            // The transaction began at or before it (and passed it): the position moves past
+            // it even when it was the transaction's last record.
+            if slot.latest.is_none_or(|l| l.next <= r.offset) {
+                slot.latest = Some(Frontier {
+                    next: r.offset.saturating_add(1),
+                    downstream: slot.latest.map_or(-1, |l| l.downstream),
+                });
+            }
+            let gap = continuity::found_now(
+                topic,
+                partition,
+                (
+                    positions::GapKind::RecordRejected {
+                        size: i64::try_from(r.bytes).unwrap_or(i64::MAX),
+                        limit: r.limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+                    },
+                    r.offset,
+                    r.offset.saturating_add(1),
+                ),
+            );
+            let written = continuity::record(&gap, &self.ctx.metrics, |key, value| {
+                producer
+                    .send(
+                        BaseRecord::with_opaque_to(&positions_topic, NOT_A_RECORD)
+                            .partition(0)
+                            .key(key)
+                            .payload(value),
+                    )
+                    .map_err(|(e, _)| e)
+            });
+            if written {
+                rejected = Some(r);
+            } else {
+                slot.failed = Some("writing the gap of a refused record".into());
+            }
         }
         if commit
             && slot.failed.is_none()
@@ -485,6 +613,11 @@ impl TxCopier {
                 m.bytes_replicated.inc_by(slot.bytes);
                 slot.committed = slot.latest;
                 slot.backoff.reset();
+                slot.rewind.succeeded();
+                if rejected.is_some() {
+                    slot.refused = None;
+                    m.records_rejected.with_label_values(&[topic]).inc();
+                }
             }
             Ended::Rewind | Ended::Lost => {
                 if commit {
@@ -492,6 +625,9 @@ impl TxCopier {
                         "transaction aborted; the partition is copied again from its committed position");
                 }
                 m.errors.with_label_values(&["source", "transaction"]).inc();
+                if let Some(r) = slot.refused.as_mut() {
+                    r.passed = false;
+                }
                 slot.latest = slot.committed;
                 slot.policy = SyncPolicy::new(
                     TopicPartition::new(topic.to_string(), partition),
@@ -535,13 +671,7 @@ impl TxCopier {
     }
 
     /// Positions the consumer after an aborted transaction.
-    fn after(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        ended: Ended,
-        consumer: &BaseConsumer<TxSourceContext>,
-    ) {
+    fn after(&mut self, topic: &str, partition: i32, ended: Ended) {
         if !matches!(ended, Ended::Rewind) {
             return;
         }
@@ -555,13 +685,30 @@ impl TxCopier {
             slot.retry_at = Instant::now();
             return;
         }
-        let offset = slot
-            .committed
-            .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
-        if let Err(e) = rebalance::reposition(consumer, topic, partition, offset) {
-            tracing::debug!(%topic, partition, error = %e, "seek failed; preparing the partition again");
-            slot.ready = false;
-            slot.retry_at = Instant::now() + slot.backoff.next_delay();
+        // Not at once: a write the target refuses every time would otherwise abort a
+        // transaction every COMMIT_EVERY forever. Reset by the next commit.
+        let delay = slot.rewind.failed(Instant::now());
+        tracing::debug!(%topic, partition, ?delay, "copying the partition again after a backoff");
+    }
+
+    /// Moves partitions whose rewind is due back to their committed position.
+    fn rewind_due(&mut self, consumer: &BaseConsumer<TxSourceContext>) {
+        let now = Instant::now();
+        for slot in self.slots.values_mut().flat_map(HashMap::values_mut) {
+            if !slot.rewind.due(now) {
+                continue;
+            }
+            slot.rewind.take();
+            let offset = slot
+                .committed
+                .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            let tp = slot.policy.topic_partition();
+            let (topic, partition) = (tp.topic.clone(), tp.partition);
+            if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
+                tracing::debug!(%topic, partition, error = %e, "seek failed; preparing the partition again");
+                slot.ready = false;
+                slot.retry_at = now + slot.backoff.next_delay();
+            }
         }
     }
 
@@ -573,15 +720,18 @@ impl TxCopier {
         for (topic, partition) in keys {
             let base = self.producer_base.clone();
             let health = self.target_health.clone();
+            let limits = self.limits.clone();
             let Some(slot) = self.slot_mut(topic, *partition) else {
                 continue;
             };
             if slot.producer.is_none() {
+                slot.capped_by = limits.get(&slot.remote);
                 let created: Result<BaseProducer<TxContext>, KafkaError> =
-                    producer_config(&base, &slot.transactional_id).create_with_context(TxContext {
-                        acks: Mutex::new(Vec::new()),
-                        health,
-                    });
+                    producer_config(&base, &slot.transactional_id, slot.capped_by)
+                        .create_with_context(TxContext {
+                            acks: Mutex::new(Vec::new()),
+                            health,
+                        });
                 let producer = match created {
                     Ok(p) => p,
                     Err(e) => {
@@ -820,6 +970,10 @@ impl TxCopier {
                 bytes: 0,
                 failed: None,
                 recheck: false,
+                rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
+                capped_by: None,
+                large: Vec::new(),
+                refused: None,
             };
             self.slots
                 .entry(topic.clone())
@@ -1136,13 +1290,17 @@ mod tests {
     fn message_timeout_never_exceeds_the_transaction_timeout() {
         let mut base = ClientConfig::new();
         base.set("message.timeout.ms", "120000");
-        let c = producer_config(&base, "id");
+        let c = producer_config(&base, "id", None);
         assert_eq!(c.get("transactional.id"), Some("id"));
         assert_eq!(c.get("transaction.timeout.ms"), Some("15000"));
         assert_eq!(c.get("message.timeout.ms"), Some("15000"));
+        assert_eq!(c.get("batch.size"), None);
+        // A remote topic with a small limit: batches stay under it.
+        let small = producer_config(&base, "id", Some(65_536));
+        assert_eq!(small.get("batch.size"), Some("65475"));
         base.set("transaction.timeout.ms", "60000");
         assert_eq!(
-            producer_config(&base, "id").get("message.timeout.ms"),
+            producer_config(&base, "id", None).get("message.timeout.ms"),
             Some("60000")
         );
     }
