@@ -134,8 +134,10 @@ mod tests {
         b.set_subject_name(&name).unwrap();
         b.set_issuer_name(&name).unwrap();
         b.set_pubkey(&key).unwrap();
-        b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-        b.set_not_after(&Asn1Time::days_from_now(1).unwrap()).unwrap();
+        b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        b.set_not_after(&Asn1Time::days_from_now(1).unwrap())
+            .unwrap();
         b.sign(&key, MessageDigest::sha256()).unwrap();
         (b.build(), key)
     }
@@ -181,23 +183,35 @@ mod tests {
             key_secret_ref: r("user.key"),
             ..Default::default()
         };
-        let id = client_certificate(&pem, "spec.source", &secrets).unwrap().unwrap();
-        assert_eq!(id.cert_pem.as_bytes(), cert_pem.as_slice());
+        let id = client_certificate(&pem, "spec.source", &secrets)
+            .unwrap()
+            .unwrap();
+        // Text values lose a file's trailing newline; PEM does not need it.
+        let text = |b: &[u8]| String::from_utf8_lossy(b).trim_end().to_string();
+        assert_eq!(id.cert_pem.trim_end(), text(&cert_pem));
         let store = TlsSpec {
             pkcs12_secret_ref: r("user.p12"),
             pkcs12_password_secret_ref: r("user.password"),
             ..Default::default()
         };
-        let from_store = client_certificate(&store, "spec.source", &secrets).unwrap().unwrap();
-        assert_eq!(from_store.cert_pem, id.cert_pem);
-        assert_eq!(from_store.key_pem.as_bytes(), key_pem.as_slice());
+        let from_store = client_certificate(&store, "spec.source", &secrets)
+            .unwrap()
+            .unwrap();
+        assert_eq!(from_store.cert_pem.trim_end(), id.cert_pem.trim_end());
+        assert_eq!(from_store.key_pem.trim_end(), text(&key_pem));
 
         let wrong = TlsSpec {
             pkcs12_password_secret_ref: r("wrong.password"),
             ..store
         };
-        let err = client_certificate(&wrong, "spec.source", &secrets).err().unwrap();
-        assert!(err.to_string().starts_with("spec.source.tls.pkcs12PasswordSecretRef: "), "{err}");
+        let err = client_certificate(&wrong, "spec.source", &secrets)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("spec.source.tls.pkcs12PasswordSecretRef: "),
+            "{err}"
+        );
     }
 
     #[test]
@@ -213,14 +227,26 @@ mod tests {
             key_secret_ref: r("user.key"),
             ..Default::default()
         };
-        let err = client_certificate(&mismatched, "spec.target", &secrets).err().unwrap();
+        let err = client_certificate(&mismatched, "spec.target", &secrets)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("does not belong"), "{err}");
         let half = TlsSpec {
             cert_secret_ref: r("user.crt"),
             ..Default::default()
         };
-        let err = client_certificate(&half, "spec.target", &secrets).err().unwrap();
-        assert!(err.to_string().starts_with("spec.target.tls.keySecretRef: "), "{err}");
-        assert!(client_certificate(&TlsSpec::default(), "spec.target", &secrets).unwrap().is_none());
+        let err = client_certificate(&half, "spec.target", &secrets)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("spec.target.tls.keySecretRef: "),
+            "{err}"
+        );
+        assert!(
+            client_certificate(&TlsSpec::default(), "spec.target", &secrets)
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -470,6 +470,7 @@ mod tests {
                 name: "ca".into(),
                 key: "../ca.crt".into(),
             }),
+            ..Default::default()
         });
         let err = check_cluster(&c, "spec.source").unwrap_err();
         assert!(

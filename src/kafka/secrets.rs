@@ -94,7 +94,9 @@ impl SecretFiles {
             return values
                 .get(&(secret.name.clone(), secret.key.clone()))
                 .cloned()
-                .ok_or_else(|| unreadable(path, std::io::Error::from(std::io::ErrorKind::NotFound)));
+                .ok_or_else(|| {
+                    unreadable(path, std::io::Error::from(std::io::ErrorKind::NotFound))
+                });
         }
         // Bounded: a Secret holds at most 1 MiB; anything larger is not one of ours.
         let meta = std::fs::metadata(&path).map_err(|e| unreadable(path.clone(), e))?;

@@ -121,7 +121,10 @@ pub fn referenced_secrets(flow: &MirrorFlow) -> BTreeSet<String> {
 /// (spec field, reference) for every Secret key the flow uses.
 pub fn secret_refs(flow: &MirrorFlow) -> Vec<(String, &SecretKeyRef)> {
     let mut out = crate::kafka::config::secret_refs(&flow.spec.source, "spec.source");
-    out.extend(crate::kafka::config::secret_refs(&flow.spec.target, "spec.target"));
+    out.extend(crate::kafka::config::secret_refs(
+        &flow.spec.target,
+        "spec.target",
+    ));
     out
 }
 

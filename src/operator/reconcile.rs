@@ -347,7 +347,13 @@ async fn fetch_secrets(
     ns: &str,
     mf: &MirrorFlow,
 ) -> Result<
-    Result<(BTreeMap<(String, String), String>, BTreeMap<String, String>), SecretRefusal>,
+    Result<
+        (
+            BTreeMap<(String, String), Vec<u8>>,
+            BTreeMap<String, String>,
+        ),
+        SecretRefusal,
+    >,
     Error,
 > {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);

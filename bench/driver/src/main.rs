@@ -242,10 +242,18 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
     let mut first: Option<(Instant, i64, f64)> = None;
     // A tool that exits once it has written everything (ProducerPerformance) can be gone, or a
     // zombie without memory figures, by the time the copy is seen complete: keep the last
-    // peak read while it ran.
+    // peak and CPU time read while it ran.
     let mut last_rss = None;
+    let mut last_cpu = None;
     loop {
         last_rss = peak_rss_kib(pid).ok().or(last_rss);
+        last_cpu = cpu_seconds(pid).ok().or(last_cpu);
+        let cpu_now = || {
+            cpu_seconds(pid)
+                .ok()
+                .or(last_cpu)
+                .context("no CPU time: the process was gone before it was read")
+        };
         // Right after the replicator creates the topic, leaders may not be known yet.
         let copied: i64 = match end_offsets(&consumer, topic, n) {
             Ok(ends) => ends.iter().sum(),
@@ -257,10 +265,10 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
         };
         let now = Instant::now();
         if first.is_none() && copied > 0 {
-            first = Some((now, copied, cpu_seconds(pid)?));
+            first = Some((now, copied, cpu_now()?));
         }
         if copied >= expect {
-            let cpu_end = cpu_seconds(pid)?;
+            let cpu_end = cpu_now()?;
             let rss = peak_rss_kib(pid)
                 .ok()
                 .or(last_rss)

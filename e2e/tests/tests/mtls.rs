@@ -42,7 +42,14 @@ fn secret_from_files(ns: &str, name: &str, files: &[(&str, &str)]) -> Result<()>
     run("kubectl", &args)?;
     run(
         "kubectl",
-        &["annotate", "secret", name, "-n", ns, "mirrorflow.io/allowed-flows=*"],
+        &[
+            "annotate",
+            "secret",
+            name,
+            "-n",
+            ns,
+            "mirrorflow.io/allowed-flows=*",
+        ],
     )
     .map(|_| ())
 }
@@ -57,14 +64,33 @@ fn stranger(dir: &std::path::Path) -> Result<(String, String)> {
     run(
         "openssl",
         &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-            "/CN=stranger", "-keyout", &key, "-out", &cert,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=stranger",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
         ],
     )?;
     Ok((cert, key))
 }
 
-fn flow(ns: &str, name: &str, alias: &str, bootstrap: &str, tls: &str, topic: &str, world: &World) -> String {
+fn flow(
+    ns: &str,
+    name: &str,
+    alias: &str,
+    bootstrap: &str,
+    tls: &str,
+    topic: &str,
+    world: &World,
+) -> String {
     format!(
         "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source:\n    alias: {alias}\n    bootstrapServers: \"{bootstrap}\"\n    tls: {tls}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{topic}\"]\n  groups: [\"{topic}-app\"]\n",
         world.target_bootstrap
@@ -87,10 +113,17 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
         var("MF_KAFKA_CLIENT_CERT_PEM")?,
         var("MF_KAFKA_CLIENT_KEY_PEM")?,
     );
-    let (p12, p12_password) = (var("MF_KAFKA_CLIENT_P12")?, var("MF_KAFKA_CLIENT_P12_PASSWORD_FILE")?);
+    let (p12, p12_password) = (
+        var("MF_KAFKA_CLIENT_P12")?,
+        var("MF_KAFKA_CLIENT_P12_PASSWORD_FILE")?,
+    );
     secret_from_files(&ns, "kafka-ca", &[("ca.crt", &ca)])?;
     secret_from_files(&ns, "user-pem", &[("user.crt", &cert), ("user.key", &key)])?;
-    secret_from_files(&ns, "user-p12", &[("user.p12", &p12), ("user.password", &p12_password)])?;
+    secret_from_files(
+        &ns,
+        "user-p12",
+        &[("user.p12", &p12), ("user.password", &p12_password)],
+    )?;
     secret_from_files(
         &ns,
         "stranger",
@@ -104,17 +137,40 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
     for i in 0..10 {
         let v = format!("v{i}");
         producer
-            .send(FutureRecord::<(), _>::to(&topic).payload(&v), Duration::from_secs(10))
+            .send(
+                FutureRecord::<(), _>::to(&topic).payload(&v),
+                Duration::from_secs(10),
+            )
             .await
             .map_err(|(e, _)| e)?;
     }
-    kafka::commit(&world.source_bootstrap, &format!("{topic}-app"), &topic, &[(0, 10)])?;
+    kafka::commit(
+        &world.source_bootstrap,
+        &format!("{topic}-app"),
+        &topic,
+        &[(0, 10)],
+    )?;
 
     let ca_ref = "caSecretRef: {name: kafka-ca, key: ca.crt}";
     let cases = [
-        ("pem", format!("{{{ca_ref}, certSecretRef: {{name: user-pem, key: user.crt}}, keySecretRef: {{name: user-pem, key: user.key}}}}")),
-        ("p12", format!("{{{ca_ref}, pkcs12SecretRef: {{name: user-p12, key: user.p12}}, pkcs12PasswordSecretRef: {{name: user-p12, key: user.password}}}}")),
-        ("stranger", format!("{{{ca_ref}, certSecretRef: {{name: stranger, key: user.crt}}, keySecretRef: {{name: stranger, key: user.key}}}}")),
+        (
+            "pem",
+            format!(
+                "{{{ca_ref}, certSecretRef: {{name: user-pem, key: user.crt}}, keySecretRef: {{name: user-pem, key: user.key}}}}"
+            ),
+        ),
+        (
+            "p12",
+            format!(
+                "{{{ca_ref}, pkcs12SecretRef: {{name: user-p12, key: user.p12}}, pkcs12PasswordSecretRef: {{name: user-p12, key: user.password}}}}"
+            ),
+        ),
+        (
+            "stranger",
+            format!(
+                "{{{ca_ref}, certSecretRef: {{name: stranger, key: user.crt}}, keySecretRef: {{name: stranger, key: user.key}}}}"
+            ),
+        ),
         ("nocert", format!("{{{ca_ref}}}")),
     ];
     let mut aliases = Vec::new();
@@ -130,10 +186,16 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
     let flows: kube::Api<MirrorFlow> = kube::Api::namespaced(client.clone(), &ns);
     let started = Instant::now();
     for (name, alias) in [("pem", &aliases[0]), ("p12", &aliases[1])] {
-        wait_for_flow(&flows, name, "FailoverReady over mTLS", Duration::from_secs(180), |mf| {
-            condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
-                && mf.status.as_ref().is_some_and(|s| s.groups == Some(1))
-        })
+        wait_for_flow(
+            &flows,
+            name,
+            "FailoverReady over mTLS",
+            Duration::from_secs(180),
+            |mf| {
+                condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
+                    && mf.status.as_ref().is_some_and(|s| s.groups == Some(1))
+            },
+        )
         .await?;
         let remote = format!("{alias}.{topic}");
         let copied = eventually("records on the target", Duration::from_secs(60), || async {
@@ -142,15 +204,25 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
         })
         .await?;
         assert_eq!(copied, 10, "{name}");
-        println!("{name}: FailoverReady over mTLS after {:?}, 10 records copied", started.elapsed());
+        println!(
+            "{name}: FailoverReady over mTLS after {:?}, 10 records copied",
+            started.elapsed()
+        );
     }
     for name in ["stranger", "nocert"] {
-        let mf = wait_for_flow(&flows, name, "SourceCertificateRefused", Duration::from_secs(60), |mf| {
-            condition(mf, "Ready").is_some_and(|c| c.1 == "SourceCertificateRefused")
-        })
+        let mf = wait_for_flow(
+            &flows,
+            name,
+            "SourceCertificateRefused",
+            Duration::from_secs(60),
+            |mf| condition(mf, "Ready").is_some_and(|c| c.1 == "SourceCertificateRefused"),
+        )
         .await?;
         let (_, _, message) = condition(&mf, "Ready").context("Ready")?;
-        assert!(message.contains("spec.source.tls.certSecretRef"), "{name}: {message}");
+        assert!(
+            message.contains("spec.source.tls.certSecretRef"),
+            "{name}: {message}"
+        );
         println!("{name}: {message}");
     }
     Ok(())

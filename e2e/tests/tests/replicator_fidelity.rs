@@ -28,6 +28,10 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+/// The outage test stops the target broker; the other tests of this binary (run beside it on
+/// the test threads) use that broker. They hold this shared, the outage test exclusively.
+static BROKERS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 const WAIT: Duration = Duration::from_secs(90);
 /// Fast discovery and syncs; heartbeats off (the `heartbeats` topics are shared).
 const FAST: &str = "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s}\n\
@@ -401,6 +405,7 @@ enum Step {
 
 #[tokio::test]
 async fn transactional_source_fails_over_onto_the_next_record() -> Result<()> {
+    let _brokers = BROKERS.read().await;
     let s = Setup::new("fid-tx")?;
     let (source, target) = (
         s.world.source_bootstrap.clone(),
@@ -581,6 +586,7 @@ async fn create_compacted(bootstrap: &str, topic: &str) -> Result<bool> {
 
 #[tokio::test]
 async fn compacted_source_fails_over_onto_the_next_record() -> Result<()> {
+    let _brokers = BROKERS.read().await;
     let s = Setup::new("fid-compact")?;
     let (source, target) = (
         s.world.source_bootstrap.clone(),
@@ -762,6 +768,7 @@ const SEPARATOR: &str = "replicationPolicy: {type: Prefix, separator: '_'}\n";
 ///   test prints how many records that re-reads.
 #[tokio::test]
 async fn failback_copies_new_topics_back_but_not_the_remote_topic() -> Result<()> {
+    let _brokers = BROKERS.read().await;
     let s = Setup::new("fid-fb")?;
     let outcome = failback(&s).await;
     // Whatever happened: leave no topic of this test's aliases behind on either cluster.
@@ -1015,6 +1022,7 @@ impl Drop for TargetBack<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn target_outage_is_reported_and_nothing_is_lost() -> Result<()> {
+    let _brokers = BROKERS.write().await;
     let s = Setup::new("fid-outage")?;
     let (source, target) = (
         s.world.source_bootstrap.clone(),

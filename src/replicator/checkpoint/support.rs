@@ -88,6 +88,22 @@ impl Reachability {
         }
     }
 
+    /// A follower's position left the log (the topic was truncated or deleted and created
+    /// again): counted as `errors_total{kind="position_lost"}` and logged at error, since
+    /// records between may have been missed.
+    pub fn position_lost(&self, topic: &str) {
+        self.metrics
+            .errors
+            .with_label_values(&[self.loop_name, "position_lost"])
+            .inc();
+        tracing::error!(
+            loop_name = self.loop_name,
+            cluster = self.cluster,
+            topic,
+            "the followed position is no longer in {topic} (truncated, or deleted and created again); following it again from its earliest record"
+        );
+    }
+
     pub fn ok(&self) {
         if self.down.swap(false, Ordering::Relaxed) {
             self.metrics
@@ -250,6 +266,9 @@ pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer<QuietE
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "100")
         .set("isolation.level", "read_committed")
+        // librdkafka's default would jump to the end of a truncated or recreated topic in
+        // silence; the follower stops on it instead and starts over from the earliest record.
+        .set("auto.offset.reset", "error")
         .create_with_context(QuietEof)
 }
 
@@ -345,6 +364,20 @@ where
                     }
                 }
                 Some(Err(e)) if is_unreachable(&e) => reach.unreachable(what, &e),
+                Some(Err(e))
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) =>
+                {
+                    reach.position_lost(&topic);
+                    let mut again = TopicPartitionList::new();
+                    // `seek` is refused once the reset error stopped the partition: assign anew.
+                    if let Err(e) = again
+                        .add_partition_offset(&topic, 0, Offset::Beginning)
+                        .and_then(|()| consumer.assign(&again))
+                    {
+                        tracing::error!(topic = %topic, error = %e, "cannot assign {what} again; not following it");
+                        return;
+                    }
+                }
                 Some(Err(e)) => {
                     tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
                 }
