@@ -8,7 +8,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 pub fn admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
@@ -50,6 +50,25 @@ pub fn producer(bootstrap: &str, timeout: Duration) -> Result<FutureProducer> {
         .set("delivery.timeout.ms", timeout.as_millis().to_string())
         .set("reconnect.backoff.max.ms", "1000")
         .create()?)
+}
+
+/// Writes `n` records with the values `v0`, `v1`, ... to `topic`, record `i` to partition
+/// `i % partitions`, each acknowledged before the next (so offsets follow the values).
+pub async fn produce_values(bootstrap: &str, topic: &str, n: i32, partitions: i32) -> Result<()> {
+    let producer = producer(bootstrap, Duration::from_secs(30))?;
+    for i in 0..n {
+        let v = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(topic)
+                    .payload(&v)
+                    .partition(i % partitions.max(1)),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    Ok(())
 }
 
 /// (offset, key, value) of one record.

@@ -133,3 +133,45 @@ pub fn patch_flow_spec(ns: &str, name: &str, spec_json: &str) -> Result<()> {
     )
     .map(|_| ())
 }
+
+/// Where a Secret's values come from, as `kubectl create secret generic` takes them.
+pub enum SecretSource<'a> {
+    /// `--from-literal=key=value`
+    Literal(&'a str, &'a str),
+    /// `--from-file=key=path`
+    File(&'a str, &'a str),
+}
+
+/// Creates a generic Secret in `ns` that every flow of the namespace may use (a Secret nobody
+/// allowed is refused: `tenancy.rs`).
+pub fn create_shared_secret(ns: &str, name: &str, sources: &[SecretSource<'_>]) -> Result<()> {
+    let mut args = vec![
+        "create".to_string(),
+        "secret".into(),
+        "generic".into(),
+        name.into(),
+        "-n".into(),
+        ns.into(),
+    ];
+    for source in sources {
+        args.push(match source {
+            SecretSource::Literal(k, v) => format!("--from-literal={k}={v}"),
+            SecretSource::File(k, path) => format!("--from-file={k}={path}"),
+        });
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run("kubectl", &args)?;
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            name,
+            "-n",
+            ns,
+            "mirrorflow.io/allowed-flows=*",
+            "--overwrite",
+        ],
+    )
+    .map(|_| ())
+}

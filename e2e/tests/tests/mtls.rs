@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::operator::{
+    SecretSource, condition, create_shared_secret, install_operator, wait_for_flow,
+};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
-use rdkafka::producer::FutureRecord;
 
 struct Cleanup(String);
 
@@ -27,31 +28,11 @@ fn var(name: &str) -> Result<String> {
 
 /// A Secret from files (`key=path`), which every flow of the namespace may use.
 fn secret_from_files(ns: &str, name: &str, files: &[(&str, &str)]) -> Result<()> {
-    let mut args = vec![
-        "create".to_string(),
-        "secret".into(),
-        "generic".into(),
-        name.into(),
-        "-n".into(),
-        ns.into(),
-    ];
-    for (key, path) in files {
-        args.push(format!("--from-file={key}={path}"));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run("kubectl", &args)?;
-    run(
-        "kubectl",
-        &[
-            "annotate",
-            "secret",
-            name,
-            "-n",
-            ns,
-            "mirrorflow.io/allowed-flows=*",
-        ],
-    )
-    .map(|_| ())
+    let sources: Vec<SecretSource<'_>> = files
+        .iter()
+        .map(|(k, path)| SecretSource::File(k, path))
+        .collect();
+    create_shared_secret(ns, name, &sources)
 }
 
 /// A client certificate and key no CA of the world signed.
@@ -133,17 +114,7 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
 
     let topic = unique("mtls-topic");
     kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
-    for i in 0..10 {
-        let v = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic).payload(&v),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic, 10, 1).await?;
     kafka::commit(
         &world.source_bootstrap,
         &format!("{topic}-app"),

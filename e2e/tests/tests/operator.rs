@@ -12,7 +12,6 @@ use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
-use rdkafka::producer::FutureRecord;
 
 const READY_WITHIN: Duration = Duration::from_secs(180);
 
@@ -64,19 +63,7 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
         &flow_yaml(&ns, "flow", &alias, &world, &topic, ""),
     )?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
-    for i in 0..50 {
-        let v = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic)
-                    .payload(&v)
-                    .partition(i % 2),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic, 50, 2).await?;
     let ready = wait_condition(&flows, "flow", "FailoverReady", "True", READY_WITHIN).await?;
     println!("FailoverReady after {:?}", started.elapsed());
     let status = ready.status.clone().context("status")?;

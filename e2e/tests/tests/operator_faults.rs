@@ -13,7 +13,6 @@ use mirrorflow_e2e::operator::{
 use mirrorflow_e2e::{World, kafka, run, run_with_input, unique};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
 
 fn commit(bootstrap: &str, group: &str, topic: &str, offset: i64) -> Result<()> {
@@ -46,17 +45,7 @@ async fn stale_groups_and_a_source_outage_show_in_the_status_with_reasons() -> R
     let topic = unique("opftopic");
     let group = format!("{topic}-billing");
     kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
-    for i in 0..30 {
-        let v = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic).payload(&v),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic, 30, 1).await?;
     commit(&world.source_bootstrap, &group, &topic, 10)?;
     let flow = format!(
         r#"apiVersion: mirrorflow.io/v1alpha1
@@ -129,16 +118,7 @@ spec:
     )
     .await?;
     kafka::create_topic(&world.source_bootstrap, &topic_b, 1).await?;
-    for i in 0..20 {
-        let v = format!("b{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic_b).payload(&v),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic_b, 20, 1).await?;
     commit(&world.source_bootstrap, &group, &topic_b, 15)?;
     let behind = wait_for(&flows, "the group listed as ReplicationBehind", |mf| {
         mf.status.as_ref().is_some_and(|s| {

@@ -10,7 +10,6 @@ use kube::Api;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
 use mirrorflow_e2e::{World, kafka, run, run_with_input, unique};
-use rdkafka::producer::FutureRecord;
 
 /// Stops the MirrorMaker and removes the namespace even when the test fails half-way.
 struct Cleanup<'a> {
@@ -46,19 +45,7 @@ async fn observe_mode_reports_a_mirrormaker2_flow_and_deploys_nothing() -> Resul
     };
 
     kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
-    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
-    for i in 0..40 {
-        let v = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic)
-                    .payload(&v)
-                    .partition(i % 2),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic, 40, 2).await?;
     kafka::commit(&world.source_bootstrap, &group, &topic, &[(0, 15), (1, 20)])?;
 
     // MirrorMaker's heartbeats for SRC->TGT come from the TGT->SRC heartbeat emitter writing into

@@ -10,11 +10,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::operator::{
+    SecretSource, condition, create_shared_secret, install_operator, wait_for_flow,
+};
 use mirrorflow_e2e::replicator::http_get;
 use mirrorflow_e2e::secure::SecureKafka;
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
-use rdkafka::producer::FutureRecord;
 
 struct Cleanup(String);
 
@@ -26,37 +27,11 @@ impl Drop for Cleanup {
 }
 
 fn secret(ns: &str, name: &str, pairs: &[(&str, &str)]) -> Result<()> {
-    let mut args = vec![
-        "create".to_string(),
-        "secret".into(),
-        "generic".into(),
-        name.into(),
-        "-n".into(),
-        ns.into(),
-    ];
-    for (k, v) in pairs {
-        args.push(format!("--from-literal={k}={v}"));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run("kubectl", &args)?;
-    // The flows here may use it (a Secret no one allowed is refused: see the deputy test).
-    allow_flows(ns, name, "*")
-}
-
-fn allow_flows(ns: &str, secret: &str, flows: &str) -> Result<()> {
-    run(
-        "kubectl",
-        &[
-            "annotate",
-            "secret",
-            secret,
-            "-n",
-            ns,
-            &format!("mirrorflow.io/allowed-flows={flows}"),
-            "--overwrite",
-        ],
-    )
-    .map(|_| ())
+    let sources: Vec<SecretSource<'_>> = pairs
+        .iter()
+        .map(|(k, v)| SecretSource::Literal(k, v))
+        .collect();
+    create_shared_secret(ns, name, &sources)
 }
 
 /// A CA certificate that did not sign the brokers' certificate.
@@ -143,17 +118,7 @@ async fn scram_over_tls_replicates_wrong_credentials_are_named_and_nothing_leaks
     let topic = unique("sectopic");
     let alias = unique("sec");
     kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
-    for i in 0..30 {
-        let v = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic).payload(&v),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-    }
+    kafka::produce_values(&world.source_bootstrap, &topic, 30, 1).await?;
     kafka::commit(
         &world.source_bootstrap,
         &format!("{topic}-app"),
