@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -367,14 +367,7 @@ impl Copier {
             return;
         }
         let (remote, generation) = (slot.remote.clone(), slot.generation);
-        let wire = limits::wire_size(
-            m.key().map_or(0, <[u8]>::len),
-            m.payload().map_or(0, <[u8]>::len),
-            m.headers()
-                .into_iter()
-                .flat_map(|h| h.iter())
-                .map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))),
-        );
+        let wire = limits::message_size(m);
         let Some(alone) = self.make_room(idx, generation, m.offset(), wire) else {
             return;
         };

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rdkafka::admin::ConfigEntry;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 /// The topic config the broker checks batches against.
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
@@ -87,6 +88,18 @@ pub fn wire_size(
                 .saturating_add(k)
                 .saturating_add(v)
         },
+    )
+}
+
+/// [`wire_size`] of a record as the source consumer returned it.
+pub fn message_size(m: &BorrowedMessage<'_>) -> usize {
+    wire_size(
+        m.key().map_or(0, <[u8]>::len),
+        m.payload().map_or(0, <[u8]>::len),
+        m.headers()
+            .into_iter()
+            .flat_map(|h| h.iter())
+            .map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))),
     )
 }
 

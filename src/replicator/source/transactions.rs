@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
@@ -331,14 +331,7 @@ impl TxCopier {
             return;
         };
         if let Some(limit) = slot.capped_by {
-            let wire = limits::wire_size(
-                m.key().map_or(0, <[u8]>::len),
-                m.payload().map_or(0, <[u8]>::len),
-                m.headers()
-                    .into_iter()
-                    .flat_map(|h| h.iter())
-                    .map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))),
-            );
+            let wire = limits::message_size(m);
             if wire.saturating_add(limits::BATCH_OVERHEAD) > limit {
                 slot.large.push((m.offset(), wire));
             }
