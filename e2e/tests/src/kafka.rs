@@ -18,9 +18,23 @@ pub fn admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
 }
 
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
+    create_topic_with(bootstrap, topic, partitions, &[]).await
+}
+
+/// Creates `topic` with topic `configs` (e.g. `max.message.bytes`); replication factor 1.
+pub async fn create_topic_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> Result<()> {
+    let new = configs.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
     let results = admin(bootstrap)?
         .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &[new],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         )
         .await?;

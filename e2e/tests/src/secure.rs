@@ -33,3 +33,31 @@ impl SecureKafka {
         })
     }
 }
+
+/// A self-signed certificate (1 day, RSA 2048) for `/CN=<cn>`, made with openssl in `dir`:
+/// (certificate path, key path). Trusted by nothing of the world's: a CA the brokers do not use,
+/// or a client certificate their clients CA did not sign.
+pub fn self_signed(dir: &std::path::Path, cn: &str) -> Result<(String, String)> {
+    let path =
+        |name: &str| -> Result<String> { Ok(dir.join(name).to_str().context("path")?.to_string()) };
+    let (cert, key) = (path(&format!("{cn}.pem"))?, path(&format!("{cn}.key"))?);
+    crate::run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+        ],
+    )?;
+    Ok((cert, key))
+}

@@ -35,34 +35,6 @@ fn secret_from_files(ns: &str, name: &str, files: &[(&str, &str)]) -> Result<()>
     create_shared_secret(ns, name, &sources)
 }
 
-/// A client certificate and key no CA of the world signed.
-fn stranger(dir: &std::path::Path) -> Result<(String, String)> {
-    let (key, cert) = (dir.join("stranger.key"), dir.join("stranger.pem"));
-    let (key, cert) = (
-        key.to_str().context("path")?.to_string(),
-        cert.to_str().context("path")?.to_string(),
-    );
-    run(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=stranger",
-            "-keyout",
-            &key,
-            "-out",
-            &cert,
-        ],
-    )?;
-    Ok((cert, key))
-}
-
 fn flow(
     ns: &str,
     name: &str,
@@ -88,7 +60,8 @@ async fn client_certificates_pem_and_pkcs12_replicate_and_refusals_are_named() -
     install_operator(&world, &ns)?;
     let dir = std::env::temp_dir().join(unique("mf-mtls"));
     std::fs::create_dir_all(&dir)?;
-    let (stranger_cert, stranger_key) = stranger(&dir)?;
+    // A client certificate and key no CA of the world signed.
+    let (stranger_cert, stranger_key) = mirrorflow_e2e::secure::self_signed(&dir, "stranger")?;
     let (ca, cert, key) = (
         var("MF_KAFKA_CA_PEM")?,
         var("MF_KAFKA_CLIENT_CERT_PEM")?,

@@ -11,7 +11,6 @@ use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::ClientConfig;
 use rdkafka::Message;
-use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 
@@ -32,16 +31,7 @@ fn free_port() -> Result<u16> {
 
 async fn create(bootstrap: &str, topic: &str, max_message_bytes: usize) -> Result<()> {
     let limit = max_message_bytes.to_string();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
-    for r in kafka::admin(bootstrap)?
-        .create_topics(&[new], &AdminOptions::new())
-        .await?
-    {
-        if let Err((name, code)) = r {
-            bail!("creating {name}: {code}");
-        }
-    }
-    Ok(())
+    kafka::create_topic_with(bootstrap, topic, 1, &[("max.message.bytes", &limit)]).await
 }
 
 /// Keys of every committed record of partition 0, read to its end.

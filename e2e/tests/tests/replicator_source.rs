@@ -12,10 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow_e2e::replicator::{Replicator, binary};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
-use rdkafka::admin::{
-    AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
-    TopicReplication,
-};
+use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, NewPartitions, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -184,27 +181,6 @@ async fn wait_for_count(bootstrap: &str, topic: &str, n: i64) -> Result<()> {
         }
     })
     .await
-}
-
-async fn create_topic_with(
-    bootstrap: &str,
-    topic: &str,
-    partitions: i32,
-    configs: &[(&str, &str)],
-) -> Result<()> {
-    let new = configs.iter().fold(
-        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
-        |t, (k, v)| t.set(k, v),
-    );
-    for r in kafka::admin(bootstrap)?
-        .create_topics(&[new], &AdminOptions::new())
-        .await?
-    {
-        if let Err((name, code)) = r {
-            bail!("creating {name}: {code}");
-        }
-    }
-    Ok(())
 }
 
 /// Dynamic (topic-level) configs of a topic.
@@ -453,7 +429,7 @@ async fn identity_policy_keeps_topic_names() -> Result<()> {
 async fn topic_configs_are_synced_except_mm2_exclusions() -> Result<()> {
     let s = Setup::new("configs")?;
     let topic = unique("compacted");
-    create_topic_with(
+    kafka::create_topic_with(
         &s.world.source_bootstrap,
         &topic,
         1,
@@ -575,7 +551,7 @@ async fn heartbeats_are_replicated_despite_filters_and_cycles_are_refused() -> R
     let s = Setup::new("hb-cycle")?;
     // The shared `heartbeats` topic: create it if nobody did, and add one valid heartbeat of
     // this test's own aliases (MM2 format) so there is something to copy.
-    match create_topic_with(&s.world.source_bootstrap, "heartbeats", 1, &[]).await {
+    match kafka::create_topic_with(&s.world.source_bootstrap, "heartbeats", 1, &[]).await {
         Ok(()) => {}
         Err(e) if e.to_string().contains("already exists") => {}
         Err(e) => return Err(e),

@@ -38,25 +38,7 @@ fn secret(ns: &str, name: &str, pairs: &[(&str, &str)]) -> Result<()> {
 fn unrelated_ca() -> Result<String> {
     let dir = std::env::temp_dir().join(unique("mf-ca"));
     std::fs::create_dir_all(&dir)?;
-    let (key, cert) = (dir.join("ca.key"), dir.join("ca.pem"));
-    run(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=not-the-brokers-ca",
-            "-keyout",
-            key.to_str().context("path")?,
-            "-out",
-            cert.to_str().context("path")?,
-        ],
-    )?;
+    let (cert, _) = mirrorflow_e2e::secure::self_signed(&dir, "not-the-brokers-ca")?;
     let pem = std::fs::read_to_string(&cert)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(pem)
