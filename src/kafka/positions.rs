@@ -54,6 +54,14 @@ pub enum GapKind {
 }
 
 impl GapKind {
+    /// [`GapKind::RecordRejected`] of a record of `size` bytes against `limit`, if known.
+    pub fn rejected(size: usize, limit: Option<usize>) -> Self {
+        GapKind::RecordRejected {
+            size: i64::try_from(size).unwrap_or(i64::MAX),
+            limit: limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+        }
+    }
+
     fn code(self) -> u8 {
         match self {
             GapKind::SourceTruncated => 0,

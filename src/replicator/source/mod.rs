@@ -5,7 +5,8 @@
 //! |---|---|
 //! | which topics, what the target needs (pure) | [`topics`] |
 //! | listing, creating, growing, config sync (I/O) | [`discovery`] |
-//! | consume -> produce hot path, rebalances, faults | [`copy`] |
+//! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
+//! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`] |
 //! | what may be committed per partition (pure) | [`progress`] |
 //! | positions topic format and reader | [`crate::kafka::positions`] |
 //! | client settings | [`clients`] |
@@ -34,24 +35,25 @@
 //! is dropped silently.
 //!
 //! # Exactly-once (`spec.exactlyOnce`)
-//! [`transactions`] replaces the copier: a transactional producer per owned partition puts
-//! records, offset syncs (on the target) and the position in one transaction, and fences the
-//! partition's previous writer. The at-least-once path above is unchanged.
+//! The [`exactly_once`] policy runs on the same engine: a transactional producer per owned
+//! partition puts records, offset syncs (on the target) and the position in one transaction,
+//! and fences the partition's previous writer.
 
+pub mod at_least_once;
 pub mod clients;
 pub mod continuity;
-pub mod copy;
 pub mod discovery;
+pub mod engine;
+pub mod exactly_once;
 pub mod limits;
 pub mod progress;
 pub mod reach;
 pub mod rebalance;
 pub mod topics;
-pub mod transactions;
 
 use continuity::LogProbe;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -60,10 +62,12 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
-use self::copy::{AckContext, Copier, CopierParts, SourceContext};
+use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
+use self::engine::send::AckContext;
+use self::engine::{Delivery, SourceContext};
+use self::exactly_once::ExactlyOnce;
 use self::reach::ClusterHealth;
-use self::transactions::{TxCopier, TxCopierParts, TxSourceContext};
 use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::positions::{self, PositionReader};
@@ -186,7 +190,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 .context("creating the positions reader")?;
         let probe = LogProbe::new(&flow.source_client, &flow.target_client)
             .context("creating the log probe")?;
-        let copier = TxCopier::new(TxCopierParts {
+        let policy = ExactlyOnce::new(exactly_once::Parts {
             ctx: ctx.clone(),
             producer_base: producer_config,
             limits: limits.clone(),
@@ -198,17 +202,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             source_health: source_health.clone(),
             target_health: target_health.clone(),
         });
-        let consumer: BaseConsumer<TxSourceContext> =
+        let consumer: BaseConsumer<SourceContext<ExactlyOnce>> =
             clients::consumer(&flow.source_client, &group, refresh)
-                .create_with_context(TxSourceContext {
-                    copier: Arc::new(Mutex::new(copier)),
-                    health: source_health.clone(),
-                })
+                .create_with_context(SourceContext::new(policy, source_health.clone()))
                 .context("creating the source consumer")?;
-        tracing::info!(%group, commit_every = ?transactions::COMMIT_EVERY,
+        tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
         tokio::task::spawn_blocking(move || {
-            transactions::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else {
         let producer: BaseProducer<AckContext> = producer_config
@@ -225,7 +226,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             .context("creating the positions reader")?;
         let probe = LogProbe::new(&flow.source_client, &flow.target_client)
             .context("creating the log probe")?;
-        let copier = Copier::new(CopierParts {
+        let policy = AtLeastOnce::new(at_least_once::Parts {
             ctx: ctx.clone(),
             producer,
             syncs,
@@ -239,16 +240,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             limits: limits.clone(),
             batch_cap,
         });
-        let consumer: BaseConsumer<SourceContext> =
+        let consumer: BaseConsumer<SourceContext<AtLeastOnce>> =
             clients::consumer(&flow.source_client, &group, refresh)
-                .create_with_context(SourceContext {
-                    copier: Arc::new(Mutex::new(copier)),
-                    health: source_health.clone(),
-                })
+                .create_with_context(SourceContext::new(policy, source_health.clone()))
                 .context("creating the source consumer")?;
         tracing::info!(%group, "source loop starting");
         tokio::task::spawn_blocking(move || {
-            copy::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     };
 

@@ -2,7 +2,7 @@
 //! position of a partition are committed in one producer transaction on the target.
 //!
 //! # What a transaction holds
-//! Per owned source partition and about every [`COMMIT_EVERY`]: the records copied since the
+//! Per owned source partition and about every [`ExactlyOnce::COMMIT_EVERY`]: the records copied since the
 //! last commit, the offset syncs the dense [`SyncPolicy`] asks for (known once the records are
 //! acknowledged: the producer is flushed first), and the partition's position (next source
 //! offset, target offset of the last record). Consumers of the remote topics, the checkpoint
@@ -13,7 +13,7 @@
 //!
 //! # Fencing: one transactional id per source partition
 //! The id is `mirrorflow.<flow>.<source>-<target>.tx.<topic>-<partition>`
-//! ([`transactional_id`]). Whoever copies a partition first calls `init_transactions` with the
+//! ([`txn::transactional_id`]). Whoever copies a partition first calls `init_transactions` with the
 //! partition's id, which aborts the previous writer's open transaction and bumps the epoch, so
 //! that writer (a replica that lost the partition in a rebalance, a paused process, the old
 //! incarnation of a restarted pod) can never commit again; only then does it read the positions
@@ -37,129 +37,53 @@
 //! the producer; the partition is prepared again after a backoff (init, read, seek), which is
 //! safe by the argument above, and stops once the group moves the partition away.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+pub mod txn;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use self::txn::{NOT_A_RECORD, Phase, TxFailure, absorb, producer_config, transactional_id};
 use super::continuity::{self, LogProbe};
+use super::engine::send::{self, AckContext};
+use super::engine::slots::{Keyed, SlotTable};
+use super::engine::{Delivery, Source};
 use super::limits::{self, RemoteLimits};
-use super::lock;
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+use crate::replicator::Context;
 use crate::replicator::backoff::{Backoff, Retry};
-use crate::replicator::{Context, Flow};
 
-/// How often each partition's transaction is committed: the latency of exactly-once copies.
-pub const COMMIT_EVERY: Duration = Duration::from_millis(500);
-/// The coordinator aborts a transaction open longer than this (a replica that hangs).
-pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
-const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);
-/// How long a fenced partition waits before it is prepared again (see [`TxCopier::end`]).
+/// How long a fenced partition waits before it is prepared again (see [`ExactlyOnce::end`]).
 const FENCED_RETRY: Duration = Duration::from_secs(10);
-
-/// The transactional id of the writer of one source partition (see the module docs).
-pub fn transactional_id(flow: &Flow, topic: &str, partition: i32) -> String {
-    let group = super::source_group_id(flow);
-    let base = group.strip_suffix(".source").unwrap_or(&group);
-    format!("{base}.tx.{topic}-{partition}")
-}
-
-/// Settings of a partition's transactional producer: the at-least-once producer's, plus the id
-/// and timeouts a transaction needs.
-/// `limit` is the remote topic's `max.message.bytes`, if known: the partition's producer writes
-/// only that topic, so its batches are kept under it (a record larger than `batch.size` still
-/// goes, alone in its batch, and a refusal then names it).
-pub fn producer_config(
-    base: &ClientConfig,
-    transactional_id: &str,
-    limit: Option<usize>,
-) -> ClientConfig {
-    let mut c = base.clone();
-    if let Some(limit) = limit {
-        let cap = limits::batch_cap(c.get("batch.size"), c.get("message.max.bytes"))
-            .min(limit.saturating_sub(limits::BATCH_OVERHEAD))
-            .max(1);
-        c.set("batch.size", cap.to_string());
-    }
-    let timeout = c
-        .get("transaction.timeout.ms")
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(TRANSACTION_TIMEOUT.as_millis() as u64);
-    c.set("transactional.id", transactional_id)
-        .set("transaction.timeout.ms", timeout.to_string())
-        // librdkafka requires it not to exceed the transaction timeout.
-        .set("message.timeout.ms", timeout.to_string());
-    c
-}
-
-/// Delivery reports of one partition's producer: (source offset, target offset or error).
-pub struct TxContext {
-    acks: Mutex<Vec<(i64, Result<i64, KafkaError>)>>,
-    health: Arc<ClusterHealth>,
-}
-
-impl ClientContext for TxContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.health.unreachable(reason);
-        } else {
-            tracing::debug!(%error, %reason, "kafka client error");
-        }
-    }
-}
-
-impl ProducerContext for TxContext {
-    /// The source offset of a copied record; `usize::MAX` for a sync or position.
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
-        let upstream = i64::try_from(opaque).unwrap_or(-1);
-        let result = match result {
-            Ok(m) => Ok(m.offset()),
-            Err((e, _)) => Err(e.clone()),
-        };
-        lock(&self.acks).push((upstream, result));
-    }
-}
-
-const NOT_A_RECORD: usize = usize::MAX;
-/// How often idle remote partitions are checked for having gone back under the copies.
-const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
-
-/// How [`absorb`] reports a target partition that went back under the copies.
-const TARGET_REWOUND: &str = "the remote partition went back below the copied records";
 
 /// One owned source partition.
 struct TxSlot {
+    topic: String,
+    partition: i32,
     remote: String,
     transactional_id: String,
-    producer: Option<BaseProducer<TxContext>>,
-    /// Producer initialised, start position read, consumer positioned: records are copied.
-    ready: bool,
-    retry_at: Instant,
+    producer: Option<BaseProducer<AckContext>>,
+    phase: Phase,
     backoff: Backoff,
     /// The position of the last committed transaction (where a rewind goes).
     committed: Option<Frontier>,
     /// After the newest acknowledged record of the open transaction.
     latest: Option<Frontier>,
     policy: SyncPolicy,
-    open: bool,
     records: u64,
     bytes: u64,
-    failed: Option<String>,
+    failed: Option<TxFailure>,
     /// The target partition went back under the copies: check both logs before going on.
     recheck: bool,
     /// After an aborted transaction: when the partition is copied again from `committed`.
@@ -171,6 +95,31 @@ struct TxSlot {
     /// A record the target refused alone: skipped when copied again, recorded as a gap in
     /// the transaction that passes it.
     refused: Option<Refused>,
+}
+
+impl Keyed for TxSlot {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn partition(&self) -> i32 {
+        self.partition
+    }
+}
+
+impl TxSlot {
+    fn prepare_at(&mut self, retry_at: Instant) {
+        self.phase = Phase::Preparing { retry_at };
+    }
+
+    /// Prepared again after the next backoff delay from `from`.
+    fn prepare_after(&mut self, from: Instant) {
+        let delay = self.backoff.next_delay();
+        self.prepare_at(from + delay);
+    }
+
+    fn open(&self) -> bool {
+        self.phase == Phase::Open
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -191,15 +140,15 @@ enum Ended {
     Lost,
 }
 
-/// The exactly-once copier: what the copy thread mutates.
-pub struct TxCopier {
+/// The exactly-once policy: what the copy thread mutates.
+pub struct ExactlyOnce {
     ctx: Arc<Context>,
     producer_base: ClientConfig,
     syncs_topic: String,
     positions_topic: String,
     positions: PositionReader,
     probe: LogProbe,
-    slots: HashMap<String, HashMap<i32, TxSlot>>,
+    slots: SlotTable<TxSlot>,
     sync_config: SyncPolicyConfig,
     started: Instant,
     shutdown: CancellationToken,
@@ -208,7 +157,7 @@ pub struct TxCopier {
     limits: RemoteLimits,
 }
 
-pub struct TxCopierParts {
+pub struct Parts {
     pub ctx: Arc<Context>,
     /// The target producer's settings without a transactional id.
     pub producer_base: ClientConfig,
@@ -222,28 +171,87 @@ pub struct TxCopierParts {
     pub limits: RemoteLimits,
 }
 
-impl Owner for TxCopier {
+impl Owner for ExactlyOnce {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        TxCopier::assigned(self, tpl);
+        ExactlyOnce::assigned(self, tpl);
     }
 
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        TxCopier::revoked(self, tpl, lost);
+        ExactlyOnce::revoked(self, tpl, lost);
     }
 
     fn owned(&self) -> TopicPartitionList {
-        self.all()
+        self.slots.assignment()
     }
 
     fn count_error(&self, kind: &str) {
-        TxCopier::count_error(self, kind);
+        ExactlyOnce::count_error(self, kind);
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = true;
 }
 
-impl TxCopier {
-    pub fn new(p: TxCopierParts) -> Self {
+impl Delivery for ExactlyOnce {
+    /// How often each partition's transaction is committed: the latency of exactly-once copies.
+    const COMMIT_EVERY: Duration = Duration::from_millis(500);
+    const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        ExactlyOnce::copy(self, m);
+    }
+
+    fn busy(&self) -> bool {
+        self.slots.iter().any(|(_, s)| s.open())
+    }
+
+    /// Commits every open transaction; prepares partitions whose producer is not ready.
+    fn commit(&mut self, consumer: &Source<Self>) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                let ended = self.end(&topic, partition, true);
+                self.after(&topic, partition, ended);
+            }
+        }
+        self.rewind_due(consumer);
+        self.retry_unready(consumer);
+    }
+
+    fn idle_syncs(&mut self) {
+        ExactlyOnce::idle_syncs(self);
+    }
+
+    fn check_targets(&mut self) {
+        ExactlyOnce::check_targets(self);
+    }
+
+    /// Every owned partition is prepared again, which checks its committed position against
+    /// both logs and records the break.
+    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                self.end(&topic, partition, false);
+            }
+            if let Some(slot) = self.slots.find_mut(&topic, partition) {
+                slot.prepare_at(Instant::now());
+            }
+        }
+    }
+
+    // No `stalled`: a replica that froze past its session can commit nothing the next owner
+    // did not see, because the next owner's `init_transactions` fenced it.
+
+    /// Commits every open transaction.
+    fn stop(&mut self) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                self.end(&topic, partition, true);
+            }
+        }
+    }
+}
+
+impl ExactlyOnce {
+    pub fn new(p: Parts) -> Self {
         let interval = p
             .ctx
             .flow
@@ -251,7 +259,7 @@ impl TxCopier {
             .source_loop
             .offset_sync_interval
             .as_duration();
-        TxCopier {
+        ExactlyOnce {
             sync_config: SyncPolicyConfig {
                 max_interval: Some(interval),
                 ..SyncPolicyConfig::default()
@@ -262,7 +270,7 @@ impl TxCopier {
             positions_topic: p.positions_topic,
             positions: p.positions,
             probe: p.probe,
-            slots: HashMap::new(),
+            slots: SlotTable::default(),
             started: Instant::now(),
             shutdown: p.shutdown,
             source_health: p.source_health,
@@ -283,24 +291,13 @@ impl TxCopier {
         self.started.elapsed()
     }
 
-    fn busy(&self) -> bool {
-        self.slots
-            .values()
-            .flat_map(HashMap::values)
-            .any(|s| s.open)
-    }
-
     /// Copies one source record into its partition's open transaction.
-    pub fn copy(&mut self, m: &BorrowedMessage<'_>) {
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
         self.source_health.reachable();
-        let Some(slot) = self
-            .slots
-            .get_mut(m.topic())
-            .and_then(|t| t.get_mut(&m.partition()))
-        else {
+        let Some(slot) = self.slots.find_mut(m.topic(), m.partition()) else {
             return;
         };
-        if !slot.ready || slot.failed.is_some() || slot.rewind.pending() {
+        if !slot.phase.ready() || slot.failed.is_some() || slot.rewind.pending() {
             // Not positioned yet, or the transaction will be aborted and the partition
             // rewound: this record is copied later.
             return;
@@ -308,17 +305,16 @@ impl TxCopier {
         let Some(producer) = slot.producer.as_ref() else {
             return;
         };
-        if !slot.open {
+        if !slot.open() {
             if let Err(e) = producer.begin_transaction() {
                 // Only a broken producer refuses to begin: replace it (init, read, seek).
                 tracing::warn!(topic = %m.topic(), partition = m.partition(), error = %e,
                     "cannot begin a transaction; preparing the partition again");
                 slot.producer = None;
-                slot.ready = false;
-                slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                slot.prepare_after(Instant::now());
                 return;
             }
-            slot.open = true;
+            slot.phase = Phase::Open;
         }
         if let Some(r) = slot.refused.as_mut()
             && r.offset == m.offset()
@@ -336,69 +332,27 @@ impl TxCopier {
                 slot.large.push((m.offset(), wire));
             }
         }
-        let mut record = BaseRecord::with_opaque_to(&slot.remote, opaque).partition(m.partition());
-        let mut bytes = 0;
-        if let Some(k) = m.key() {
-            bytes += k.len();
-            record = record.key(k);
-        }
-        if let Some(v) = m.payload() {
-            bytes += v.len();
-            record = record.payload(v);
-        }
-        if let Some(ts) = m.timestamp().to_millis() {
-            record = record.timestamp(ts);
-        }
-        if let Some(h) = m.headers() {
-            record = record.headers(h.detach());
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(20));
-                    if self.shutdown.is_cancelled() {
-                        slot.failed = Some("shutting down with an unsent record".into());
-                        return;
-                    }
-                }
-                Err((e, _)) => {
-                    slot.failed = Some(format!("producing to {}: {e}", slot.remote));
-                    return;
-                }
-            }
+        let (record, bytes) = send::forward(m, &slot.remote, opaque);
+        if let Err(error) = send::send_waiting(producer, record, &self.shutdown, None) {
+            slot.failed = Some(TxFailure::Produce {
+                remote: slot.remote.clone(),
+                error,
+            });
+            return;
         }
         slot.records += 1;
         slot.bytes += bytes as u64;
     }
 
-    /// Commits every open transaction; writes tail syncs of idle partitions; prepares
-    /// partitions whose producer is not ready.
-    pub fn commit_all(&mut self, consumer: &BaseConsumer<TxSourceContext>) {
-        let keys = self.keys();
-        for (topic, partition) in &keys {
-            let open = self
-                .slot(topic, *partition)
-                .is_some_and(|s| s.ready && s.open);
-            if open {
-                let ended = self.end(topic, *partition, true);
-                self.after(topic, *partition, ended);
-            }
-        }
-        self.rewind_due(consumer);
-        self.retry_unready(consumer);
-    }
-
     /// Tail syncs of partitions idle for the sync interval, each in a transaction of its own.
-    pub fn idle_syncs(&mut self) {
+    fn idle_syncs(&mut self) {
         let now = self.now();
         let syncs_topic = self.syncs_topic.clone();
-        for (topic, partition) in self.keys() {
-            let Some(slot) = self.slot_mut(&topic, partition) else {
+        for (topic, partition) in self.slots.keys() {
+            let Some(slot) = self.slots.find_mut(&topic, partition) else {
                 continue;
             };
-            if !slot.ready || slot.open || slot.policy.records_since_sync() == 0 {
+            if slot.phase != Phase::Ready || slot.policy.records_since_sync() == 0 {
                 continue;
             }
             let Some(sync) = slot.policy.idle_sync(now) else {
@@ -410,40 +364,21 @@ impl TxCopier {
             if producer.begin_transaction().is_err() {
                 continue;
             }
-            slot.open = true;
-            let written = send_sync(producer, &syncs_topic, &sync);
-            if let Err(e) = written {
+            slot.phase = Phase::Open;
+            if let Err(e) = send_sync(producer, &syncs_topic, &sync, &self.shutdown) {
                 slot.failed = Some(e);
             }
             let ended = self.end(&topic, partition, true);
             let config = self.sync_config;
             if !matches!(ended, Ended::Committed)
-                && let Some(slot) = self.slot_mut(&topic, partition)
+                && let Some(slot) = self.slots.find_mut(&topic, partition)
             {
                 // Nothing to copy again (the records were committed before); the next record
                 // simply gets a fresh first sync.
                 slot.policy =
                     SyncPolicy::new(TopicPartition::new(topic.clone(), partition), config);
-                if matches!(ended, Ended::Lost) {
-                    slot.ready = false;
-                }
             }
         }
-    }
-
-    fn keys(&self) -> Vec<(String, i32)> {
-        self.slots
-            .iter()
-            .flat_map(|(t, ps)| ps.keys().map(move |p| (t.clone(), *p)))
-            .collect()
-    }
-
-    fn slot(&self, topic: &str, partition: i32) -> Option<&TxSlot> {
-        self.slots.get(topic)?.get(&partition)
-    }
-
-    fn slot_mut(&mut self, topic: &str, partition: i32) -> Option<&mut TxSlot> {
-        self.slots.get_mut(topic)?.get_mut(&partition)
     }
 
     /// Ends the open transaction of a partition: commit (after its syncs and position) unless
@@ -452,11 +387,7 @@ impl TxCopier {
         let now = self.now();
         let syncs_topic = self.syncs_topic.clone();
         let positions_topic = self.positions_topic.clone();
-        let Some(slot) = self
-            .slots
-            .get_mut(topic)
-            .and_then(|t| t.get_mut(&partition))
-        else {
+        let Some(slot) = self.slots.find_mut(topic, partition) else {
             return Ended::Lost;
         };
         let Some(producer) = slot.producer.as_ref() else {
@@ -464,15 +395,14 @@ impl TxCopier {
         };
         // Every record's target offset is needed for its offset sync and the position.
         if let Err(e) = producer.flush(CALL_TIMEOUT) {
-            slot.failed = Some(format!("flushing records: {e}"));
+            slot.failed = Some(TxFailure::Flush(e));
         }
-        let acks = std::mem::take(&mut *lock(&producer.context().acks));
-        let delivered = acks.iter().any(|(_, r)| r.is_ok());
-        let too_large = acks.iter().find_map(|(upstream, r)| match r {
-            Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge))
-                if *upstream >= 0 =>
-            {
-                Some(*upstream)
+        let mut acks = Vec::new();
+        producer.context().take(&mut acks);
+        let delivered = acks.iter().any(|a| a.result.is_ok());
+        let too_large = acks.iter().find_map(|a| match &a.result {
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)) => {
+                txn::upstream_of(a)
             }
             _ => None,
         });
@@ -492,9 +422,7 @@ impl TxCopier {
                 });
             } else {
                 // The limit was unknown when the producer was made: make it again with it.
-                slot.failed = Some(format!(
-                    "the target refused a batch as too large (offset {offset}); the producer is made again with the remote topic's limit"
-                ));
+                slot.failed = Some(TxFailure::BatchTooLarge { offset });
             }
         }
         slot.large.clear();
@@ -502,7 +430,7 @@ impl TxCopier {
             match absorb(&mut slot.policy, &mut slot.latest, acks, now) {
                 Ok(syncs) => {
                     for sync in syncs {
-                        if let Err(e) = send_sync(producer, &syncs_topic, &sync) {
+                        if let Err(e) = send_sync(producer, &syncs_topic, &sync, &self.shutdown) {
                             slot.failed = Some(e);
                             break;
                         }
@@ -532,28 +460,20 @@ impl TxCopier {
                 topic,
                 partition,
                 (
-                    positions::GapKind::RecordRejected {
-                        size: i64::try_from(r.bytes).unwrap_or(i64::MAX),
-                        limit: r.limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
-                    },
+                    positions::GapKind::rejected(r.bytes, r.limit),
                     r.offset,
                     r.offset.saturating_add(1),
                 ),
             );
             let written = continuity::record(&gap, &self.ctx.metrics, |key, value| {
                 producer
-                    .send(
-                        BaseRecord::with_opaque_to(&positions_topic, NOT_A_RECORD)
-                            .partition(0)
-                            .key(key)
-                            .payload(value),
-                    )
+                    .send(send::internal(&positions_topic, key, value, NOT_A_RECORD))
                     .map_err(|(e, _)| e)
             });
             if written {
                 rejected = Some(r);
             } else {
-                slot.failed = Some("writing the gap of a refused record".into());
+                slot.failed = Some(TxFailure::Gap);
             }
         }
         if commit
@@ -563,19 +483,12 @@ impl TxCopier {
         {
             let key = positions::encode_key(topic, partition);
             let value = positions::encode_value(position);
-            let record = BaseRecord::with_opaque_to(&positions_topic, NOT_A_RECORD)
-                .partition(0)
-                .key(&key)
-                .payload(&value);
-            if let Err((e, _)) = producer.send(record) {
-                slot.failed = Some(format!("writing the position: {e}"));
+            let record = send::internal(&positions_topic, &key, &value, NOT_A_RECORD);
+            if let Err(e) = send::send_waiting(producer, record, &self.shutdown, None) {
+                slot.failed = Some(TxFailure::Position(e));
             }
         }
-        if slot
-            .failed
-            .as_deref()
-            .is_some_and(|f| f.starts_with(TARGET_REWOUND))
-        {
+        if slot.failed.as_ref().is_some_and(TxFailure::needs_recheck) {
             slot.recheck = true;
         }
         let outcome = match (&slot.failed, commit) {
@@ -587,7 +500,7 @@ impl TxCopier {
                     // the position held here would then copy the committed records again.
                     // Only a new producer's init_transactions settles the transaction; the
                     // positions topic then says where the partition really is.
-                    slot.failed = Some(format!("committing: {e}"));
+                    slot.failed = Some(TxFailure::Commit(e));
                     Ended::Lost
                 }
             },
@@ -596,9 +509,9 @@ impl TxCopier {
                 Err(_) => Ended::Lost,
             },
         };
-        slot.open = false;
+        slot.phase = Phase::Ready;
         // Delivery reports of the syncs and the position.
-        lock(&producer.context().acks).clear();
+        producer.context().discard();
         let m = &self.ctx.metrics;
         match outcome {
             Ended::Committed => {
@@ -614,7 +527,11 @@ impl TxCopier {
             }
             Ended::Rewind | Ended::Lost => {
                 if commit {
-                    tracing::warn!(%topic, partition, reason = slot.failed.as_deref().unwrap_or("aborted"),
+                    let reason = slot
+                        .failed
+                        .as_ref()
+                        .map_or_else(|| "aborted".to_string(), ToString::to_string);
+                    tracing::warn!(%topic, partition, %reason,
                         "transaction aborted; the partition is copied again from its committed position");
                 }
                 m.errors.with_label_values(&["source", "transaction"]).inc();
@@ -657,8 +574,7 @@ impl TxCopier {
             // Dropping a fenced or broken producer; a new one is initialised before the next
             // write, which also fences this one for good.
             slot.producer = None;
-            slot.ready = false;
-            slot.retry_at = Instant::now() + wait;
+            slot.prepare_at(Instant::now() + wait);
         }
         outcome
     }
@@ -668,14 +584,13 @@ impl TxCopier {
         if !matches!(ended, Ended::Rewind) {
             return;
         }
-        let Some(slot) = self.slot_mut(topic, partition) else {
+        let Some(slot) = self.slots.find_mut(topic, partition) else {
             return;
         };
         if slot.recheck {
             // Prepared again: the start position is then checked against both logs.
             slot.recheck = false;
-            slot.ready = false;
-            slot.retry_at = Instant::now();
+            slot.prepare_at(Instant::now());
             return;
         }
         // Not at once: a write the target refuses every time would otherwise abort a
@@ -685,9 +600,9 @@ impl TxCopier {
     }
 
     /// Moves partitions whose rewind is due back to their committed position.
-    fn rewind_due(&mut self, consumer: &BaseConsumer<TxSourceContext>) {
+    fn rewind_due(&mut self, consumer: &Source<Self>) {
         let now = Instant::now();
-        for slot in self.slots.values_mut().flat_map(HashMap::values_mut) {
+        for (_, slot) in self.slots.iter_mut() {
             if !slot.rewind.due(now) {
                 continue;
             }
@@ -695,12 +610,10 @@ impl TxCopier {
             let offset = slot
                 .committed
                 .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
-            let tp = slot.policy.topic_partition();
-            let (topic, partition) = (tp.topic.clone(), tp.partition);
-            if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
-                tracing::debug!(%topic, partition, error = %e, "seek failed; preparing the partition again");
-                slot.ready = false;
-                slot.retry_at = now + slot.backoff.next_delay();
+            if let Err(e) = rebalance::reposition(consumer, &slot.topic, slot.partition, offset) {
+                tracing::debug!(topic = %slot.topic, partition = slot.partition, error = %e,
+                    "seek failed; preparing the partition again");
+                slot.prepare_after(now);
             }
         }
     }
@@ -711,25 +624,25 @@ impl TxCopier {
     fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
         let mut inited = Vec::new();
         for (topic, partition) in keys {
-            let base = self.producer_base.clone();
             let health = self.target_health.clone();
-            let limits = self.limits.clone();
-            let Some(slot) = self.slot_mut(topic, *partition) else {
+            let limit = self
+                .slots
+                .find(topic, *partition)
+                .and_then(|s| self.limits.get(&s.remote));
+            let base = &self.producer_base;
+            let Some(slot) = self.slots.find_mut(topic, *partition) else {
                 continue;
             };
             if slot.producer.is_none() {
-                slot.capped_by = limits.get(&slot.remote);
-                let created: Result<BaseProducer<TxContext>, KafkaError> =
-                    producer_config(&base, &slot.transactional_id, slot.capped_by)
-                        .create_with_context(TxContext {
-                            acks: Mutex::new(Vec::new()),
-                            health,
-                        });
+                slot.capped_by = limit;
+                let created: Result<BaseProducer<AckContext>, KafkaError> =
+                    producer_config(base, &slot.transactional_id, slot.capped_by)
+                        .create_with_context(AckContext::new(health));
                 let producer = match created {
                     Ok(p) => p,
                     Err(e) => {
                         tracing::error!(%topic, partition, error = %e, "cannot create the transactional producer");
-                        slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                        slot.prepare_after(Instant::now());
                         continue;
                     }
                 };
@@ -737,7 +650,7 @@ impl TxCopier {
                 if let Err(e) = producer.init_transactions(CALL_TIMEOUT) {
                     tracing::warn!(%topic, partition, error = %e, id = %slot.transactional_id,
                         "initialising transactions failed; retrying");
-                    slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                    slot.prepare_after(Instant::now());
                     continue;
                 }
                 slot.producer = Some(producer);
@@ -752,8 +665,8 @@ impl TxCopier {
             self.count_error("positions");
             tracing::warn!(error = %e, "reading the positions topic failed; retrying");
             for (topic, partition) in &inited {
-                if let Some(slot) = self.slot_mut(topic, *partition) {
-                    slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                if let Some(slot) = self.slots.find_mut(topic, *partition) {
+                    slot.prepare_after(Instant::now());
                 }
             }
             return Vec::new();
@@ -768,12 +681,12 @@ impl TxCopier {
         let bounds = self.probe.source(&stored);
         let remotes: Vec<(String, i32)> = stored
             .iter()
-            .filter_map(|(t, p)| Some((self.slot(t, *p)?.remote.clone(), *p)))
+            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
             .collect();
         let target_ends = self.probe.target_ends(&remotes);
         let mut ready = Vec::new();
         for (topic, partition) in inited {
-            let Some(remote) = self.slot(&topic, partition).map(|s| s.remote.clone()) else {
+            let Some(remote) = self.slots.find(&topic, partition).map(|s| s.remote.clone()) else {
                 continue;
             };
             let r = continuity::resume(
@@ -785,22 +698,22 @@ impl TxCopier {
                 let gap = continuity::found_now(&topic, partition, (kind, from, to));
                 if !self.write_gap(&gap, r.start) {
                     // Not copied until the break is on record with the position past it.
-                    if let Some(slot) = self.slot_mut(&topic, partition) {
+                    if let Some(slot) = self.slots.find_mut(&topic, partition) {
                         slot.producer = None;
-                        slot.retry_at = Instant::now() + slot.backoff.next_delay();
+                        slot.prepare_after(Instant::now());
                     }
                     continue;
                 }
             }
             let start = r.start;
             let config = self.sync_config;
-            let Some(slot) = self.slot_mut(&topic, partition) else {
+            let Some(slot) = self.slots.find_mut(&topic, partition) else {
                 continue;
             };
             slot.committed = start;
             slot.latest = start;
             slot.policy = SyncPolicy::new(TopicPartition::new(topic.clone(), partition), config);
-            slot.ready = true;
+            slot.phase = Phase::Ready;
             let offset = r.offset;
             tracing::debug!(%topic, partition, ?offset, "partition ready (exactly-once)");
             ready.push((topic, partition, offset));
@@ -814,7 +727,8 @@ impl TxCopier {
         let topic = self.positions_topic.clone();
         let ctx = self.ctx.clone();
         let Some(producer) = self
-            .slot(&gap.topic, gap.partition)
+            .slots
+            .find(&gap.topic, gap.partition)
             .and_then(|s| s.producer.as_ref())
         else {
             return false;
@@ -823,12 +737,7 @@ impl TxCopier {
             producer.begin_transaction()?;
             let send = |k: &[u8], v: &[u8]| {
                 producer
-                    .send(
-                        BaseRecord::with_opaque_to(&topic, NOT_A_RECORD)
-                            .partition(0)
-                            .key(k)
-                            .payload(v),
-                    )
+                    .send(send::internal(&topic, k, v, NOT_A_RECORD))
                     .map_err(|(e, _)| e)
             };
             let sent = send(key, value).and_then(|()| match start {
@@ -846,7 +755,7 @@ impl TxCopier {
                 }
             }
         });
-        lock(&producer.context().acks).clear();
+        producer.context().discard();
         written
     }
 
@@ -854,15 +763,14 @@ impl TxCopier {
     /// deleted, and discovery created it again) among ready partitions without an open
     /// transaction (open ones notice from their acknowledgements); those are prepared again,
     /// which records the break and copies them again.
-    pub fn check_targets(&mut self) {
+    fn check_targets(&mut self) {
         let idle: Vec<(String, i32, String, i64)> = self
             .slots
             .iter()
-            .flat_map(|(t, parts)| parts.iter().map(move |(p, s)| (t, *p, s)))
-            .filter_map(|(t, p, s)| {
+            .filter_map(|(_, s)| {
                 let downstream = s.committed?.downstream;
-                (s.ready && !s.open && downstream >= 0)
-                    .then(|| (t.clone(), p, s.remote.clone(), downstream))
+                (s.phase == Phase::Ready && downstream >= 0)
+                    .then(|| (s.topic.clone(), s.partition, s.remote.clone(), downstream))
             })
             .collect();
         if idle.is_empty() {
@@ -874,38 +782,20 @@ impl TxCopier {
             if ends
                 .get(&(remote, partition))
                 .is_some_and(|&end| end <= downstream)
-                && let Some(slot) = self.slot_mut(&topic, partition)
+                && let Some(slot) = self.slots.find_mut(&topic, partition)
             {
-                slot.ready = false;
-                slot.retry_at = Instant::now();
+                slot.prepare_at(Instant::now());
             }
         }
     }
 
-    /// The consumer stopped on a partition whose next offset is outside its log
-    /// (`auto.offset.reset=error`): every owned partition is prepared again, which checks
-    /// its committed position against both logs and records the break.
-    pub fn offsets_out_of_range(&mut self) {
-        for (topic, partition) in self.keys() {
-            if self.slot(&topic, partition).is_some_and(|s| s.open) {
-                self.end(&topic, partition, false);
-            }
-            if let Some(slot) = self.slot_mut(&topic, partition) {
-                slot.ready = false;
-                slot.retry_at = Instant::now();
-            }
-        }
-    }
-
-    fn retry_unready(&mut self, consumer: &BaseConsumer<TxSourceContext>) {
+    fn retry_unready(&mut self, consumer: &Source<Self>) {
         let now = Instant::now();
         let due: Vec<(String, i32)> = self
-            .keys()
-            .into_iter()
-            .filter(|(t, p)| {
-                self.slot(t, *p)
-                    .is_some_and(|s| !s.ready && s.retry_at <= now)
-            })
+            .slots
+            .iter()
+            .filter(|(_, s)| s.phase.due(now))
+            .map(|(_, s)| (s.topic.clone(), s.partition))
             .collect();
         if due.is_empty() || self.shutdown.is_cancelled() {
             return;
@@ -913,9 +803,8 @@ impl TxCopier {
         for (topic, partition, offset) in self.prepare(&due) {
             if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
                 tracing::debug!(%topic, partition, error = %e, "seek failed; retrying later");
-                if let Some(slot) = self.slot_mut(&topic, partition) {
-                    slot.ready = false;
-                    slot.retry_at = now + slot.backoff.next_delay();
+                if let Some(slot) = self.slots.find_mut(&topic, partition) {
+                    slot.prepare_after(now);
                 }
             }
         }
@@ -930,18 +819,20 @@ impl TxCopier {
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
         for (topic, partition) in &keys {
-            if let Some(slot) = self.slot(topic, *partition) {
+            if let Some(slot) = self.slots.find(topic, *partition) {
                 // Already ours (an eager assignor hands out the whole set again): restart it
                 // from its committed position rather than from wherever the consumer starts.
-                if slot.open {
+                if slot.open() {
                     self.end(topic, *partition, false);
                 }
-                if let Some(slot) = self.slot_mut(topic, *partition) {
-                    slot.ready = false;
+                if let Some(slot) = self.slots.find_mut(topic, *partition) {
+                    slot.prepare_at(Instant::now());
                 }
                 continue;
             }
             let slot = TxSlot {
+                topic: topic.clone(),
+                partition: *partition,
                 remote: self
                     .ctx
                     .flow
@@ -949,8 +840,9 @@ impl TxCopier {
                     .format_remote_topic(self.ctx.flow.source_alias(), topic),
                 transactional_id: transactional_id(&self.ctx.flow, topic, *partition),
                 producer: None,
-                ready: false,
-                retry_at: Instant::now(),
+                phase: Phase::Preparing {
+                    retry_at: Instant::now(),
+                },
                 backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
                 committed: None,
                 latest: None,
@@ -958,7 +850,6 @@ impl TxCopier {
                     TopicPartition::new(topic.clone(), *partition),
                     self.sync_config,
                 ),
-                open: false,
                 records: 0,
                 bytes: 0,
                 failed: None,
@@ -968,10 +859,7 @@ impl TxCopier {
                 large: Vec::new(),
                 refused: None,
             };
-            self.slots
-                .entry(topic.clone())
-                .or_default()
-                .insert(*partition, slot);
+            self.slots.insert(slot);
         }
         // Every partition gets a start offset: one left unset would fall back to a committed
         // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
@@ -995,306 +883,40 @@ impl TxCopier {
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
         for e in tpl.elements() {
             let (topic, partition) = (e.topic().to_string(), e.partition());
-            if self.slot(&topic, partition).is_some_and(|s| s.open) {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
                 self.end(&topic, partition, !lost);
             }
-            if let Some(t) = self.slots.get_mut(&topic) {
-                t.remove(&partition);
-                if t.is_empty() {
-                    self.slots.remove(&topic);
-                }
-            }
+            self.slots.remove(&topic, partition);
         }
         self.report_assignment();
     }
 
-    fn all(&self) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::new();
-        for (topic, partition) in self.keys() {
-            tpl.add_partition(&topic, partition);
-        }
-        tpl
-    }
-
     fn report_assignment(&self) {
-        let n = self.slots.values().map(HashMap::len).sum::<usize>();
+        let n = self.slots.len();
         self.ctx.metrics.assigned_partitions.set(n as i64);
         tracing::info!(
             partitions = n,
             "source partitions assigned to this replica (exactly-once)"
         );
     }
-
-    /// Graceful stop: commit every open transaction.
-    pub fn stop(&mut self) {
-        for (topic, partition) in self.keys() {
-            if self.slot(&topic, partition).is_some_and(|s| s.open) {
-                self.end(&topic, partition, true);
-            }
-        }
-    }
-}
-
-/// Folds a transaction's delivery reports (in send order, one partition) into the sync policy
-/// and the position after the last acknowledged record. Returns the offset syncs to add to the
-/// transaction, or the first failure (the transaction must then be aborted). Reports of syncs
-/// and positions (negative source offset) are skipped.
-fn absorb(
-    policy: &mut SyncPolicy,
-    latest: &mut Option<Frontier>,
-    acks: Vec<(i64, Result<i64, KafkaError>)>,
-    now: Duration,
-) -> Result<Vec<OffsetSync>, String> {
-    let mut syncs = Vec::new();
-    for (upstream, result) in acks {
-        let downstream = result.map_err(|e| format!("writing to the target: {e}"))?;
-        if upstream < 0 {
-            continue;
-        }
-        if latest.is_some_and(|l| l.downstream >= 0 && downstream <= l.downstream) {
-            // Target offsets only grow within a partition's log.
-            return Err(format!(
-                "{TARGET_REWOUND} (a copy landed at offset {downstream})"
-            ));
-        }
-        syncs.extend(policy.observe(upstream, downstream, now));
-        *latest = Some(Frontier {
-            next: upstream.saturating_add(1),
-            downstream,
-        });
-    }
-    Ok(syncs)
 }
 
 fn send_sync(
-    producer: &BaseProducer<TxContext>,
+    producer: &BaseProducer<AckContext>,
     topic: &str,
     sync: &OffsetSync,
-) -> Result<(), String> {
+    shutdown: &CancellationToken,
+) -> Result<(), TxFailure> {
     let encoded = sync
         .encode()
-        .map_err(|e| format!("encoding an offset sync: {e}"))?;
+        .map_err(|e| TxFailure::SyncEncoding(e.to_string()))?;
     let headers = OwnedHeaders::new().insert(Header {
         key: SYNC_HEADER,
         value: Some(SYNC_HEADER_DENSE),
     });
-    let mut record = BaseRecord::with_opaque_to(topic, NOT_A_RECORD)
-        .partition(0)
-        .key(&encoded.key)
-        .payload(&encoded.value)
-        .headers(headers);
-    loop {
-        match producer.send(record) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                record = back;
-                producer.poll(Duration::from_millis(20));
-            }
-            Err((e, _)) => return Err(format!("writing an offset sync to {topic}: {e}")),
-        }
-    }
-}
-
-/// The source consumer's context in exactly-once mode: routes rebalances to the [`TxCopier`].
-pub struct TxSourceContext {
-    pub copier: Arc<Mutex<TxCopier>>,
-    pub health: Arc<ClusterHealth>,
-}
-
-impl ClientContext for TxSourceContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.health.unreachable(reason);
-        } else {
-            tracing::debug!(%error, %reason, "kafka client error");
-        }
-    }
-}
-
-impl ConsumerContext for TxSourceContext {
-    fn rebalance(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        err: RDKafkaRespErr,
-        tpl: &mut TopicPartitionList,
-    ) {
-        rebalance::rebalance(&self.copier, consumer, err, tpl);
-    }
-}
-
-/// Runs the exactly-once copy loop until `shutdown`; `subscriptions` carries discovery's
-/// topic list.
-pub fn run(
-    consumer: BaseConsumer<TxSourceContext>,
-    mut subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
-    ctx: Arc<Context>,
-    shutdown: CancellationToken,
-) -> Result<(), KafkaError> {
-    let copier = consumer.context().copier.clone();
-    let mut subscribed: Option<Arc<Vec<String>>> = None;
-    let mut last_commit = Instant::now();
-    let mut last_idle_check = Instant::now();
-    let mut last_target_check = Instant::now();
-    while !shutdown.is_cancelled() {
-        if subscriptions.has_changed().unwrap_or(false) {
-            let wanted = subscriptions.borrow_and_update().clone();
-            if let Some(topics) = wanted
-                && subscribed.as_ref() != Some(&topics)
-            {
-                if topics.is_empty() {
-                    consumer.unsubscribe();
-                } else {
-                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-                    consumer.subscribe(&names)?;
-                }
-                subscribed = Some(topics);
-                ctx.readiness
-                    .source
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        let timeout = if lock(&copier).busy() {
-            Duration::from_millis(5)
-        } else {
-            Duration::from_millis(100)
-        };
-        ctx.readiness.turned(crate::replicator::Loop::Source);
-        match consumer.poll(timeout) {
-            Some(Ok(m)) => lock(&copier).copy(&m),
-            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
-                lock(&copier).offsets_out_of_range();
-            }
-            Some(Err(e)) => {
-                ctx.metrics
-                    .errors
-                    .with_label_values(&["source", "consume"])
-                    .inc();
-                tracing::debug!(error = %e, "consumer error");
-            }
-            None => {}
-        }
-        if last_commit.elapsed() >= COMMIT_EVERY {
-            last_commit = Instant::now();
-            lock(&copier).commit_all(&consumer);
-        }
-        if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
-            last_idle_check = Instant::now();
-            lock(&copier).idle_syncs();
-        }
-        if last_target_check.elapsed() >= TARGET_CHECK_EVERY {
-            last_target_check = Instant::now();
-            lock(&copier).check_targets();
-        }
-    }
-    tracing::info!("source loop stopping: committing open transactions");
-    lock(&copier).stop();
-    consumer.unsubscribe();
-    for _ in 0..10 {
-        if consumer.poll(Duration::from_millis(50)).is_none()
-            && consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0
-        {
-            break;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kafka::SecretFiles;
-
-    fn flow() -> Flow {
-        let yaml = "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\nexactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n";
-        crate::flow::resolve(
-            "ns/f".into(),
-            serde_yaml::from_str(yaml).unwrap(),
-            &SecretFiles::new("/none"),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn each_source_partition_has_its_own_stable_transactional_id() {
-        let f = flow();
-        assert_eq!(
-            transactional_id(&f, "orders", 3),
-            "mirrorflow.ns_f.a-b.tx.orders-3"
-        );
-        assert_ne!(
-            transactional_id(&f, "orders", 3),
-            transactional_id(&f, "orders", 4)
-        );
-    }
-
-    #[test]
-    fn each_transaction_syncs_where_its_markers_shift_the_delta() {
-        let mut policy = SyncPolicy::new(
-            TopicPartition::new("t", 0),
-            SyncPolicyConfig {
-                max_records: 0,
-                max_interval: None,
-            },
-        );
-        let mut latest = None;
-        let t = Duration::ZERO;
-        // First transaction: source 0..3 at target 0..3, then its commit marker at 3.
-        let first = vec![(0, Ok(0)), (1, Ok(1)), (2, Ok(2)), (-1, Ok(9))];
-        let syncs = absorb(&mut policy, &mut latest, first, t).unwrap();
-        assert_eq!(syncs.len(), 1, "the first record");
-        assert_eq!(
-            latest,
-            Some(Frontier {
-                next: 3,
-                downstream: 2
-            })
-        );
-        // Second: source 3.. lands at 4.. (after the marker): one sync, at its first record.
-        let second = vec![(3, Ok(4)), (4, Ok(5))];
-        let syncs = absorb(&mut policy, &mut latest, second, t).unwrap();
-        assert_eq!(
-            syncs
-                .iter()
-                .map(|s| (s.upstream_offset, s.downstream_offset))
-                .collect::<Vec<_>>(),
-            [(3, 4)]
-        );
-        assert_eq!(latest.map(|f| f.next), Some(5));
-    }
-
-    #[test]
-    fn a_failed_record_fails_the_transaction() {
-        let mut policy = SyncPolicy::new(TopicPartition::new("t", 0), SyncPolicyConfig::default());
-        let mut latest = None;
-        let acks = vec![
-            (0, Ok(0)),
-            (
-                1,
-                Err(KafkaError::MessageProduction(
-                    RDKafkaErrorCode::MessageTimedOut,
-                )),
-            ),
-        ];
-        let err = absorb(&mut policy, &mut latest, acks, Duration::ZERO).unwrap_err();
-        assert!(err.contains("writing to the target"), "{err}");
-    }
-
-    #[test]
-    fn message_timeout_never_exceeds_the_transaction_timeout() {
-        let mut base = ClientConfig::new();
-        base.set("message.timeout.ms", "120000");
-        let c = producer_config(&base, "id", None);
-        assert_eq!(c.get("transactional.id"), Some("id"));
-        assert_eq!(c.get("transaction.timeout.ms"), Some("15000"));
-        assert_eq!(c.get("message.timeout.ms"), Some("15000"));
-        assert_eq!(c.get("batch.size"), None);
-        // A remote topic with a small limit: batches stay under it.
-        let small = producer_config(&base, "id", Some(65_536));
-        assert_eq!(small.get("batch.size"), Some("65475"));
-        base.set("transaction.timeout.ms", "60000");
-        assert_eq!(
-            producer_config(&base, "id", None).get("message.timeout.ms"),
-            Some("60000")
-        );
-    }
+    let record = send::internal(topic, &encoded.key, &encoded.value, NOT_A_RECORD).headers(headers);
+    send::send_waiting(producer, record, shutdown, None).map_err(|error| TxFailure::Sync {
+        topic: topic.to_string(),
+        error,
+    })
 }

@@ -1,0 +1,943 @@
+//! At-least-once delivery: an idempotent producer on the target, offset syncs on their own
+//! producer, and the position of each partition stored about every second
+//! ([`crate::kafka::positions`]).
+//!
+//! The source offset of an acknowledged record is the front of its slot's in-flight queue
+//! ([`acks`]). A failed delivery (record or offset sync) faults the partition: after a backoff
+//! it is rewound to its last committable position ([`super::progress`]) and copied again.
+//! Records may repeat, never go missing.
+
+pub mod acks;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prometheus::local::{LocalHistogram, LocalIntCounter};
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use self::acks::{Cause, Fault, InFlight, Slot, Tally, UNOWNED, opaque, settle};
+use super::continuity::{self, LogProbe, Resume};
+use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
+use super::engine::slots::SlotTable;
+use super::engine::{Delivery, Source};
+use super::limits::{self, Admit, RemoteLimits};
+use super::progress::{Frontier, Progress};
+use super::reach::ClusterHealth;
+use super::rebalance::{self, Owner};
+use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
+use crate::kafka::positions::{self, Gap, PositionReader};
+use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
+use crate::replicator::Context;
+use crate::replicator::backoff::Backoff;
+
+/// How long a rebalance or shutdown waits for outstanding writes before giving up on them
+/// (they are then copied again by whoever owns the partition next).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long storing a position waits for room in the producer's queue.
+const POSITION_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Wait between two attempts to queue a record while the producer's queue is full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
+
+/// The metrics of delivered records, counted thread-locally and flushed on service.
+struct Meters {
+    records: LocalIntCounter,
+    bytes: LocalIntCounter,
+    record_age: LocalHistogram,
+    latency: LocalHistogram,
+    /// Wall clock of the batch of reports being settled, for record ages.
+    wall_ms: i64,
+}
+
+impl Tally for Meters {
+    fn delivered(&mut self, sent: &InFlight, landed: Landed) {
+        self.records.inc();
+        self.bytes.inc_by(sent.bytes);
+        self.latency.observe(sent.read_at.elapsed().as_secs_f64());
+        if let Some(ts) = landed.timestamp {
+            self.record_age
+                .observe(self.wall_ms.saturating_sub(ts).max(0) as f64 / 1000.0);
+        }
+    }
+}
+
+impl Meters {
+    fn flush(&self) {
+        self.records.flush();
+        self.bytes.flush();
+        self.record_age.flush();
+        self.latency.flush();
+    }
+}
+
+/// Everything the copy thread mutates in at-least-once mode.
+pub struct AtLeastOnce {
+    ctx: Arc<Context>,
+    producer: BaseProducer<AckContext>,
+    syncs: BaseProducer<AckContext>,
+    syncs_topic: String,
+    positions_topic: String,
+    positions: PositionReader,
+    probe: LogProbe,
+    slots: SlotTable<Slot>,
+    sync_config: SyncPolicyConfig,
+    started: Instant,
+    shutdown: CancellationToken,
+    source_health: Arc<ClusterHealth>,
+    target_health: Arc<ClusterHealth>,
+    acks: Vec<Ack>,
+    meters: Meters,
+    limits: RemoteLimits,
+    /// The largest batch the producer builds ([`limits::batch_cap`]).
+    batch_cap: usize,
+}
+
+pub struct Parts {
+    pub ctx: Arc<Context>,
+    pub producer: BaseProducer<AckContext>,
+    pub syncs: BaseProducer<AckContext>,
+    pub syncs_topic: String,
+    pub positions_topic: String,
+    pub positions: PositionReader,
+    pub probe: LogProbe,
+    pub shutdown: CancellationToken,
+    pub source_health: Arc<ClusterHealth>,
+    pub target_health: Arc<ClusterHealth>,
+    pub limits: RemoteLimits,
+    pub batch_cap: usize,
+}
+
+impl Owner for AtLeastOnce {
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        AtLeastOnce::assigned(self, tpl);
+    }
+
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
+        AtLeastOnce::revoked(self, tpl, lost);
+    }
+
+    fn owned(&self) -> TopicPartitionList {
+        self.slots.assignment()
+    }
+
+    fn count_error(&self, kind: &str) {
+        AtLeastOnce::count_error(self, kind);
+    }
+
+    const FAILED_REBALANCE_IS_LOST: bool = false;
+}
+
+impl Delivery for AtLeastOnce {
+    /// Positions are stored about every second.
+    const COMMIT_EVERY: Duration = Duration::from_secs(1);
+    const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        AtLeastOnce::copy(self, m);
+    }
+
+    /// An atomic read in librdkafka: cheap enough for every poll.
+    fn busy(&self) -> bool {
+        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
+    }
+
+    fn service(&mut self, consumer: &Source<Self>) {
+        serve_reports(&self.producer);
+        self.service_acks();
+        self.retry_faults(consumer);
+        self.meters.flush();
+    }
+
+    fn commit(&mut self, consumer: &Source<Self>) {
+        self.service(consumer);
+        self.persist();
+    }
+
+    fn idle_syncs(&mut self) {
+        AtLeastOnce::idle_syncs(self);
+    }
+
+    fn check_targets(&mut self) {
+        AtLeastOnce::check_targets(self);
+    }
+
+    fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
+        AtLeastOnce::offsets_out_of_range(self, consumer);
+    }
+
+    fn stalled(&mut self, stalled: Duration) {
+        AtLeastOnce::stalled(self, stalled);
+    }
+
+    /// Finish writes, store every position.
+    fn stop(&mut self) {
+        let idxs = self.slots.indices();
+        self.persist_and_wait(&idxs);
+    }
+}
+
+impl AtLeastOnce {
+    pub fn new(p: Parts) -> Self {
+        let interval = p
+            .ctx
+            .flow
+            .spec
+            .source_loop
+            .offset_sync_interval
+            .as_duration();
+        let m = &p.ctx.metrics;
+        let meters = Meters {
+            records: m.records_replicated.local(),
+            bytes: m.bytes_replicated.local(),
+            record_age: m.record_age.local(),
+            latency: m.replication_latency.local(),
+            wall_ms: 0,
+        };
+        AtLeastOnce {
+            sync_config: SyncPolicyConfig {
+                max_interval: Some(interval),
+                ..SyncPolicyConfig::default()
+            },
+            ctx: p.ctx,
+            producer: p.producer,
+            syncs: p.syncs,
+            syncs_topic: p.syncs_topic,
+            positions_topic: p.positions_topic,
+            positions: p.positions,
+            probe: p.probe,
+            slots: SlotTable::default(),
+            started: Instant::now(),
+            shutdown: p.shutdown,
+            source_health: p.source_health,
+            target_health: p.target_health,
+            acks: Vec::with_capacity(4096),
+            meters,
+            limits: p.limits,
+            batch_cap: p.batch_cap,
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        self.ctx
+            .metrics
+            .errors
+            .with_label_values(&["source", kind])
+            .inc();
+    }
+
+    /// Copies one source record.
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        self.source_health.reachable();
+        let Some(idx) = self.slots.index(m.topic(), m.partition()) else {
+            // Not ours (any more): a rebalance moved it; its new owner copies it.
+            return;
+        };
+        let Some(slot) = self.slots.get(idx) else {
+            return;
+        };
+        if slot.fault.is_some() {
+            // The partition will be rewound before this offset; skip until then.
+            return;
+        }
+        let (remote, generation) = (slot.remote.clone(), slot.generation);
+        let wire = limits::message_size(m);
+        let Some(alone) = self.make_room(idx, generation, m.offset(), wire) else {
+            return;
+        };
+        let (mut record, bytes) = send::forward(m, &remote, opaque(idx, generation, false));
+        loop {
+            match send::offer(&self.producer, record) {
+                Offered::Queued => break,
+                Offered::Full(back) => {
+                    // Backpressure: the target is slower than the source (or away). Retried
+                    // as soon as an acknowledgement frees room, not after a fixed poll.
+                    record = back;
+                    std::thread::sleep(QUEUE_FULL_WAIT);
+                    serve_reports(&self.producer);
+                    self.service_acks();
+                    let still_valid = self.slots.get(idx).is_some_and(|s| s.live(generation));
+                    if !still_valid || self.shutdown.is_cancelled() {
+                        return;
+                    }
+                }
+                Offered::Refused(SendError::TooLarge) if alone => {
+                    // Over the producer's own `message.max.bytes`: no broker will see it.
+                    let limit = self.slots.get(idx).and_then(|s| s.limit);
+                    self.reject(idx, m.offset(), bytes, limit);
+                    return;
+                }
+                Offered::Refused(error) => {
+                    if matches!(error, SendError::TooLarge)
+                        && let Some(slot) = self.slots.get_mut(idx)
+                    {
+                        slot.alone_until = slot.alone_until.max(m.offset());
+                    }
+                    self.fault(idx, Cause::Produce { remote, error });
+                    return;
+                }
+            }
+        }
+        if let Some(slot) = self.slots.get_mut(idx)
+            && slot.generation == generation
+        {
+            slot.push_in_flight(InFlight {
+                offset: m.offset(),
+                bytes: bytes as u64,
+                wire,
+                alone,
+                read_at: Instant::now(),
+            });
+        }
+        if alone {
+            // Nothing may join its batch: wait for its answer before reading on.
+            self.wait_for(idx, generation, |s| s.in_flight.is_empty());
+        }
+    }
+
+    /// Holds the copy of the record at `offset` (`wire` bytes) until the partition's queue
+    /// leaves room for it under the remote topic's limit ([`limits::admit`]). Returns whether
+    /// it goes alone, or `None` when the partition was faulted, moved or the loop is stopping
+    /// meanwhile (the record is then copied again later, or by the next owner).
+    fn make_room(&mut self, idx: usize, generation: u32, offset: i64, wire: usize) -> Option<bool> {
+        loop {
+            let slot = self.slots.get_mut(idx)?;
+            if !slot.live(generation) {
+                return None;
+            }
+            if slot.limit.is_none() {
+                slot.limit = self.limits.get(&slot.remote);
+            }
+            let decision = limits::admit(
+                wire,
+                slot.in_flight_bytes,
+                slot.in_flight.len(),
+                slot.limit,
+                self.batch_cap,
+                offset <= slot.alone_until,
+            );
+            match decision {
+                Admit::Send => return Some(false),
+                Admit::Alone => return Some(true),
+                Admit::WaitForRoom => {
+                    if !self.wait_for(idx, generation, |s| s.in_flight.is_empty()) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves acknowledgements until `done` holds for the slot. False when the slot was faulted
+    /// or moved meanwhile, or the loop is stopping.
+    fn wait_for(&mut self, idx: usize, generation: u32, done: impl Fn(&Slot) -> bool) -> bool {
+        loop {
+            match self.slots.get(idx) {
+                Some(s) if s.live(generation) => {
+                    if done(s) {
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+            if self.shutdown.is_cancelled() {
+                return false;
+            }
+            std::thread::sleep(QUEUE_FULL_WAIT);
+            serve_reports(&self.producer);
+            self.service_acks();
+        }
+    }
+
+    /// The target refused the record at `offset` (`bytes` long) alone as too large: record
+    /// the refusal as a gap and copy on after it. Retrying could never succeed, and stopping
+    /// the partition would hold every later record back for one the target cannot take;
+    /// records deleted before they were copied are handled the same way.
+    fn reject(&mut self, idx: usize, offset: i64, bytes: usize, limit: Option<usize>) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        slot.progress.skipped(offset);
+        // Stored with the gap, so a restart does not refuse the record again; never past an
+        // unacknowledged offset sync.
+        let start = slot.progress.committable();
+        let topic = slot.topic.clone();
+        let partition = slot.partition;
+        self.ctx
+            .metrics
+            .records_rejected
+            .with_label_values(&[&topic])
+            .inc();
+        let gap = continuity::found_now(
+            &topic,
+            partition,
+            (
+                positions::GapKind::rejected(bytes, limit),
+                offset,
+                offset.saturating_add(1),
+            ),
+        );
+        self.write_gap(&gap, start);
+    }
+
+    /// Writes the tail sync of every owned partition that went idle with acknowledged records
+    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
+    fn idle_syncs(&mut self) {
+        let now = self.now();
+        let mut syncs = Vec::new();
+        for (idx, slot) in self.slots.iter_mut() {
+            if slot.fault.is_some() {
+                continue;
+            }
+            if let Some(sync) = slot.progress.idle_sync(now) {
+                syncs.push((idx, slot.generation, sync));
+            }
+        }
+        for (idx, generation, sync) in syncs {
+            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
+                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
+                "partition idle: offset sync at its last record");
+            self.write_sync(idx, generation, &sync);
+        }
+    }
+
+    fn service_acks(&mut self) {
+        serve_reports(&self.syncs);
+        self.process_sync_acks();
+        self.process_acks();
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn process_acks(&mut self) {
+        let mut acks = std::mem::take(&mut self.acks);
+        self.producer.context().take(&mut acks);
+        if acks.is_empty() {
+            self.acks = acks;
+            return;
+        }
+        self.meters.wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let now = self.now();
+        let settled = settle(&mut acks, &mut self.slots, now, &mut self.meters);
+        self.acks = acks;
+        for _ in 0..settled.positions_failed {
+            self.count_error("positions");
+        }
+        if settled.delivered {
+            self.target_health.reachable();
+        }
+        for (idx, generation, sync) in settled.syncs {
+            self.write_sync(idx, generation, &sync);
+        }
+        for r in settled.rejected {
+            self.reject(
+                r.idx,
+                r.offset,
+                usize::try_from(r.bytes).unwrap_or(usize::MAX),
+                r.limit,
+            );
+        }
+        for (idx, cause) in settled.faults {
+            self.fault(idx, cause);
+        }
+        for (idx, from, to) in settled.rewound {
+            self.target_rewound(idx, from, to);
+        }
+    }
+
+    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
+    /// was deleted, and discovery created it again) among those not written to right now
+    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
+    fn check_targets(&mut self) {
+        let idle: Vec<(usize, String, i32, i64)> = self
+            .slots
+            .iter()
+            .filter_map(|(idx, s)| {
+                let latest = s.progress.latest()?;
+                (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
+                    .then(|| (idx, s.remote.to_string(), s.partition, latest.downstream))
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (idx, remote, partition, downstream) in idle {
+            if let Some(&end) = ends.get(&(remote, partition))
+                && end <= downstream
+            {
+                self.target_rewound(idx, downstream + 1, end);
+            }
+        }
+    }
+
+    /// The target partition went back under the copies: record it and copy the partition
+    /// again from the source's earliest record.
+    fn target_rewound(&mut self, idx: usize, from: i64, to: i64) {
+        let generation = self.slots.next_generation();
+        let config = self.sync_config;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        // Later acks of the same batch carry the old generation and are ignored.
+        slot.generation = generation;
+        slot.clear_in_flight();
+        let key = (slot.topic.clone(), slot.partition);
+        let bounds = self.probe.source(std::slice::from_ref(&key));
+        let start = bounds.get(&key).map(|b| Frontier {
+            next: b.start,
+            downstream: -1,
+        });
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        slot.progress = Progress::new(TopicPartition::new(key.0.clone(), key.1), config, start);
+        slot.fault = Some(Fault {
+            retry_at: Instant::now(),
+            resume_from: start,
+        });
+        let gap =
+            continuity::found_now(&key.0, key.1, (positions::GapKind::TargetRewound, from, to));
+        self.write_gap(&gap, start);
+    }
+
+    fn process_sync_acks(&mut self) {
+        let mut acks = Vec::new();
+        self.syncs.context().take(&mut acks);
+        for ack in acks {
+            let (idx, generation, _) = acks::unpack(ack.opaque);
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            match ack.result {
+                Ok(_) => {
+                    slot.progress.sync_acknowledged();
+                    self.ctx.metrics.offset_syncs.inc();
+                }
+                Err(e) => {
+                    let topic = self.syncs_topic.clone();
+                    self.fault(
+                        idx,
+                        Cause::Sync {
+                            topic,
+                            error: SendError::Kafka(e),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
+        let encoded = match sync.encode() {
+            Ok(e) => e,
+            Err(e) => {
+                // Cannot happen for a real Kafka topic name; rewinding would not help either.
+                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
+                self.count_error("offset_sync");
+                return;
+            }
+        };
+        let headers = OwnedHeaders::new().insert(Header {
+            key: SYNC_HEADER,
+            value: Some(SYNC_HEADER_DENSE),
+        });
+        let record = send::internal(
+            &self.syncs_topic,
+            &encoded.key,
+            &encoded.value,
+            opaque(idx, generation, false),
+        )
+        .headers(headers);
+        // Never dropped: waits for room. Record acks are not served meanwhile, so this cannot
+        // recurse.
+        if let Err(error) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {
+            let topic = self.syncs_topic.clone();
+            self.fault(idx, Cause::Sync { topic, error });
+        }
+    }
+
+    /// A write of this partition failed: forget what is in flight and, after a backoff, copy
+    /// again from the last committable position.
+    fn fault(&mut self, idx: usize, cause: Cause) {
+        self.count_error(cause.kind());
+        let generation = self.slots.next_generation();
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.fault.is_none() {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition, reason = %cause,
+                "copy failed; the partition will be copied again from its last safe position");
+        }
+        slot.generation = generation;
+        slot.clear_in_flight();
+        let resume_from = slot.progress.rewind();
+        slot.fault = Some(Fault {
+            retry_at: Instant::now() + slot.backoff.next_delay(),
+            resume_from,
+        });
+    }
+
+    fn retry_faults(&mut self, consumer: &Source<Self>) {
+        let now = Instant::now();
+        for (_, slot) in self.slots.iter_mut() {
+            let Some(fault) = &slot.fault else { continue };
+            if fault.retry_at > now {
+                continue;
+            }
+            let offset = fault
+                .resume_from
+                .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+            match rebalance::reposition(consumer, &slot.topic, slot.partition, offset) {
+                Ok(()) => {
+                    tracing::info!(topic = %slot.topic, partition = slot.partition, ?offset,
+                        "copying the partition again");
+                    slot.fault = None;
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %slot.topic, partition = slot.partition, error = %e,
+                        "seek failed; retrying later");
+                    if let Some(f) = slot.fault.as_mut() {
+                        f.retry_at = now + slot.backoff.next_delay();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the position of every partition whose committable point moved.
+    fn persist(&mut self) {
+        let idxs = self.slots.indices();
+        self.persist_slots(&idxs);
+    }
+
+    fn persist_slots(&mut self, idxs: &[usize]) {
+        for &idx in idxs {
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            if slot.fault.is_some() {
+                continue;
+            }
+            let Some(position) = slot.progress.take_to_store() else {
+                continue;
+            };
+            let key = positions::encode_key(&slot.topic, slot.partition);
+            let value = positions::encode_value(position);
+            let record = send::internal(
+                &self.positions_topic,
+                &key,
+                &value,
+                opaque(idx, slot.generation, true),
+            );
+            let deadline = Some(Instant::now() + POSITION_SEND_TIMEOUT);
+            // Serves callbacks, which only queue acks: `slot` stays valid.
+            if let Err(e) = send::send_waiting(&self.producer, record, &self.shutdown, deadline) {
+                tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
+                    "cannot store the source position now; retrying");
+                slot.progress.store_failed();
+                self.ctx
+                    .metrics
+                    .errors
+                    .with_label_values(&["source", "positions"])
+                    .inc();
+            }
+        }
+    }
+
+    /// Waits until every record and sync written so far is acknowledged (or `timeout`).
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.producer.poll(Duration::from_millis(10));
+            self.service_acks();
+            if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
+                self.service_acks();
+                if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
+                    return;
+                }
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    records = self.producer.in_flight_count(),
+                    syncs = self.syncs.in_flight_count(),
+                    "writes still unacknowledged after {timeout:?}; their records will be copied again"
+                );
+                return;
+            }
+        }
+    }
+
+    /// Stores positions of `idxs` and waits for the target to acknowledge them.
+    fn persist_and_wait(&mut self, idxs: &[usize]) {
+        self.drain(DRAIN_TIMEOUT);
+        self.persist_slots(idxs);
+        if let Err(e) = self.producer.flush(DRAIN_TIMEOUT) {
+            tracing::warn!(error = %e, "flushing source positions failed");
+        }
+        self.service_acks();
+    }
+
+    /// Partitions were given to this replica: read the positions topic to its end (the
+    /// previous owner stored its positions before letting go) and start each partition there.
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+        loop {
+            match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+                Ok(()) => {
+                    self.target_health.reachable();
+                    break;
+                }
+                Err(e) => {
+                    self.count_error("positions");
+                    self.target_health.unreachable(&e.to_string());
+                    if self.shutdown.is_cancelled() {
+                        // Shutting down: nothing will be copied, the offsets do not matter.
+                        return;
+                    }
+                    std::thread::sleep(backoff.next_delay());
+                }
+            }
+        }
+        if self.positions.undecodable() > 0 {
+            tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
+                "ignored records the positions topic should not hold");
+        }
+        let assigned: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let mut fresh = Vec::new();
+        for (topic, partition) in assigned {
+            if let Some(idx) = self.slots.index(&topic, partition) {
+                // Already ours (not expected from librdkafka): restart it from its safe point
+                // rather than let the consumer fall back to the beginning.
+                let generation = self.slots.next_generation();
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.generation = generation;
+                    slot.clear_in_flight();
+                    slot.fault = None;
+                    let offset = slot
+                        .progress
+                        .rewind()
+                        .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+                    if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                        tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+                    }
+                }
+                continue;
+            }
+            fresh.push((topic, partition));
+        }
+        // Stored positions are checked against both logs before anything is read.
+        let stored: Vec<(String, i32)> = fresh
+            .iter()
+            .filter(|(t, p)| self.positions.get(t, *p).is_some())
+            .cloned()
+            .collect();
+        let bounds = self.probe.source(&stored);
+        let remotes: Vec<(String, i32)> = stored
+            .iter()
+            .map(|(t, p)| (self.remote_name(t), *p))
+            .collect();
+        let target_ends = self.probe.target_ends(&remotes);
+        for (topic, partition) in fresh {
+            let key = (topic.clone(), partition);
+            let remote = self.remote_name(&topic);
+            let r = continuity::resume(
+                self.positions.get(&topic, partition),
+                bounds.get(&key).copied(),
+                target_ends.get(&(remote.clone(), partition)).copied(),
+            );
+            if let Some((kind, from, to)) = r.gap {
+                let gap = continuity::found_now(&topic, partition, (kind, from, to));
+                self.write_gap(&gap, r.start);
+            }
+            let Resume { offset, start, .. } = r;
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+            tracing::debug!(%topic, partition, ?offset, "partition assigned");
+            let generation = self.slots.next_generation();
+            let limit = self.limits.get(&remote);
+            let progress = Progress::new(
+                TopicPartition::new(topic.clone(), partition),
+                self.sync_config,
+                start,
+            );
+            self.slots.insert(Slot::new(
+                topic,
+                partition,
+                remote.into(),
+                generation,
+                progress,
+                limit,
+            ));
+        }
+        self.report_assignment();
+    }
+
+    fn remote_name(&self, topic: &str) -> String {
+        self.ctx
+            .flow
+            .policy
+            .format_remote_topic(self.ctx.flow.source_alias(), topic)
+    }
+
+    /// Records a break and, with it, the position copying resumes from (so a restart before
+    /// the next stored position does not find the same break again).
+    fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) {
+        let (producer, topic) = (&self.producer, &self.positions_topic);
+        continuity::record(gap, &self.ctx.metrics, |key, value| {
+            let send = |k: &[u8], v: &[u8]| {
+                producer
+                    .send(send::internal(topic, k, v, UNOWNED))
+                    .map_err(|(e, _)| e)
+            };
+            send(key, value)?;
+            if let Some(f) = start {
+                send(
+                    &positions::encode_key(&gap.topic, gap.partition),
+                    &positions::encode_value(f),
+                )?;
+            }
+            producer.flush(Duration::from_secs(10))
+        });
+    }
+
+    /// The consumer stopped on a partition whose next offset is outside its log
+    /// (`auto.offset.reset=error`): find which, record the break and go on past it.
+    fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
+        // Settle what is in flight first, so each partition's frontier is final.
+        self.drain(DRAIN_TIMEOUT);
+        let owned: Vec<(String, i32)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.fault.is_none())
+            .map(|(_, s)| (s.topic.clone(), s.partition))
+            .collect();
+        let bounds = self.probe.source(&owned);
+        let reading = consumer.position().ok();
+        for (topic, partition) in owned {
+            let Some(idx) = self.slots.index(&topic, partition) else {
+                continue;
+            };
+            let Some(b) = bounds.get(&(topic.clone(), partition)).copied() else {
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let latest = slot.progress.latest();
+            let next = match reading
+                .as_ref()
+                .and_then(|r| r.find_partition(&topic, partition))
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => o,
+                _ => match latest {
+                    Some(f) => f.next,
+                    None => continue,
+                },
+            };
+            let Some((kind, from, to)) = continuity::out_of_range(next, b) else {
+                continue;
+            };
+            let start = Frontier {
+                next: b.start,
+                downstream: latest.map_or(-1, |f| f.downstream),
+            };
+            let gap = continuity::found_now(&topic, partition, (kind, from, to));
+            self.write_gap(&gap, Some(start));
+            let generation = self.slots.next_generation();
+            let config = self.sync_config;
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.generation = generation;
+                slot.clear_in_flight();
+                slot.progress = Progress::new(
+                    TopicPartition::new(topic.clone(), partition),
+                    config,
+                    Some(start),
+                );
+                // A failed seek is retried like any rewind.
+                slot.fault = Some(Fault {
+                    retry_at: Instant::now(),
+                    resume_from: Some(start),
+                });
+            }
+        }
+        self.retry_faults(consumer);
+    }
+
+    /// Partitions are taken away: finish their writes and store their positions first, so the
+    /// next owner resumes exactly where this one stopped.
+    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
+        let keys: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .filter(|e| self.slots.index(e.topic(), e.partition()).is_some())
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        if !lost {
+            let idxs: Vec<usize> = keys
+                .iter()
+                .filter_map(|(t, p)| self.slots.index(t, *p))
+                .collect();
+            self.persist_and_wait(&idxs);
+        }
+        for (topic, partition) in &keys {
+            self.slots.remove(topic, *partition);
+        }
+        if lost {
+            // Another replica may already own them and copy into the same target partitions.
+            // Storing would move its positions back, and an offset sync for a copy landing
+            // among its copies could translate a group past records it copied: the slots are
+            // gone before the outstanding writes finish, so their acknowledgements are ignored.
+            tracing::warn!(
+                partitions = keys.len(),
+                "assignment lost (session timed out)"
+            );
+            self.drain(Duration::from_secs(5));
+        }
+        self.report_assignment();
+    }
+
+    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
+    /// enough for the group to give its partitions to another replica before this one hears of
+    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
+    /// become an offset sync: every partition forgets what is in flight and is copied again
+    /// from its last committable position (only duplicates if it was not taken away).
+    fn stalled(&mut self, stalled: Duration) {
+        let idxs = self.slots.indices();
+        if idxs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?stalled,
+            partitions = idxs.len(),
+            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
+        );
+        for idx in idxs {
+            self.fault(idx, Cause::Stalled);
+        }
+    }
+
+    fn report_assignment(&self) {
+        let n = self.slots.len();
+        self.ctx.metrics.assigned_partitions.set(n as i64);
+        tracing::info!(partitions = n, "source partitions assigned to this replica");
+    }
+}

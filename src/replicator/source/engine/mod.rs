@@ -1,0 +1,241 @@
+//! The copy engine: one blocking thread consumes from the source and writes to the target,
+//! whatever the delivery policy.
+//!
+//! Structure (chosen for throughput and a small footprint):
+//! - a [`BaseConsumer`] in the source group, polled by this thread only; rebalances are
+//!   handled on it too (librdkafka calls back from inside `poll`), so the policy's state is
+//!   behind a mutex that is never contended;
+//! - producers on the target polled by this same thread, so delivery callbacks run here too:
+//!   a callback only collects the report ([`send::AckContext`]), the policy drains them;
+//! - the policy ([`Delivery`]) decides what a polled record becomes and what is committed
+//!   when: at-least-once ([`super::at_least_once`]: idempotent producer, positions stored
+//!   about every second) or exactly-once ([`super::exactly_once`]: a transaction per
+//!   partition). Both keep their partitions in a [`slots::SlotTable`] and resume them from
+//!   stored positions checked against both logs ([`super::continuity`]).
+//!
+//! The loop itself ([`run`]) follows discovery's subscription, polls, guards against a frozen
+//! thread, and runs the policy's chores on their intervals.
+
+pub mod send;
+pub mod slots;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use super::lock;
+use super::reach::ClusterHealth;
+use super::rebalance::{self, Owner};
+use crate::replicator::Context;
+
+/// Records between two [`Delivery::service`] calls while the source has data.
+const SERVICE_EVERY: u32 = 512;
+/// How often the remote partitions are checked for having gone back under the copies
+/// ([`Delivery::check_targets`]): an idle partition would otherwise never notice.
+const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
+/// Poll timeouts: short while writes are outstanding, so acknowledgements (and the positions
+/// and syncs that follow them) stay fresh.
+const BUSY_POLL: Duration = Duration::from_millis(5);
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// The source consumer of a policy `P`.
+pub type Source<P> = BaseConsumer<SourceContext<P>>;
+
+/// What a delivery policy decides; the engine calls it from the copy thread only.
+pub trait Delivery: Owner + Send + Sized + 'static {
+    /// How often [`Self::commit`] runs.
+    const COMMIT_EVERY: Duration;
+    /// How often [`Self::idle_syncs`] runs.
+    const IDLE_CHECK_EVERY: Duration;
+    /// Copies one polled record.
+    fn copy(&mut self, m: &BorrowedMessage<'_>);
+    /// Writes are outstanding: poll briefly.
+    fn busy(&self) -> bool;
+    /// Serves delivery reports and retries; after an empty poll and every [`SERVICE_EVERY`]
+    /// records.
+    fn service(&mut self, _consumer: &Source<Self>) {}
+    /// Makes what was copied durable (stores positions, commits transactions).
+    fn commit(&mut self, consumer: &Source<Self>);
+    /// Tail offset syncs of partitions that went idle.
+    fn idle_syncs(&mut self);
+    /// Finds remote partitions that went back under the copies.
+    fn check_targets(&mut self);
+    /// The consumer stopped on an offset outside its partition's log.
+    fn offsets_out_of_range(&mut self, consumer: &Source<Self>);
+    /// The thread did not run for `stalled`, long enough for the group to have moved its
+    /// partitions. Policies whose writes another owner fences need nothing here.
+    fn stalled(&mut self, _stalled: Duration) {}
+    /// Graceful stop: settle every write.
+    fn stop(&mut self);
+}
+
+/// The source consumer's context: routes rebalances to the policy and notes when the last one
+/// returned (they may block for seconds; that is not a stall).
+pub struct SourceContext<P> {
+    pub policy: Arc<Mutex<P>>,
+    pub health: Arc<ClusterHealth>,
+    rebalanced: Mutex<Instant>,
+}
+
+impl<P> SourceContext<P> {
+    pub fn new(policy: P, health: Arc<ClusterHealth>) -> Self {
+        SourceContext {
+            policy: Arc::new(Mutex::new(policy)),
+            health,
+            rebalanced: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl<P: Owner + Send + 'static> ClientContext for SourceContext<P> {
+    fn error(&self, error: KafkaError, reason: &str) {
+        send::note_client_error(&self.health, error, reason);
+    }
+}
+
+impl<P: Owner + Send + 'static> ConsumerContext for SourceContext<P> {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        rebalance::rebalance(&self.policy, consumer, err, tpl);
+        *lock(&self.rebalanced) = Instant::now();
+    }
+}
+
+/// The source consumer's `session.timeout.ms` (librdkafka's default 45 s when not set).
+fn session_timeout(source: &rdkafka::ClientConfig) -> Duration {
+    let ms = source
+        .get("session.timeout.ms")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(45_000);
+    Duration::from_millis(ms)
+}
+
+/// When each chore of the loop is due.
+struct Chore {
+    every: Duration,
+    last: Instant,
+}
+
+impl Chore {
+    fn new(every: Duration) -> Self {
+        Chore {
+            every,
+            last: Instant::now(),
+        }
+    }
+
+    fn due(&mut self) -> bool {
+        if self.last.elapsed() < self.every {
+            return false;
+        }
+        self.last = Instant::now();
+        true
+    }
+}
+
+/// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
+pub fn run<P: Delivery>(
+    consumer: Source<P>,
+    mut subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+) -> Result<(), KafkaError> {
+    let policy = consumer.context().policy.clone();
+    let mut subscribed: Option<Arc<Vec<String>>> = None;
+    let mut commit = Chore::new(P::COMMIT_EVERY);
+    let mut idle = Chore::new(P::IDLE_CHECK_EVERY);
+    let mut targets = Chore::new(TARGET_CHECK_EVERY);
+    let mut since_service = 0_u32;
+    let stall_limit = session_timeout(&ctx.flow.source_client) / 2;
+    let mut last_turn = Instant::now();
+    while !shutdown.is_cancelled() {
+        if subscriptions.has_changed().unwrap_or(false) {
+            let wanted = subscriptions.borrow_and_update().clone();
+            if let Some(topics) = wanted
+                && subscribed.as_ref() != Some(&topics)
+            {
+                if topics.is_empty() {
+                    consumer.unsubscribe();
+                } else {
+                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                    consumer.subscribe(&names)?;
+                }
+                tracing::debug!(topics = topics.len(), "subscribed");
+                subscribed = Some(topics);
+                ctx.readiness
+                    .source
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let timeout = if lock(&policy).busy() {
+            BUSY_POLL
+        } else {
+            IDLE_POLL
+        };
+        ctx.readiness.turned(crate::replicator::Loop::Source);
+        let polled = consumer.poll(timeout);
+        // Checked before anything polled is handled: nothing acknowledged after a freeze may
+        // reach an offset sync. Rebalance callbacks (which may wait seconds) reset the clock.
+        let turn = last_turn.max(*lock(&consumer.context().rebalanced));
+        if turn.elapsed() > stall_limit + timeout {
+            lock(&policy).stalled(turn.elapsed());
+        }
+        last_turn = Instant::now();
+        match polled {
+            Some(Ok(m)) => {
+                let mut p = lock(&policy);
+                p.copy(&m);
+                since_service += 1;
+                if since_service >= SERVICE_EVERY {
+                    since_service = 0;
+                    p.service(&consumer);
+                }
+            }
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                lock(&policy).offsets_out_of_range(&consumer);
+            }
+            Some(Err(e)) => {
+                ctx.metrics
+                    .errors
+                    .with_label_values(&["source", "consume"])
+                    .inc();
+                tracing::debug!(error = %e, "consumer error");
+            }
+            None => {
+                since_service = 0;
+                lock(&policy).service(&consumer);
+            }
+        }
+        if commit.due() {
+            lock(&policy).commit(&consumer);
+        }
+        if idle.due() {
+            lock(&policy).idle_syncs();
+        }
+        if targets.due() {
+            lock(&policy).check_targets();
+        }
+    }
+    tracing::info!("source loop stopping: settling writes");
+    lock(&policy).stop();
+    // Leaving the group revokes everything through the policy, which has little left to do.
+    consumer.unsubscribe();
+    for _ in 0..10 {
+        if consumer.poll(Duration::from_millis(50)).is_none()
+            && consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0
+        {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! The owned source partitions of a policy: a slot per partition, found by index (the opaque
+//! of a delivery report names one) or by topic and partition (a polled record names one).
+//!
+//! Pure bookkeeping. A slot index is reused after its partition is given up, so every slot
+//! carries a generation: a report for an older generation of the same index is stale (the
+//! partition was rewound, moved, or is another partition now) and is ignored.
+
+use std::collections::HashMap;
+
+/// What a slot knows of the partition it holds.
+pub trait Keyed {
+    fn topic(&self) -> &str;
+    fn partition(&self) -> i32;
+}
+
+/// Generations fit 31 bits: the opaque of a report packs a slot, a generation and a kind.
+pub const GEN_MASK: u32 = 0x7fff_ffff;
+
+#[derive(Debug)]
+pub struct SlotTable<S> {
+    slots: Vec<Option<S>>,
+    free: Vec<usize>,
+    by_topic: HashMap<String, Vec<Option<usize>>>,
+    next_generation: u32,
+}
+
+impl<S> Default for SlotTable<S> {
+    fn default() -> Self {
+        SlotTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_topic: HashMap::new(),
+            next_generation: 0,
+        }
+    }
+}
+
+impl<S: Keyed> SlotTable<S> {
+    /// A generation no slot had before (wrapping after 2^31, by which time no report of the
+    /// old one is outstanding).
+    pub fn next_generation(&mut self) -> u32 {
+        self.next_generation = self.next_generation.wrapping_add(1) & GEN_MASK;
+        self.next_generation
+    }
+
+    pub fn index(&self, topic: &str, partition: i32) -> Option<usize> {
+        let by_partition = self.by_topic.get(topic)?;
+        *by_partition.get(usize::try_from(partition).ok()?)?
+    }
+
+    pub fn get(&self, idx: usize) -> Option<&S> {
+        self.slots.get(idx)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut S> {
+        self.slots.get_mut(idx)?.as_mut()
+    }
+
+    pub fn find(&self, topic: &str, partition: i32) -> Option<&S> {
+        self.get(self.index(topic, partition)?)
+    }
+
+    pub fn find_mut(&mut self, topic: &str, partition: i32) -> Option<&mut S> {
+        let idx = self.index(topic, partition)?;
+        self.get_mut(idx)
+    }
+
+    /// Holds `slot` (replacing a slot of the same partition); its index, or `None` for a
+    /// negative partition, which no broker hands out.
+    pub fn insert(&mut self, slot: S) -> Option<usize> {
+        let p = usize::try_from(slot.partition()).ok()?;
+        if let Some(idx) = self.index(slot.topic(), slot.partition()) {
+            self.slots[idx] = Some(slot);
+            return Some(idx);
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let by_partition = self.by_topic.entry(slot.topic().to_string()).or_default();
+        if by_partition.len() <= p {
+            by_partition.resize(p + 1, None);
+        }
+        by_partition[p] = Some(idx);
+        self.slots[idx] = Some(slot);
+        Some(idx)
+    }
+
+    /// Gives up the slot of a partition.
+    pub fn remove(&mut self, topic: &str, partition: i32) -> Option<S> {
+        let idx = self.index(topic, partition)?;
+        let slot = self.slots.get_mut(idx)?.take()?;
+        if let Some(by_partition) = self.by_topic.get_mut(topic) {
+            if let Some(entry) = usize::try_from(partition)
+                .ok()
+                .and_then(|p| by_partition.get_mut(p))
+            {
+                *entry = None;
+            }
+            if by_partition.iter().all(Option::is_none) {
+                self.by_topic.remove(topic);
+            }
+        }
+        self.free.push(idx);
+        Some(slot)
+    }
+
+    /// Indices of every slot held now.
+    pub fn indices(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_some())
+            .collect()
+    }
+
+    /// Topic and partition of every slot held now.
+    pub fn keys(&self) -> Vec<(String, i32)> {
+        self.iter()
+            .map(|(_, s)| (s.topic().to_string(), s.partition()))
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &S)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.as_ref()?)))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut S)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.as_mut()?)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every partition held, as a partition list for the consumer.
+    pub fn assignment(&self) -> rdkafka::TopicPartitionList {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (_, s) in self.iter() {
+            tpl.add_partition(s.topic(), s.partition());
+        }
+        tpl
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, PartialEq)]
+    struct P(String, i32);
+
+    impl Keyed for P {
+        fn topic(&self) -> &str {
+            &self.0
+        }
+        fn partition(&self) -> i32 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn indices_are_reused_and_lookups_follow_them() {
+        let mut t = SlotTable::default();
+        let a = t.insert(P("a".into(), 0)).unwrap();
+        let b = t.insert(P("b".into(), 3)).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(t.find("b", 3), Some(&P("b".into(), 3)));
+        assert_eq!(t.remove("a", 0), Some(P("a".into(), 0)));
+        assert_eq!(t.index("a", 0), None);
+        let c = t.insert(P("c".into(), 1)).unwrap();
+        assert_eq!(c, a, "a freed index is reused");
+        assert_eq!(t.find("c", 1).map(|p| p.1), Some(1));
+        assert_eq!(t.insert(P("x".into(), -1)), None);
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn inserting_a_held_partition_replaces_its_slot_in_place() {
+        let mut t = SlotTable::default();
+        let a = t.insert(P("a".into(), 0)).unwrap();
+        assert_eq!(t.insert(P("a".into(), 0)), Some(a));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn generations_stay_within_31_bits() {
+        let mut t: SlotTable<P> = SlotTable {
+            next_generation: GEN_MASK - 1,
+            ..SlotTable::default()
+        };
+        assert_eq!(t.next_generation(), GEN_MASK);
+        assert_eq!(t.next_generation(), 0);
+    }
+
+    proptest! {
+        /// Against a map as the model: any sequence of inserts and removes leaves every held
+        /// partition findable at a distinct index and nothing else findable.
+        #[test]
+        fn the_table_agrees_with_a_map(ops in proptest::collection::vec((any::<bool>(), 0..3u8, 0..5i32), 0..200)) {
+            let mut t = SlotTable::default();
+            let mut model = std::collections::HashMap::new();
+            for (insert, topic, partition) in ops {
+                let topic = format!("t{topic}");
+                if insert {
+                    t.insert(P(topic.clone(), partition));
+                    model.insert((topic, partition), ());
+                } else {
+                    prop_assert_eq!(t.remove(&topic, partition).is_some(), model.remove(&(topic, partition)).is_some());
+                }
+            }
+            prop_assert_eq!(t.len(), model.len());
+            let mut seen = std::collections::HashSet::new();
+            for (topic, partition) in model.keys() {
+                let idx = t.index(topic, *partition);
+                prop_assert!(idx.is_some());
+                prop_assert!(seen.insert(idx));
+                prop_assert_eq!(t.find(topic, *partition).map(|p| (p.0.as_str(), p.1)), Some((topic.as_str(), *partition)));
+            }
+            for (_, s) in t.iter() {
+                prop_assert!(model.contains_key(&(s.0.clone(), s.1)));
+            }
+        }
+    }
+}
