@@ -50,6 +50,7 @@ COPY bench/driver/Cargo.toml bench/driver/
 COPY e2e/process-node/Cargo.toml e2e/process-node/
 COPY e2e/tests/Cargo.toml e2e/tests/
 COPY benches benches
+COPY crates crates
 COPY src src
 RUN mkdir -p bench/driver/src e2e/process-node/src e2e/tests/src \
     && touch bench/driver/src/main.rs e2e/process-node/src/main.rs e2e/tests/src/lib.rs

@@ -15,6 +15,8 @@ pub mod api;
 pub mod cli;
 pub mod flow;
 pub mod kafka;
-pub mod mm2;
+/// The MirrorMaker 2 core lives in its own crate (no Kafka or Kubernetes client), named here
+/// as before.
+pub use mirrorflow_core as mm2;
 pub mod operator;
 pub mod replicator;

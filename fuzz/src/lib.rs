@@ -1,9 +1,9 @@
 //! Fuzz target bodies, shared by the libFuzzer binaries (`fuzz_targets/`) and by the main
-//! crate's `tests/mm2_fuzz_corpus.rs`, which runs them over the seed corpus on stable.
+//! core crate's `crates/core/tests/fuzz_corpus.rs`, which runs them over the seed corpus on stable.
 //!
 //! Each body panics only when an invariant is broken, which is what the fuzzer looks for.
 
-use mirrorflow::mm2::{
+use mirrorflow_core::{
     Checkpoint, Filters, Heartbeat, IdentityPolicy, OffsetSync, PrefixPolicy, ReplicationPolicy,
 };
 

@@ -14,16 +14,24 @@ use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use crate::mm2::{Checkpoint, OffsetSync, SyncOrigin, TopicPartition};
+use crate::mm2::{Checkpoint, OffsetSync, SYNC_ORIGIN_HEADER, SyncOrigin, TopicPartition};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Group id the readers are configured with; they never join it nor commit.
 const READER_GROUP: &str = "mirrorflow-cli-reader";
 
-/// Header (and value) our source loop puts on the offset syncs it writes densely.
-const DENSE_HEADER: &str = crate::replicator::checkpoint::DENSE_SYNC_HEADER;
-const DENSE_VALUE: &[u8] = crate::replicator::checkpoint::DENSE_SYNC_HEADER_VALUE;
+/// The offset sync a record of an offset-syncs topic holds, with its origin
+/// ([`SYNC_ORIGIN_HEADER`]); `None` when it is not one.
+pub fn offset_sync(m: &impl Message) -> Option<(OffsetSync, SyncOrigin)> {
+    let sync = OffsetSync::decode(m.key()?, m.payload()?).ok()?;
+    let header = m.headers().and_then(|h| {
+        h.iter()
+            .find(|h| h.key == SYNC_ORIGIN_HEADER)
+            .map(|h| h.value.unwrap_or_default())
+    });
+    Some((sync, SyncOrigin::from_header(header)))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -123,25 +131,9 @@ pub fn read_offset_syncs(
     timeout: Duration,
 ) -> Result<Read<Vec<(OffsetSync, SyncOrigin)>>, ReadError> {
     let mut out = Read::<Vec<_>>::default();
-    read_to_end(client, cluster, topic, timeout, |m| {
-        let decoded = m
-            .key()
-            .zip(m.payload())
-            .and_then(|(k, v)| OffsetSync::decode(k, v).ok());
-        let Some(sync) = decoded else {
-            out.undecodable += 1;
-            return;
-        };
-        let dense = m.headers().is_some_and(|h| {
-            h.iter()
-                .any(|h| h.key == DENSE_HEADER && h.value == Some(DENSE_VALUE))
-        });
-        let origin = if dense {
-            SyncOrigin::Dense
-        } else {
-            SyncOrigin::Sparse
-        };
-        out.items.push((sync, origin));
+    read_to_end(client, cluster, topic, timeout, |m| match offset_sync(m) {
+        Some(item) => out.items.push(item),
+        None => out.undecodable += 1,
     })?;
     Ok(out)
 }

@@ -15,7 +15,7 @@
 //!
 //! # Translation
 //! Every replica follows the whole offset-syncs topic into an [`OffsetSyncStore`] (syncs that
-//! carry [`DENSE_SYNC_HEADER`] are [`SyncOrigin::Dense`] and translate exactly; MM2's are
+//! carry [`crate::mm2::SYNC_ORIGIN_HEADER`] are [`SyncOrigin::Dense`] and translate exactly; MM2's are
 //! sparse and translate conservatively). A new sync re-evaluates every owned group committed
 //! on that partition, so a checkpoint becomes exact as soon as the sync that covers it lands.
 //!
@@ -41,7 +41,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::Offset;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -55,12 +55,6 @@ use crate::mm2::{
     TopicPartition,
 };
 use crate::replicator::backoff::Backoff;
-
-/// Header the source loop puts on the offset syncs it writes with its dense policy; MM2 writes
-/// no headers, so a sync without it is sparse.
-pub const DENSE_SYNC_HEADER: &str = super::source::SYNC_HEADER;
-/// Value of [`DENSE_SYNC_HEADER`] for dense syncs.
-pub const DENSE_SYNC_HEADER_VALUE: &[u8] = super::source::SYNC_HEADER_DENSE.as_bytes();
 
 /// What the reader threads tell the loop.
 #[derive(Debug)]
@@ -147,22 +141,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         tx.clone(),
         Some(Event::SyncsLoaded),
         move |m| {
-            let Some(sync) = m
-                .key()
-                .zip(m.payload())
-                .and_then(|(k, v)| OffsetSync::decode(k, v).ok())
-            else {
+            let Some((sync, origin)) = crate::kafka::checkpoints::offset_sync(m) else {
                 sync_errors.inc();
                 return None;
-            };
-            let dense = m.headers().is_some_and(|h| {
-                h.iter()
-                    .any(|h| h.key == DENSE_SYNC_HEADER && h.value == Some(DENSE_SYNC_HEADER_VALUE))
-            });
-            let origin = if dense {
-                SyncOrigin::Dense
-            } else {
-                SyncOrigin::Sparse
             };
             Some(Event::Sync(sync, origin))
         },

@@ -29,8 +29,8 @@
 //! after its last sync gets one more, "tail" sync at its last record
 //! ([`crate::mm2::SyncPolicy::idle_sync`]), so groups that consumed up to the end of a burst
 //! translate exactly instead of waiting for the next record.
-//! Each carries the header [`SYNC_HEADER`] = [`SYNC_HEADER_DENSE`]; MM2's readers ignore
-//! headers. A position never moves past a record whose sync is unacknowledged, and a failed
+//! Each carries the header [`crate::mm2::SYNC_ORIGIN_HEADER`] = [`crate::mm2::SYNC_ORIGIN_DENSE`];
+//! MM2's readers ignore headers. A position never moves past a record whose sync is unacknowledged, and a failed
 //! sync rewinds its partition (the records are copied again and get fresh syncs), so no sync
 //! is dropped silently.
 //!
@@ -72,13 +72,6 @@ use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
-
-/// Header on every offset sync this loop writes, telling the checkpoint side the sync comes
-/// from a dense writer ([`crate::mm2::SyncOrigin::Dense`]): one sync on every delta change,
-/// written in order. Syncs without it (MM2's) are treated as sparse.
-pub const SYNC_HEADER: &str = "mirrorflow.sync";
-/// The value of [`SYNC_HEADER`] for syncs from [`crate::mm2::SyncPolicy`].
-pub const SYNC_HEADER_DENSE: &str = "dense";
 
 /// The source consumer group of a flow; the checkpoint loop leaves it out.
 ///

@@ -28,7 +28,6 @@ use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
-use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
@@ -551,8 +550,8 @@ impl AtLeastOnce {
             }
         };
         let headers = OwnedHeaders::new().insert(Header {
-            key: SYNC_HEADER,
-            value: Some(SYNC_HEADER_DENSE),
+            key: crate::mm2::SYNC_ORIGIN_HEADER,
+            value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
         });
         let record = send::internal(
             &self.syncs_topic,

@@ -56,7 +56,6 @@ use super::engine::{Delivery, Source};
 use super::limits::{self, RemoteLimits};
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
-use super::{SYNC_HEADER, SYNC_HEADER_DENSE};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
@@ -911,8 +910,8 @@ fn send_sync(
         .encode()
         .map_err(|e| TxFailure::SyncEncoding(e.to_string()))?;
     let headers = OwnedHeaders::new().insert(Header {
-        key: SYNC_HEADER,
-        value: Some(SYNC_HEADER_DENSE),
+        key: crate::mm2::SYNC_ORIGIN_HEADER,
+        value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
     });
     let record = send::internal(topic, &encoded.key, &encoded.value, NOT_A_RECORD).headers(headers);
     send::send_waiting(producer, record, shutdown, None).map_err(|error| TxFailure::Sync {

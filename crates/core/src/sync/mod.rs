@@ -11,6 +11,6 @@ mod tests;
 pub use inverse::InverseSyncs;
 pub use policy::{Coverage, SyncPolicy, SyncPolicyConfig, SyncReason};
 pub use store::{
-    DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, StoreConfig, SyncOrigin,
-    Translation, UnknownReason,
+    DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, SYNC_ORIGIN_DENSE,
+    SYNC_ORIGIN_HEADER, StoreConfig, SyncOrigin, Translation, UnknownReason,
 };

@@ -33,6 +33,7 @@ pub use policy::{
 pub use records::{Checkpoint, EncodedRecord, Heartbeat, OffsetSync, TopicPartition};
 pub use sync::{
     Coverage, DEFAULT_MAX_RUNS, InvalidSync, InverseSyncs, OffsetSyncStore, PartitionSyncs,
-    StoreConfig, SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
+    SYNC_ORIGIN_DENSE, SYNC_ORIGIN_HEADER, StoreConfig, SyncOrigin, SyncPolicy, SyncPolicyConfig,
+    SyncReason, Translation, UnknownReason,
 };
 pub use wire::{DecodeError, EncodeError, MAX_OFFSET, MAX_STRING_LEN};

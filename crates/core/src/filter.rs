@@ -191,7 +191,7 @@ pub enum SkipReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mm2::policy::PrefixPolicy;
+    use crate::policy::PrefixPolicy;
 
     #[test]
     fn mm2_defaults_exclude_internal_replica_and_double_underscore_topics() {

@@ -1,6 +1,6 @@
 //! Decoders never panic on arbitrary bytes, and valid records round-trip.
 
-use mirrorflow::mm2::{Checkpoint, Heartbeat, MAX_OFFSET, OffsetSync, TopicPartition};
+use mirrorflow_core::{Checkpoint, Heartbeat, MAX_OFFSET, OffsetSync, TopicPartition};
 use proptest::prelude::*;
 
 fn name() -> impl Strategy<Value = String> {

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::mm2::records::{OffsetSync, TopicPartition};
+use crate::records::{OffsetSync, TopicPartition};
 
 /// Periodic syncs on top of the change-driven ones.
 ///

@@ -6,7 +6,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::mm2::records::{OffsetSync, TopicPartition};
+use crate::records::{OffsetSync, TopicPartition};
 
 fn tp() -> TopicPartition {
     TopicPartition::new("topic1", 2)

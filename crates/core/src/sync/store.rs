@@ -36,7 +36,7 @@
 //! from the true position than MM2's "newest sync at or before, `down + 1` when past it", is
 //! available whenever MM2's is, and never past the true position. Unlike MM2, syncs read
 //! during the initial load are kept (as non-exact runs), so groups far behind the head still
-//! translate after a restart; checkpoint monotonicity is then [`crate::mm2::CheckpointTracker`]'s
+//! translate after a restart; checkpoint monotonicity is then [`crate::CheckpointTracker`]'s
 //! job rather than the store's.
 
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ use std::mem::size_of;
 use thiserror::Error;
 
 use super::policy::Coverage;
-use crate::mm2::records::{OffsetSync, TopicPartition};
+use crate::records::{OffsetSync, TopicPartition};
 
 /// MM2 keeps 64 syncs per partition; the same budget here holds 64 runs.
 pub const DEFAULT_MAX_RUNS: usize = 64;
@@ -57,6 +57,24 @@ pub enum SyncOrigin {
     Dense,
     /// MM2 or unknown: only MM2's conservative rule is applied.
     Sparse,
+}
+
+/// Header on every offset sync a dense writer ([`super::SyncPolicy`]) writes: one sync on every
+/// delta change, in order. MM2 writes no headers and its readers ignore them, so a sync without
+/// it is [`SyncOrigin::Sparse`].
+pub const SYNC_ORIGIN_HEADER: &str = "mirrorflow.sync";
+/// The value of [`SYNC_ORIGIN_HEADER`] for [`SyncOrigin::Dense`].
+pub const SYNC_ORIGIN_DENSE: &str = "dense";
+
+impl SyncOrigin {
+    /// The origin of a sync whose [`SYNC_ORIGIN_HEADER`] header is `value` (`None`: absent).
+    pub fn from_header(value: Option<&[u8]>) -> Self {
+        if value == Some(SYNC_ORIGIN_DENSE.as_bytes()) {
+            SyncOrigin::Dense
+        } else {
+            SyncOrigin::Sparse
+        }
+    }
 }
 
 /// A committed source offset mapped onto the target.

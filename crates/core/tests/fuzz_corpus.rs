@@ -2,13 +2,14 @@
 //! mutations of it, then fuzzes each for a bounded time with random edits, so CI exercises the
 //! fuzz invariants without nightly or libFuzzer.
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/lib.rs"]
 mod fuzz_bodies;
 
 use std::path::Path;
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
         .join("fuzz/seeds")
         .join(target);
     let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
