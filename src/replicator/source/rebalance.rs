@@ -10,7 +10,9 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::engine::slots::{Keyed, SlotTable};
 use super::lock;
+use crate::replicator::Context;
 
 /// What a copier does when its assignment changes.
 pub trait Owner {
@@ -18,9 +20,19 @@ pub trait Owner {
     fn assigned(&mut self, tpl: &mut TopicPartitionList);
     /// Partitions were taken away; `lost` when another replica may already own them.
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool);
+    /// The partitions owned now, one slot each.
+    type Slot: Keyed;
+    fn slots(&self) -> &SlotTable<Self::Slot>;
+    fn context(&self) -> &Context;
+
     /// Every partition owned now.
-    fn owned(&self) -> TopicPartitionList;
-    fn count_error(&self, kind: &str);
+    fn owned(&self) -> TopicPartitionList {
+        self.slots().assignment()
+    }
+
+    fn count_error(&self, kind: &str) {
+        super::engine::count_error(self.context(), kind);
+    }
     /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
     /// next owner's fencing settles open transactions) or in good order (positions stored).
     const FAILED_REBALANCE_IS_LOST: bool;

@@ -23,7 +23,7 @@ use self::acks::{Cause, Fault, InFlight, Slot, Tally, UNOWNED, opaque, settle};
 use super::continuity::{self, LogProbe, Resume};
 use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
 use super::engine::slots::SlotTable;
-use super::engine::{Delivery, Source};
+use super::engine::{self, Delivery, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
 use super::reach::ClusterHealth;
@@ -111,20 +111,147 @@ pub struct Parts {
 }
 
 impl Owner for AtLeastOnce {
+    /// Partitions were given to this replica: read the positions topic to its end (the
+    /// previous owner stored its positions before letting go) and start each partition there.
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        AtLeastOnce::assigned(self, tpl);
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+        loop {
+            match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+                Ok(()) => {
+                    self.target_health.reachable();
+                    break;
+                }
+                Err(e) => {
+                    self.count_error("positions");
+                    self.target_health.unreachable(&e.to_string());
+                    if self.shutdown.is_cancelled() {
+                        // Shutting down: nothing will be copied, the offsets do not matter.
+                        return;
+                    }
+                    std::thread::sleep(backoff.next_delay());
+                }
+            }
+        }
+        if self.positions.undecodable() > 0 {
+            tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
+                "ignored records the positions topic should not hold");
+        }
+        let assigned: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let mut fresh = Vec::new();
+        for (topic, partition) in assigned {
+            if let Some(idx) = self.slots.index(&topic, partition) {
+                // Already ours (not expected from librdkafka): restart it from its safe point
+                // rather than let the consumer fall back to the beginning.
+                let generation = self.slots.next_generation();
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.generation = generation;
+                    slot.clear_in_flight();
+                    slot.fault = None;
+                    let offset = slot
+                        .progress
+                        .rewind()
+                        .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
+                    if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                        tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+                    }
+                }
+                continue;
+            }
+            fresh.push((topic, partition));
+        }
+        // Stored positions are checked against both logs before anything is read.
+        let stored: Vec<(String, i32)> = fresh
+            .iter()
+            .filter(|(t, p)| self.positions.get(t, *p).is_some())
+            .cloned()
+            .collect();
+        let bounds = self.probe.source(&stored);
+        let remotes: Vec<(String, i32)> = stored
+            .iter()
+            .map(|(t, p)| (self.remote_name(t), *p))
+            .collect();
+        let target_ends = self.probe.target_ends(&remotes);
+        for (topic, partition) in fresh {
+            let key = (topic.clone(), partition);
+            let remote = self.remote_name(&topic);
+            let r = continuity::resume(
+                self.positions.get(&topic, partition),
+                bounds.get(&key).copied(),
+                target_ends.get(&(remote.clone(), partition)).copied(),
+            );
+            if let Some((kind, from, to)) = r.gap {
+                let gap = continuity::found_now(&topic, partition, (kind, from, to));
+                self.write_gap(&gap, r.start);
+            }
+            let Resume { offset, start, .. } = r;
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+            tracing::debug!(%topic, partition, ?offset, "partition assigned");
+            let generation = self.slots.next_generation();
+            let limit = self.limits.get(&remote);
+            let progress = Progress::new(
+                TopicPartition::new(topic.clone(), partition),
+                self.sync_config,
+                start,
+            );
+            self.slots.insert(Slot::new(
+                topic,
+                partition,
+                remote.into(),
+                generation,
+                progress,
+                limit,
+            ));
+        }
+        self.report_assignment();
     }
 
+    /// Partitions are taken away: finish their writes and store their positions first, so the
+    /// next owner resumes exactly where this one stopped.
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        AtLeastOnce::revoked(self, tpl, lost);
+        let keys: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .filter(|e| self.slots.index(e.topic(), e.partition()).is_some())
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        if !lost {
+            let idxs: Vec<usize> = keys
+                .iter()
+                .filter_map(|(t, p)| self.slots.index(t, *p))
+                .collect();
+            self.persist_and_wait(&idxs);
+        }
+        for (topic, partition) in &keys {
+            self.slots.remove(topic, *partition);
+        }
+        if lost {
+            // Another replica may already own them and copy into the same target partitions.
+            // Storing would move its positions back, and an offset sync for a copy landing
+            // among its copies could translate a group past records it copied: the slots are
+            // gone before the outstanding writes finish, so their acknowledgements are ignored.
+            tracing::warn!(
+                partitions = keys.len(),
+                "assignment lost (session timed out)"
+            );
+            self.drain(Duration::from_secs(5));
+        }
+        self.report_assignment();
     }
 
-    fn owned(&self) -> TopicPartitionList {
-        self.slots.assignment()
+    type Slot = Slot;
+
+    fn slots(&self) -> &SlotTable<Slot> {
+        &self.slots
     }
 
-    fn count_error(&self, kind: &str) {
-        AtLeastOnce::count_error(self, kind);
+    fn context(&self) -> &Context {
+        &self.ctx
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = false;
@@ -134,99 +261,6 @@ impl Delivery for AtLeastOnce {
     /// Positions are stored about every second.
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
-
-    fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        AtLeastOnce::copy(self, m);
-    }
-
-    /// An atomic read in librdkafka: cheap enough for every poll.
-    fn busy(&self) -> bool {
-        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
-    }
-
-    fn service(&mut self, consumer: &Source<Self>) {
-        serve_reports(&self.producer);
-        self.service_acks();
-        self.retry_faults(consumer);
-        self.meters.flush();
-    }
-
-    fn commit(&mut self, consumer: &Source<Self>) {
-        self.service(consumer);
-        self.persist();
-    }
-
-    fn idle_syncs(&mut self) {
-        AtLeastOnce::idle_syncs(self);
-    }
-
-    fn check_targets(&mut self) {
-        AtLeastOnce::check_targets(self);
-    }
-
-    fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
-        AtLeastOnce::offsets_out_of_range(self, consumer);
-    }
-
-    fn stalled(&mut self, stalled: Duration) {
-        AtLeastOnce::stalled(self, stalled);
-    }
-
-    /// Finish writes, store every position.
-    fn stop(&mut self) {
-        let idxs = self.slots.indices();
-        self.persist_and_wait(&idxs);
-    }
-}
-
-impl AtLeastOnce {
-    pub fn new(p: Parts) -> Self {
-        let interval = p
-            .ctx
-            .flow
-            .spec
-            .source_loop
-            .offset_sync_interval
-            .as_duration();
-        let m = &p.ctx.metrics;
-        let meters = Meters {
-            records: m.records_replicated.local(),
-            bytes: m.bytes_replicated.local(),
-            record_age: m.record_age.local(),
-            latency: m.replication_latency.local(),
-            wall_ms: 0,
-        };
-        AtLeastOnce {
-            sync_config: SyncPolicyConfig {
-                max_interval: Some(interval),
-                ..SyncPolicyConfig::default()
-            },
-            ctx: p.ctx,
-            producer: p.producer,
-            syncs: p.syncs,
-            syncs_topic: p.syncs_topic,
-            positions_topic: p.positions_topic,
-            positions: p.positions,
-            probe: p.probe,
-            slots: SlotTable::default(),
-            started: Instant::now(),
-            shutdown: p.shutdown,
-            source_health: p.source_health,
-            target_health: p.target_health,
-            acks: Vec::with_capacity(4096),
-            meters,
-            limits: p.limits,
-            batch_cap: p.batch_cap,
-        }
-    }
-
-    fn count_error(&self, kind: &str) {
-        self.ctx
-            .metrics
-            .errors
-            .with_label_values(&["source", kind])
-            .inc();
-    }
 
     /// Copies one source record.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
@@ -294,6 +328,193 @@ impl AtLeastOnce {
         if alone {
             // Nothing may join its batch: wait for its answer before reading on.
             self.wait_for(idx, generation, |s| s.in_flight.is_empty());
+        }
+    }
+
+    /// An atomic read in librdkafka: cheap enough for every poll.
+    fn busy(&self) -> bool {
+        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
+    }
+
+    fn service(&mut self, consumer: &Source<Self>) {
+        serve_reports(&self.producer);
+        self.service_acks();
+        self.retry_faults(consumer);
+        self.meters.flush();
+    }
+
+    fn commit(&mut self, consumer: &Source<Self>) {
+        self.service(consumer);
+        self.persist();
+    }
+
+    /// Writes the tail sync of every owned partition that went idle with acknowledged records
+    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
+    fn idle_syncs(&mut self) {
+        let now = self.now();
+        let mut syncs = Vec::new();
+        for (idx, slot) in self.slots.iter_mut() {
+            if slot.fault.is_some() {
+                continue;
+            }
+            if let Some(sync) = slot.progress.idle_sync(now) {
+                syncs.push((idx, slot.generation, sync));
+            }
+        }
+        for (idx, generation, sync) in syncs {
+            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
+                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
+                "partition idle: offset sync at its last record");
+            self.write_sync(idx, generation, &sync);
+        }
+    }
+
+    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
+    /// was deleted, and discovery created it again) among those not written to right now
+    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
+    fn check_targets(&mut self) {
+        let idle: Vec<(usize, String, i32, i64)> = self
+            .slots
+            .iter()
+            .filter_map(|(idx, s)| {
+                let latest = s.progress.latest()?;
+                (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
+                    .then(|| (idx, s.remote.to_string(), s.partition, latest.downstream))
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (idx, remote, partition, downstream) in idle {
+            if let Some(&end) = ends.get(&(remote, partition))
+                && end <= downstream
+            {
+                self.target_rewound(idx, downstream + 1, end);
+            }
+        }
+    }
+
+    /// The consumer stopped on a partition whose next offset is outside its log
+    /// (`auto.offset.reset=error`): find which, record the break and go on past it.
+    fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
+        // Settle what is in flight first, so each partition's frontier is final.
+        self.drain(DRAIN_TIMEOUT);
+        let owned: Vec<(String, i32)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.fault.is_none())
+            .map(|(_, s)| (s.topic.clone(), s.partition))
+            .collect();
+        let bounds = self.probe.source(&owned);
+        let reading = consumer.position().ok();
+        for (topic, partition) in owned {
+            let Some(idx) = self.slots.index(&topic, partition) else {
+                continue;
+            };
+            let Some(b) = bounds.get(&(topic.clone(), partition)).copied() else {
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let latest = slot.progress.latest();
+            let next = match reading
+                .as_ref()
+                .and_then(|r| r.find_partition(&topic, partition))
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => o,
+                _ => match latest {
+                    Some(f) => f.next,
+                    None => continue,
+                },
+            };
+            let Some((kind, from, to)) = continuity::out_of_range(next, b) else {
+                continue;
+            };
+            let start = Frontier {
+                next: b.start,
+                downstream: latest.map_or(-1, |f| f.downstream),
+            };
+            let gap = continuity::found_now(&topic, partition, (kind, from, to));
+            self.write_gap(&gap, Some(start));
+            let generation = self.slots.next_generation();
+            let config = self.sync_config;
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.generation = generation;
+                slot.clear_in_flight();
+                slot.progress = Progress::new(
+                    TopicPartition::new(topic.clone(), partition),
+                    config,
+                    Some(start),
+                );
+                // A failed seek is retried like any rewind.
+                slot.fault = Some(Fault {
+                    retry_at: Instant::now(),
+                    resume_from: Some(start),
+                });
+            }
+        }
+        self.retry_faults(consumer);
+    }
+
+    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
+    /// enough for the group to give its partitions to another replica before this one hears of
+    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
+    /// become an offset sync: every partition forgets what is in flight and is copied again
+    /// from its last committable position (only duplicates if it was not taken away).
+    fn stalled(&mut self, stalled: Duration) {
+        let idxs = self.slots.indices();
+        if idxs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?stalled,
+            partitions = idxs.len(),
+            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
+        );
+        for idx in idxs {
+            self.fault(idx, Cause::Stalled);
+        }
+    }
+
+    /// Finish writes, store every position.
+    fn stop(&mut self) {
+        let idxs = self.slots.indices();
+        self.persist_and_wait(&idxs);
+    }
+}
+
+impl AtLeastOnce {
+    pub fn new(p: Parts) -> Self {
+        let m = &p.ctx.metrics;
+        let meters = Meters {
+            records: m.records_replicated.local(),
+            bytes: m.bytes_replicated.local(),
+            record_age: m.record_age.local(),
+            latency: m.replication_latency.local(),
+            wall_ms: 0,
+        };
+        AtLeastOnce {
+            sync_config: engine::sync_config(&p.ctx),
+            ctx: p.ctx,
+            producer: p.producer,
+            syncs: p.syncs,
+            syncs_topic: p.syncs_topic,
+            positions_topic: p.positions_topic,
+            positions: p.positions,
+            probe: p.probe,
+            slots: SlotTable::default(),
+            started: Instant::now(),
+            shutdown: p.shutdown,
+            source_health: p.source_health,
+            target_health: p.target_health,
+            acks: Vec::with_capacity(4096),
+            meters,
+            limits: p.limits,
+            batch_cap: p.batch_cap,
         }
     }
 
@@ -382,27 +603,6 @@ impl AtLeastOnce {
         self.write_gap(&gap, start);
     }
 
-    /// Writes the tail sync of every owned partition that went idle with acknowledged records
-    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
-    fn idle_syncs(&mut self) {
-        let now = self.now();
-        let mut syncs = Vec::new();
-        for (idx, slot) in self.slots.iter_mut() {
-            if slot.fault.is_some() {
-                continue;
-            }
-            if let Some(sync) = slot.progress.idle_sync(now) {
-                syncs.push((idx, slot.generation, sync));
-            }
-        }
-        for (idx, generation, sync) in syncs {
-            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
-                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
-                "partition idle: offset sync at its last record");
-            self.write_sync(idx, generation, &sync);
-        }
-    }
-
     fn service_acks(&mut self) {
         serve_reports(&self.syncs);
         self.process_sync_acks();
@@ -449,33 +649,6 @@ impl AtLeastOnce {
         }
         for (idx, from, to) in settled.rewound {
             self.target_rewound(idx, from, to);
-        }
-    }
-
-    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
-    /// was deleted, and discovery created it again) among those not written to right now
-    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
-    fn check_targets(&mut self) {
-        let idle: Vec<(usize, String, i32, i64)> = self
-            .slots
-            .iter()
-            .filter_map(|(idx, s)| {
-                let latest = s.progress.latest()?;
-                (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
-                    .then(|| (idx, s.remote.to_string(), s.partition, latest.downstream))
-            })
-            .collect();
-        if idle.is_empty() {
-            return;
-        }
-        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
-        let ends = self.probe.target_ends(&keys);
-        for (idx, remote, partition, downstream) in idle {
-            if let Some(&end) = ends.get(&(remote, partition))
-                && end <= downstream
-            {
-                self.target_rewound(idx, downstream + 1, end);
-            }
         }
     }
 
@@ -689,106 +862,6 @@ impl AtLeastOnce {
         self.service_acks();
     }
 
-    /// Partitions were given to this replica: read the positions topic to its end (the
-    /// previous owner stored its positions before letting go) and start each partition there.
-    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
-        loop {
-            match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
-                Ok(()) => {
-                    self.target_health.reachable();
-                    break;
-                }
-                Err(e) => {
-                    self.count_error("positions");
-                    self.target_health.unreachable(&e.to_string());
-                    if self.shutdown.is_cancelled() {
-                        // Shutting down: nothing will be copied, the offsets do not matter.
-                        return;
-                    }
-                    std::thread::sleep(backoff.next_delay());
-                }
-            }
-        }
-        if self.positions.undecodable() > 0 {
-            tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
-                "ignored records the positions topic should not hold");
-        }
-        let assigned: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
-        let mut fresh = Vec::new();
-        for (topic, partition) in assigned {
-            if let Some(idx) = self.slots.index(&topic, partition) {
-                // Already ours (not expected from librdkafka): restart it from its safe point
-                // rather than let the consumer fall back to the beginning.
-                let generation = self.slots.next_generation();
-                if let Some(slot) = self.slots.get_mut(idx) {
-                    slot.generation = generation;
-                    slot.clear_in_flight();
-                    slot.fault = None;
-                    let offset = slot
-                        .progress
-                        .rewind()
-                        .map_or(Offset::Beginning, |f| Offset::Offset(f.next));
-                    if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                        tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-                    }
-                }
-                continue;
-            }
-            fresh.push((topic, partition));
-        }
-        // Stored positions are checked against both logs before anything is read.
-        let stored: Vec<(String, i32)> = fresh
-            .iter()
-            .filter(|(t, p)| self.positions.get(t, *p).is_some())
-            .cloned()
-            .collect();
-        let bounds = self.probe.source(&stored);
-        let remotes: Vec<(String, i32)> = stored
-            .iter()
-            .map(|(t, p)| (self.remote_name(t), *p))
-            .collect();
-        let target_ends = self.probe.target_ends(&remotes);
-        for (topic, partition) in fresh {
-            let key = (topic.clone(), partition);
-            let remote = self.remote_name(&topic);
-            let r = continuity::resume(
-                self.positions.get(&topic, partition),
-                bounds.get(&key).copied(),
-                target_ends.get(&(remote.clone(), partition)).copied(),
-            );
-            if let Some((kind, from, to)) = r.gap {
-                let gap = continuity::found_now(&topic, partition, (kind, from, to));
-                self.write_gap(&gap, r.start);
-            }
-            let Resume { offset, start, .. } = r;
-            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-            tracing::debug!(%topic, partition, ?offset, "partition assigned");
-            let generation = self.slots.next_generation();
-            let limit = self.limits.get(&remote);
-            let progress = Progress::new(
-                TopicPartition::new(topic.clone(), partition),
-                self.sync_config,
-                start,
-            );
-            self.slots.insert(Slot::new(
-                topic,
-                partition,
-                remote.into(),
-                generation,
-                progress,
-                limit,
-            ));
-        }
-        self.report_assignment();
-    }
-
     fn remote_name(&self, topic: &str) -> String {
         self.ctx
             .flow
@@ -815,123 +888,6 @@ impl AtLeastOnce {
             }
             producer.flush(Duration::from_secs(10))
         });
-    }
-
-    /// The consumer stopped on a partition whose next offset is outside its log
-    /// (`auto.offset.reset=error`): find which, record the break and go on past it.
-    fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
-        // Settle what is in flight first, so each partition's frontier is final.
-        self.drain(DRAIN_TIMEOUT);
-        let owned: Vec<(String, i32)> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.fault.is_none())
-            .map(|(_, s)| (s.topic.clone(), s.partition))
-            .collect();
-        let bounds = self.probe.source(&owned);
-        let reading = consumer.position().ok();
-        for (topic, partition) in owned {
-            let Some(idx) = self.slots.index(&topic, partition) else {
-                continue;
-            };
-            let Some(b) = bounds.get(&(topic.clone(), partition)).copied() else {
-                continue;
-            };
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
-            };
-            let latest = slot.progress.latest();
-            let next = match reading
-                .as_ref()
-                .and_then(|r| r.find_partition(&topic, partition))
-                .map(|e| e.offset())
-            {
-                Some(Offset::Offset(o)) => o,
-                _ => match latest {
-                    Some(f) => f.next,
-                    None => continue,
-                },
-            };
-            let Some((kind, from, to)) = continuity::out_of_range(next, b) else {
-                continue;
-            };
-            let start = Frontier {
-                next: b.start,
-                downstream: latest.map_or(-1, |f| f.downstream),
-            };
-            let gap = continuity::found_now(&topic, partition, (kind, from, to));
-            self.write_gap(&gap, Some(start));
-            let generation = self.slots.next_generation();
-            let config = self.sync_config;
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.generation = generation;
-                slot.clear_in_flight();
-                slot.progress = Progress::new(
-                    TopicPartition::new(topic.clone(), partition),
-                    config,
-                    Some(start),
-                );
-                // A failed seek is retried like any rewind.
-                slot.fault = Some(Fault {
-                    retry_at: Instant::now(),
-                    resume_from: Some(start),
-                });
-            }
-        }
-        self.retry_faults(consumer);
-    }
-
-    /// Partitions are taken away: finish their writes and store their positions first, so the
-    /// next owner resumes exactly where this one stopped.
-    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .filter(|e| self.slots.index(e.topic(), e.partition()).is_some())
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
-        if !lost {
-            let idxs: Vec<usize> = keys
-                .iter()
-                .filter_map(|(t, p)| self.slots.index(t, *p))
-                .collect();
-            self.persist_and_wait(&idxs);
-        }
-        for (topic, partition) in &keys {
-            self.slots.remove(topic, *partition);
-        }
-        if lost {
-            // Another replica may already own them and copy into the same target partitions.
-            // Storing would move its positions back, and an offset sync for a copy landing
-            // among its copies could translate a group past records it copied: the slots are
-            // gone before the outstanding writes finish, so their acknowledgements are ignored.
-            tracing::warn!(
-                partitions = keys.len(),
-                "assignment lost (session timed out)"
-            );
-            self.drain(Duration::from_secs(5));
-        }
-        self.report_assignment();
-    }
-
-    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
-    /// enough for the group to give its partitions to another replica before this one hears of
-    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
-    /// become an offset sync: every partition forgets what is in flight and is copied again
-    /// from its last committable position (only duplicates if it was not taken away).
-    fn stalled(&mut self, stalled: Duration) {
-        let idxs = self.slots.indices();
-        if idxs.is_empty() {
-            return;
-        }
-        tracing::warn!(
-            ?stalled,
-            partitions = idxs.len(),
-            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
-        );
-        for idx in idxs {
-            self.fault(idx, Cause::Stalled);
-        }
     }
 
     fn report_assignment(&self) {

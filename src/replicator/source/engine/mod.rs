@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::lock;
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
+use crate::mm2::SyncPolicyConfig;
 use crate::replicator::Context;
 
 /// Records between two [`Delivery::service`] calls while the source has data.
@@ -108,6 +109,23 @@ impl<P: Owner + Send + 'static> ConsumerContext for SourceContext<P> {
     ) {
         rebalance::rebalance(&self.policy, consumer, err, tpl);
         *lock(&self.rebalanced) = Instant::now();
+    }
+}
+
+/// Counts an error of the source loop under `kind`.
+pub fn count_error(ctx: &Context, kind: &str) {
+    ctx.metrics
+        .errors
+        .with_label_values(&["source", kind])
+        .inc();
+}
+
+/// The dense sync policy of a flow's partitions: a sync on every delta change, and at least
+/// every `sourceLoop.offsetSyncInterval`.
+pub fn sync_config(ctx: &Context) -> SyncPolicyConfig {
+    SyncPolicyConfig {
+        max_interval: Some(ctx.flow.spec.source_loop.offset_sync_interval.as_duration()),
+        ..SyncPolicyConfig::default()
     }
 }
 

@@ -52,7 +52,7 @@ use self::txn::{NOT_A_RECORD, Phase, TxFailure, absorb, producer_config, transac
 use super::continuity::{self, LogProbe};
 use super::engine::send::{self, AckContext};
 use super::engine::slots::{Keyed, SlotTable};
-use super::engine::{Delivery, Source};
+use super::engine::{self, Delivery, Source};
 use super::limits::{self, RemoteLimits};
 use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
@@ -67,7 +67,7 @@ const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const FENCED_RETRY: Duration = Duration::from_secs(10);
 
 /// One owned source partition.
-struct TxSlot {
+pub struct TxSlot {
     topic: String,
     partition: i32,
     remote: String,
@@ -171,20 +171,95 @@ pub struct Parts {
 }
 
 impl Owner for ExactlyOnce {
+    /// Partitions were given to this replica: fence their previous writers, read their
+    /// positions and start each there.
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        ExactlyOnce::assigned(self, tpl);
+        let keys: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        for (topic, partition) in &keys {
+            if let Some(slot) = self.slots.find(topic, *partition) {
+                // Already ours (an eager assignor hands out the whole set again): restart it
+                // from its committed position rather than from wherever the consumer starts.
+                if slot.open() {
+                    self.end(topic, *partition, false);
+                }
+                if let Some(slot) = self.slots.find_mut(topic, *partition) {
+                    slot.prepare_at(Instant::now());
+                }
+                continue;
+            }
+            let slot = TxSlot {
+                topic: topic.clone(),
+                partition: *partition,
+                remote: self
+                    .ctx
+                    .flow
+                    .policy
+                    .format_remote_topic(self.ctx.flow.source_alias(), topic),
+                transactional_id: transactional_id(&self.ctx.flow, topic, *partition),
+                producer: None,
+                phase: Phase::Preparing {
+                    retry_at: Instant::now(),
+                },
+                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+                committed: None,
+                latest: None,
+                policy: SyncPolicy::new(
+                    TopicPartition::new(topic.clone(), *partition),
+                    self.sync_config,
+                ),
+                records: 0,
+                bytes: 0,
+                failed: None,
+                recheck: false,
+                rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
+                capped_by: None,
+                large: Vec::new(),
+                refused: None,
+            };
+            self.slots.insert(slot);
+        }
+        // Every partition gets a start offset: one left unset would fall back to a committed
+        // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
+        // start at the beginning; their records are skipped until the partition is prepared
+        // and moved to its position.
+        for (topic, partition) in &keys {
+            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+        }
+        for (topic, partition, offset) in self.prepare(&keys) {
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+        }
+        self.report_assignment();
     }
 
+    /// Partitions are taken away: commit what was copied (unless the assignment was lost:
+    /// then the next owner's fencing aborts it anyway) and drop their producers.
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        ExactlyOnce::revoked(self, tpl, lost);
+        for e in tpl.elements() {
+            let (topic, partition) = (e.topic().to_string(), e.partition());
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                self.end(&topic, partition, !lost);
+            }
+            self.slots.remove(&topic, partition);
+        }
+        self.report_assignment();
     }
 
-    fn owned(&self) -> TopicPartitionList {
-        self.slots.assignment()
+    type Slot = TxSlot;
+
+    fn slots(&self) -> &SlotTable<TxSlot> {
+        &self.slots
     }
 
-    fn count_error(&self, kind: &str) {
-        ExactlyOnce::count_error(self, kind);
+    fn context(&self) -> &Context {
+        &self.ctx
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = true;
@@ -194,101 +269,6 @@ impl Delivery for ExactlyOnce {
     /// How often each partition's transaction is committed: the latency of exactly-once copies.
     const COMMIT_EVERY: Duration = Duration::from_millis(500);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);
-
-    fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        ExactlyOnce::copy(self, m);
-    }
-
-    fn busy(&self) -> bool {
-        self.slots.iter().any(|(_, s)| s.open())
-    }
-
-    /// Commits every open transaction; prepares partitions whose producer is not ready.
-    fn commit(&mut self, consumer: &Source<Self>) {
-        for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                let ended = self.end(&topic, partition, true);
-                self.after(&topic, partition, ended);
-            }
-        }
-        self.rewind_due(consumer);
-        self.retry_unready(consumer);
-    }
-
-    fn idle_syncs(&mut self) {
-        ExactlyOnce::idle_syncs(self);
-    }
-
-    fn check_targets(&mut self) {
-        ExactlyOnce::check_targets(self);
-    }
-
-    /// Every owned partition is prepared again, which checks its committed position against
-    /// both logs and records the break.
-    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
-        for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, false);
-            }
-            if let Some(slot) = self.slots.find_mut(&topic, partition) {
-                slot.prepare_at(Instant::now());
-            }
-        }
-    }
-
-    // No `stalled`: a replica that froze past its session can commit nothing the next owner
-    // did not see, because the next owner's `init_transactions` fenced it.
-
-    /// Commits every open transaction.
-    fn stop(&mut self) {
-        for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, true);
-            }
-        }
-    }
-}
-
-impl ExactlyOnce {
-    pub fn new(p: Parts) -> Self {
-        let interval = p
-            .ctx
-            .flow
-            .spec
-            .source_loop
-            .offset_sync_interval
-            .as_duration();
-        ExactlyOnce {
-            sync_config: SyncPolicyConfig {
-                max_interval: Some(interval),
-                ..SyncPolicyConfig::default()
-            },
-            ctx: p.ctx,
-            producer_base: p.producer_base,
-            syncs_topic: p.syncs_topic,
-            positions_topic: p.positions_topic,
-            positions: p.positions,
-            probe: p.probe,
-            slots: SlotTable::default(),
-            started: Instant::now(),
-            shutdown: p.shutdown,
-            source_health: p.source_health,
-            target_health: p.target_health,
-            limits: p.limits,
-        }
-    }
-
-    fn count_error(&self, kind: &str) {
-        self.ctx
-            .metrics
-            .errors
-            .with_label_values(&["source", kind])
-            .inc();
-    }
-
-    fn now(&self) -> Duration {
-        self.started.elapsed()
-    }
 
     /// Copies one source record into its partition's open transaction.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
@@ -343,6 +323,22 @@ impl ExactlyOnce {
         slot.bytes += bytes as u64;
     }
 
+    fn busy(&self) -> bool {
+        self.slots.iter().any(|(_, s)| s.open())
+    }
+
+    /// Commits every open transaction; prepares partitions whose producer is not ready.
+    fn commit(&mut self, consumer: &Source<Self>) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                let ended = self.end(&topic, partition, true);
+                self.after(&topic, partition, ended);
+            }
+        }
+        self.rewind_due(consumer);
+        self.retry_unready(consumer);
+    }
+
     /// Tail syncs of partitions idle for the sync interval, each in a transaction of its own.
     fn idle_syncs(&mut self) {
         let now = self.now();
@@ -378,6 +374,85 @@ impl ExactlyOnce {
                     SyncPolicy::new(TopicPartition::new(topic.clone(), partition), config);
             }
         }
+    }
+
+    /// Finds remote partitions that end before the last committed copy (the remote topic was
+    /// deleted, and discovery created it again) among ready partitions without an open
+    /// transaction (open ones notice from their acknowledgements); those are prepared again,
+    /// which records the break and copies them again.
+    fn check_targets(&mut self) {
+        let idle: Vec<(String, i32, String, i64)> = self
+            .slots
+            .iter()
+            .filter_map(|(_, s)| {
+                let downstream = s.committed?.downstream;
+                (s.phase == Phase::Ready && downstream >= 0)
+                    .then(|| (s.topic.clone(), s.partition, s.remote.clone(), downstream))
+            })
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, p, r, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (topic, partition, remote, downstream) in idle {
+            if ends
+                .get(&(remote, partition))
+                .is_some_and(|&end| end <= downstream)
+                && let Some(slot) = self.slots.find_mut(&topic, partition)
+            {
+                slot.prepare_at(Instant::now());
+            }
+        }
+    }
+
+    /// Every owned partition is prepared again, which checks its committed position against
+    /// both logs and records the break.
+    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                self.end(&topic, partition, false);
+            }
+            if let Some(slot) = self.slots.find_mut(&topic, partition) {
+                slot.prepare_at(Instant::now());
+            }
+        }
+    }
+
+    // No `stalled`: a replica that froze past its session can commit nothing the next owner
+    // did not see, because the next owner's `init_transactions` fenced it.
+
+    /// Commits every open transaction.
+    fn stop(&mut self) {
+        for (topic, partition) in self.slots.keys() {
+            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
+                self.end(&topic, partition, true);
+            }
+        }
+    }
+}
+
+impl ExactlyOnce {
+    pub fn new(p: Parts) -> Self {
+        ExactlyOnce {
+            sync_config: engine::sync_config(&p.ctx),
+            ctx: p.ctx,
+            producer_base: p.producer_base,
+            syncs_topic: p.syncs_topic,
+            positions_topic: p.positions_topic,
+            positions: p.positions,
+            probe: p.probe,
+            slots: SlotTable::default(),
+            started: Instant::now(),
+            shutdown: p.shutdown,
+            source_health: p.source_health,
+            target_health: p.target_health,
+            limits: p.limits,
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// Ends the open transaction of a partition: commit (after its syncs and position) unless
@@ -758,36 +833,6 @@ impl ExactlyOnce {
         written
     }
 
-    /// Finds remote partitions that end before the last committed copy (the remote topic was
-    /// deleted, and discovery created it again) among ready partitions without an open
-    /// transaction (open ones notice from their acknowledgements); those are prepared again,
-    /// which records the break and copies them again.
-    fn check_targets(&mut self) {
-        let idle: Vec<(String, i32, String, i64)> = self
-            .slots
-            .iter()
-            .filter_map(|(_, s)| {
-                let downstream = s.committed?.downstream;
-                (s.phase == Phase::Ready && downstream >= 0)
-                    .then(|| (s.topic.clone(), s.partition, s.remote.clone(), downstream))
-            })
-            .collect();
-        if idle.is_empty() {
-            return;
-        }
-        let keys: Vec<(String, i32)> = idle.iter().map(|(_, p, r, _)| (r.clone(), *p)).collect();
-        let ends = self.probe.target_ends(&keys);
-        for (topic, partition, remote, downstream) in idle {
-            if ends
-                .get(&(remote, partition))
-                .is_some_and(|&end| end <= downstream)
-                && let Some(slot) = self.slots.find_mut(&topic, partition)
-            {
-                slot.prepare_at(Instant::now());
-            }
-        }
-    }
-
     fn retry_unready(&mut self, consumer: &Source<Self>) {
         let now = Instant::now();
         let due: Vec<(String, i32)> = self
@@ -807,87 +852,6 @@ impl ExactlyOnce {
                 }
             }
         }
-    }
-
-    /// Partitions were given to this replica: fence their previous writers, read their
-    /// positions and start each there.
-    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
-        for (topic, partition) in &keys {
-            if let Some(slot) = self.slots.find(topic, *partition) {
-                // Already ours (an eager assignor hands out the whole set again): restart it
-                // from its committed position rather than from wherever the consumer starts.
-                if slot.open() {
-                    self.end(topic, *partition, false);
-                }
-                if let Some(slot) = self.slots.find_mut(topic, *partition) {
-                    slot.prepare_at(Instant::now());
-                }
-                continue;
-            }
-            let slot = TxSlot {
-                topic: topic.clone(),
-                partition: *partition,
-                remote: self
-                    .ctx
-                    .flow
-                    .policy
-                    .format_remote_topic(self.ctx.flow.source_alias(), topic),
-                transactional_id: transactional_id(&self.ctx.flow, topic, *partition),
-                producer: None,
-                phase: Phase::Preparing {
-                    retry_at: Instant::now(),
-                },
-                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-                committed: None,
-                latest: None,
-                policy: SyncPolicy::new(
-                    TopicPartition::new(topic.clone(), *partition),
-                    self.sync_config,
-                ),
-                records: 0,
-                bytes: 0,
-                failed: None,
-                recheck: false,
-                rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
-                capped_by: None,
-                large: Vec::new(),
-                refused: None,
-            };
-            self.slots.insert(slot);
-        }
-        // Every partition gets a start offset: one left unset would fall back to a committed
-        // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
-        // start at the beginning; their records are skipped until the partition is prepared
-        // and moved to its position.
-        for (topic, partition) in &keys {
-            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        for (topic, partition, offset) in self.prepare(&keys) {
-            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        self.report_assignment();
-    }
-
-    /// Partitions are taken away: commit what was copied (unless the assignment was lost:
-    /// then the next owner's fencing aborts it anyway) and drop their producers.
-    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        for e in tpl.elements() {
-            let (topic, partition) = (e.topic().to_string(), e.partition());
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, !lost);
-            }
-            self.slots.remove(&topic, partition);
-        }
-        self.report_assignment();
     }
 
     fn report_assignment(&self) {
