@@ -159,8 +159,10 @@ fn main() -> anyhow::Result<()> {
                     replicator::heartbeat::longest_turn(spec.heartbeats.interval.as_duration()),
                 ),
             );
+            let metrics = Metrics::new().context("creating metrics")?;
             let ctx = Arc::new(replicator::Context {
-                metrics: Metrics::new().context("creating metrics")?,
+                clusters: replicator::reach::Clusters::new(&metrics),
+                metrics,
                 flow,
                 readiness,
                 replica,

@@ -36,8 +36,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let topic = flow.policy.heartbeats_topic().to_owned();
     let interval = flow.spec.heartbeats.interval.as_duration();
     let rf = flow.spec.source_loop.replication_factor;
-    let source_reach = Reachability::new("source", "heartbeat", ctx.metrics.clone());
-    let target_reach = Reachability::new("target", "heartbeat", ctx.metrics.clone());
+    let source_reach = Reachability::new(&ctx.clusters.source, "heartbeat");
+    let target_reach = Reachability::new(&ctx.clusters.target, "heartbeat");
     for (client, reach) in [
         (&flow.target_client, &target_reach),
         (&flow.source_client, &source_reach),

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod health;
 pub mod heartbeat;
 pub mod metrics;
+pub mod reach;
 pub mod source;
 
 use std::net::SocketAddr;
@@ -33,6 +34,8 @@ pub struct Context {
     /// This replica's name (the pod name in a pod, the host name otherwise), for logs and
     /// client ids.
     pub replica: String,
+    /// Whether each cluster answers, as every loop sees it.
+    pub clusters: reach::Clusters,
 }
 
 /// Runs the enabled loops and the health server until `shutdown` fires or a loop fails.

@@ -80,8 +80,8 @@ const EVENT_BUFFER: usize = 4096;
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
     let spec = &flow.spec;
-    let source_reach = Reachability::new("source", "checkpoint", ctx.metrics.clone());
-    let target_reach = Reachability::new("target", "checkpoint", ctx.metrics.clone());
+    let source_reach = Reachability::new(&ctx.clusters.source, "checkpoint");
+    let target_reach = Reachability::new(&ctx.clusters.target, "checkpoint");
     let checkpoints_topic = flow.policy.checkpoints_topic(flow.source_alias());
     let rf = spec.source_loop.replication_factor;
     if !support::ensure_compacted_topic(

@@ -4,7 +4,6 @@
 //! errors.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -19,106 +18,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::replicator::Metrics;
 use crate::replicator::backoff::Backoff;
-
-/// Errors that mean the cluster cannot be reached (as opposed to a refused request).
-pub fn is_unreachable(e: &KafkaError) -> bool {
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::Resolve
-                | RDKafkaErrorCode::MessageTimedOut
-                | RDKafkaErrorCode::OperationTimedOut
-                | RDKafkaErrorCode::RequestTimedOut
-        )
-    )
-}
-
-/// One cluster's reachability as a loop sees it: logs once per change and keeps the
-/// `cluster_unreachable{cluster}` gauge and `errors{loop,kind="unreachable"}` counter.
-pub struct Reachability {
-    cluster: &'static str,
-    loop_name: &'static str,
-    metrics: Metrics,
-    down: AtomicBool,
-}
-
-impl Reachability {
-    pub fn new(cluster: &'static str, loop_name: &'static str, metrics: Metrics) -> Arc<Self> {
-        Arc::new(Reachability {
-            cluster,
-            loop_name,
-            metrics,
-            down: AtomicBool::new(false),
-        })
-    }
-
-    pub fn is_down(&self) -> bool {
-        self.down.load(Ordering::Relaxed)
-    }
-
-    /// A request failed; `e` decides whether that means unreachable or just an error.
-    pub fn failed(&self, what: &str, e: &KafkaError) {
-        if is_unreachable(e) {
-            self.unreachable(what, e);
-        } else {
-            self.metrics
-                .errors
-                .with_label_values(&[self.loop_name, "kafka"])
-                .inc();
-            tracing::warn!(loop_name = self.loop_name, cluster = self.cluster, error = %e, "{what} failed");
-        }
-    }
-
-    pub fn unreachable(&self, what: &str, e: &dyn std::fmt::Display) {
-        self.metrics
-            .errors
-            .with_label_values(&[self.loop_name, "unreachable"])
-            .inc();
-        if !self.down.swap(true, Ordering::Relaxed) {
-            self.metrics
-                .cluster_unreachable
-                .with_label_values(&[self.cluster])
-                .set(1);
-            tracing::warn!(loop_name = self.loop_name, cluster = self.cluster, error = %e,
-                "{} cluster unreachable ({what}); retrying with backoff", self.cluster);
-        }
-    }
-
-    /// A follower's position left the log (the topic was truncated or deleted and created
-    /// again): counted as `errors_total{kind="position_lost"}` and logged at error, since
-    /// records between may have been missed.
-    pub fn position_lost(&self, topic: &str) {
-        self.metrics
-            .errors
-            .with_label_values(&[self.loop_name, "position_lost"])
-            .inc();
-        tracing::error!(
-            loop_name = self.loop_name,
-            cluster = self.cluster,
-            topic,
-            "the followed position is no longer in {topic} (truncated, or deleted and created again); following it again from its earliest record"
-        );
-    }
-
-    pub fn ok(&self) {
-        if self.down.swap(false, Ordering::Relaxed) {
-            self.metrics
-                .cluster_unreachable
-                .with_label_values(&[self.cluster])
-                .set(0);
-            tracing::info!(
-                loop_name = self.loop_name,
-                cluster = self.cluster,
-                "{} cluster reachable again",
-                self.cluster
-            );
-        }
-    }
-}
+pub use crate::replicator::reach::{Reachability, is_unreachable};
 
 /// Creates a 1-partition compacted topic unless it exists, as MM2 creates its checkpoints,
 /// heartbeats and offset-syncs topics; retries until it succeeds or `shutdown` fires.

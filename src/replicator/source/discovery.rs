@@ -5,6 +5,7 @@
 //! returns the source topics the consumer may subscribe to. Topics are created on the target
 //! before they are subscribed to, so the producer never writes to a missing topic.
 
+use crate::replicator::reach::Side;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,14 +29,14 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
 pub enum AdminError {
     #[error("{cluster} cluster: {what}: {source}")]
     Kafka {
-        cluster: &'static str,
+        cluster: Side,
         what: String,
         #[source]
         source: KafkaError,
     },
     #[error("{cluster} cluster: {what} {topic}: {code}")]
     Refused {
-        cluster: &'static str,
+        cluster: Side,
         what: &'static str,
         topic: String,
         code: RDKafkaErrorCode,
@@ -43,27 +44,28 @@ pub enum AdminError {
 }
 
 impl AdminError {
-    pub fn cluster(&self) -> &'static str {
+    pub fn cluster(&self) -> Side {
         match self {
-            AdminError::Kafka { cluster, .. } | AdminError::Refused { cluster, .. } => cluster,
+            AdminError::Kafka { cluster, .. } | AdminError::Refused { cluster, .. } => *cluster,
         }
     }
 
-    /// Could not talk to the cluster at all, as opposed to a refused request.
+    /// Could not talk to the cluster at all, as opposed to a refused request
+    /// ([`crate::replicator::reach::is_unreachable`]).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, AdminError::Kafka { .. })
+        matches!(self, AdminError::Kafka { source, .. } if crate::replicator::reach::is_unreachable(source))
     }
 }
 
 /// An admin client of one cluster, named for errors.
 #[derive(Clone)]
 pub struct Admin {
-    cluster: &'static str,
+    cluster: Side,
     client: Arc<AdminClient<DefaultClientContext>>,
 }
 
 impl Admin {
-    pub fn new(cluster: &'static str, config: &ClientConfig) -> Result<Self, AdminError> {
+    pub fn new(cluster: Side, config: &ClientConfig) -> Result<Self, AdminError> {
         let client = config.create().map_err(|source| AdminError::Kafka {
             cluster,
             what: "creating an admin client".into(),

@@ -47,7 +47,6 @@ pub mod engine;
 pub mod exactly_once;
 pub mod limits;
 pub mod progress;
-pub mod reach;
 pub mod rebalance;
 pub mod topics;
 
@@ -67,11 +66,11 @@ use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
 use self::engine::{Delivery, SourceContext};
 use self::exactly_once::ExactlyOnce;
-use self::reach::ClusterHealth;
 use super::{Context, Flow};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::reach::{Reachability, Side};
 
 /// The source consumer group of a flow; the checkpoint loop leaves it out.
 ///
@@ -96,15 +95,15 @@ pub fn source_group_id(flow: &Flow) -> String {
     )
 }
 
-/// The offset-syncs topic and the cluster it lives on ("source" or "target").
-pub fn offset_syncs_topic(flow: &Flow) -> (&'static str, String) {
+/// The offset-syncs topic and the cluster it lives on.
+pub fn offset_syncs_topic(flow: &Flow) -> (Side, String) {
     match flow.spec.source_loop.offset_syncs_location {
         OffsetSyncsLocation::Source => (
-            "source",
+            Side::Source,
             flow.policy.offset_syncs_topic(flow.target_alias()),
         ),
         OffsetSyncsLocation::Target => (
-            "target",
+            Side::Target,
             flow.policy.offset_syncs_topic(flow.source_alias()),
         ),
     }
@@ -115,13 +114,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
     let spec = &flow.spec.source_loop;
-    let source_health = Arc::new(ClusterHealth::new("source", &ctx.metrics));
-    let target_health = Arc::new(ClusterHealth::new("target", &ctx.metrics));
-    let source_admin = Admin::new("source", &flow.source_client)?;
-    let target_admin = Admin::new("target", &flow.target_client)?;
-    let health = |cluster: &str| match cluster {
-        "source" => &source_health,
-        _ => &target_health,
+    let source_health = Reachability::new(&ctx.clusters.source, "source");
+    let target_health = Reachability::new(&ctx.clusters.target, "source");
+    let source_admin = Admin::new(Side::Source, &flow.source_client)?;
+    let target_admin = Admin::new(Side::Target, &flow.target_client)?;
+    let health = |cluster: Side| match cluster {
+        Side::Source => &source_health,
+        Side::Target => &target_health,
     };
     let count = |kind: &str| {
         ctx.metrics
@@ -140,8 +139,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 .await?;
             match syncs_cluster {
                 // The source is not ours to tune: its default replication factor.
-                "source" => source_admin.ensure_compacted(&syncs_topic, -1).await,
-                _ => {
+                Side::Source => source_admin.ensure_compacted(&syncs_topic, -1).await,
+                Side::Target => {
                     target_admin
                         .ensure_compacted(&syncs_topic, spec.replication_factor)
                         .await
@@ -158,7 +157,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             }
         }
     }
-    tracing::info!(positions = %positions_topic, offset_syncs = %syncs_topic, on = syncs_cluster,
+    tracing::info!(positions = %positions_topic, offset_syncs = %syncs_topic, on = %syncs_cluster,
         "internal topics ready");
 
     let group = source_group_id(flow);
@@ -175,7 +174,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let mut copy = if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
-            syncs_cluster == "target",
+            syncs_cluster == Side::Target,
             "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
         );
         let reader =
@@ -209,8 +208,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             .create_with_context(AckContext::new(target_health.clone()))
             .context("creating the target producer")?;
         let syncs_client: &ClientConfig = match syncs_cluster {
-            "source" => &flow.source_client,
-            _ => &flow.target_client,
+            Side::Source => &flow.source_client,
+            Side::Target => &flow.target_client,
         };
         let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
             .create_with_context(AckContext::new(health(syncs_cluster).clone()))
@@ -249,8 +248,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         loop {
             let wait = match discovery.round().await {
                 Ok(round) => {
-                    source_health.reachable();
-                    target_health.reachable();
+                    source_health.ok();
+                    target_health.ok();
                     for e in &round.refused {
                         count("discovery");
                         tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
@@ -289,9 +288,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     Ok(())
 }
 
-fn note_admin_error(e: &AdminError, health: &ClusterHealth, count: &impl Fn(&str)) {
+fn note_admin_error(e: &AdminError, health: &Reachability, count: &impl Fn(&str)) {
     if e.is_unreachable() {
-        health.unreachable(&e.to_string());
+        health.unreachable("topic discovery", e);
     } else {
         count("discovery");
         tracing::warn!(error = %e, "topic discovery failed; retrying");
@@ -341,11 +340,11 @@ mod tests {
     fn offset_syncs_go_where_the_spec_says_with_mm2_names() {
         assert_eq!(
             offset_syncs_topic(&flow("")),
-            ("source", "mm2-offset-syncs.b.internal".to_string())
+            (Side::Source, "mm2-offset-syncs.b.internal".to_string())
         );
         assert_eq!(
             offset_syncs_topic(&flow("sourceLoop: {offsetSyncsLocation: Target}\n")),
-            ("target", "mm2-offset-syncs.a.internal".to_string())
+            (Side::Target, "mm2-offset-syncs.a.internal".to_string())
         );
     }
 }

@@ -26,12 +26,12 @@ use super::engine::slots::SlotTable;
 use super::engine::{self, Delivery, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
-use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
+use crate::replicator::reach::Reachability;
 
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).
@@ -86,8 +86,8 @@ pub struct AtLeastOnce {
     sync_config: SyncPolicyConfig,
     started: Instant,
     shutdown: CancellationToken,
-    source_health: Arc<ClusterHealth>,
-    target_health: Arc<ClusterHealth>,
+    source_health: Arc<Reachability>,
+    target_health: Arc<Reachability>,
     acks: Vec<Ack>,
     meters: Meters,
     limits: RemoteLimits,
@@ -104,8 +104,8 @@ pub struct Parts {
     pub positions: PositionReader,
     pub probe: LogProbe,
     pub shutdown: CancellationToken,
-    pub source_health: Arc<ClusterHealth>,
-    pub target_health: Arc<ClusterHealth>,
+    pub source_health: Arc<Reachability>,
+    pub target_health: Arc<Reachability>,
     pub limits: RemoteLimits,
     pub batch_cap: usize,
 }
@@ -118,12 +118,13 @@ impl Owner for AtLeastOnce {
         loop {
             match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
                 Ok(()) => {
-                    self.target_health.reachable();
+                    self.target_health.ok();
                     break;
                 }
                 Err(e) => {
                     self.count_error("positions");
-                    self.target_health.unreachable(&e.to_string());
+                    self.target_health
+                        .unreachable("reading the positions topic", &e);
                     if self.shutdown.is_cancelled() {
                         // Shutting down: nothing will be copied, the offsets do not matter.
                         return;
@@ -264,7 +265,7 @@ impl Delivery for AtLeastOnce {
 
     /// Copies one source record.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        self.source_health.reachable();
+        self.source_health.ok();
         let Some(idx) = self.slots.index(m.topic(), m.partition()) else {
             // Not ours (any more): a rebalance moved it; its new owner copies it.
             return;
@@ -631,7 +632,7 @@ impl AtLeastOnce {
             self.count_error("positions");
         }
         if settled.delivered {
-            self.target_health.reachable();
+            self.target_health.ok();
         }
         for (idx, generation, sync) in settled.syncs {
             self.write_sync(idx, generation, &sync);

@@ -30,10 +30,10 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
-use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use crate::mm2::SyncPolicyConfig;
 use crate::replicator::Context;
+use crate::replicator::reach::Reachability;
 
 /// Records between two [`Delivery::service`] calls while the source has data.
 const SERVICE_EVERY: u32 = 512;
@@ -80,12 +80,12 @@ pub trait Delivery: Owner + Send + Sized + 'static {
 /// returned (they may block for seconds; that is not a stall).
 pub struct SourceContext<P> {
     pub policy: Arc<Mutex<P>>,
-    pub health: Arc<ClusterHealth>,
+    pub health: Arc<Reachability>,
     rebalanced: Mutex<Instant>,
 }
 
 impl<P> SourceContext<P> {
-    pub fn new(policy: P, health: Arc<ClusterHealth>) -> Self {
+    pub fn new(policy: P, health: Arc<Reachability>) -> Self {
         SourceContext {
             policy: Arc::new(Mutex::new(policy)),
             health,

@@ -11,7 +11,7 @@ use rdkafka::{ClientContext, Message};
 use tokio_util::sync::CancellationToken;
 
 use super::super::lock;
-use super::super::reach::ClusterHealth;
+use crate::replicator::reach::Reachability;
 
 /// Bound on the delivery-report events one [`serve_reports`] serves, so a steady stream of
 /// them cannot keep the loop from consuming.
@@ -38,11 +38,11 @@ pub struct Ack {
 /// which the loop drains on its own schedule (callbacks run inside `poll` on the same thread).
 pub struct AckContext {
     acks: Mutex<Vec<Ack>>,
-    health: Arc<ClusterHealth>,
+    health: Arc<Reachability>,
 }
 
 impl AckContext {
-    pub fn new(health: Arc<ClusterHealth>) -> Self {
+    pub fn new(health: Arc<Reachability>) -> Self {
         AckContext {
             acks: Mutex::new(Vec::with_capacity(1024)),
             health,
@@ -88,9 +88,9 @@ impl ProducerContext for AckContext {
 
 /// The one meaning of a client error callback on the copy thread: "all brokers down" makes the
 /// cluster unreachable; anything else is the client's own business (it retries).
-pub fn note_client_error(health: &ClusterHealth, error: KafkaError, reason: &str) {
+pub fn note_client_error(health: &Reachability, error: KafkaError, reason: &str) {
     if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-        health.unreachable(reason);
+        health.unreachable("a client callback", &reason);
     } else {
         tracing::debug!(%error, %reason, "kafka client error");
     }

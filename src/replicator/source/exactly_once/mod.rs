@@ -54,12 +54,12 @@ use super::engine::send::{self, AckContext};
 use super::engine::slots::{Keyed, SlotTable};
 use super::engine::{self, Delivery, Source};
 use super::limits::{self, RemoteLimits};
-use super::reach::ClusterHealth;
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
 use crate::replicator::Context;
 use crate::replicator::backoff::{Backoff, Retry};
+use crate::replicator::reach::Reachability;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,8 +151,8 @@ pub struct ExactlyOnce {
     sync_config: SyncPolicyConfig,
     started: Instant,
     shutdown: CancellationToken,
-    source_health: Arc<ClusterHealth>,
-    target_health: Arc<ClusterHealth>,
+    source_health: Arc<Reachability>,
+    target_health: Arc<Reachability>,
     limits: RemoteLimits,
 }
 
@@ -165,8 +165,8 @@ pub struct Parts {
     pub positions: PositionReader,
     pub probe: LogProbe,
     pub shutdown: CancellationToken,
-    pub source_health: Arc<ClusterHealth>,
-    pub target_health: Arc<ClusterHealth>,
+    pub source_health: Arc<Reachability>,
+    pub target_health: Arc<Reachability>,
     pub limits: RemoteLimits,
 }
 
@@ -272,7 +272,7 @@ impl Delivery for ExactlyOnce {
 
     /// Copies one source record into its partition's open transaction.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        self.source_health.reachable();
+        self.source_health.ok();
         let Some(slot) = self.slots.find_mut(m.topic(), m.partition()) else {
             return;
         };
@@ -514,7 +514,7 @@ impl ExactlyOnce {
             }
         }
         if delivered {
-            self.target_health.reachable();
+            self.target_health.ok();
         }
         let mut rejected = None;
         if let Some(r) = slot.refused.filter(|r| r.passed)
@@ -745,7 +745,7 @@ impl ExactlyOnce {
             }
             return Vec::new();
         }
-        self.target_health.reachable();
+        self.target_health.ok();
         // Stored positions are checked against both logs before anything is read.
         let stored: Vec<(String, i32)> = inited
             .iter()
