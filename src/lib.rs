@@ -10,6 +10,8 @@
 //!   Pure: no I/O, shared by the replicator, the operator and the CLI.
 //! - [`operator`]: the control plane: reconcile MirrorFlows into replicators, status from the clusters.
 //! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
+//! - [`status`]: a flow's status from the clusters (probe, conditions), shared by the operator
+//!   and the CLI.
 
 pub mod api;
 pub mod cli;
@@ -20,3 +22,4 @@ pub mod kafka;
 pub use mirrorflow_core as mm2;
 pub mod operator;
 pub mod replicator;
+pub mod status;

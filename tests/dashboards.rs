@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mirrorflow::api::MirrorFlowStatus;
 use mirrorflow::operator::OperatorMetrics;
-use mirrorflow::operator::conditions::{GroupObservation, Observation};
+use mirrorflow::status::{GroupObservation, Observation};
 use mirrorflow::replicator::Metrics;
 
 const DASHBOARD: &str = include_str!("../charts/mirrorflow/dashboards/mirrorflow.json");

@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::table::Table;
 use super::{CliError, FlowArgs, OutputFormat, load_flow, print_json, print_text};
 use crate::api::{MirrorFlow, MirrorFlowStatus};
-use crate::operator::conditions::{self, Observation};
-use crate::operator::probe;
+use crate::status::probe;
+use crate::status::{self as conditions, Observation};
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -86,11 +86,7 @@ fn measure(args: &StatusArgs) -> Result<(String, MirrorFlowStatus), CliError> {
         ..Observation::default()
     };
     // The CLI waits as long as the operator would for one probe.
-    probe::observe(
-        &flow,
-        probe::Budget::new(crate::operator::reconcile::PROBE_BUDGET),
-    )
-    .record_into(&mut obs);
+    probe::observe(&flow, probe::Budget::new(probe::PROBE_BUDGET)).record_into(&mut obs);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let status = conditions::status(None, &obs, &flow.spec.failover_readiness, None, &now);
     Ok((

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::conditions::{Blocked, reason};
 use crate::api::{FlowMode, MirrorFlow, PolicyKind};
+use crate::status::{Blocked, reason};
 
 /// The annotation by which a Secret opts in to being used by flows: a comma-separated list of
 /// flow names in the Secret's namespace, or `*` for every flow there. Whoever may write the

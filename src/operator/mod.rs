@@ -2,17 +2,15 @@
 //! measured on the clusters themselves.
 //!
 //! - [`desired`]: the child objects, built by pure functions.
-//! - [`conditions`]: conditions and status from an observation, pure.
-//! - [`probe`]: what the clusters say (heartbeats, checkpoints, group offsets).
+//! - [`crate::status`]: conditions and status from an observation (pure), and the probe that
+//!   reads what the clusters say (heartbeats, checkpoints, group offsets); shared with the CLI.
 //! - [`reconcile`]: the pipeline that ties them together.
 //! - [`lease`]: leader election, so the chart can run two operators.
 //! - [`triggers`]: which watch events start a reconcile (not the operator's own status writes).
 
-pub mod conditions;
 pub mod desired;
 pub mod guards;
 pub mod lease;
-pub mod probe;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
@@ -90,7 +88,7 @@ impl OperatorMetrics {
         &self,
         ns: &str,
         flow: &str,
-        obs: &conditions::Observation,
+        obs: &crate::status::Observation,
         status: &crate::api::MirrorFlowStatus,
         max_checkpoint_age: Duration,
     ) {
@@ -164,11 +162,11 @@ impl OperatorMetrics {
         }
         let labels = [ns, flow];
         for c in [
-            conditions::READY,
-            conditions::REPLICATING,
-            conditions::CHECKPOINTS_FRESH,
-            conditions::HEARTBEATS_FLOWING,
-            conditions::FAILOVER_READY,
+            crate::status::READY,
+            crate::status::REPLICATING,
+            crate::status::CHECKPOINTS_FRESH,
+            crate::status::HEARTBEATS_FLOWING,
+            crate::status::FAILOVER_READY,
         ] {
             let _ = self.flow_condition.remove_label_values(&[ns, flow, c]);
         }

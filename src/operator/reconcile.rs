@@ -16,12 +16,13 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::conditions::{self, Blocked, ClusterFault, Observation, reason};
 use super::desired::{self, BuildInputs};
-use super::{Context, Error, FIELD_MANAGER, guards, probe, rejections};
+use super::{Context, Error, FIELD_MANAGER, guards, rejections};
 use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
 use crate::flow;
 use crate::kafka::SecretFiles;
+use crate::status::probe::{self, PROBE_BUDGET};
+use crate::status::{self, Blocked, ClusterFault, Observation, reason};
 
 /// How often a healthy flow's status is refreshed from the clusters.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(10);
@@ -84,7 +85,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     }
 
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let new_status = conditions::status(
+    let new_status = status::status(
         mf.status.as_ref(),
         &obs,
         &mf.spec.failover_readiness,
@@ -147,9 +148,6 @@ where
     }
     Ok(())
 }
-
-/// The longest a probe of one flow may take, whatever its clusters do.
-pub const PROBE_BUDGET: Duration = Duration::from_secs(30);
 
 /// Probes the flow's clusters into `obs`; false when no probe slot came free in time (the
 /// namespace or the operator has as many probes running as it allows). A probe still running
@@ -266,7 +264,10 @@ async fn cluster_ids(
     let f = flow.clone();
     let ids = tokio::time::timeout(
         Duration::from_secs(15),
-        tokio::task::spawn_blocking(move || probe::cluster_ids(&f)),
+        tokio::task::spawn_blocking(move || {
+            let (source, target) = probe::cluster_ids(&f);
+            guards::ClusterIds { source, target }
+        }),
     )
     .await
     .ok()
@@ -294,7 +295,7 @@ async fn apply_children(
     let name = mf.name_any();
     let refused = |kind: &str, name: &str, e: kube::Error| match &e {
         kube::Error::Api(status) => match rejections::describe(kind, name, status) {
-            Some(msg) => Ok(Blocked::new(conditions::reason::CHILD_REJECTED, msg)),
+            Some(msg) => Ok(Blocked::new(reason::CHILD_REJECTED, msg)),
             None => Err(Error::Kube(e)),
         },
         _ => Err(Error::Kube(e)),
@@ -399,7 +400,7 @@ async fn fetch_secrets(
 /// The time in the `mirrorflow.io/gaps-acknowledged` annotation (ms since the epoch), or why
 /// it is not one (then nothing is acknowledged and `Gapless` says so).
 fn gaps_acknowledged(mf: &MirrorFlow) -> Option<Result<i64, String>> {
-    let value = mf.annotations().get(conditions::GAPS_ACKNOWLEDGED)?;
+    let value = mf.annotations().get(status::GAPS_ACKNOWLEDGED)?;
     Some(
         value
             .parse::<k8s_openapi::jiff::Timestamp>()
@@ -407,7 +408,7 @@ fn gaps_acknowledged(mf: &MirrorFlow) -> Option<Result<i64, String>> {
             .map_err(|e| {
                 format!(
                     "annotation {} is '{value}', not an RFC 3339 time ({e}); set it to the detectedAt of the newest gap to acknowledge, e.g. 2026-11-30T08:00:00Z",
-                    conditions::GAPS_ACKNOWLEDGED
+                    status::GAPS_ACKNOWLEDGED
                 )
             }),
     )

@@ -1,15 +1,30 @@
-//! Conditions and status from what the probe observed: pure, so every rule is unit-tested.
+//! A flow's status from what the probe observed, shared by the operator (which writes it) and
+//! the CLI (`mirrorflow status`, which prints it without an operator).
+//!
+//! | concern | module |
+//! |---|---|
+//! | reading the clusters (I/O) | [`probe`] |
+//! | condition reasons | [`reason`] |
+//! | per-group readiness | [`groups`] |
+//! | breaks in continuity, `Gapless` | [`gaps`] |
+//! | the other conditions and the whole status (pure) | here |
 //!
 //! Kubernetes conventions: one condition per `type`, a CamelCase `reason`, a message that says
 //! what to do, and `lastTransitionTime` that moves only when `status` flips.
+
+pub mod gaps;
+pub mod groups;
+pub mod probe;
+pub mod reason;
+
+pub use groups::{GroupState, group_readiness};
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    CheckpointsStatus, FailoverReadinessSpec, GapStatus, GroupReadiness, HeartbeatStatus,
-    MirrorFlowStatus, SpecDuration,
+    CheckpointsStatus, FailoverReadinessSpec, HeartbeatStatus, MirrorFlowStatus, SpecDuration,
 };
 
 pub const READY: &str = "Ready";
@@ -23,51 +38,6 @@ pub const GAPLESS: &str = "Gapless";
 pub const GAPS_ACKNOWLEDGED: &str = "mirrorflow.io/gaps-acknowledged";
 /// At most this many gaps are listed in `status.gaps` (the newest).
 pub const MAX_LISTED_GAPS: usize = 20;
-
-/// Reasons, as consts so docs and tests name the same strings.
-pub mod reason {
-    pub const OK: &str = "AsExpected";
-    pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// The Kafka client refuses a property of `spec.<side>.config` (unknown, or a bad value).
-    pub const INVALID_CLIENT_CONFIG: &str = crate::kafka::config::INVALID_CLIENT_CONFIG;
-    pub const SECRET_MISSING: &str = "SecretMissing";
-    pub const SOURCE_UNREACHABLE: &str = "SourceUnreachable";
-    pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";
-    pub const SOURCE_AUTHENTICATION_FAILED: &str = "SourceAuthenticationFailed";
-    pub const TARGET_AUTHENTICATION_FAILED: &str = "TargetAuthenticationFailed";
-    pub const SOURCE_TLS_FAILED: &str = "SourceTLSFailed";
-    pub const TARGET_TLS_FAILED: &str = "TargetTLSFailed";
-    pub const SOURCE_CERTIFICATE_REFUSED: &str = "SourceCertificateRefused";
-    pub const TARGET_CERTIFICATE_REFUSED: &str = "TargetCertificateRefused";
-    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
-    pub const NO_HEARTBEATS: &str = "NoHeartbeats";
-    pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
-    pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
-    pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
-    pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
-    /// A group committed past what is copied, so no checkpoint can cover it yet.
-    pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
-    pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
-    pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
-    /// Observe mode: another tool replicates; the operator only watches.
-    pub const OBSERVING: &str = "Observing";
-    pub const NO_GAPS: &str = "NoGaps";
-    pub const SOURCE_TRUNCATED: &str = "SourceTruncated";
-    pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
-    pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
-    /// The target refused a record as too large; the replicator skipped it.
-    pub const RECORD_REJECTED: &str = "RecordRejected";
-    /// The apiserver refused a child object built from the flow (field named in the message).
-    pub const CHILD_REJECTED: &str = "ChildRejected";
-    /// Source and target are the same Kafka cluster (same cluster id).
-    pub const SAME_CLUSTER: &str = "SameCluster";
-    /// Another flow already keeps its internal topics under the same names on the target.
-    pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
-    /// A referenced Secret has not opted in to being used by this flow.
-    pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
-    /// `spec.pod.image` is not among the images the operator's installer allowed.
-    pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
-}
 
 /// At most this many groups are listed in `leastReadyGroups`.
 pub const MAX_LISTED_GROUPS: usize = 10;
@@ -197,18 +167,18 @@ pub struct Observation {
     pub name: String,
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     SpecDuration(Duration::from_secs(d.as_secs())).to_string()
 }
 
-struct Verdict {
+pub(crate) struct Verdict {
     type_: &'static str,
     ok: bool,
     reason: &'static str,
     message: String,
 }
 
-fn verdict(
+pub(crate) fn verdict(
     type_: &'static str,
     ok: bool,
     reason: &'static str,
@@ -220,65 +190,6 @@ fn verdict(
         reason,
         message: message.into(),
     }
-}
-
-/// Per-group readiness, worst first.
-pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {
-    let max_age = limits.max_checkpoint_age.as_duration();
-    let mut rows: Vec<(u8, Duration, GroupReadiness)> = obs
-        .groups
-        .iter()
-        .map(|g| {
-            let behind = |age: &str| {
-                format!(
-                    "the group committed {} records the replicator has not copied to the target yet, so no checkpoint can cover them (checkpoint age {age}): see Replicating and status.replicationLag",
-                    g.uncopied_records
-                )
-            };
-            let (rank, reason, message) = match g.checkpoint_age {
-                None if g.uncopied_records > 0 => {
-                    (0, reason::REPLICATION_BEHIND, behind("never"))
-                }
-                Some(age) if age > max_age && g.uncopied_records > 0 => {
-                    (1, reason::REPLICATION_BEHIND, behind(&secs(age)))
-                }
-                None => (
-                    0,
-                    "NoCheckpoint",
-                    "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
-                ),
-                Some(age) if age > max_age => (
-                    1,
-                    "CheckpointStale",
-                    format!(
-                        "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
-                        secs(age),
-                        limits.max_checkpoint_age
-                    ),
-                ),
-                Some(_) => (2, "Ready", "the group can fail over".to_string()),
-            };
-            let age = g.checkpoint_age.unwrap_or(Duration::MAX);
-            let row = GroupReadiness {
-                group: g.group.clone(),
-                checkpoint_age: g.checkpoint_age.map(secs).unwrap_or_else(|| "never".into()),
-                estimated_replay_records: g.replay_records.max(0),
-                reason: reason.into(),
-                message,
-            };
-            (rank, age, row)
-        })
-        .collect();
-    rows.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then(b.1.cmp(&a.1))
-            .then(
-                b.2.estimated_replay_records
-                    .cmp(&a.2.estimated_replay_records),
-            )
-            .then(a.2.group.cmp(&b.2.group))
-    });
-    rows.into_iter().map(|(_, _, r)| r).collect()
 }
 
 fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
@@ -421,7 +332,7 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         }
     };
 
-    let groups = group_readiness(obs, limits);
+    let groups = groups::states(obs, limits);
     let checkpoints = if !obs.checkpoints_enabled {
         verdict(
             CHECKPOINTS_FRESH,
@@ -432,8 +343,10 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
     } else if let Some((r, m)) = &unreachable {
         verdict(CHECKPOINTS_FRESH, false, r, m.clone())
     } else {
-        let not_ready: Vec<&GroupReadiness> =
-            groups.iter().filter(|g| g.reason != "Ready").collect();
+        let not_ready: Vec<&(GroupState, crate::api::GroupReadiness)> = groups
+            .iter()
+            .filter(|(state, _)| *state != GroupState::Ready)
+            .collect();
         match not_ready.first() {
             None if obs.groups.is_empty() => verdict(
                 CHECKPOINTS_FRESH,
@@ -447,14 +360,10 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 reason::OK,
                 format!("all {} groups have fresh checkpoints", obs.groups.len()),
             ),
-            Some(worst) => verdict(
+            Some((state, worst)) => verdict(
                 CHECKPOINTS_FRESH,
                 false,
-                match worst.reason.as_str() {
-                    "NoCheckpoint" => reason::NO_CHECKPOINTS,
-                    reason::REPLICATION_BEHIND => reason::REPLICATION_BEHIND,
-                    _ => reason::CHECKPOINTS_STALE,
-                },
+                state.condition_reason(),
                 format!(
                     "{} of {} groups not ready; worst: {}: {}",
                     not_ready.len(),
@@ -525,9 +434,9 @@ pub fn status(
     now: &Time,
 ) -> MirrorFlowStatus {
     let prev_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
-    let (gaps, unacknowledged) = gap_list(previous, obs);
+    let (gaps, unacknowledged) = gaps::gap_list(previous, obs);
     let mut verdicts = evaluate(obs, limits);
-    verdicts.push(gapless(&gaps, unacknowledged, obs));
+    verdicts.push(gaps::gapless(&gaps, unacknowledged, obs));
     let conditions = merge(prev_conditions, verdicts, generation, now);
     let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();
     let mut least_ready = group_readiness(obs, limits);
@@ -555,82 +464,6 @@ pub fn status(
         least_ready_groups: least_ready,
         gaps,
     }
-}
-
-/// The unacknowledged gaps, oldest first, at most [`MAX_LISTED_GAPS`] (the newest), and how
-/// many there are in all.
-fn gap_list(previous: Option<&MirrorFlowStatus>, obs: &Observation) -> (Vec<GapStatus>, usize) {
-    let mut gaps: Vec<(i64, GapStatus)> = match &obs.gaps {
-        Some(found) => found
-            .iter()
-            .map(|g| {
-                let at = k8s_openapi::jiff::Timestamp::from_millisecond(g.detected_ms)
-                    .map(|t| t.to_string())
-                    .unwrap_or_default();
-                (
-                    g.detected_ms,
-                    GapStatus {
-                        topic: g.topic.clone(),
-                        partition: g.partition,
-                        reason: g.kind.reason().to_string(),
-                        from: g.from,
-                        to: g.to,
-                        detected_at: at,
-                        message: g.describe(),
-                    },
-                )
-            })
-            .collect(),
-        None => previous
-            .map(|p| p.gaps.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|g| (millis(&g.detected_at), g))
-            .collect(),
-    };
-    if let Some(Ok(ack)) = obs.gaps_acknowledged {
-        gaps.retain(|(at, _)| *at > ack);
-    }
-    gaps.sort_by(|a, b| (a.0, &a.1.topic, a.1.partition).cmp(&(b.0, &b.1.topic, b.1.partition)));
-    let total = gaps.len();
-    let skip = total.saturating_sub(MAX_LISTED_GAPS);
-    (gaps.into_iter().skip(skip).map(|(_, g)| g).collect(), total)
-}
-
-fn millis(rfc3339: &str) -> i64 {
-    rfc3339
-        .parse::<k8s_openapi::jiff::Timestamp>()
-        .map_or(0, |t| t.as_millisecond())
-}
-
-fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observation) -> Verdict {
-    let Some(newest) = gaps.last() else {
-        let message = if obs.observe_only {
-            "Observe mode: another tool replicates, and its skips are not visible here"
-        } else {
-            "no record was skipped: the replicator found no break in continuity, or each was acknowledged"
-        };
-        return verdict(GAPLESS, true, reason::NO_GAPS, message);
-    };
-    let bad_annotation = match &obs.gaps_acknowledged {
-        Some(Err(e)) => format!(" Note: {e}."),
-        _ => String::new(),
-    };
-    let reason = match newest.reason.as_str() {
-        reason::SOURCE_TRUNCATED => reason::SOURCE_TRUNCATED,
-        reason::SOURCE_TOPIC_RECREATED => reason::SOURCE_TOPIC_RECREATED,
-        reason::RECORD_REJECTED => reason::RECORD_REJECTED,
-        _ => reason::TARGET_TOPIC_RECREATED,
-    };
-    verdict(
-        GAPLESS,
-        false,
-        reason,
-        format!(
-            "{} unacknowledged break(s) in continuity, see status.gaps; newest, detected {}: {}. Check what the consumers of that topic need, then acknowledge: kubectl annotate mirrorflow {} {GAPS_ACKNOWLEDGED}={} --overwrite.{bad_annotation}",
-            unacknowledged, newest.detected_at, newest.message, obs.name, newest.detected_at
-        ),
-    )
 }
 
 #[cfg(test)]

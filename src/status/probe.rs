@@ -22,13 +22,15 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::conditions::{ClusterFault, GroupObservation, Observation};
+use super::{ClusterFault, GroupObservation, Observation};
 use crate::flow::Flow;
 use crate::kafka::checkpoints::{CheckpointIndex, read_checkpoints};
 use crate::kafka::positions::{self, Gap, PositionReader};
 use crate::mm2::{Heartbeat, ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
+/// The longest a probe of one flow may take, whatever its clusters do.
+pub const PROBE_BUDGET: Duration = Duration::from_secs(30);
 /// The longest one request to a cluster may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -177,12 +179,12 @@ fn fault(client: &ProbeConsumer, error: &KafkaError) -> ClusterFault {
 
 /// The ids the source and target brokers report (`None` for a side that did not answer);
 /// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
-pub fn cluster_ids(flow: &Flow) -> super::guards::ClusterIds {
+pub fn cluster_ids(flow: &Flow) -> (Option<String>, Option<String>) {
     use crate::kafka::cluster_id::cluster_id;
-    super::guards::ClusterIds {
-        source: cluster_id(&flow.source_probe_client, TIMEOUT),
-        target: cluster_id(&flow.target_probe_client, TIMEOUT),
-    }
+    (
+        cluster_id(&flow.source_probe_client, TIMEOUT),
+        cluster_id(&flow.target_probe_client, TIMEOUT),
+    )
 }
 
 /// Runs the whole probe within `budget`; blocking (call it from `spawn_blocking`).

@@ -1,0 +1,152 @@
+//! Per-group failover readiness: a [`GroupState`] per consumer group, worst first.
+
+use std::time::Duration;
+
+use super::{Observation, reason, secs};
+use crate::api::{FailoverReadinessSpec, GroupReadiness};
+
+/// Where a group stands for a failover now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupState {
+    /// It committed past what is copied, so no checkpoint can cover it yet.
+    ReplicationBehind,
+    /// Committed offsets on the source, no checkpoint on the target.
+    NoCheckpoint,
+    /// Its checkpoint is older than `failoverReadiness.maxCheckpointAge`.
+    CheckpointStale,
+    Ready,
+}
+
+impl GroupState {
+    /// The `reason` of its `leastReadyGroups` row.
+    pub fn reason(self) -> &'static str {
+        match self {
+            GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
+            GroupState::NoCheckpoint => "NoCheckpoint",
+            GroupState::CheckpointStale => "CheckpointStale",
+            GroupState::Ready => "Ready",
+        }
+    }
+
+    /// The `CheckpointsFresh` reason when this is the worst group.
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
+            GroupState::NoCheckpoint => reason::NO_CHECKPOINTS,
+            GroupState::CheckpointStale | GroupState::Ready => reason::CHECKPOINTS_STALE,
+        }
+    }
+}
+
+/// Per-group readiness with its state, worst first: groups without any checkpoint, then stale
+/// ones (oldest first), then ready ones; ties by records a failover would re-read, then name.
+pub fn states(
+    obs: &Observation,
+    limits: &FailoverReadinessSpec,
+) -> Vec<(GroupState, GroupReadiness)> {
+    let max_age = limits.max_checkpoint_age.as_duration();
+    let mut rows: Vec<(u8, Duration, GroupState, GroupReadiness)> = obs
+        .groups
+        .iter()
+        .map(|g| {
+            let behind = |age: &str| {
+                format!(
+                    "the group committed {} records the replicator has not copied to the target yet, so no checkpoint can cover them (checkpoint age {age}): see Replicating and status.replicationLag",
+                    g.uncopied_records
+                )
+            };
+            let (rank, state, message) = match g.checkpoint_age {
+                None if g.uncopied_records > 0 => {
+                    (0, GroupState::ReplicationBehind, behind("never"))
+                }
+                Some(age) if age > max_age && g.uncopied_records > 0 => {
+                    (1, GroupState::ReplicationBehind, behind(&secs(age)))
+                }
+                None => (
+                    0,
+                    GroupState::NoCheckpoint,
+                    "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
+                ),
+                Some(age) if age > max_age => (
+                    1,
+                    GroupState::CheckpointStale,
+                    format!(
+                        "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
+                        secs(age),
+                        limits.max_checkpoint_age
+                    ),
+                ),
+                Some(_) => (2, GroupState::Ready, "the group can fail over".to_string()),
+            };
+            let age = g.checkpoint_age.unwrap_or(Duration::MAX);
+            let row = GroupReadiness {
+                group: g.group.clone(),
+                checkpoint_age: g.checkpoint_age.map(secs).unwrap_or_else(|| "never".into()),
+                estimated_replay_records: g.replay_records.max(0),
+                reason: state.reason().into(),
+                message,
+            };
+            (rank, age, state, row)
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(b.1.cmp(&a.1))
+            .then(
+                b.3.estimated_replay_records
+                    .cmp(&a.3.estimated_replay_records),
+            )
+            .then(a.3.group.cmp(&b.3.group))
+    });
+    rows.into_iter().map(|(_, _, s, r)| (s, r)).collect()
+}
+
+/// Per-group readiness, worst first (see [`states`]).
+pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {
+    states(obs, limits).into_iter().map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::GroupObservation;
+
+    fn group(name: &str, age: Option<u64>, uncopied: i64) -> GroupObservation {
+        GroupObservation {
+            group: name.into(),
+            checkpoint_age: age.map(Duration::from_secs),
+            replay_records: 0,
+            uncopied_records: uncopied,
+        }
+    }
+
+    #[test]
+    fn each_group_gets_its_state_worst_first() {
+        let obs = Observation {
+            groups: vec![
+                group("fresh", Some(1), 0),
+                group("stale", Some(3600), 0),
+                group("never", None, 0),
+                group("behind", Some(3600), 5),
+            ],
+            ..Observation::default()
+        };
+        let got: Vec<(GroupState, String)> = states(&obs, &FailoverReadinessSpec::default())
+            .into_iter()
+            .map(|(s, r)| (s, r.group))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (GroupState::NoCheckpoint, "never".to_string()),
+                (GroupState::ReplicationBehind, "behind".to_string()),
+                (GroupState::CheckpointStale, "stale".to_string()),
+                (GroupState::Ready, "fresh".to_string()),
+            ]
+        );
+        assert_eq!(
+            GroupState::NoCheckpoint.condition_reason(),
+            reason::NO_CHECKPOINTS
+        );
+    }
+}

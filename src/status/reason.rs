@@ -1,0 +1,43 @@
+//! Condition reasons, as consts so docs and tests name the same strings.
+
+pub const OK: &str = "AsExpected";
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// The Kafka client refuses a property of `spec.<side>.config` (unknown, or a bad value).
+pub const INVALID_CLIENT_CONFIG: &str = crate::kafka::config::INVALID_CLIENT_CONFIG;
+pub const SECRET_MISSING: &str = "SecretMissing";
+pub const SOURCE_UNREACHABLE: &str = "SourceUnreachable";
+pub const TARGET_UNREACHABLE: &str = "TargetUnreachable";
+pub const SOURCE_AUTHENTICATION_FAILED: &str = "SourceAuthenticationFailed";
+pub const TARGET_AUTHENTICATION_FAILED: &str = "TargetAuthenticationFailed";
+pub const SOURCE_TLS_FAILED: &str = "SourceTLSFailed";
+pub const TARGET_TLS_FAILED: &str = "TargetTLSFailed";
+pub const SOURCE_CERTIFICATE_REFUSED: &str = "SourceCertificateRefused";
+pub const TARGET_CERTIFICATE_REFUSED: &str = "TargetCertificateRefused";
+pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+pub const NO_HEARTBEATS: &str = "NoHeartbeats";
+pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
+pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
+pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
+pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
+/// A group committed past what is copied, so no checkpoint can cover it yet.
+pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
+pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";
+pub const CHECKPOINTS_DISABLED: &str = "CheckpointsDisabled";
+/// Observe mode: another tool replicates; the operator only watches.
+pub const OBSERVING: &str = "Observing";
+pub const NO_GAPS: &str = "NoGaps";
+pub const SOURCE_TRUNCATED: &str = "SourceTruncated";
+pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
+pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
+/// The target refused a record as too large; the replicator skipped it.
+pub const RECORD_REJECTED: &str = "RecordRejected";
+/// The apiserver refused a child object built from the flow (field named in the message).
+pub const CHILD_REJECTED: &str = "ChildRejected";
+/// Source and target are the same Kafka cluster (same cluster id).
+pub const SAME_CLUSTER: &str = "SameCluster";
+/// Another flow already keeps its internal topics under the same names on the target.
+pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
+/// A referenced Secret has not opted in to being used by this flow.
+pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
+/// `spec.pod.image` is not among the images the operator's installer allowed.
+pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
