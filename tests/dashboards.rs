@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use mirrorflow::api::MirrorFlowStatus;
 use mirrorflow::operator::OperatorMetrics;
-use mirrorflow::status::{GroupObservation, Observation};
 use mirrorflow::replicator::Metrics;
+use mirrorflow::status::{GroupObservation, Observation};
 
 const DASHBOARD: &str = include_str!("../charts/mirrorflow/dashboards/mirrorflow.json");
 const ALERTS: &str = include_str!("../charts/mirrorflow/templates/prometheusrule.yaml");

@@ -114,7 +114,10 @@ fn the_reason_list_is_complete() {
     // A reason const added to src/status/reason.rs must be added above (and documented).
     let module = doc("src/status/reason.rs");
     let known = reasons();
-    assert!(module.contains("pub const OK: &str"), "src/status/reason.rs moved?");
+    assert!(
+        module.contains("pub const OK: &str"),
+        "src/status/reason.rs moved?"
+    );
     for line in module.lines() {
         let Some(value) = line
             .trim()

@@ -33,6 +33,34 @@ pub struct Resume {
     pub gap: Option<(GapKind, i64, i64)>,
 }
 
+/// Where each of `partitions` (source topic, partition, remote topic) resumes: its stored
+/// position checked against both logs ([`resume`]), with one ListOffsets per cluster for all
+/// of them. The positions must have been read to their end first.
+pub fn resume_all(
+    positions: &crate::kafka::positions::PositionReader,
+    probe: &LogProbe,
+    partitions: &[(String, i32, String)],
+) -> Vec<Resume> {
+    let stored: Vec<&(String, i32, String)> = partitions
+        .iter()
+        .filter(|(t, p, _)| positions.get(t, *p).is_some())
+        .collect();
+    let sources: Vec<(String, i32)> = stored.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+    let remotes: Vec<(String, i32)> = stored.iter().map(|(_, p, r)| (r.clone(), *p)).collect();
+    let bounds = probe.source(&sources);
+    let target_ends = probe.target_ends(&remotes);
+    partitions
+        .iter()
+        .map(|(topic, partition, remote)| {
+            resume(
+                positions.get(topic, *partition),
+                bounds.get(&(topic.clone(), *partition)).copied(),
+                target_ends.get(&(remote.clone(), *partition)).copied(),
+            )
+        })
+        .collect()
+}
+
 /// Decides where a partition resumes from its stored position and the logs' bounds
 /// (`None` when unknown: then the stored position is trusted, as before the check existed).
 pub fn resume(

@@ -165,25 +165,15 @@ impl Owner for AtLeastOnce {
             fresh.push((topic, partition));
         }
         // Stored positions are checked against both logs before anything is read.
-        let stored: Vec<(String, i32)> = fresh
-            .iter()
-            .filter(|(t, p)| self.positions.get(t, *p).is_some())
-            .cloned()
+        let fresh: Vec<(String, i32, String)> = fresh
+            .into_iter()
+            .map(|(t, p)| {
+                let remote = self.remote_name(&t);
+                (t, p, remote)
+            })
             .collect();
-        let bounds = self.probe.source(&stored);
-        let remotes: Vec<(String, i32)> = stored
-            .iter()
-            .map(|(t, p)| (self.remote_name(t), *p))
-            .collect();
-        let target_ends = self.probe.target_ends(&remotes);
-        for (topic, partition) in fresh {
-            let key = (topic.clone(), partition);
-            let remote = self.remote_name(&topic);
-            let r = continuity::resume(
-                self.positions.get(&topic, partition),
-                bounds.get(&key).copied(),
-                target_ends.get(&(remote.clone(), partition)).copied(),
-            );
+        let resumes = continuity::resume_all(&self.positions, &self.probe, &fresh);
+        for ((topic, partition, remote), r) in fresh.into_iter().zip(resumes) {
             if let Some((kind, from, to)) = r.gap {
                 let gap = continuity::found_now(&topic, partition, (kind, from, to));
                 self.write_gap(&gap, r.start);

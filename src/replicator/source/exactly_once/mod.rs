@@ -747,27 +747,16 @@ impl ExactlyOnce {
         }
         self.target_health.ok();
         // Stored positions are checked against both logs before anything is read.
-        let stored: Vec<(String, i32)> = inited
-            .iter()
-            .filter(|(t, p)| self.positions.get(t, *p).is_some())
-            .cloned()
+        let inited: Vec<(String, i32, String)> = inited
+            .into_iter()
+            .filter_map(|(t, p)| {
+                let remote = self.slots.find(&t, p)?.remote.clone();
+                Some((t, p, remote))
+            })
             .collect();
-        let bounds = self.probe.source(&stored);
-        let remotes: Vec<(String, i32)> = stored
-            .iter()
-            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
-            .collect();
-        let target_ends = self.probe.target_ends(&remotes);
+        let resumes = continuity::resume_all(&self.positions, &self.probe, &inited);
         let mut ready = Vec::new();
-        for (topic, partition) in inited {
-            let Some(remote) = self.slots.find(&topic, partition).map(|s| s.remote.clone()) else {
-                continue;
-            };
-            let r = continuity::resume(
-                self.positions.get(&topic, partition),
-                bounds.get(&(topic.clone(), partition)).copied(),
-                target_ends.get(&(remote, partition)).copied(),
-            );
+        for ((topic, partition, _), r) in inited.into_iter().zip(resumes) {
             if let Some((kind, from, to)) = r.gap {
                 let gap = continuity::found_now(&topic, partition, (kind, from, to));
                 if !self.write_gap(&gap, r.start) {
