@@ -9,6 +9,8 @@
 //! - [`triggers`]: which watch events start a reconcile (not the operator's own status writes).
 
 pub mod desired;
+#[cfg(test)]
+pub mod fake_apiserver;
 pub mod guards;
 pub mod lease;
 pub mod probes;
