@@ -414,9 +414,18 @@ async fn checkpoints_stay_monotonic_across_a_restart_and_a_rewind_emits_a_new_on
     r.stop(Duration::from_secs(10));
     let before = m.checkpoints(&group)?.len();
 
-    // Restarted, it re-reads everything and has nothing new to say.
+    // Restarted, it re-reads everything and has nothing new to say: once it has evaluated the
+    // group (its checkpoint age is published only after checkpoints, syncs and group offsets
+    // are loaded), nothing was written for it.
     let r2 = m.start(NO_HEARTBEATS).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let evaluated = format!("mirrorflow_group_checkpoint_age_seconds{{group=\"{group}\"}}");
+    eventually(
+        "the restarted loop evaluates the group",
+        Duration::from_secs(30),
+        || async { Ok(r2.metric(&evaluated)) },
+    )
+    .await
+    .with_context(|| r2.log_text())?;
     assert_eq!(
         m.checkpoints(&group)?.len(),
         before,
