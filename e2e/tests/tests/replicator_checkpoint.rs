@@ -876,3 +876,43 @@ async fn an_idle_partitions_tail_is_checkpointed_exactly() -> Result<()> {
     assert!(latency < Duration::from_secs(3), "{latency:?}");
     Ok(())
 }
+
+/// The remote topic was deleted and created again, and the source loop copied the source's
+/// retained records (from offset 5 on) into the new log: its dense syncs say so, (5, 0) then
+/// (19, 14). The group's checkpoint at (15, 15 + SHIFT) points into the old log; MM2's
+/// monotonic rule alone would keep it (the new downstream is lower), and a failover on it
+/// would skip the new log's records 10..15+SHIFT. It is written again, lower.
+#[tokio::test]
+async fn a_recreated_remote_partition_gets_its_checkpoints_written_again() -> Result<()> {
+    let m = Mirror::new("cp-recreated", 1).await?;
+    let r = m.start(NO_HEARTBEATS).await?;
+    let group = unique("app");
+    m.mirror(0, 20).await?;
+    commit(&m.world.source_bootstrap, &group, &m.topic, &[(0, 15)])?;
+    let old = m.wait_checkpoint(&group, 0, 15).await?;
+    assert_eq!(old.downstream_offset, 15 + SHIFT);
+
+    m.sync(0, 5, 0, true).await?;
+    m.sync(0, 19, 14, true).await?;
+    let renewed = eventually(
+        "a checkpoint into the new remote log",
+        Duration::from_secs(30),
+        || async {
+            Ok(m.checkpoints(&group)?
+                .into_iter()
+                .last()
+                .filter(|c| c.downstream_offset < old.downstream_offset))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    assert_eq!(
+        (renewed.upstream_offset, renewed.downstream_offset),
+        (15, 10)
+    );
+    assert!(
+        r.log_text().contains("the remote partition is a new log"),
+        "the reset is logged"
+    );
+    Ok(())
+}

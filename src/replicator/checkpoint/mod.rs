@@ -338,9 +338,23 @@ impl Core<'_> {
                 }
             }
             Event::Sync(sync, origin) => {
-                if let Err(e) = self.store.update(&sync, origin) {
-                    tracing::warn!(error = %e, "ignoring an invalid offset sync");
-                    return;
+                let restarted = match self.store.update(&sync, origin) {
+                    Ok(restarted) => restarted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ignoring an invalid offset sync");
+                        return;
+                    }
+                };
+                if restarted
+                    && self.store.is_loaded()
+                    && let Some(target) = self.naming.target_partition(&sync.topic_partition)
+                {
+                    // A new remote log: the checkpoints written for it point into the old
+                    // one, and a failover on them would skip records. Written again from the
+                    // new mappings (below), even where that is lower.
+                    tracing::warn!(topic = %target.topic, partition = target.partition,
+                        "the remote partition is a new log; its checkpoints are written again");
+                    self.tracker.forget_partition(&target);
                 }
                 if self.store.is_loaded() {
                     let tp = &sync.topic_partition;

@@ -187,30 +187,38 @@ pub struct PartitionSyncs {
 
 impl PartitionSyncs {
     /// `trusted`: dense and read in order after the initial load, so it may extend exactness.
-    fn update(&mut self, up: i64, down: i64, dense: bool, trusted: bool, max_runs: usize) {
+    /// Returns whether the target log restarted (see [`OffsetSyncStore::update`]).
+    fn update(&mut self, up: i64, down: i64, dense: bool, trusted: bool, max_runs: usize) -> bool {
+        // A writer appends: every copy, repeated ones too, lands after the previous one. A
+        // sync whose target offset goes back is about a new remote log (the remote topic was
+        // deleted and created again, or truncated), where none of the old mappings hold.
+        let restarted = self
+            .last_sync
+            .is_some_and(|(_, last_down)| down < last_down);
         self.last_sync = Some((up, down));
         let new = Run::at(up, down, dense, trusted);
         let Some(head) = self.runs.last_mut() else {
             self.runs.push(new);
-            return;
+            return false;
         };
-        if up < head.up {
-            // Upstream rewind (topic recreated or truncated on the source): history is void.
+        if restarted || up < head.up {
+            // A new remote log, or an upstream rewind (topic recreated or truncated on the
+            // source): history is void.
             self.runs.clear();
             self.runs.push(new);
-            return;
+            return restarted;
         }
         if up == head.up {
             if down != head.down {
                 // Same record, new target position (target reset): the new mapping wins.
                 *head = new;
             }
-            return;
+            return false;
         }
         if trusted && head.exact && (up, down) == (head.end_up, head.end_down) {
             // The end of the run is already known (reported coverage, then the writer's tail
             // sync for that same record): nothing new.
-            return;
+            return false;
         }
         if up <= head.end_up {
             // Writer restarted from an earlier position and re-replicated: offsets before `up`
@@ -224,7 +232,7 @@ impl PartitionSyncs {
                 if down - up == head.delta() {
                     head.end_up = up;
                     head.end_down = down;
-                    return;
+                    return false;
                 }
                 head.end_up = up;
                 head.end_down = down;
@@ -234,6 +242,7 @@ impl PartitionSyncs {
             }
         }
         self.push(new, max_runs);
+        false
     }
 
     fn push(&mut self, run: Run, max_runs: usize) {
@@ -386,8 +395,11 @@ impl OffsetSyncStore {
         self.loaded
     }
 
-    /// Applies one sync, in the order read from the offset-syncs topic.
-    pub fn update(&mut self, sync: &OffsetSync, origin: SyncOrigin) -> Result<(), InvalidSync> {
+    /// Applies one sync, in the order read from the offset-syncs topic. `Ok(true)` when the
+    /// sync's target offset went back: the remote partition is a new log (deleted and created
+    /// again, or truncated), so every checkpoint written for it points into a log that is gone
+    /// and must be written again from the new mappings, even when lower.
+    pub fn update(&mut self, sync: &OffsetSync, origin: SyncOrigin) -> Result<bool, InvalidSync> {
         let (up, down) = (sync.upstream_offset, sync.downstream_offset);
         if up < 0 || down < 0 {
             return Err(InvalidSync {
@@ -401,15 +413,16 @@ impl OffsetSyncStore {
         // dense syncs read during the initial load are as consecutive as live ones.
         let trusted = dense;
         let max_runs = self.config.max_runs;
-        match self.partitions.get_mut(&sync.topic_partition) {
+        let restarted = match self.partitions.get_mut(&sync.topic_partition) {
             Some(syncs) => syncs.update(up, down, dense, trusted, max_runs),
             None => {
                 let mut syncs = PartitionSyncs::default();
                 syncs.update(up, down, dense, trusted, max_runs);
                 self.partitions.insert(sync.topic_partition.clone(), syncs);
+                false
             }
-        }
-        Ok(())
+        };
+        Ok(restarted)
     }
 
     /// Extends the newest run with what the writer replicated since its last sync. Returns

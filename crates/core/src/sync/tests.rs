@@ -587,3 +587,22 @@ proptest! {
         prop_assert_eq!(store.translate(&tp(), u), Translation::Exact(d));
     }
 }
+
+#[test]
+fn a_target_offset_going_back_is_a_new_remote_log_and_voids_history() {
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    let apply = |store: &mut OffsetSyncStore, up, down| {
+        store
+            .update(&OffsetSync::new(tp(), up, down), SyncOrigin::Dense)
+            .unwrap()
+    };
+    assert!(!apply(&mut store, 0, 100));
+    assert!(!apply(&mut store, 19, 119));
+    // The writer re-copied from an earlier position into the same log: later offsets.
+    assert!(!apply(&mut store, 10, 130));
+    // The remote topic was recreated and copied again from the source's log start 5.
+    assert!(apply(&mut store, 5, 0));
+    assert!(!apply(&mut store, 19, 14));
+    assert_eq!(store.translate(&tp(), 15), Translation::Exact(10));
+    assert_eq!(store.partition(&tp()).unwrap().len(), 1);
+}
