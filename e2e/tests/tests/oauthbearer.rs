@@ -3,19 +3,28 @@
 //! which the brokers validate against its JWKS and whose expiry ends the session unless the
 //! client re-authenticates with a new token (KIP-368).
 //!
-//! The replicator runs standalone (`mirrorflow replicate`) on both sides over OAUTHBEARER; the
-//! operator's probe and condition rules run through `mirrorflow status --flow-file`, the same
-//! code the operator runs in-cluster. Each test registers its own OAuth client, so the token
-//! counts it reads are its own.
+//! The token refresh test runs the replicator standalone (`mirrorflow replicate`) on both sides
+//! over OAUTHBEARER, and the operator's probe and condition rules through `mirrorflow status
+//! --flow-file`; the operator test installs the chart and lets the operator run a flow (its
+//! probe and the replicator pods, with the client secret mounted from an opted-in Secret).
+//! Each test registers its own OAuth client, so the token counts it reads are its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::Api;
+use kube::api::ListParams;
+use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::oauth::OAuthKafka;
+use mirrorflow_e2e::operator::{
+    SecretSource, condition as flow_condition, create_shared_secret, install_operator,
+    wait_for_flow,
+};
 use mirrorflow_e2e::replicator::{Replicator, binary};
-use mirrorflow_e2e::{eventually, kafka, unique};
+use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -259,6 +268,137 @@ async fn oauthbearer_failures_are_named_with_the_field_to_fix() -> Result<()> {
             !text.contains(&right),
             "{case}: the client secret is in the status"
         );
+    }
+    Ok(())
+}
+
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = run("helm", &["uninstall", "mirrorflow", "-n", &self.0]);
+        let _ = run("kubectl", &["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+#[tokio::test]
+async fn the_operator_runs_an_oauthbearer_flow_to_failover_ready_and_names_a_wrong_secret()
+-> Result<()> {
+    let world = World::from_env()?;
+    let oauth = OAuthKafka::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-oauth");
+    let _cleanup = Cleanup(ns.clone());
+    install_operator(&world, &ns)?;
+    let client_id = unique("mf-op");
+    let secret = unique("client-secret");
+    oauth.add_client(&client_id, &secret, None)?;
+    let wrong = format!("not-{secret}");
+    create_shared_secret(
+        &ns,
+        "oauth",
+        &[SecretSource::Literal("client-secret", &secret)],
+    )?;
+    create_shared_secret(
+        &ns,
+        "oauth-wrong",
+        &[SecretSource::Literal("client-secret", &wrong)],
+    )?;
+
+    let topic = unique("oauth-topic");
+    let group = format!("{topic}-app");
+    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, 10, 1).await?;
+    kafka::commit(&world.source_bootstrap, &group, &topic, &[(0, 10)])?;
+    let token_url = oauth.token_url();
+    let sasl = |secret_name: &str| {
+        format!(
+            "{{mechanism: OAUTHBEARER, oauthbearer: {{tokenEndpointUrl: '{token_url}', \
+             clientId: '{client_id}', scope: kafka, clientSecretSecretRef: {{name: {secret_name}, key: client-secret}}}}}}"
+        )
+    };
+    let alias = unique("oauth");
+    for (name, secret_name) in [("good", "oauth"), ("wrong", "oauth-wrong")] {
+        run_with_input(
+            "kubectl",
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+                 spec:\n  source: {{alias: {alias}-{name}, bootstrapServers: '{}', sasl: {}}}\n  \
+                 target: {{alias: {alias}-{name}-t, bootstrapServers: '{}', sasl: {}}}\n  \
+                 topics: ['{topic}']\n  groups: ['{group}']\n",
+                oauth.source_bootstrap,
+                sasl(secret_name),
+                oauth.target_bootstrap,
+                sasl(secret_name),
+            ),
+        )?;
+    }
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let started = Instant::now();
+    wait_for_flow(
+        &flows,
+        "good",
+        "FailoverReady over OAUTHBEARER",
+        Duration::from_secs(180),
+        |mf| {
+            flow_condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
+                && mf.status.as_ref().is_some_and(|s| s.groups == Some(1))
+        },
+    )
+    .await?;
+    let remote = format!("{alias}-good.{topic}");
+    copied(&world.target_bootstrap, &remote, 10).await?;
+    println!(
+        "good: FailoverReady over OAUTHBEARER after {:?}",
+        started.elapsed()
+    );
+    let mf = wait_for_flow(
+        &flows,
+        "wrong",
+        "SourceClientCredentialsRefused",
+        Duration::from_secs(60),
+        |mf| flow_condition(mf, "Ready").is_some_and(|c| c.1 == "SourceClientCredentialsRefused"),
+    )
+    .await?;
+    let (_, _, message) = flow_condition(&mf, "Ready").context("Ready")?;
+    ensure!(
+        message.contains("spec.source.sasl.oauthbearer.clientSecretSecretRef"),
+        "{message}"
+    );
+    println!("wrong: {message}");
+
+    // Neither secret in what the operator wrote or the pods said.
+    let mut haystack = String::new();
+    for cm in Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        haystack.push_str(&serde_json::to_string(&cm.data)?);
+    }
+    for mf in flows.list(&ListParams::default()).await? {
+        haystack.push_str(&serde_json::to_string(&mf.status)?);
+    }
+    for ev in Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        haystack.push_str(&ev.message.unwrap_or_default());
+    }
+    let mut logs = 0;
+    for pod in std::fs::read_dir(world.node_state.join("logs").join(&ns))?.flatten() {
+        for file in std::fs::read_dir(pod.path())?.flatten() {
+            haystack.push_str(&std::fs::read_to_string(file.path()).unwrap_or_default());
+            logs += 1;
+        }
+    }
+    ensure!(logs >= 2, "only {logs} pod logs to search");
+    ensure!(
+        haystack.contains("SourceClientCredentialsRefused"),
+        "the haystack holds the flows' output"
+    );
+    for value in [&secret, &wrong] {
+        ensure!(!haystack.contains(value.as_str()), "a client secret leaked");
     }
     Ok(())
 }
