@@ -367,6 +367,23 @@ async fn the_operator_runs_an_oauthbearer_flow_to_failover_ready_and_names_a_wro
         "{message}"
     );
     println!("wrong: {message}");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually("a Warning event naming the field", WAIT, || async {
+        let named = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|ev| {
+                ev.type_.as_deref() == Some("Warning")
+                    && ev.reason.as_deref() == Some("SourceClientCredentialsRefused")
+                    && ev.message.as_deref().is_some_and(|m| {
+                        m.contains("spec.source.sasl.oauthbearer.clientSecretSecretRef")
+                    })
+            });
+        Ok(named.then_some(()))
+    })
+    .await?;
 
     // Neither secret in what the operator wrote or the pods said.
     let mut haystack = String::new();
@@ -379,10 +396,7 @@ async fn the_operator_runs_an_oauthbearer_flow_to_failover_ready_and_names_a_wro
     for mf in flows.list(&ListParams::default()).await? {
         haystack.push_str(&serde_json::to_string(&mf.status)?);
     }
-    for ev in Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-    {
+    for ev in events.list(&ListParams::default()).await? {
         haystack.push_str(&ev.message.unwrap_or_default());
     }
     let mut logs = 0;
