@@ -14,22 +14,24 @@
 # - Not distroless/static + musl: building for musl needs either Alpine (no Alpine mirror is
 #   reachable where the world builds) or the musl Rust target plus musl-built OpenSSL; and musl's
 #   allocator and DNS resolver behave worse for a networked, multi-threaded replicator.
-# - glibc is the only C runtime the binary loads. OpenSSL (for librdkafka's TLS), zlib and zstd are
-#   linked statically, so the runtime image needs no libssl and an OpenSSL mismatch between the
-#   build and runtime images cannot happen; the build fails if the binary needs any other shared
-#   library (check below). The cost: an OpenSSL fix means rebuilding the image, which a fix in
-#   the base image needs anyway.
+# - glibc is the only C runtime the binary loads. OpenSSL (for librdkafka's TLS), libcurl (for its
+#   OAuth token client), zlib and zstd are linked statically, so the runtime image needs no
+#   libssl and an OpenSSL mismatch between the build and runtime images cannot happen; the
+#   build fails if the binary needs any other shared library (check below). The cost: an
+#   OpenSSL or libcurl fix means rebuilding the image, which a fix in the base image needs
+#   anyway.
 ARG BUILD_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${BUILD_IMAGE} AS build
-# rdkafka-sys builds librdkafka from source with its own `configure` (bash) and make, C and C++
-# (`make libs` builds the C++ wrapper too); openssl-sys needs the OpenSSL headers and static
-# libraries (libssl-dev ships both) and finds them with pkg-config. No cmake: the crate's
-# cmake-build feature is off. ca-certificates lets cargo fetch from crates.io over TLS.
+# rdkafka-sys builds librdkafka from source with CMake (its cmake-build feature: only that build
+# links the libcurl curl-sys builds, which librdkafka's OIDC token client needs), C and C++;
+# curl-sys builds libcurl from its bundled source; openssl-sys needs the OpenSSL headers and
+# static libraries (libssl-dev ships both). ca-certificates lets cargo fetch from crates.io
+# over TLS.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        bash binutils ca-certificates g++ gcc libc6-dev libssl-dev make perl pkg-config \
+        bash binutils ca-certificates cmake g++ gcc libc6-dev libssl-dev make perl pkg-config \
     && rm -rf /var/lib/apt/lists/*
 # OPENSSL_STATIC alone is not enough: openssl-sys asks pkg-config first, and the pkg-config crate
 # links libraries in system directories dynamically whatever it is told (measured: the binary

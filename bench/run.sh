@@ -92,6 +92,7 @@ cleanup() {
   arm_stop || true
   kafka_stop target || true
   kafka_stop source || true
+  oidc_stop || true
   rm -rf "$MF_STATE"
   exit "$rc"
 }

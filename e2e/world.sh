@@ -84,6 +84,12 @@ export MF_KAFKA_CLIENT_P12='$(kafka_tls_dir)/client.p12'
 export MF_KAFKA_CLIENT_P12_PASSWORD_FILE='$(kafka_tls_dir)/client-p12-password'
 export MF_KAFKA_SCRAM_USER='mirrorflow'
 export MF_KAFKA_SCRAM_PASSWORD_FILE='$(kafka_tls_dir)/scram-password'
+export MF_SOURCE_OAUTH_BOOTSTRAP='$(kafka_oauth_bootstrap source)'
+export MF_TARGET_OAUTH_BOOTSTRAP='$(kafka_oauth_bootstrap target)'
+export MF_OIDC_URL='$(oidc_url)'
+export MF_OIDC_CLIENT_ID='$OIDC_CLIENT_ID'
+export MF_OIDC_CLIENT_SECRET_FILE='$(oidc_dir)/client-secret'
+export MF_OIDC_CLIENTS_FILE='$(oidc_dir)/clients.json'
 export MF_NODE_STATE='$NODE_DIR'
 export PATH='$K8S_BIN:$HELM_BIN:'"\$PATH"
 EOF
@@ -120,6 +126,7 @@ down_quiet() {
   kafka_stop third
   kafka_stop target
   kafka_stop source
+  oidc_stop
 }
 
 down() {

@@ -26,6 +26,9 @@ ETCD_PORT="${ETCD_PORT:-12379}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-12380}"
 APISERVER_PORT="${APISERVER_PORT:-16443}"
 KCM_PORT="${KCM_PORT:-10257}"
+# The OAuth token endpoint (lib/oidc.sh); next to the source cluster's ports, so a second world
+# that moves those moves it too.
+OIDC_PORT="${OIDC_PORT:-$((KAFKA_SOURCE_PORT + 5))}"
 
 log() { printf '[world %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[world] error: %s\n' "$*" >&2; exit 1; }

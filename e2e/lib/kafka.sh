@@ -2,7 +2,13 @@
 # A cluster is named source, target or third; each has its own ports, data dir and cluster id.
 # Ports: PORT plaintext clients, PORT+1 controller, PORT+2 SASL_SSL clients (SCRAM-SHA-512 over
 # TLS with the world's own certificate; user and password in kafka_secure_env), PORT+3 mTLS
-# clients (SSL with a client certificate the world's client CA signed, required).
+# clients (SSL with a client certificate the world's client CA signed, required), PORT+4
+# OAUTHBEARER clients (SASL_PLAINTEXT; JWTs from the world's token endpoint, lib/oidc.sh,
+# validated against its JWKS; a connection re-authenticates when its token expires).
+
+# The OAUTHBEARER listener needs the token endpoint; whoever starts brokers gets it too.
+# shellcheck source=oidc.sh
+source "$(dirname "${BASH_SOURCE[0]}")/oidc.sh"
 
 kafka_port() {
   case "$1" in
@@ -16,6 +22,7 @@ kafka_port() {
 kafka_dir() { echo "$MF_STATE/kafka/$1"; }
 kafka_secure_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 2))"; }
 kafka_mtls_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 3))"; }
+kafka_oauth_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 4))"; }
 kafka_tls_dir() { echo "$MF_STATE/kafka/tls"; }
 
 kafka_tls_material() {
@@ -107,11 +114,11 @@ kafka_write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$((port + 1))
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3))
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3))
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3)),OAUTH://127.0.0.1:$((port + 4))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3)),OAUTH://127.0.0.1:$((port + 4))
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL,MTLS:SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL,MTLS:SSL,OAUTH:SASL_PLAINTEXT
 listener.name.mtls.ssl.client.auth=required
 listener.name.mtls.ssl.keystore.type=PKCS12
 listener.name.mtls.ssl.keystore.location=$(kafka_tls_dir)/broker.p12
@@ -123,6 +130,15 @@ listener.name.secure.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.secu
 listener.name.secure.ssl.keystore.type=PKCS12
 listener.name.secure.ssl.keystore.location=$(kafka_tls_dir)/broker.p12
 listener.name.secure.ssl.keystore.password=$(cat "$(kafka_tls_dir)/keystore-password")
+listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+# Any positive value ties a session to its token's expiry: clients must re-authenticate with a
+# fresh token (KIP-368), which is what shows that they fetch one.
+listener.name.oauth.oauthbearer.connections.max.reauth.ms=3600000
+sasl.oauthbearer.jwks.endpoint.url=$(oidc_jwks_url)
+sasl.oauthbearer.expected.audience=$OIDC_AUDIENCE
+sasl.oauthbearer.expected.issuer=$(oidc_url)
 log.dirs=$dir/data
 num.partitions=1
 default.replication.factor=1
@@ -160,6 +176,9 @@ kafka_start() {
   require_port_free "$((port + 1))" "Kafka $name controller" "KAFKA_${name^^}_PORT"
   require_port_free "$((port + 2))" "Kafka $name SASL_SSL listener" "KAFKA_${name^^}_PORT"
   require_port_free "$((port + 3))" "Kafka $name mTLS listener" "KAFKA_${name^^}_PORT"
+  require_port_free "$((port + 4))" "Kafka $name OAUTHBEARER listener" "KAFKA_${name^^}_PORT"
+  # The OAUTHBEARER listener reads the token endpoint's JWKS.
+  oidc_start
   kafka_tls_material
   kafka_client_tls_material
   # Written on every start, so a world made by an older checkout gets today's listeners.
@@ -171,7 +190,9 @@ kafka_start() {
       >"$dir/format.log" 2>&1 || die "formatting Kafka $name failed: $(tail -n 5 "$dir/format.log")"
   fi
   log "starting kafka $name on 127.0.0.1:$port"
+  # Kafka 4 reads OAuth URLs only from an allow-list given as a system property.
   nohup java -Xmx512m -Xms256m -XX:+UseG1GC -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" \
+    -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$(oidc_jwks_url)" \
     -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 &
   echo $! >"$pidfile"
   if ! wait_until 90 "kafka $name to serve requests" kafka_serves "$name"; then
@@ -179,7 +200,7 @@ kafka_start() {
     die "kafka $name did not come up (log: $dir/broker.log)"
   fi
   kafka_add_scram_user "$name"
-  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"), mTLS on $(kafka_mtls_bootstrap "$name"))"
+  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"), mTLS on $(kafka_mtls_bootstrap "$name"), OAUTHBEARER on $(kafka_oauth_bootstrap "$name"))"
 }
 
 kafka_stop() {

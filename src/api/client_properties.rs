@@ -276,30 +276,24 @@ const SECRETS: &[(&str, &str)] = &[
         "{side}.sasl.usernameSecretRef and {side}.sasl.passwordSecretRef",
     ),
     ("ssl.ca.pem", "{side}.tls.caSecretRef"),
-    (
-        "ssl.key.pem",
-        "a Secret (client certificates are not supported yet)",
-    ),
+    ("ssl.key.pem", "{side}.tls.keySecretRef"),
     (
         "ssl.key.password",
-        "a Secret (client certificates are not supported yet)",
+        "{side}.tls.keySecretRef (an unencrypted key) or {side}.tls.pkcs12SecretRef",
     ),
-    (
-        "ssl.certificate.pem",
-        "a Secret (client certificates are not supported yet)",
-    ),
+    ("ssl.certificate.pem", "{side}.tls.certSecretRef"),
     (
         "ssl.keystore.password",
-        "a Secret (client certificates are not supported yet)",
+        "{side}.tls.pkcs12PasswordSecretRef",
     ),
     ("ssl.truststore.password", "{side}.tls.caSecretRef"),
     (
         "sasl.oauthbearer.client.secret",
-        "a Secret (OAUTHBEARER is not supported yet)",
+        "{side}.sasl.oauthbearer.clientSecretSecretRef",
     ),
     (
         "sasl.oauthbearer.config",
-        "a Secret (OAUTHBEARER is not supported yet)",
+        "{side}.sasl.oauthbearer (tokens from a token endpoint; unsecured JWTs are not offered)",
     ),
 ];
 
@@ -499,6 +493,10 @@ mod tests {
         assert!(refusal("sasl.mechanisms").contains("spec.source.sasl.mechanism"));
         assert!(refusal("sasl.password").contains("spec.source.sasl.passwordSecretRef"));
         assert!(refusal("sasl.username").contains("spec.source.sasl.usernameSecretRef"));
+        assert!(
+            refusal("sasl.oauthbearer.client.secret")
+                .contains("spec.source.sasl.oauthbearer.clientSecretSecretRef")
+        );
         assert!(refusal("ssl.ca.pem").contains("spec.source.tls.caSecretRef"));
         assert!(refusal("compression.codec").contains("set compression.type instead"));
         assert!(refusal("acks").contains("the replicator sets it"));

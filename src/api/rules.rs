@@ -162,6 +162,162 @@ pub fn secret_key_problem(key: &str) -> Option<String> {
     None
 }
 
+/// An OAuth token endpoint: `https://` with a host (no user or password: the client secret
+/// has its own Secret), or `http://` to a loopback host only (`localhost`, `127.x.x.x`,
+/// `[::1]`, e.g. a token proxy in the pod), since the client secret travels in the request;
+/// then a path, query or fragment of printable ASCII.
+pub const TOKEN_ENDPOINT_PATTERN: &str = concat!(
+    r"^(?:https://[-A-Za-z0-9._~%!$&'()*+,;=:\[\]]+",
+    r"|http://(?:localhost|127(?:\.[0-9]{1,3}){3}|\[::1\])(?::[0-9]{1,5})?)",
+    r"(?:[/?#][\x21-\x7E]*)?$"
+);
+
+/// The longest token endpoint URL.
+pub const TOKEN_ENDPOINT_MAX: usize = 2048;
+
+/// An OAuth client id: printable ASCII without spaces and without `:`, which would split the
+/// HTTP Basic credentials the client sends to the token endpoint (the Kafka client does not
+/// escape it).
+pub const CLIENT_ID_PATTERN: &str = r"^[\x21-\x39\x3B-\x7E]+$";
+
+/// An OAuth scope: scope tokens separated by single spaces. The Kafka client puts the scope
+/// into the form it posts without escaping, so a token has only characters a form carries as
+/// they are: letters, digits and `._~:/!$'()*,;@-` (no `&`, `=`, `+`, `%`).
+pub const SCOPE_PATTERN: &str = r"^[-A-Za-z0-9._~:/!$'()*,;@]+(?: [-A-Za-z0-9._~:/!$'()*,;@]+)*$";
+
+/// The most SASL extensions an OAUTHBEARER client sends, and the longest key and value.
+pub const MAX_EXTENSIONS: usize = 16;
+pub const EXTENSION_KEY_MAX: usize = 64;
+pub const EXTENSION_VALUE_MAX: usize = 256;
+
+fn is_loopback_host(host: &str) -> bool {
+    let octets: Vec<&str> = host.split('.').collect();
+    host == "localhost"
+        || host == "[::1]"
+        || (octets.len() == 4
+            && octets[0] == "127"
+            && octets
+                .iter()
+                .all(|o| (1..=3).contains(&o.len()) && o.chars().all(|c| c.is_ascii_digit())))
+}
+
+/// What is wrong with a token endpoint URL, or `None` when it matches
+/// [`TOKEN_ENDPOINT_PATTERN`] and is at most [`TOKEN_ENDPOINT_MAX`] long.
+pub fn token_endpoint_problem(url: &str) -> Option<String> {
+    if url.is_empty() || url.len() > TOKEN_ENDPOINT_MAX {
+        return Some(format!(
+            "the token endpoint URL must be 1 to {TOKEN_ENDPOINT_MAX} characters"
+        ));
+    }
+    if !url.chars().all(|c| c.is_ascii_graphic()) {
+        return Some(format!(
+            "'{url}' contains spaces or characters outside printable ASCII: percent-encode them"
+        ));
+    }
+    let (rest, plain_http) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        _ => {
+            return Some(format!(
+                "'{url}' must start with https:// (the client secret travels in the request)"
+            ));
+        }
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() {
+        return Some(format!("'{url}' has no host"));
+    }
+    if authority.contains('@') {
+        return Some(format!(
+            "'{url}' carries a user or password: remove it, the client secret comes from clientSecretSecretRef"
+        ));
+    }
+    let authority_ok = authority
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-._~%!$&'()*+,;=:[]".contains(c));
+    if !authority_ok {
+        return Some(format!("'{url}': '{authority}' is not a host[:port]"));
+    }
+    if plain_http {
+        let (host, port) = match authority.strip_prefix("[::1]") {
+            Some(port) => ("[::1]", port),
+            None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
+        };
+        let port_ok = port.is_empty()
+            || port.strip_prefix(':').is_some_and(|p| {
+                (1..=5).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())
+            });
+        if !is_loopback_host(host) || !port_ok {
+            return Some(format!(
+                "'{url}' uses http:// to a host that is not loopback: use https:// (http:// only for localhost, 127.x.x.x or [::1]), since the client secret travels in the request"
+            ));
+        }
+    }
+    None
+}
+
+/// What is wrong with an OAuth client id, or `None` when it matches [`CLIENT_ID_PATTERN`] and
+/// is at most 255 long.
+pub fn client_id_problem(id: &str) -> Option<String> {
+    if id.is_empty() || id.len() > 255 {
+        return Some("the client id must be 1 to 255 characters".into());
+    }
+    if !id.chars().all(|c| c.is_ascii_graphic() && c != ':') {
+        return Some(format!(
+            "'{id}' is not a client id: printable ASCII without spaces or ':'"
+        ));
+    }
+    None
+}
+
+fn scope_token_ok(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._~:/!$'()*,;@".contains(c))
+}
+
+/// What is wrong with an OAuth scope, or `None` when it matches [`SCOPE_PATTERN`] and is at
+/// most 1024 long.
+pub fn scope_problem(scope: &str) -> Option<String> {
+    if scope.is_empty() || scope.len() > 1024 {
+        return Some("the scope must be 1 to 1024 characters".into());
+    }
+    if !scope.split(' ').all(scope_token_ok) {
+        return Some(format!(
+            "'{scope}' is not a scope: tokens of letters, digits and ._~:/!$'()*,;@- separated by single spaces (no &, =, +, %)"
+        ));
+    }
+    None
+}
+
+/// What is wrong with one SASL extension (RFC 7628: the key is letters only and not `auth`;
+/// the Kafka client sends the list comma-separated as `key=value`, so a value has neither).
+pub fn extension_problem(key: &str, value: &str) -> Option<String> {
+    if key.is_empty()
+        || key.len() > EXTENSION_KEY_MAX
+        || !key.chars().all(|c| c.is_ascii_alphabetic())
+    {
+        return Some(format!(
+            "the extension key '{key}' must be 1 to {EXTENSION_KEY_MAX} letters (RFC 7628)"
+        ));
+    }
+    if key == "auth" {
+        return Some("the extension key 'auth' is reserved for the token itself (RFC 7628)".into());
+    }
+    if value.is_empty()
+        || value.len() > EXTENSION_VALUE_MAX
+        || !value
+            .chars()
+            .all(|c| c.is_ascii_graphic() && c != ',' && c != '=')
+    {
+        return Some(format!(
+            "the value of extension '{key}' must be 1 to {EXTENSION_VALUE_MAX} printable ASCII characters without spaces, ',' or '='"
+        ));
+    }
+    None
+}
+
 /// Whether an alias contains the `Prefix` policy's separator, which makes remote topic names
 /// ambiguous: with alias `us-east` and separator `-`, `us-east-orders` reads both as topic
 /// `east-orders` from `us` and as `orders` from `us-east`.
@@ -284,6 +440,89 @@ mod tests {
             ],
         );
         assert!(secret_key_problem(&"k".repeat(SECRET_NAME_MAX + 1)).is_some());
+    }
+
+    #[test]
+    fn token_endpoint_pattern_and_check_agree() {
+        agree(
+            TOKEN_ENDPOINT_PATTERN,
+            token_endpoint_problem,
+            &[
+                "https://keycloak.example.com/realms/kafka/protocol/openid-connect/token",
+                "https://login.microsoftonline.com/tenant/oauth2/v2.0/token",
+                "https://idp:8443/token?audience=kafka",
+                "https://[2001:db8::1]:443/t",
+                "https://idp",
+                "http://127.0.0.1:18000/token",
+                "http://localhost/token",
+                "http://[::1]:8080/t",
+                "http://127.1.2.3",
+            ],
+            &[
+                "",
+                "idp.example.com/token",
+                "ftp://idp/token",
+                "http://idp.example.com/token",
+                "http://10.0.0.1:8080/token",
+                "http://127.0.0.1.nip.io/token",
+                "http://localhost.evil.com/token",
+                "http://127.0.0.1:123456/t",
+                "https://user:pass@idp/token",
+                "https://idp/to ken",
+                "https:///token",
+                "https://",
+                "https://idé/token",
+                "HTTPS://idp/token",
+            ],
+        );
+        let p = |s| token_endpoint_problem(s).unwrap_or_default();
+        assert!(
+            p("http://idp/t").contains("https://"),
+            "{}",
+            p("http://idp/t")
+        );
+        assert!(p("https://a:b@idp/t").contains("clientSecretSecretRef"));
+        assert!(token_endpoint_problem(&format!("https://idp/{}", "a".repeat(2048))).is_some());
+    }
+
+    #[test]
+    fn client_id_and_scope_patterns_and_checks_agree() {
+        agree(
+            CLIENT_ID_PATTERN,
+            client_id_problem,
+            &["mirrorflow", "0oa1b2c3", "sa-1234@project.iam", "a.b_c-d"],
+            &["", "a b", "a:b", "ké", "a\tb"],
+        );
+        agree(
+            SCOPE_PATTERN,
+            scope_problem,
+            &[
+                "kafka",
+                "openid profile",
+                "api://kafka/.default",
+                "kafka:write",
+            ],
+            &[
+                "", " kafka", "kafka ", "a  b", "a&b", "a=b", "a+b", "a%20b", "ké",
+            ],
+        );
+    }
+
+    #[test]
+    fn extensions_are_letters_keys_and_plain_values() {
+        assert_eq!(extension_problem("logicalCluster", "lkc-abc123"), None);
+        assert_eq!(extension_problem("identityPoolId", "pool-Ab1_x"), None);
+        for (k, v) in [
+            ("auth", "x"),
+            ("logical_cluster", "x"),
+            ("", "x"),
+            ("a", ""),
+            ("a", "x,y"),
+            ("a", "x=y"),
+            ("a", "x y"),
+        ] {
+            assert!(extension_problem(k, v).is_some(), "{k}={v} accepted");
+        }
     }
 
     #[test]

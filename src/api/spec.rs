@@ -12,7 +12,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::duration::SpecDuration;
-use super::rules::{BOOTSTRAP_PATTERN, SECRET_KEY_PATTERN, SECRET_NAME_PATTERN};
+use super::rules::{
+    BOOTSTRAP_PATTERN, CLIENT_ID_PATTERN, SCOPE_PATTERN, SECRET_KEY_PATTERN, SECRET_NAME_PATTERN,
+    TOKEN_ENDPOINT_PATTERN,
+};
 use super::status::MirrorFlowStatus;
 
 /// A one-way replication flow from a source Kafka cluster to a target Kafka cluster, run the way
@@ -194,16 +197,57 @@ pub struct TlsSpec {
     pub pkcs12_password_secret_ref: Option<SecretKeyRef>,
 }
 
-/// SASL authentication for one cluster. Credentials come from Secrets in the flow's namespace.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// SASL authentication for one cluster. Credentials come from Secrets in the flow's namespace:
+/// a user name and password for `PLAIN` and `SCRAM-*`, an OAuth client for `OAUTHBEARER`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.mechanism == 'OAUTHBEARER' || (has(self.usernameSecretRef) && has(self.passwordSecretRef))").message("mechanisms PLAIN and SCRAM-* need usernameSecretRef and passwordSecretRef"))]
+#[x_kube(validation = Rule::new("self.mechanism == 'OAUTHBEARER' || !has(self.oauthbearer)").message("oauthbearer applies only to mechanism OAUTHBEARER").field_path(".oauthbearer"))]
+#[x_kube(validation = Rule::new("self.mechanism != 'OAUTHBEARER' || has(self.oauthbearer)").message("mechanism OAUTHBEARER needs oauthbearer (tokenEndpointUrl, clientId, clientSecretSecretRef)"))]
+#[x_kube(validation = Rule::new("self.mechanism != 'OAUTHBEARER' || (!has(self.usernameSecretRef) && !has(self.passwordSecretRef))").message("mechanism OAUTHBEARER takes no usernameSecretRef or passwordSecretRef: the client authenticates with oauthbearer.clientId and oauthbearer.clientSecretSecretRef"))]
 pub struct SaslSpec {
     /// The SASL mechanism.
     pub mechanism: SaslMechanism,
-    /// The Secret key holding the user name.
-    pub username_secret_ref: SecretKeyRef,
-    /// The Secret key holding the password.
-    pub password_secret_ref: SecretKeyRef,
+    /// The Secret key holding the user name (`PLAIN`, `SCRAM-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_secret_ref: Option<SecretKeyRef>,
+    /// The Secret key holding the password (`PLAIN`, `SCRAM-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
+    /// The OAuth 2.0 client (`OAUTHBEARER`): the Kafka client gets tokens from the token
+    /// endpoint with the client credentials grant and gets a new one before each expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauthbearer: Option<OAuthBearerSpec>,
+}
+
+/// An OAuth 2.0 / OIDC client for SASL/OAUTHBEARER (client credentials grant), as Confluent
+/// Cloud, Strimzi with Keycloak and other identity providers issue them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthBearerSpec {
+    /// The identity provider's token endpoint, e.g.
+    /// `https://keycloak.example.com/realms/kafka/protocol/openid-connect/token`. `https://`,
+    /// since the client secret travels in the request; `http://` only to a loopback address
+    /// (`localhost`, `127.x.x.x`, `[::1]`: a token proxy in the same pod). No user or password
+    /// in the URL. The system's CAs verify the endpoint's certificate.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = TOKEN_ENDPOINT_PATTERN))]
+    pub token_endpoint_url: String,
+    /// The OAuth client id (not a secret: it names the client, like a user name).
+    #[schemars(length(min = 1, max = 255), regex(pattern = CLIENT_ID_PATTERN))]
+    pub client_id: String,
+    /// The Secret key holding the OAuth client secret.
+    pub client_secret_secret_ref: SecretKeyRef,
+    /// The scope to ask for (space-separated OAuth scope tokens). Absent: none, the identity
+    /// provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = SCOPE_PATTERN))]
+    pub scope: Option<String>,
+    /// SASL extensions sent to the brokers with the token (RFC 7628), e.g. Confluent Cloud's
+    /// `logicalCluster: lkc-abc123` and `identityPoolId: pool-xyz`. At most 16; keys are
+    /// letters only (not `auth`), values printable without spaces or commas.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub extensions: BTreeMap<String, String>,
 }
 
 /// A SASL mechanism the replicator speaks.
@@ -215,6 +259,8 @@ pub enum SaslMechanism {
     ScramSha256,
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 /// A key of a Secret in the flow's namespace.

@@ -10,7 +10,7 @@ use rdkafka::error::KafkaError;
 
 use crate::api::client_properties::{self, Refusal};
 use crate::api::rules;
-use crate::api::{ClusterSpec, SaslMechanism, SecretKeyRef};
+use crate::api::{ClusterSpec, OAuthBearerSpec, SaslMechanism, SaslSpec, SecretKeyRef};
 
 use super::secrets::{SecretFiles, check_secret_ref};
 
@@ -62,6 +62,9 @@ pub enum ConfigError {
     InvalidSecretRef { field: String, message: String },
     #[error("{field}: {message}")]
     ClientCertificate { field: String, message: String },
+    /// A SASL setting a flow file gives wrongly (the CRD refuses the same with its rules).
+    #[error("{field}: {message}")]
+    InvalidSasl { field: String, message: String },
 }
 
 impl ConfigError {
@@ -73,7 +76,8 @@ impl ConfigError {
             ConfigError::PropertyRefused { .. }
             | ConfigError::InvalidBootstrap { .. }
             | ConfigError::InvalidSecretRef { .. }
-            | ConfigError::ClientCertificate { .. } => "InvalidSpec",
+            | ConfigError::ClientCertificate { .. }
+            | ConfigError::InvalidSasl { .. } => "InvalidSpec",
         }
     }
 }
@@ -97,6 +101,73 @@ fn check_addresses(cluster: &ClusterSpec, field: &str) -> Result<(), ConfigError
     for (ref_field, secret) in secret_refs(cluster, field) {
         check_secret_ref(&ref_field, secret)?;
     }
+    if let Some(sasl) = &cluster.sasl {
+        check_sasl(sasl, &format!("{field}.sasl"))?;
+    }
+    Ok(())
+}
+
+/// The CRD's SASL rules, for flow files that never meet an apiserver: which credentials go
+/// with which mechanism, and the OAuth client's URL, id, scope and extensions.
+fn check_sasl(sasl: &SaslSpec, field: &str) -> Result<(), ConfigError> {
+    let refused = |at: &str, message: String| {
+        Err(ConfigError::InvalidSasl {
+            field: format!("{field}{at}"),
+            message,
+        })
+    };
+    let has_password = sasl.username_secret_ref.is_some() || sasl.password_secret_ref.is_some();
+    let Some(oauth) = &sasl.oauthbearer else {
+        if sasl.mechanism == SaslMechanism::OAuthBearer {
+            return refused(
+                "",
+                "mechanism OAUTHBEARER needs oauthbearer (tokenEndpointUrl, clientId, clientSecretSecretRef)".into(),
+            );
+        }
+        if sasl.username_secret_ref.is_none() || sasl.password_secret_ref.is_none() {
+            return refused(
+                "",
+                "mechanisms PLAIN and SCRAM-* need usernameSecretRef and passwordSecretRef".into(),
+            );
+        }
+        return Ok(());
+    };
+    if sasl.mechanism != SaslMechanism::OAuthBearer {
+        return refused(
+            ".oauthbearer",
+            "oauthbearer applies only to mechanism OAUTHBEARER".into(),
+        );
+    }
+    if has_password {
+        return refused(
+            "",
+            "mechanism OAUTHBEARER takes no usernameSecretRef or passwordSecretRef: the client authenticates with oauthbearer.clientId and oauthbearer.clientSecretSecretRef".into(),
+        );
+    }
+    if let Some(m) = rules::token_endpoint_problem(&oauth.token_endpoint_url) {
+        return refused(".oauthbearer.tokenEndpointUrl", m);
+    }
+    if let Some(m) = rules::client_id_problem(&oauth.client_id) {
+        return refused(".oauthbearer.clientId", m);
+    }
+    if let Some(m) = oauth.scope.as_deref().and_then(rules::scope_problem) {
+        return refused(".oauthbearer.scope", m);
+    }
+    if oauth.extensions.len() > rules::MAX_EXTENSIONS {
+        return refused(
+            ".oauthbearer.extensions",
+            format!(
+                "has {} entries; at most {} are sent",
+                oauth.extensions.len(),
+                rules::MAX_EXTENSIONS
+            ),
+        );
+    }
+    for (key, value) in &oauth.extensions {
+        if let Some(m) = rules::extension_problem(key, value) {
+            return refused(&format!(".oauthbearer.extensions.{key}"), m);
+        }
+    }
     Ok(())
 }
 
@@ -117,14 +188,20 @@ pub fn secret_refs<'a>(cluster: &'a ClusterSpec, field: &str) -> Vec<(String, &'
         }
     }
     if let Some(sasl) = &cluster.sasl {
-        refs.push((
-            format!("{field}.sasl.usernameSecretRef"),
-            &sasl.username_secret_ref,
-        ));
-        refs.push((
-            format!("{field}.sasl.passwordSecretRef"),
-            &sasl.password_secret_ref,
-        ));
+        for (name, r) in [
+            ("usernameSecretRef", &sasl.username_secret_ref),
+            ("passwordSecretRef", &sasl.password_secret_ref),
+        ] {
+            if let Some(r) = r {
+                refs.push((format!("{field}.sasl.{name}"), r));
+            }
+        }
+        if let Some(oauth) = &sasl.oauthbearer {
+            refs.push((
+                format!("{field}.sasl.oauthbearer.clientSecretSecretRef"),
+                &oauth.client_secret_secret_ref,
+            ));
+        }
     }
     refs
 }
@@ -211,26 +288,69 @@ pub fn client_config(
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
             SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
         };
         config.set("sasl.mechanisms", mechanism);
-        let user = secrets.read(
-            &format!("{field}.sasl.usernameSecretRef"),
+        match (
+            &sasl.oauthbearer,
             &sasl.username_secret_ref,
-        )?;
-        let password = secrets.read(
-            &format!("{field}.sasl.passwordSecretRef"),
             &sasl.password_secret_ref,
-        )?;
-        config.set("sasl.username", user);
-        config.set("sasl.password", password);
+        ) {
+            (Some(oauth), _, _) => set_oauthbearer(&mut config, oauth, field, secrets)?,
+            (None, Some(user_ref), Some(password_ref)) => {
+                let user = secrets.read(&format!("{field}.sasl.usernameSecretRef"), user_ref)?;
+                let password =
+                    secrets.read(&format!("{field}.sasl.passwordSecretRef"), password_ref)?;
+                config.set("sasl.username", user);
+                config.set("sasl.password", password);
+            }
+            // check_sasl refused every other combination above.
+            (None, _, _) => {}
+        }
     }
     Ok(config)
+}
+
+/// librdkafka's own OIDC client (`sasl.oauthbearer.method=oidc`): it posts the client
+/// credentials grant to the token endpoint on its background thread and gets a new token
+/// before the current one expires (at 80 % of its lifetime), so no client of ours has to poll
+/// for it and every connection re-authenticates with a fresh token.
+fn set_oauthbearer(
+    config: &mut ClientConfig,
+    oauth: &OAuthBearerSpec,
+    field: &str,
+    secrets: &SecretFiles,
+) -> Result<(), ConfigError> {
+    let secret = secrets.read(
+        &format!("{field}.sasl.oauthbearer.clientSecretSecretRef"),
+        &oauth.client_secret_secret_ref,
+    )?;
+    config
+        .set("sasl.oauthbearer.method", "oidc")
+        .set(
+            "sasl.oauthbearer.token.endpoint.url",
+            &oauth.token_endpoint_url,
+        )
+        .set("sasl.oauthbearer.client.id", &oauth.client_id)
+        .set("sasl.oauthbearer.client.secret", secret);
+    if let Some(scope) = &oauth.scope {
+        config.set("sasl.oauthbearer.scope", scope);
+    }
+    if !oauth.extensions.is_empty() {
+        let pairs: Vec<String> = oauth
+            .extensions
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        config.set("sasl.oauthbearer.extensions", pairs.join(","));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{SaslSpec, TlsSpec};
+    use crate::api::{OAuthBearerSpec, SaslSpec, TlsSpec};
 
     fn none() -> SecretFiles {
         SecretFiles::new("/nonexistent")
@@ -301,14 +421,15 @@ mod tests {
         c.tls = Some(TlsSpec::default());
         c.sasl = Some(SaslSpec {
             mechanism: SaslMechanism::ScramSha512,
-            username_secret_ref: SecretKeyRef {
+            username_secret_ref: Some(SecretKeyRef {
                 name: "creds".into(),
                 key: "user".into(),
-            },
-            password_secret_ref: SecretKeyRef {
+            }),
+            password_secret_ref: Some(SecretKeyRef {
                 name: "creds".into(),
                 key: "password".into(),
-            },
+            }),
+            oauthbearer: None,
         });
         let secrets = SecretFiles::new(&dir);
         let cfg = client_config(&c, "spec.source", &secrets, ClientUse::Replicator).unwrap();
@@ -317,8 +438,8 @@ mod tests {
         assert_eq!(cfg.get("sasl.username"), Some("alice"));
         assert_eq!(cfg.get("sasl.password"), Some("s3cret"));
 
-        if let Some(sasl) = c.sasl.as_mut() {
-            sasl.password_secret_ref.name = "absent".into();
+        if let Some(r) = c.sasl.as_mut().and_then(|s| s.password_secret_ref.as_mut()) {
+            r.name = "absent".into();
         }
         let err = client_config(&c, "spec.source", &secrets, ClientUse::Replicator).unwrap_err();
         assert_eq!(err.reason(), "SecretMissing");
@@ -328,6 +449,148 @@ mod tests {
             "{text}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn oauth_cluster() -> ClusterSpec {
+        let mut c = cluster();
+        c.sasl = Some(SaslSpec {
+            mechanism: SaslMechanism::OAuthBearer,
+            username_secret_ref: None,
+            password_secret_ref: None,
+            oauthbearer: Some(OAuthBearerSpec {
+                token_endpoint_url: "https://idp.example.com/realms/kafka/token".into(),
+                client_id: "mirrorflow".into(),
+                client_secret_secret_ref: SecretKeyRef {
+                    name: "oauth".into(),
+                    key: "client-secret".into(),
+                },
+                scope: Some("kafka openid".into()),
+                extensions: [("logicalCluster", "lkc-1"), ("identityPoolId", "pool-2")]
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), v.into()))
+                    .collect(),
+            }),
+        });
+        c
+    }
+
+    fn oauth(c: &mut ClusterSpec) -> &mut OAuthBearerSpec {
+        c.sasl
+            .as_mut()
+            .and_then(|s| s.oauthbearer.as_mut())
+            .expect("an OAUTHBEARER cluster")
+    }
+
+    #[test]
+    fn oauthbearer_uses_the_clients_own_oidc_with_the_secret_from_its_file() {
+        let dir = std::env::temp_dir().join(format!("mf-oauth-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("oauth")).unwrap();
+        std::fs::write(dir.join("oauth/client-secret"), "s3cret\n").unwrap();
+        let c = oauth_cluster();
+        let secrets = SecretFiles::new(&dir);
+        for usage in [ClientUse::Replicator, ClientUse::Probe] {
+            let cfg = client_config(&c, "spec.source", &secrets, usage).unwrap();
+            assert_eq!(cfg.get("security.protocol"), Some("SASL_PLAINTEXT"));
+            assert_eq!(cfg.get("sasl.mechanisms"), Some("OAUTHBEARER"));
+            assert_eq!(cfg.get("sasl.oauthbearer.method"), Some("oidc"));
+            assert_eq!(
+                cfg.get("sasl.oauthbearer.token.endpoint.url"),
+                Some("https://idp.example.com/realms/kafka/token")
+            );
+            assert_eq!(cfg.get("sasl.oauthbearer.client.id"), Some("mirrorflow"));
+            assert_eq!(cfg.get("sasl.oauthbearer.client.secret"), Some("s3cret"));
+            assert_eq!(cfg.get("sasl.oauthbearer.scope"), Some("kafka openid"));
+            assert_eq!(
+                cfg.get("sasl.oauthbearer.extensions"),
+                Some("identityPoolId=pool-2,logicalCluster=lkc-1")
+            );
+            assert_eq!(cfg.get("sasl.username"), None);
+            // librdkafka was built with OIDC (libcurl): it takes the configuration.
+            if let Err(e) = cfg.create_native_config() {
+                panic!("{e}");
+            }
+        }
+        let refs: Vec<String> = secret_refs(&c, "spec.source")
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+        assert_eq!(
+            refs,
+            ["spec.source.sasl.oauthbearer.clientSecretSecretRef"],
+            "the client secret is a Secret the flow must be allowed to use and the pod mounts"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = client_config(&c, "spec.source", &secrets, ClientUse::Probe).unwrap_err();
+        assert_eq!(err.reason(), "SecretMissing");
+        assert!(
+            err.to_string()
+                .starts_with("spec.source.sasl.oauthbearer.clientSecretSecretRef: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_flow_file_gets_the_crds_sasl_rules() {
+        let refused = |c: &ClusterSpec| match check_cluster(c, "spec.source") {
+            Err(e) => {
+                assert_eq!(e.reason(), "InvalidSpec");
+                e.to_string()
+            }
+            Ok(()) => panic!("accepted: {:?}", c.sasl),
+        };
+        assert!(check_cluster(&oauth_cluster(), "spec.source").is_ok());
+        let mut c = oauth_cluster();
+        oauth(&mut c).token_endpoint_url = "http://idp.example.com/token".into();
+        let text = refused(&c);
+        assert!(
+            text.starts_with("spec.source.sasl.oauthbearer.tokenEndpointUrl: ")
+                && text.contains("https://"),
+            "{text}"
+        );
+        let mut c = oauth_cluster();
+        oauth(&mut c).token_endpoint_url = "http://127.0.0.1:18080/token".into();
+        assert!(check_cluster(&c, "spec.source").is_ok(), "loopback http");
+        let mut c = oauth_cluster();
+        oauth(&mut c).client_id = "a:b".into();
+        assert!(refused(&c).starts_with("spec.source.sasl.oauthbearer.clientId: "));
+        let mut c = oauth_cluster();
+        oauth(&mut c).scope = Some("a&b".into());
+        assert!(refused(&c).starts_with("spec.source.sasl.oauthbearer.scope: "));
+        let mut c = oauth_cluster();
+        oauth(&mut c).extensions.insert("auth".into(), "x".into());
+        assert!(refused(&c).starts_with("spec.source.sasl.oauthbearer.extensions.auth: "));
+        let mut c = oauth_cluster();
+        oauth(&mut c).extensions = (0..17)
+            .map(|i| (format!("k{}", "x".repeat(i)), "v".into()))
+            .collect();
+        assert!(refused(&c).starts_with("spec.source.sasl.oauthbearer.extensions: "));
+        // Credentials that do not go with the mechanism.
+        let mut c = oauth_cluster();
+        if let Some(s) = c.sasl.as_mut() {
+            s.oauthbearer = None;
+        }
+        assert!(refused(&c).contains("needs oauthbearer"));
+        let mut c = oauth_cluster();
+        if let Some(s) = c.sasl.as_mut() {
+            s.mechanism = SaslMechanism::ScramSha512;
+        }
+        assert!(refused(&c).starts_with("spec.source.sasl.oauthbearer: "));
+        let mut c = oauth_cluster();
+        if let Some(s) = c.sasl.as_mut() {
+            s.password_secret_ref = Some(SecretKeyRef {
+                name: "p".into(),
+                key: "p".into(),
+            });
+        }
+        assert!(refused(&c).contains("takes no usernameSecretRef"));
+        let mut c = cluster();
+        c.sasl = Some(SaslSpec {
+            mechanism: SaslMechanism::Plain,
+            username_secret_ref: None,
+            password_secret_ref: None,
+            oauthbearer: None,
+        });
+        assert!(refused(&c).contains("need usernameSecretRef and passwordSecretRef"));
     }
 
     #[test]
@@ -452,14 +715,15 @@ mod tests {
             let mut c = cluster();
             c.sasl = Some(SaslSpec {
                 mechanism: SaslMechanism::Plain,
-                username_secret_ref: SecretKeyRef {
+                username_secret_ref: Some(SecretKeyRef {
                     name: "creds".into(),
                     key: "user".into(),
-                },
-                password_secret_ref: SecretKeyRef {
+                }),
+                password_secret_ref: Some(SecretKeyRef {
                     name: name.into(),
                     key: key.into(),
-                },
+                }),
+                oauthbearer: None,
             });
             let err = check_cluster(&c, "spec.source").unwrap_err();
             assert!(err.to_string().starts_with(&format!("{field}: ")), "{err}");

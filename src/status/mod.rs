@@ -67,6 +67,15 @@ pub enum ClusterFault {
     /// The brokers refused our client certificate (mTLS): unknown CA, expired, or none given
     /// where one is required.
     CertificateRefused(String),
+    /// OAUTHBEARER: the token endpoint answered with an OAuth error (wrong client id or secret,
+    /// a scope it does not grant).
+    ClientCredentialsRefused(String),
+    /// OAUTHBEARER: the token endpoint gave no token for another reason (no answer, TLS, an
+    /// answer that is not OAuth's).
+    TokenEndpointUnreachable(String),
+    /// OAUTHBEARER: the brokers refused the token (signature, issuer, audience or scope they do
+    /// not accept).
+    TokenRefused(String),
 }
 
 impl ClusterFault {
@@ -103,6 +112,36 @@ impl ClusterFault {
                 },
                 format!(
                     "the {side} cluster refused the client certificate: {e}; check the certificate in the Secret named by spec.{side}.tls.certSecretRef (or pkcs12SecretRef): the brokers' client CA must have signed it, and it must not have expired"
+                ),
+            ),
+            ClusterFault::ClientCredentialsRefused(e) => (
+                if source {
+                    reason::SOURCE_CLIENT_CREDENTIALS_REFUSED
+                } else {
+                    reason::TARGET_CLIENT_CREDENTIALS_REFUSED
+                },
+                format!(
+                    "the token endpoint refused the {side} cluster's OAuth client: {e}; check spec.{side}.sasl.oauthbearer.clientId, the client secret in the Secret named by spec.{side}.sasl.oauthbearer.clientSecretSecretRef, and spec.{side}.sasl.oauthbearer.scope"
+                ),
+            ),
+            ClusterFault::TokenEndpointUnreachable(e) => (
+                if source {
+                    reason::SOURCE_TOKEN_ENDPOINT_UNREACHABLE
+                } else {
+                    reason::TARGET_TOKEN_ENDPOINT_UNREACHABLE
+                },
+                format!(
+                    "no OAuth token for the {side} cluster: {e}; check spec.{side}.sasl.oauthbearer.tokenEndpointUrl (the identity provider's token endpoint, reachable from the operator and the replicator pods, with a certificate the system CAs trust)"
+                ),
+            ),
+            ClusterFault::TokenRefused(e) => (
+                if source {
+                    reason::SOURCE_TOKEN_REFUSED
+                } else {
+                    reason::TARGET_TOKEN_REFUSED
+                },
+                format!(
+                    "the {side} cluster refused the OAuth token: {e}; the token endpoint in spec.{side}.sasl.oauthbearer.tokenEndpointUrl issued it, so check that the brokers trust that issuer and its keys, and the audience and spec.{side}.sasl.oauthbearer.scope they expect"
                 ),
             ),
             ClusterFault::Tls(e) => (
@@ -496,6 +535,34 @@ mod tests {
 
     fn cond<'a>(s: &'a MirrorFlowStatus, t: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn oauth_faults_name_the_oauthbearer_field_to_fix() {
+        for (fault, side, want, field) in [
+            (
+                ClusterFault::ClientCredentialsRefused("invalid_client".into()),
+                "source",
+                reason::SOURCE_CLIENT_CREDENTIALS_REFUSED,
+                "spec.source.sasl.oauthbearer.clientSecretSecretRef",
+            ),
+            (
+                ClusterFault::TokenEndpointUnreachable("Could not connect".into()),
+                "target",
+                reason::TARGET_TOKEN_ENDPOINT_UNREACHABLE,
+                "spec.target.sasl.oauthbearer.tokenEndpointUrl",
+            ),
+            (
+                ClusterFault::TokenRefused("invalid_token".into()),
+                "source",
+                reason::SOURCE_TOKEN_REFUSED,
+                "spec.source.sasl.oauthbearer.scope",
+            ),
+        ] {
+            let (got, message) = fault.describe(side);
+            assert_eq!(got, want);
+            assert!(message.contains(field), "{message}");
+        }
     }
 
     #[test]

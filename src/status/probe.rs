@@ -112,25 +112,64 @@ fn age(since_ms: i64) -> Duration {
 #[derive(Default)]
 struct ProbeContext {
     cause: Mutex<Option<ClusterFault>>,
+    /// The client authenticates with SASL/OAUTHBEARER tokens from a token endpoint.
+    oauthbearer: bool,
+}
+
+/// librdkafka's words when its OIDC client got no token (the token endpoint's answer or
+/// libcurl's error follows).
+const NO_TOKEN: &str = "Failed to acquire SASL OAUTHBEARER token";
+
+/// The error codes a token endpoint answers a refused client credentials grant with (RFC 6749
+/// section 5.2): librdkafka passes the answer's body on, without the HTTP status.
+fn refuses_client_credentials(reason: &str) -> bool {
+    [
+        "invalid_client",
+        "unauthorized_client",
+        "invalid_scope",
+        "invalid_grant",
+        "invalid_request",
+        "unsupported_grant_type",
+        "access_denied",
+    ]
+    .iter()
+    .any(|code| reason.contains(code))
 }
 
 impl ClientContext for ProbeContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        let fault = if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
-            || reason.contains("SASL authentication")
-        {
-            ClusterFault::Authentication(reason.to_string())
-        } else if refuses_client_certificate(reason) {
-            ClusterFault::CertificateRefused(reason.to_string())
-        } else if reason.contains("SSL handshake failed") {
-            ClusterFault::Tls(reason.to_string())
-        } else {
+        let authentication = error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication);
+        let Some(fault) = classify(self.oauthbearer, authentication, reason) else {
             return;
         };
         if let Ok(mut cause) = self.cause.lock() {
             *cause = Some(fault);
         }
     }
+}
+
+/// The fault a client error tells, if it tells one (others, like a broker going down, are
+/// left to the request's own error). `authentication`: librdkafka's code says so.
+fn classify(oauthbearer: bool, authentication: bool, reason: &str) -> Option<ClusterFault> {
+    let authentication = authentication || reason.contains("SASL authentication");
+    let fault = if oauthbearer && reason.contains(NO_TOKEN) {
+        if refuses_client_credentials(reason) {
+            ClusterFault::ClientCredentialsRefused(reason.to_string())
+        } else {
+            ClusterFault::TokenEndpointUnreachable(reason.to_string())
+        }
+    } else if oauthbearer && authentication {
+        ClusterFault::TokenRefused(reason.to_string())
+    } else if authentication {
+        ClusterFault::Authentication(reason.to_string())
+    } else if refuses_client_certificate(reason) {
+        ClusterFault::CertificateRefused(reason.to_string())
+    } else if reason.contains("SSL handshake failed") {
+        ClusterFault::Tls(reason.to_string())
+    } else {
+        return None;
+    };
+    Some(fault)
 }
 
 impl ConsumerContext for ProbeContext {}
@@ -158,7 +197,11 @@ fn consumer(base: &ClientConfig, group: Option<&str>) -> Result<ProbeConsumer, K
         .set("enable.partition.eof", "false")
         .set("socket.timeout.ms", "5000")
         .set("group.id", group.unwrap_or("mirrorflow-operator-probe"));
-    c.create_with_context(ProbeContext::default())
+    let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
+    c.create_with_context(ProbeContext {
+        oauthbearer,
+        ..ProbeContext::default()
+    })
 }
 
 /// The client's own explanation when it has one, else the request's error.
@@ -476,6 +519,50 @@ fn group_observations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oauthbearer_errors_tell_the_endpoint_the_credentials_and_the_brokers_apart() {
+        // What librdkafka reported against the world's token endpoint and brokers.
+        let fault = |auth, reason| classify(true, auth, reason);
+        assert!(matches!(
+            fault(
+                true,
+                r#"Failed to acquire SASL OAUTHBEARER token: {"error": "invalid_client", "error_description": "unknown client or wrong secret"}"#
+            ),
+            Some(ClusterFault::ClientCredentialsRefused(_))
+        ));
+        assert!(matches!(
+            fault(
+                true,
+                "Failed to acquire SASL OAUTHBEARER token: Failed to connect to 127.0.0.1:39713 after 0 ms: Could not connect to server"
+            ),
+            Some(ClusterFault::TokenEndpointUnreachable(_))
+        ));
+        assert!(matches!(
+            fault(
+                true,
+                "Failed to acquire SASL OAUTHBEARER token: Response is not JSON encoded: text/html"
+            ),
+            Some(ClusterFault::TokenEndpointUnreachable(_))
+        ));
+        assert!(matches!(
+            fault(
+                false,
+                r#"sasl_plaintext://127.0.0.1:19396/bootstrap: SASL authentication error: {"status":"invalid_token"} (after 303ms in state AUTH_REQ)"#
+            ),
+            Some(ClusterFault::TokenRefused(_))
+        ));
+        // The same broker refusal with a password is the credentials' fault.
+        assert!(matches!(
+            classify(
+                false,
+                false,
+                "SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"
+            ),
+            Some(ClusterFault::Authentication(_))
+        ));
+        assert_eq!(fault(false, "1/1 brokers are down"), None);
+    }
 
     #[test]
     fn a_refused_client_certificate_is_told_from_a_broker_we_do_not_trust() {

@@ -13,6 +13,15 @@ pub const SOURCE_TLS_FAILED: &str = "SourceTLSFailed";
 pub const TARGET_TLS_FAILED: &str = "TargetTLSFailed";
 pub const SOURCE_CERTIFICATE_REFUSED: &str = "SourceCertificateRefused";
 pub const TARGET_CERTIFICATE_REFUSED: &str = "TargetCertificateRefused";
+/// OAUTHBEARER: the token endpoint refused the client id, secret or scope.
+pub const SOURCE_CLIENT_CREDENTIALS_REFUSED: &str = "SourceClientCredentialsRefused";
+pub const TARGET_CLIENT_CREDENTIALS_REFUSED: &str = "TargetClientCredentialsRefused";
+/// OAUTHBEARER: no token from the token endpoint (unreachable, TLS, not an OAuth answer).
+pub const SOURCE_TOKEN_ENDPOINT_UNREACHABLE: &str = "SourceTokenEndpointUnreachable";
+pub const TARGET_TOKEN_ENDPOINT_UNREACHABLE: &str = "TargetTokenEndpointUnreachable";
+/// OAUTHBEARER: the brokers refused the token the endpoint issued.
+pub const SOURCE_TOKEN_REFUSED: &str = "SourceTokenRefused";
+pub const TARGET_TOKEN_REFUSED: &str = "TargetTokenRefused";
 pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
 pub const NO_HEARTBEATS: &str = "NoHeartbeats";
 pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";

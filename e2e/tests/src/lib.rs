@@ -124,6 +124,7 @@ pub fn unique(prefix: &str) -> String {
 
 pub mod kafka;
 pub mod mm2;
+pub mod oauth;
 pub mod operator;
 pub mod replicator;
 pub mod secure;

@@ -110,6 +110,16 @@ fn refused_cases() -> Vec<(&'static str, &'static str, &'static str)> {
             "spec.source.sasl.mechanism",
         ),
         (
+            "OAUTHBEARER over plain http to a remote token endpoint",
+            "REPLACE:  source:\n    alias: a\n    bootstrapServers: \"a:1\"\n    sasl: {mechanism: OAUTHBEARER, oauthbearer: {tokenEndpointUrl: \"http://idp.example.com/token\", clientId: c, clientSecretSecretRef: {name: s, key: k}}}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "spec.source.sasl.oauthbearer.tokenEndpointUrl",
+        ),
+        (
+            "OAUTHBEARER without its client",
+            "REPLACE:  source:\n    alias: a\n    bootstrapServers: \"a:1\"\n    sasl: {mechanism: OAUTHBEARER}\n  target: {alias: b, bootstrapServers: \"b:1\"}\n",
+            "mechanism OAUTHBEARER needs oauthbearer",
+        ),
+        (
             "replication factor 100",
             "  sourceLoop: {replicationFactor: 100}\n",
             "spec.sourceLoop.replicationFactor",
