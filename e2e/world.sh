@@ -30,7 +30,6 @@ source "$HERE/lib/image.sh"
 # shellcheck source=lib/node.sh
 source "$HERE/lib/node.sh"
 
-CARGO_TARGET="${CARGO_TARGET_DIR:-$MF_ROOT/target}"
 
 build_rust() {
   need cargo "install Rust with rustup"
@@ -74,6 +73,7 @@ export MF_KAFKA_SCRAM_USER='mirrorflow'
 export MF_KAFKA_SCRAM_PASSWORD_FILE='$(kafka_tls_dir)/scram-password'
 export MF_NODE_STATE='$NODE_DIR'
 export MF_CHART_VALUES='$HERE/world/values.yaml'
+export MF_TOOLS_IMAGE='$TOOLS_IMAGE'
 export CONTAINERD_ADDRESS='$(node_sock)' CONTAINERD_NAMESPACE=k8s.io
 # This world's ports and names, so world.sh run from this environment acts on this world only.
 export KAFKA_SOURCE_PORT='$KAFKA_SOURCE_PORT' KAFKA_TARGET_PORT='$KAFKA_TARGET_PORT' KAFKA_THIRD_PORT='$KAFKA_THIRD_PORT'

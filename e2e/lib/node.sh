@@ -17,6 +17,7 @@ NODE_NAME=mirrorflow-node
 NODE_APISERVER_SERVICE_IP=10.0.0.1
 PAUSE_VERSION=1
 PAUSE_IMAGE="localhost/mirrorflow-pause:$PAUSE_VERSION"
+TOOLS_IMAGE="localhost/mirrorflow-tools:1"
 
 node_sock() { echo "$NODE_DIR/containerd/containerd.sock"; }
 node_ctr() { ctr --address "$(node_sock)" --namespace k8s.io "$@"; }
@@ -69,6 +70,24 @@ node_pause_archive() {
     mv "$dir/pause.oci.tar.new" "$dir/pause.oci.tar"
   fi
   echo "$dir/pause.oci.tar"
+}
+
+# The tests' image with a shell (e2e/node/tools.Containerfile), keyed by its file and base.
+node_tools_archive() {
+  local hash dir
+  hash="$( (cat "$MF_ROOT/e2e/node/tools.Containerfile" && podman image inspect --format '{{.Id}}' "$(image_debian_tag)") |
+    sha256sum | cut -c1-12)"
+  dir="$MF_CACHE/node-tools-$hash"
+  if [ ! -f "$dir/tools.oci.tar" ]; then
+    mkdir -p "$dir"
+    podman build "${IMAGE_BUILD_ARGS[@]}" --build-arg BASE_IMAGE="$(image_debian_tag)" -t "$TOOLS_IMAGE" \
+      -f "$MF_ROOT/e2e/node/tools.Containerfile" "$MF_ROOT/e2e/node" >"$dir/build.log" 2>&1 ||
+      die "building $TOOLS_IMAGE failed (log: $dir/build.log)"
+    podman save --quiet --format oci-archive -o "$dir/tools.oci.tar.new" "$TOOLS_IMAGE"
+    mv "$dir/tools.oci.tar.new" "$dir/tools.oci.tar"
+    image_cgroup_cleanup
+  fi
+  echo "$dir/tools.oci.tar"
 }
 
 node_write_configs() {
@@ -255,6 +274,7 @@ node_import() {
 node_images() {
   local start=$SECONDS archive
   node_import "$(node_pause_archive)"
+  node_import "$(node_tools_archive)"
   # image_build names the archive it made or found; without it (world.sh node start alone),
   # the newest one.
   archive="${IMAGE_ARCHIVE:-$(find "$IMAGE_DIR" -maxdepth 1 -name 'mirrorflow-*.oci.tar' -printf '%T@ %p\n' 2>/dev/null |
