@@ -228,10 +228,15 @@ node_network_up() {
   iptables -w -t nat -N "$out" 2>/dev/null || iptables -w -t nat -F "$out"
   iptables -w -t nat -A "$out" -d "$gw/32" -p tcp -j DNAT --to-destination 127.0.0.1
   iptables -w -t nat -C OUTPUT -j "$out" 2>/dev/null || iptables -w -t nat -A OUTPUT -j "$out"
+  # The bridge and chains are named by NODE_BRIDGE, which a world started from this one's
+  # environment inherits (the tests' private Kafka-only worlds): only the world that made
+  # them takes them down.
+  echo "$NODE_BRIDGE" >"$NODE_DIR/network"
 }
 
 node_network_down() {
   local chain
+  [ "$(cat "$NODE_DIR/network" 2>/dev/null)" = "$NODE_BRIDGE" ] || return 0
   chain="$(node_chain)"
   while iptables -w -t nat -D PREROUTING -j "$chain" 2>/dev/null; do :; done
   while iptables -w -t nat -D OUTPUT -j "$(node_chain_out)" 2>/dev/null; do :; done
@@ -240,6 +245,7 @@ node_network_down() {
     iptables -w -t nat -X "$chain" 2>/dev/null || true
   done
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
+  rm -f "$NODE_DIR/network"
 }
 
 # kubelet refuses a cgroup root that does not exist in every hierarchy. cpuset needs its cpus and
@@ -346,6 +352,8 @@ node_pod_pids() {
 }
 
 node_stop() {
+  # A world that never started a node (Kafka only) has nothing to stop.
+  [ -d "$NODE_DIR" ] || return 0
   NODE_CGROUP_ROOT="$(node_cgroup_root)"
   stop_pidfile "$NODE_DIR/kubelet.pid" 20
   # Pods: their tasks killed through containerd, then anything left in their cgroups, then the
