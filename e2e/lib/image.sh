@@ -295,14 +295,28 @@ image_smoke() {
   log "smoke: --help, --version ($out), crd run as 65532 with a read-only root, no capabilities; no shell in the image"
 }
 
-# Keep the cache from growing with every change: only the current image's tag and archive stay.
+# Keep the cache from growing with every change: the archives of the three images built or used
+# last and their tags stay, the rest go. Three, not one: worktrees of one machine share this
+# cache, and each would otherwise delete the image the other's world is about to import.
+IMAGE_KEEP=3
 image_prune_old() {
-  local keep="$1" t f
+  local keep="$1" t f kept=()
+  touch "$IMAGE_DIR/mirrorflow-$keep.oci.tar"
+  while IFS= read -r f; do
+    kept+=("$(basename "$f" .oci.tar)")
+  done < <(find "$IMAGE_DIR" -maxdepth 1 -name 'mirrorflow-*.oci.tar' -printf '%T@ %p\n' | sort -rn |
+    head -n "$IMAGE_KEEP" | cut -d' ' -f2-)
   for t in $(podman images --format '{{.Repository}}:{{.Tag}}' "$IMAGE_NAME"); do
-    case "$t" in "$IMAGE_NAME:dev" | "$IMAGE_NAME:$keep") ;; *) podman rmi "$t" >/dev/null 2>&1 || true ;; esac
+    case " dev ${kept[*]/#mirrorflow-/} " in
+      *" ${t##*:} "*) ;;
+      *) podman rmi "$t" >/dev/null 2>&1 || true ;;
+    esac
   done
   for f in "$IMAGE_DIR"/mirrorflow-*.oci.tar; do
-    [ -e "$f" ] && [ "$f" != "$IMAGE_DIR/mirrorflow-$keep.oci.tar" ] && rm -f "$f"
+    case " ${kept[*]} " in
+      *" $(basename "$f" .oci.tar) "*) ;;
+      *) rm -f "$f" ;;
+    esac
   done
   return 0
 }
