@@ -23,7 +23,7 @@ IMAGE_DIR="$MF_CACHE/image"
 # these, and image_check_inputs refuses a Dockerfile that COPYs anything else (it would not
 # trigger a rebuild). .dockerignore lets exactly these into the build context.
 IMAGE_INPUTS=(Dockerfile .dockerignore Cargo.toml Cargo.lock src benches bench/driver/Cargo.toml
-  e2e/process-node/Cargo.toml e2e/tests/Cargo.toml)
+  e2e/tests/Cargo.toml)
 
 image_setup() {
   local missing=() c

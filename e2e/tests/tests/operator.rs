@@ -1,4 +1,4 @@
-//! The operator end to end: installed by its Helm chart, running as a pod on the process node,
+//! The operator end to end: installed by its Helm chart, running as a container on the world's node,
 //! deploying replicators for a MirrorFlow and reporting a status measured on the clusters.
 //! One test function, because the steps share one installation and run in order.
 
