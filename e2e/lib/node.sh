@@ -351,6 +351,14 @@ node_pod_pids() {
   return 0
 }
 
+node_shim_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd="$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" || continue
+    case "$cmd" in "containerd-shim-runc-v2 "*"-address $(node_sock) "* | */containerd-shim-runc-v2\ *"-address $(node_sock) "*) echo "${p#/proc/}" ;; esac
+  done
+}
+
 node_stop() {
   # A world that never started a node (Kafka only) has nothing to stop.
   [ -d "$NODE_DIR" ] || return 0
@@ -362,15 +370,18 @@ node_stop() {
     local id
     for id in $(node_ctr tasks ls -q 2>/dev/null); do node_ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
   fi
-  local pid f deadline=$((SECONDS + 20))
+  local pid deadline=$((SECONDS + 20))
   while [ -n "$(node_pod_pids)" ] && ((SECONDS < deadline)); do
     for pid in $(node_pod_pids); do kill -KILL "$pid" 2>/dev/null || true; done
     sleep 0.2
   done
   stop_pidfile "$NODE_DIR/containerd.pid" 20
-  for f in "$NODE_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
-    [ -f "$f" ] && stop_pidfile "$f" 5
-  done
+  # A shim whose task containerd never deleted outlives containerd; this world's shims are the
+  # ones started with its socket.
+  for pid in $(node_shim_pids); do kill -TERM "$pid" 2>/dev/null || true; done
+  deadline=$((SECONDS + 10))
+  while [ -n "$(node_shim_pids)" ] && ((SECONDS < deadline)); do sleep 0.2; done
+  for pid in $(node_shim_pids); do kill -KILL "$pid" 2>/dev/null || true; done
   # Mounts (overlay roots, volumes, network namespaces, the shared bind mount), deepest first;
   # a network namespace with no process and no mount goes away with its veth.
   local m
