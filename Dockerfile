@@ -49,13 +49,12 @@ WORKDIR /src
 # them), so the other members' manifests come in with empty sources: they are never compiled.
 COPY Cargo.toml Cargo.lock ./
 COPY bench/driver/Cargo.toml bench/driver/
-COPY e2e/process-node/Cargo.toml e2e/process-node/
 COPY e2e/tests/Cargo.toml e2e/tests/
 COPY benches benches
 COPY crates crates
 COPY src src
-RUN mkdir -p bench/driver/src e2e/process-node/src e2e/tests/src \
-    && touch bench/driver/src/main.rs e2e/process-node/src/main.rs e2e/tests/src/lib.rs
+RUN mkdir -p bench/driver/src e2e/tests/src \
+    && touch bench/driver/src/main.rs e2e/tests/src/lib.rs
 # Cache mounts keep downloaded crates and build outputs between builds, so a source change
 # recompiles only the mirrorflow crate. The target dir is not part of the layer: the binary is
 # copied out, without the DWARF line tables the release profile keeps (151 MB -> 31 MB measured;

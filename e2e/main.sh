@@ -2,7 +2,8 @@
 # The main job: the local world with the operator installed by its Helm chart and a sample flow
 # replicating live data, left running for you to look at.
 #
-# Steps: world up -> helm install the chart (operator runs as a pod on the process node) ->
+# Steps: world up (builds and imports the image) -> helm install the chart with the world's values
+# (the operator runs as a container on the world's node) ->
 # create the sample topics and a live producer + consumer groups on the source -> apply the
 # sample MirrorFlow -> wait until it is FailoverReady -> print `kubectl get mf`.
 set -euo pipefail
@@ -21,8 +22,7 @@ eval "$("$HERE/world.sh" env)"
 log "installing the operator with its Helm chart"
 kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 helm upgrade --install mirrorflow "$ROOT/charts/mirrorflow" --namespace mirrorflow-system --create-namespace \
-  --set image.repository=mirrorflow --set image.tag=dev --set 'listenHost=$(POD_IP)' \
-  --set watchNamespace=demo --wait --timeout 180s
+  -f "$MF_CHART_VALUES" --set watchNamespace=demo --wait --timeout 180s
 
 log "creating the sample topics and starting a live producer on the source"
 for t in orders payments; do
@@ -49,7 +49,9 @@ for g in billing shipping; do
 done
 
 log "applying the sample MirrorFlow"
-kubectl apply -f "$HERE/samples/demo-flow.yaml"
+# The sample names the default ports; a world on other ports gets its own addresses.
+sed -e "s/127.0.0.1:19092/$MF_SOURCE_BOOTSTRAP/" -e "s/127.0.0.1:29092/$MF_TARGET_BOOTSTRAP/" \
+  "$HERE/samples/demo-flow.yaml" | kubectl apply -f -
 log "waiting for FailoverReady with both sample groups checkpointed"
 groups_seen() { [ "$(kubectl get mf demo -n demo -o jsonpath='{.status.groups}' 2>/dev/null)" = 2 ]; }
 wait_until 240 "the sample groups to appear in the status" groups_seen || true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of the project: static checks, unit and property tests, then the tests that run
-# against the real local world (Kafka, control plane, process node), which this script starts.
+# against the real local world (Kafka, control plane, a kubelet node), which this script starts.
 # A world that is already up is reused and left running; one started here is stopped at the end.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The local world: two Kafka clusters (source, target; optionally a third), a Kubernetes control
-# plane (etcd, kube-apiserver, kube-controller-manager) and the process node that runs its pods.
+# plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and a node that runs its
+# pods as containers (kubelet, containerd, runc; lib/node.sh).
 #
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
 #   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman]
@@ -9,8 +10,8 @@
 #   e2e/world.sh status           what runs (`running` exits 0 when the whole world is alive)
 #   e2e/world.sh env              shell exports for the running world (eval "$(e2e/world.sh env)")
 #   e2e/world.sh kafka start|stop|restart source|target|third
-#   e2e/world.sh node start|stop|restart
-#   e2e/world.sh k8s start|stop    the control plane alone (no Kafka, no process node)
+#   e2e/world.sh node start|stop|restart   kubelet, containerd and every pod of the node
+#   e2e/world.sh k8s start|stop    the control plane alone (no Kafka, no node)
 #   e2e/world.sh mm2 start|stop|log NAME ...  a real MirrorMaker 2 (see lib/mm2.sh)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,15 +27,13 @@ source "$HERE/lib/k8s.sh"
 source "$HERE/lib/mm2.sh"
 # shellcheck source=lib/image.sh
 source "$HERE/lib/image.sh"
+# shellcheck source=lib/node.sh
+source "$HERE/lib/node.sh"
 
-CARGO_TARGET="${CARGO_TARGET_DIR:-$MF_ROOT/target}"
-NODE_BIN="$CARGO_TARGET/debug/mirrorflow-process-node"
-MF_BIN="$CARGO_TARGET/debug/mirrorflow"
-NODE_DIR="$MF_STATE/node"
 
 build_rust() {
   need cargo "install Rust with rustup"
-  (cd "$MF_ROOT" && cargo build --quiet -p mirrorflow -p mirrorflow-process-node) || die "cargo build failed"
+  (cd "$MF_ROOT" && cargo build --quiet -p mirrorflow) || die "cargo build failed"
 }
 
 setup() {
@@ -44,26 +43,14 @@ setup() {
   with_progress "fetching Kafka $KAFKA_VERSION, its tools and MirrorMaker 2 (Maven Central)" fetch_kafka
   with_progress "building etcd $ETCD_VERSION (Go modules)" build_etcd
   with_progress "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (Go modules; 10-25 min cold)" build_k8s
+  with_progress "building kube-scheduler $K8S_VERSION (Go modules; a few minutes cold)" build_scheduler
+  with_progress "building kubelet $KUBELET_VERSION (Go modules; about 4 min cold)" build_kubelet
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
+  node_setup
   with_progress "building the mirrorflow binaries (cargo)" build_rust
   image_setup
   image_build
 }
-
-node_start() {
-  if pid_alive "$NODE_DIR/node.pid"; then return 0; fi
-  mkdir -p "$NODE_DIR"
-  log "starting the process node"
-  sed "s|@MIRRORFLOW_BIN@|$MF_BIN|" "$HERE/world/image-map.yaml" >"$NODE_DIR/image-map.yaml"
-  nohup "$NODE_BIN" --kubeconfig "$(k8s_dir)/process-node.kubeconfig" --node-name mirrorflow-node \
-    --state-dir "$NODE_DIR" --image-map "$NODE_DIR/image-map.yaml" \
-    --apiserver-host 127.0.0.1 --apiserver-port "$APISERVER_PORT" >>"$NODE_DIR/node.log" 2>&1 &
-  echo $! >"$NODE_DIR/node.pid"
-  wait_until 60 "the process node to register" k8s_kubectl get node mirrorflow-node ||
-    die "the process node did not register (log: $NODE_DIR/node.log)"
-}
-
-node_stop() { stop_pidfile "$NODE_DIR/node.pid" 40; }
 
 write_env() {
   cat >"$MF_STATE/env" <<EOF
@@ -91,6 +78,14 @@ export MF_OIDC_CLIENT_ID='$OIDC_CLIENT_ID'
 export MF_OIDC_CLIENT_SECRET_FILE='$(oidc_dir)/client-secret'
 export MF_OIDC_CLIENTS_FILE='$(oidc_dir)/clients.json'
 export MF_NODE_STATE='$NODE_DIR'
+export MF_CHART_VALUES='$HERE/world/values.yaml'
+export MF_TOOLS_IMAGE='$TOOLS_IMAGE'
+export CONTAINERD_ADDRESS='$(node_sock)' CONTAINERD_NAMESPACE=k8s.io
+# This world's ports and names, so world.sh run from this environment acts on this world only.
+export KAFKA_SOURCE_PORT='$KAFKA_SOURCE_PORT' KAFKA_TARGET_PORT='$KAFKA_TARGET_PORT' KAFKA_THIRD_PORT='$KAFKA_THIRD_PORT'
+export ETCD_PORT='$ETCD_PORT' ETCD_PEER_PORT='$ETCD_PEER_PORT' APISERVER_PORT='$APISERVER_PORT' KCM_PORT='$KCM_PORT'
+export SCHEDULER_PORT='$SCHEDULER_PORT' KUBELET_PORT='$KUBELET_PORT' KUBELET_HEALTHZ_PORT='$KUBELET_HEALTHZ_PORT'
+export NODE_BRIDGE='$NODE_BRIDGE' NODE_POD_CIDR='$NODE_POD_CIDR'
 export PATH='$K8S_BIN:$HELM_BIN:'"\$PATH"
 EOF
   if [ -f "$(KUBECONFIG_PATH)" ]; then echo "export KUBECONFIG='$(KUBECONFIG_PATH)'" >>"$MF_STATE/env"; fi
@@ -131,8 +126,8 @@ down_quiet() {
 
 down() {
   down_quiet
-  # Mounts made for pods live in the pods' own namespaces; nothing is left mounted on the host.
-  rm -rf "$MF_STATE"
+  # node_stop removed every mount under the state dir; rm would not cross into one anyway.
+  rm -rf --one-file-system "$MF_STATE"
   log "world is down"
 }
 
@@ -144,7 +139,7 @@ status() {
   for c in etcd apiserver kcm; do
     if pid_alive "$(k8s_dir)/$c.pid"; then echo "$c: running"; else echo "$c: stopped"; fi
   done
-  if pid_alive "$NODE_DIR/node.pid"; then echo "process node: running (pods' logs under $NODE_DIR)"; else echo "process node: stopped"; fi
+  if pid_alive "$NODE_DIR/kubelet.pid"; then echo "node $NODE_NAME: kubelet running (log $NODE_DIR/kubelet.log, containers' logs under $NODE_DIR/pod-logs)"; else echo "node: stopped"; fi
   [ -f "$(KUBECONFIG_PATH)" ] && echo "KUBECONFIG=$(KUBECONFIG_PATH)"
   return 0
 }
@@ -159,7 +154,7 @@ case "${1:-}" in
   running)
     # Exit 0 only when every component of a full world is alive (used by test.sh).
     pid_alive "$(kafka_pidfile source)" && pid_alive "$(kafka_pidfile target)" &&
-      pid_alive "$(k8s_dir)/apiserver.pid" && pid_alive "$NODE_DIR/node.pid"
+      pid_alive "$(k8s_dir)/apiserver.pid" && pid_alive "$NODE_DIR/kubelet.pid"
     ;;
   env)
     [ -f "$MF_STATE/env" ] || die "the world is not up (run e2e/world.sh up)"
@@ -175,7 +170,7 @@ case "${1:-}" in
     ;;
   k8s)
     case "${2:-}" in
-      start) mkdir -p "$MF_STATE" && build_etcd && build_k8s && k8s_start && write_env ;;
+      start) mkdir -p "$MF_STATE" && build_etcd && build_k8s && build_scheduler && k8s_start && write_env ;;
       stop) k8s_stop ;;
       *) die "usage: world.sh k8s start|stop" ;;
     esac

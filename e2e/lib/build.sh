@@ -34,29 +34,47 @@ go_build_counting() {
 
 # Kubernetes publishes its binaries only from a module with replace lines, so `go install` refuses
 # it. A throw-away wrapper module that pins every staging module to its published twin builds them.
-build_k8s() {
-  [ -f "$K8S_BIN/.done" ] && return 0
+# Usage: go_build_k8s VERSION OUT_DIR CMD... (CMD: a folder under k8s.io/kubernetes/cmd)
+go_build_k8s() {
+  local version="$1" out="$2"
+  shift 2
   go_env
-  local minor="${K8S_VERSION#v1.}" work="$MF_CACHE/build/k8s-$K8S_VERSION"
+  local minor="${version#v1.}" work="$MF_CACHE/build/k8s-$version-$1" cmds=() c
   minor="v0.$minor"
-  rm -rf "$work" && mkdir -p "$work" "$K8S_BIN"
+  for c in "$@"; do cmds+=("k8s.io/kubernetes/cmd/$c"); done
+  rm -rf "$work" && mkdir -p "$work" "$out"
   (
     cd "$work"
     go mod init mirrorflow.local/k8s-world >/dev/null 2>&1
     local modfile
-    modfile="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-    [ -f "$modfile" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
+    modfile="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    [ -f "$modfile" ] || die "could not download k8s.io/kubernetes@$version's go.mod"
     grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk '{print $1}' | while read -r m; do
       echo "replace $m => $m $minor" >>go.mod
     done
-    go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
-      "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
-      "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
-    go_build_counting -trimpath -ldflags "-s -w" -o "$K8S_BIN/" -- k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
-  ) || die "building Kubernetes $K8S_VERSION failed"
-  touch "$K8S_BIN/.done"
+    go get -tool "${cmds[@]/%/@$version}"
+    # The version the binaries report (kubelet puts it in the Node's status).
+    go_build_counting -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version" \
+      -o "$out/" -- "${cmds[@]}"
+  ) || die "building Kubernetes $version ($*) failed"
+  touch "$out/.done"
   rm -rf "$work"
+}
+
+build_k8s() {
+  [ -f "$K8S_BIN/.done" ] && return 0
+  go_build_k8s "$K8S_VERSION" "$K8S_BIN" kube-apiserver kube-controller-manager kubectl
+}
+
+build_scheduler() {
+  [ -f "$SCHEDULER_BIN/.done" ] && return 0
+  go_build_k8s "$K8S_VERSION" "$SCHEDULER_BIN" kube-scheduler
+}
+
+# The node's kubelet is older than the control plane on purpose (see e2e/README.md, "The node").
+build_kubelet() {
+  [ -f "$KUBELET_BIN/.done" ] && return 0
+  go_build_k8s "$KUBELET_VERSION" "$KUBELET_BIN" kubelet
 }
 
 build_etcd() {

@@ -5,6 +5,8 @@
 # Pinned versions: change one here and the matching cache entry is rebuilt.
 KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
+# The newest kubelet that runs on cgroup v1 with Debian 12's containerd 1.6 (e2e/README.md, "The node").
+KUBELET_VERSION="${KUBELET_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
 
@@ -15,6 +17,9 @@ MF_STATE="${MF_STATE:-${TMPDIR:-/tmp}/mirrorflow-world}"
 
 KAFKA_HOME="$MF_CACHE/kafka-$KAFKA_VERSION"
 K8S_BIN="$MF_CACHE/k8s-$K8S_VERSION"
+KUBELET_BIN="$MF_CACHE/kubelet-$KUBELET_VERSION"
+# A cache entry of its own: the k8s-$K8S_VERSION entry predates the real node and is never rebuilt.
+SCHEDULER_BIN="$MF_CACHE/kube-scheduler-$K8S_VERSION"
 ETCD_BIN="$MF_CACHE/etcd-$ETCD_VERSION"
 HELM_BIN="$MF_CACHE/helm-$HELM_VERSION"
 
@@ -29,6 +34,45 @@ KCM_PORT="${KCM_PORT:-10257}"
 # The OAuth token endpoint (lib/oidc.sh); next to the source cluster's ports, so a second world
 # that moves those moves it too.
 OIDC_PORT="${OIDC_PORT:-$((KAFKA_SOURCE_PORT + 5))}"
+SCHEDULER_PORT="${SCHEDULER_PORT:-10259}"
+# The node (lib/node.sh): kubelet's API and healthz on loopback; the pods' bridge and their /24
+# (its .1 is the bridge's own address). Another world beside this one needs other values of all four.
+KUBELET_PORT="${KUBELET_PORT:-10250}"
+KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10248}"
+NODE_BRIDGE="${NODE_BRIDGE:-mfbr0}"
+NODE_POD_CIDR="${NODE_POD_CIDR:-10.244.0.0/24}"
+
+# A cgroup path below this process's own cgroup in every hierarchy: with cgroup v1 one path
+# serves all hierarchies (runc's and kubelet's cgroupfs drivers take one), so take the deepest
+# path this process has and require the others to be its prefixes (here: memory is
+# /process_api/<id>, the rest are /). Usage: cgroup_below_self NAME
+cgroup_below_self() {
+  local deepest="" path
+  while IFS=: read -r _ _ path; do
+    [ "${#path}" -gt "${#deepest}" ] && deepest="$path"
+  done </proc/self/cgroup
+  while IFS=: read -r _ _ path; do
+    case "${deepest%/}/" in
+      "${path%/}/"*) ;;
+      *) die "cannot place containers below this process's cgroups: '$path' is not a prefix of '$deepest' (/proc/self/cgroup)" ;;
+    esac
+  done </proc/self/cgroup
+  echo "${deepest%/}/$1"
+}
+
+# Removes the cgroup PATH and what is below it in every v1 hierarchy, leaves first, then its
+# parents as long as they are empty. rmdir refuses a cgroup that still has processes or children,
+# so this never removes one in use (ours stops the walk upwards).
+cgroup_remove_empty() {
+  local mnt dir
+  [ -n "$1" ] || return 0
+  for mnt in /sys/fs/cgroup/*/; do
+    dir="${mnt%/}$1"
+    [ -d "$dir" ] && find "$dir" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
+    while [ "$dir" != "${mnt%/}" ] && [ -d "$dir" ] && rmdir "$dir" 2>/dev/null; do dir="${dir%/*}"; done
+  done
+  return 0
+}
 
 log() { printf '[world %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[world] error: %s\n' "$*" >&2; exit 1; }

@@ -23,7 +23,7 @@ IMAGE_DIR="$MF_CACHE/image"
 # these, and image_check_inputs refuses a Dockerfile that COPYs anything else (it would not
 # trigger a rebuild). .dockerignore lets exactly these into the build context.
 IMAGE_INPUTS=(Dockerfile .dockerignore Cargo.toml Cargo.lock crates src benches bench/driver/Cargo.toml
-  e2e/process-node/Cargo.toml e2e/tests/Cargo.toml)
+  e2e/tests/Cargo.toml)
 
 image_setup() {
   local missing=() c
@@ -46,36 +46,14 @@ image_need_tools() {
   [ "$(id -u)" = 0 ] || die "the image is built with rootful podman (this machine kind runs the world as root)"
 }
 
-# The cgroup the containers go in: below this shell's own cgroup in every hierarchy. podman's
-# default (cgroupfs manager) is /libpod_parent at the root of each hierarchy, outside the cgroup
-# the world runs in. With cgroup v1 one path serves all hierarchies, so take the deepest path this
-# process has and require the others to be its prefixes (here: memory is /process_api/<id>, the
-# rest are /).
-image_cgroup_parent() {
-  local deepest="" path
-  while IFS=: read -r _ _ path; do
-    [ "${#path}" -gt "${#deepest}" ] && deepest="$path"
-  done </proc/self/cgroup
-  while IFS=: read -r _ _ path; do
-    case "${deepest%/}/" in
-      "${path%/}/"*) ;;
-      *) die "cannot place containers below this process's cgroups: '$path' is not a prefix of '$deepest' (/proc/self/cgroup)" ;;
-    esac
-  done </proc/self/cgroup
-  echo "${deepest%/}/mirrorflow-image"
-}
+# The cgroup the containers go in: below this shell's own cgroup (cgroup_below_self, common.sh).
+# podman's default (cgroupfs manager) is /libpod_parent at the root of each hierarchy, outside the
+# cgroup the world runs in.
+image_cgroup_parent() { cgroup_below_self mirrorflow-image; }
 
 # runc creates the parent cgroups as needed, also in hierarchies where this process sits at the
-# root; remove what is empty afterwards, leaf first. rmdir refuses a cgroup that still has
-# processes or children, so this can never remove one in use (ours stops the walk).
-image_cgroup_cleanup() {
-  local mnt dir
-  for mnt in /sys/fs/cgroup/*/; do
-    dir="${mnt%/}$IMAGE_CGROUP_PARENT"
-    while [ "$dir" != "${mnt%/}" ] && [ -d "$dir" ] && rmdir "$dir" 2>/dev/null; do dir="${dir%/*}"; done
-  done
-  return 0
-}
+# root; remove what is empty afterwards.
+image_cgroup_cleanup() { cgroup_remove_empty "$IMAGE_CGROUP_PARENT"; }
 
 # podman's settings for this machine kind, in a file of our own (CONTAINERS_CONF) rather than
 # /etc/containers: no systemd as PID 1 (cgroupfs, file events); crun refuses cgroup v1 hybrid
@@ -317,14 +295,28 @@ image_smoke() {
   log "smoke: --help, --version ($out), crd run as 65532 with a read-only root, no capabilities; no shell in the image"
 }
 
-# Keep the cache from growing with every change: only the current image's tag and archive stay.
+# Keep the cache from growing with every change: the archives of the three images built or used
+# last and their tags stay, the rest go. Three, not one: worktrees of one machine share this
+# cache, and each would otherwise delete the image the other's world is about to import.
+IMAGE_KEEP=3
 image_prune_old() {
-  local keep="$1" t f
+  local keep="$1" t f kept=()
+  touch "$IMAGE_DIR/mirrorflow-$keep.oci.tar"
+  while IFS= read -r f; do
+    kept+=("$(basename "$f" .oci.tar)")
+  done < <(find "$IMAGE_DIR" -maxdepth 1 -name 'mirrorflow-*.oci.tar' -printf '%T@ %p\n' | sort -rn |
+    head -n "$IMAGE_KEEP" | cut -d' ' -f2-)
   for t in $(podman images --format '{{.Repository}}:{{.Tag}}' "$IMAGE_NAME"); do
-    case "$t" in "$IMAGE_NAME:dev" | "$IMAGE_NAME:$keep") ;; *) podman rmi "$t" >/dev/null 2>&1 || true ;; esac
+    case " dev ${kept[*]/#mirrorflow-/} " in
+      *" ${t##*:} "*) ;;
+      *) podman rmi "$t" >/dev/null 2>&1 || true ;;
+    esac
   done
   for f in "$IMAGE_DIR"/mirrorflow-*.oci.tar; do
-    [ -e "$f" ] && [ "$f" != "$IMAGE_DIR/mirrorflow-$keep.oci.tar" ] && rm -f "$f"
+    case " ${kept[*]} " in
+      *" $(basename "$f" .oci.tar) "*) ;;
+      *) rm -f "$f" ;;
+    esac
   done
   return 0
 }
@@ -352,6 +344,7 @@ image_build() {
     mv "$archive.new" "$archive"
   fi
   image_prune_old "$hash"
+  IMAGE_ARCHIVE="$archive"
   image_smoke "$IMAGE_NAME:dev"
   image_cgroup_cleanup
   size="$(podman image inspect --format '{{.Size}}' "$tag")"

@@ -1,5 +1,5 @@
-# A Kubernetes control plane on loopback, the way envtest runs one: etcd, kube-apiserver and
-# kube-controller-manager, with certificates made here. Sourced by world.sh.
+# A Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler, with certificates made here. Sourced by world.sh; the node is lib/node.sh.
 
 k8s_dir() { echo "$MF_STATE/k8s"; }
 KUBECONFIG_PATH() { echo "$(k8s_dir)/admin.kubeconfig"; }
@@ -25,10 +25,12 @@ EOF
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
       -extfile serving.ext -out apiserver.crt 2>/dev/null
     printf 'extendedKeyUsage=clientAuth\n' >client.ext
-    for who in "admin:system:masters" "kube-controller-manager:" "process-node:system:masters"; do
+    # The apiserver's client certificate for kubelet's API (logs, exec, port-forward).
+    for who in "admin:system:masters" "kube-controller-manager:" "kube-scheduler:" \
+      "apiserver-kubelet-client:system:masters"; do
       local cn="${who%%:*}" org="${who#*:}" subj
       subj="/CN=$cn"
-      [ "$cn" = kube-controller-manager ] && subj="/CN=system:kube-controller-manager"
+      case "$cn" in kube-controller-manager | kube-scheduler) subj="/CN=system:$cn" ;; esac
       [ -n "$org" ] && subj="/O=$org$subj"
       openssl req -newkey rsa:2048 -nodes -keyout "$cn.key" -out "$cn.csr" -subj "$subj" 2>/dev/null
       openssl x509 -req -in "$cn.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
@@ -77,7 +79,7 @@ k8s_start() {
   k8s_certs
   k8s_kubeconfig admin "$d/admin.kubeconfig"
   k8s_kubeconfig kube-controller-manager "$d/kcm.kubeconfig"
-  k8s_kubeconfig process-node "$d/process-node.kubeconfig"
+  k8s_kubeconfig kube-scheduler "$d/scheduler.kubeconfig"
 
   if ! pid_alive "$d/etcd.pid"; then
     require_port_free "$ETCD_PORT" etcd ETCD_PORT
@@ -101,7 +103,9 @@ k8s_start() {
       --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" --advertise-address 127.0.0.1 \
       --endpoint-reconciler-type none --cert-dir "$d/apiserver-certs" \
       --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-      --client-ca-file "$pki/ca.crt" --authorization-mode RBAC \
+      --client-ca-file "$pki/ca.crt" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+      --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
+      --kubelet-client-key "$pki/apiserver-kubelet-client.key" --kubelet-preferred-address-types InternalIP \
       --service-account-issuer https://kubernetes.default.svc.cluster.local \
       --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
       --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true --profiling=false \
@@ -129,12 +133,24 @@ k8s_start() {
     wait_until 90 "kube-controller-manager (default ServiceAccount)" k8s_kubectl get serviceaccount default -n default ||
       die "kube-controller-manager did not start its controllers (log: $d/kcm.log)"
   fi
+  if ! pid_alive "$d/scheduler.pid"; then
+    require_port_free "$SCHEDULER_PORT" kube-scheduler SCHEDULER_PORT
+    log "starting kube-scheduler"
+    nohup "$SCHEDULER_BIN/kube-scheduler" --kubeconfig "$d/scheduler.kubeconfig" \
+      --authentication-kubeconfig "$d/scheduler.kubeconfig" --authorization-kubeconfig "$d/scheduler.kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false \
+      >>"$d/scheduler.log" 2>&1 &
+    echo $! >"$d/scheduler.pid"
+    wait_until 60 kube-scheduler curl -skf "https://127.0.0.1:$SCHEDULER_PORT/healthz" ||
+      die "kube-scheduler did not start (log: $d/scheduler.log)"
+  fi
   log "control plane ready: KUBECONFIG=$(KUBECONFIG_PATH)"
 }
 
 k8s_stop() {
   local d
   d="$(k8s_dir)"
+  stop_pidfile "$d/scheduler.pid" 10
   stop_pidfile "$d/kcm.pid" 10
   stop_pidfile "$d/apiserver.pid" 20
   stop_pidfile "$d/etcd.pid" 10

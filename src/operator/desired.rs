@@ -371,6 +371,10 @@ fn pod_template(
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(true),
                 run_as_user: Some(NONROOT_UID),
+                // Secret volumes are 0400 and root's; kubelet gives this group read access to
+                // them (0440), so the non-root replicator can read its credentials and no
+                // other uid can.
+                fs_group: Some(NONROOT_UID),
                 seccomp_profile: Some(SeccompProfile {
                     type_: "RuntimeDefault".into(),
                     ..SeccompProfile::default()
@@ -445,6 +449,11 @@ mod tests {
             Some(&["ALL".to_string()][..])
         );
         assert!(c.resources.as_ref().unwrap().limits.is_some());
+        let pod_sc = pod.security_context.as_ref().unwrap();
+        assert_eq!(
+            pod_sc.fs_group, pod_sc.run_as_user,
+            "the replicator's uid can read the Secret volumes through their group"
+        );
         let mounts: Vec<_> = c
             .volume_mounts
             .as_ref()

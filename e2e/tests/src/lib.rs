@@ -14,7 +14,12 @@ pub struct World {
     pub source_bootstrap: String,
     pub target_bootstrap: String,
     pub kubeconfig: PathBuf,
+    /// The node's state dir (kubelet's pod logs are in `pod-logs/`).
     pub node_state: PathBuf,
+    /// The chart values the world installs with (its image, never pulled).
+    pub chart_values: PathBuf,
+    /// An image with a shell, curl and python3, for pods that run commands.
+    pub tools_image: String,
     pub repo_root: PathBuf,
 }
 
@@ -31,6 +36,8 @@ impl World {
             target_bootstrap: var("MF_TARGET_BOOTSTRAP")?,
             kubeconfig: PathBuf::from(var("KUBECONFIG")?),
             node_state: PathBuf::from(var("MF_NODE_STATE")?),
+            chart_values: PathBuf::from(var("MF_CHART_VALUES")?),
+            tools_image: var("MF_TOOLS_IMAGE")?,
             repo_root: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
         })
     }
@@ -124,6 +131,7 @@ pub fn unique(prefix: &str) -> String {
 
 pub mod kafka;
 pub mod mm2;
+pub mod node;
 pub mod oauth;
 pub mod operator;
 pub mod replicator;

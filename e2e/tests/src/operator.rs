@@ -5,8 +5,9 @@ use mirrorflow::api::MirrorFlow;
 
 use crate::{World, run};
 
-/// Installs the chart as release `mirrorflow` into `ns` (created), running the locally built
-/// binary; the operator watches only `ns`, so it never touches other tests' flows.
+/// Installs the chart as release `mirrorflow` into `ns` (created) with the world's values (the
+/// image built from this checkout); the operator watches only `ns`, so it never touches other
+/// tests' flows.
 pub fn install_operator(world: &World, ns: &str) -> Result<()> {
     install_operator_with(world, ns, &[])
 }
@@ -29,6 +30,7 @@ pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result
         ],
     )?;
     let watch = format!("watchNamespace={ns}");
+    let world_values = world.chart_values.to_str().context("chart values path")?;
     let mut args = vec![
         "install",
         "mirrorflow",
@@ -39,12 +41,8 @@ pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result
         "--wait",
         "--timeout",
         "180s",
-        "--set",
-        "image.repository=mirrorflow",
-        "--set",
-        "image.tag=dev",
-        "--set",
-        "listenHost=$(POD_IP)",
+        "-f",
+        world_values,
         "--set",
         &watch,
     ];

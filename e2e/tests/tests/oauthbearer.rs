@@ -400,11 +400,9 @@ async fn the_operator_runs_an_oauthbearer_flow_to_failover_ready_and_names_a_wro
         haystack.push_str(&ev.message.unwrap_or_default());
     }
     let mut logs = 0;
-    for pod in std::fs::read_dir(world.node_state.join("logs").join(&ns))?.flatten() {
-        for file in std::fs::read_dir(pod.path())?.flatten() {
-            haystack.push_str(&std::fs::read_to_string(file.path()).unwrap_or_default());
-            logs += 1;
-        }
+    for file in world.pod_log_files(&ns)? {
+        haystack.push_str(&std::fs::read_to_string(file).unwrap_or_default());
+        logs += 1;
     }
     ensure!(logs >= 2, "only {logs} pod logs to search");
     ensure!(

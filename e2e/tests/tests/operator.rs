@@ -1,4 +1,4 @@
-//! The operator end to end: installed by its Helm chart, running as a pod on the process node,
+//! The operator end to end: installed by its Helm chart, running as a container on the world's node,
 //! deploying replicators for a MirrorFlow and reporting a status measured on the clusters.
 //! One test function, because the steps share one installation and run in order.
 
@@ -226,11 +226,8 @@ spec:
     {
         haystack.push_str(&ev.message.unwrap_or_default());
     }
-    let logs = std::fs::read_dir(world.node_state.join("logs").join(&ns))?;
-    for pod in logs.flatten() {
-        for file in std::fs::read_dir(pod.path())?.flatten() {
-            haystack.push_str(&std::fs::read_to_string(file.path()).unwrap_or_default());
-        }
+    for file in world.pod_log_files(&ns)? {
+        haystack.push_str(&std::fs::read_to_string(file).unwrap_or_default());
     }
     assert!(
         haystack.contains("needs-secret") || haystack.contains("flow"),

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::node::{container_pid, process_alive};
 use mirrorflow_e2e::operator::{install_operator_with, patch_flow_spec, wait_for_flow};
 use mirrorflow_e2e::replicator::http_get;
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
@@ -176,29 +177,10 @@ spec:
     Ok(())
 }
 
-/// The leader's process of an operator pod on the process node (`<state>/pids/<pod uid>_<container>.pid`
-/// holds "PID STARTTIME").
-fn operator_pid(world: &World, pod: &Pod) -> Result<i32> {
-    let uid = pod.metadata.uid.clone().context("pod uid")?;
-    let file = world
-        .node_state
-        .join("pids")
-        .join(format!("{uid}_operator.pid"));
-    let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
-    text.split_whitespace()
-        .next()
-        .context("pid")?
-        .parse()
-        .context("pid number")
-}
-
-/// Signals the container's whole process group (the node starts each container in its own).
-fn signal(pgid: i32, sig: &str) -> Result<()> {
-    run("kill", &[sig, "--", &format!("-{pgid}")]).map(|_| ())
-}
-
-fn alive(pgid: i32) -> bool {
-    run("kill", &["-0", "--", &format!("-{pgid}")]).is_ok()
+/// Signals the operator container's process from the host: it is pid 1 of the container's pid
+/// namespace, which SIGSTOP and SIGCONT reach from outside whatever handlers it has.
+fn signal(pid: i32, sig: &str) -> Result<()> {
+    run("kill", &[sig, &pid.to_string()]).map(|_| ())
 }
 
 /// A leader frozen past its lease (as when its node or its apiserver connection stalls): a
@@ -223,7 +205,7 @@ async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
     })
     .await?;
     let leader_pod = pods.get(&leader).await?;
-    let pid = operator_pid(&world, &leader_pod)?;
+    let pid = container_pid(&leader_pod, "operator")?;
     let flow = format!(
         "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: fz-src, bootstrapServers: \"{}\"}}\n  target: {{alias: fz-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
         world.source_bootstrap, world.target_bootstrap
@@ -276,22 +258,16 @@ async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
     eventually(
         "the old leader to exit",
         Duration::from_secs(30),
-        || async { Ok((!alive(pid)).then_some(())) },
+        || async { Ok((!process_alive(pid)).then_some(())) },
     )
     .await?;
     println!("the woken leader exited after {:?}", woke.elapsed());
-    let log = world
-        .node_state
-        .join("logs")
-        .join(&ns)
-        .join(&leader)
-        .join("operator.log");
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    // All runs of the container: kubelet restarts the one that exited.
+    let text = world.container_log(&ns, &leader, "operator")?;
     assert!(
         text.contains("lost the leader lease")
             || text.contains("could not renew the leader lease in time"),
-        "the old leader's log does not say why it stopped ({})",
-        log.display()
+        "the old leader's log does not say why it stopped: {text}"
     );
     // What the new leader wrote stands: the old one did not write its view over it.
     let mf = flows.get("watched").await?;

@@ -185,11 +185,9 @@ async fn scram_over_tls_replicates_wrong_credentials_are_named_and_nothing_leaks
         haystack.push_str(&ev.message.unwrap_or_default());
     }
     let mut logs = 0;
-    for pod in std::fs::read_dir(world.node_state.join("logs").join(&ns))?.flatten() {
-        for file in std::fs::read_dir(pod.path())?.flatten() {
-            haystack.push_str(&std::fs::read_to_string(file.path()).unwrap_or_default());
-            logs += 1;
-        }
+    for file in world.pod_log_files(&ns)? {
+        haystack.push_str(&std::fs::read_to_string(file).unwrap_or_default());
+        logs += 1;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut scraped = 0;

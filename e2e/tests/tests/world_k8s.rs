@@ -1,5 +1,6 @@
-//! The control plane and the process node behave like a small real cluster: Deployments become
-//! ReplicaSets and running, ready pods; pods see their env, volumes and service-account identity;
+//! The control plane and the node (kubelet, containerd, runc) behave like a small real cluster:
+//! Deployments become ReplicaSets and running, ready pods with their own network namespace;
+//! pods see their env, volumes and service-account identity; `kubectl logs` and `exec` work;
 //! crashed containers restart; garbage collection stops what a deleted Deployment owned.
 
 use std::time::Duration;
@@ -9,11 +10,12 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use mirrorflow_e2e::node::{container_pid, process_alive};
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn manifest(ns: &str) -> String {
+fn manifest(ns: &str, image: &str) -> String {
     format!(
         r#"
 apiVersion: v1
@@ -47,7 +49,8 @@ spec:
         configMap: {{name: greeting}}
       containers:
       - name: main
-        image: busybox:stable
+        image: {image}
+        imagePullPolicy: Never
         env:
         - {{name: GREETING, value: hi}}
         - name: POD_NAME
@@ -76,12 +79,6 @@ spec:
     )
 }
 
-fn pid_of(pod: &Pod) -> Option<i32> {
-    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
-    let id = status.container_id.as_deref()?;
-    id.strip_prefix("process://")?.parse().ok()
-}
-
 fn restart_count(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
@@ -96,12 +93,6 @@ fn is_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn process_alive(pid: i32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
 }
 
 async fn ready_pod(pods: &Api<Pod>) -> Result<Pod> {
@@ -127,7 +118,11 @@ async fn a_deployment_runs_as_a_ready_pod_that_sees_env_volumes_and_the_apiserve
         Ok(run("kubectl", &["get", "sa", "default", "-n", &ns]).ok())
     })
     .await?;
-    run_with_input("kubectl", &["apply", "-f", "-"], &manifest(&ns))?;
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &manifest(&ns, &world.tools_image),
+    )?;
 
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
     let rs = eventually("a ReplicaSet owned by the Deployment", WAIT, || async {
@@ -155,14 +150,15 @@ async fn a_deployment_runs_as_a_ready_pod_that_sees_env_volumes_and_the_apiserve
         Some("mirrorflow-node")
     );
     let ip = status.pod_ip.context("pod IP")?;
+    let pod_range = std::env::var("NODE_POD_CIDR")?;
+    let pod_prefix = pod_range.trim_end_matches("0/24");
     assert!(
-        ip.starts_with("127.") && ip != "127.0.0.1",
-        "pod has its own loopback IP: {ip}"
+        ip.starts_with(pod_prefix) && ip != format!("{pod_prefix}1"),
+        "the pod has an address of its own in {pod_range}: {ip}"
     );
 
-    let log_path = world.node_state.join(format!("logs/{ns}/{name}/main.log"));
     let log = eventually("the container's log lines", WAIT, || async {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let text = run("kubectl", &["logs", &name, "-n", &ns, "-c", "main"])?;
         Ok(text.contains("api: ").then_some(text))
     })
     .await?;
@@ -180,19 +176,45 @@ async fn a_deployment_runs_as_a_ready_pod_that_sees_env_volumes_and_the_apiserve
         "{log}"
     );
 
-    // A killed process is restarted and counted.
-    let pid = pid_of(&pod).context("the container's pid in containerID")?;
+    // exec runs in the container: its own hostname (the pod's name) and network namespace.
+    let inside = run(
+        "kubectl",
+        &[
+            "exec",
+            &name,
+            "-n",
+            &ns,
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "hostname; readlink /proc/self/ns/net",
+        ],
+    )?;
+    let host_netns = std::fs::read_link("/proc/self/ns/net")?;
+    let mut lines = inside.lines();
+    assert_eq!(lines.next(), Some(name.as_str()), "{inside}");
+    assert_ne!(
+        lines.next().map(std::path::PathBuf::from),
+        Some(host_netns),
+        "the container has a network namespace of its own: {inside}"
+    );
+
+    // A killed process is restarted by kubelet and counted.
+    let pid = container_pid(&pod, "main")?;
     run("kill", &["-9", &pid.to_string()])?;
     let restarted = eventually(
         "restartCount to rise and the pod to be ready again",
         WAIT,
         || async {
             let p = pods.get(&name).await?;
-            Ok((restart_count(&p) >= 1 && is_ready(&p) && pid_of(&p) != Some(pid)).then_some(p))
+            let restarted = restart_count(&p) >= 1 && is_ready(&p);
+            Ok((restarted && container_pid(&p, "main").is_ok_and(|new| new != pid)).then_some(p))
         },
     )
     .await?;
-    let new_pid = pid_of(&restarted).context("pid after restart")?;
+    let new_pid = container_pid(&restarted, "main")?;
     assert!(process_alive(new_pid));
 
     // Deleting the Deployment garbage-collects the ReplicaSet and the pod, which stops the process.

@@ -1,0 +1,392 @@
+# shellcheck shell=bash
+# The world's node: a real kubelet (lib/build.sh builds it) with containerd and runc from Debian,
+# pods in network namespaces on a bridge of this world. Sourced by world.sh after k8s.sh and
+# image.sh. What each setting is for, and what this machine kind needs, is in e2e/README.md
+# ("The node").
+#
+#   node_start   containerd, the pod network, kubelet; imports the images; waits for Node Ready
+#   node_stop    kubelet, every pod, containerd; removes mounts, network, cgroups it made
+#
+# Everything lives under $NODE_DIR (state, sockets, logs), the bridge $NODE_BRIDGE, the nat
+# chain MF-$NODE_BRIDGE and the cgroup $(node_cgroup_root): `node_stop` finds all of them again
+# from those names alone, also after a crash.
+
+NODE_DIR="$MF_STATE/node"
+NODE_NAME=mirrorflow-node
+# The `kubernetes` Service's ClusterIP: the first address of the apiserver's service range.
+NODE_APISERVER_SERVICE_IP=10.0.0.1
+PAUSE_VERSION=1
+PAUSE_IMAGE="localhost/mirrorflow-pause:$PAUSE_VERSION"
+TOOLS_IMAGE="localhost/mirrorflow-tools:1"
+
+node_sock() { echo "$NODE_DIR/containerd/containerd.sock"; }
+node_ctr() { ctr --address "$(node_sock)" --namespace k8s.io "$@"; }
+node_gateway() { echo "${NODE_POD_CIDR%.0/24}.1"; }
+node_chain() { echo "MF-$NODE_BRIDGE"; }
+node_chain_out() { echo "MF-$NODE_BRIDGE-OUT"; }
+# One cgroup per world (its state dir names it), below the one this shell runs in.
+node_cgroup_root() { cgroup_below_self "mirrorflow-node-$(printf '%s' "$MF_STATE" | sha256sum | cut -c1-8)"; }
+
+node_need_tools() {
+  local c
+  for c in containerd containerd-shim-runc-v2 ctr runc nsenter iptables ip gcc buildah podman; do
+    need "$c" "apt-get install containerd runc containernetworking-plugins iptables iproute2 util-linux gcc (e2e/world.sh node-setup)"
+  done
+  [ -x /usr/lib/cni/bridge ] || die "the CNI plugins are missing: apt-get install containernetworking-plugins"
+  case "$NODE_POD_CIDR" in
+    *.0/24) ;;
+    *) die "NODE_POD_CIDR must be a /24 ending in .0 (got '$NODE_POD_CIDR')" ;;
+  esac
+}
+
+# Debian 12's containerd 1.6 and CNI plugins 1.1 (see e2e/README.md for why not containerd 2).
+node_setup() {
+  local missing=() c
+  for c in containerd runc; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  [ "$(id -u)" = 0 ] || die "installing the node's runtime needs root: apt-get install ${missing[*]}"
+  log "installing the node's runtime (missing: ${missing[*]})"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins >/dev/null
+}
+
+# The pod sandbox image, built here: the usual one is in a registry this machine cannot reach.
+# Keyed by the source's hash so a change rebuilds it.
+node_pause_archive() {
+  local hash dir
+  hash="$(sha256sum "$MF_ROOT/e2e/node/pause.c" | cut -c1-12)"
+  dir="$MF_CACHE/node-pause-$PAUSE_VERSION-$hash"
+  if [ ! -f "$dir/pause.oci.tar" ]; then
+    mkdir -p "$dir"
+    gcc -static -Os -Wall -Wextra -Werror -o "$dir/pause" "$MF_ROOT/e2e/node/pause.c" ||
+      die "compiling the pause program failed"
+    local c
+    c="$(buildah from --quiet scratch)"
+    buildah copy --quiet "$c" "$dir/pause" /pause >/dev/null
+    buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+    buildah commit --quiet --rm "$c" "$PAUSE_IMAGE" >/dev/null
+    podman save --quiet --format oci-archive -o "$dir/pause.oci.tar.new" "$PAUSE_IMAGE"
+    mv "$dir/pause.oci.tar.new" "$dir/pause.oci.tar"
+  fi
+  echo "$dir/pause.oci.tar"
+}
+
+# The tests' image with a shell (e2e/node/tools.Containerfile), keyed by its file and base.
+node_tools_archive() {
+  local hash dir
+  hash="$( (cat "$MF_ROOT/e2e/node/tools.Containerfile" && podman image inspect --format '{{.Id}}' "$(image_debian_tag)") |
+    sha256sum | cut -c1-12)"
+  dir="$MF_CACHE/node-tools-$hash"
+  if [ ! -f "$dir/tools.oci.tar" ]; then
+    mkdir -p "$dir"
+    podman build "${IMAGE_BUILD_ARGS[@]}" --build-arg BASE_IMAGE="$(image_debian_tag)" -t "$TOOLS_IMAGE" \
+      -f "$MF_ROOT/e2e/node/tools.Containerfile" "$MF_ROOT/e2e/node" >"$dir/build.log" 2>&1 ||
+      die "building $TOOLS_IMAGE failed (log: $dir/build.log)"
+    podman save --quiet --format oci-archive -o "$dir/tools.oci.tar.new" "$TOOLS_IMAGE"
+    mv "$dir/tools.oci.tar.new" "$dir/tools.oci.tar"
+    image_cgroup_cleanup
+  fi
+  echo "$dir/tools.oci.tar"
+}
+
+node_write_configs() {
+  local d="$NODE_DIR" gw
+  gw="$(node_gateway)"
+  mkdir -p "$d/containerd" "$d/cni/bin" "$d/cni/net.d" "$d/kubelet" "$d/pod-logs"
+  cat >"$d/containerd/config.toml" <<EOF
+# Written by e2e/lib/node.sh.
+version = 2
+root = "$d/containerd/root"
+state = "$d/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$(node_sock)"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$d/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # No CAP_SYS_RESOURCE here: a negative oom_score_adj is refused ("can't get final child's PID").
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$d/cni/bin"
+    conf_dir = "$d/cni/net.d"
+    max_conf_num = 1
+EOF
+  local p
+  for p in bridge host-local loopback; do ln -sfn "/usr/lib/cni/$p" "$d/cni/bin/$p"; done
+  ln -sfn "$MF_ROOT/e2e/node/cni-host-loopback" "$d/cni/bin/mirrorflow-host-loopback"
+  cat >"$d/cni/net.d/10-mirrorflow.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "mirrorflow-pods",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": true,
+      "ipam": {
+        "type": "host-local", "dataDir": "$d/cni/ipam",
+        "ranges": [[{"subnet": "$NODE_POD_CIDR", "gateway": "$gw", "rangeStart": "${gw%.1}.10"}]],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "$gw"}]
+      }
+    },
+    {
+      "type": "mirrorflow-host-loopback", "gateway": "$gw",
+      "apiserver": {"serviceIP": "$NODE_APISERVER_SERVICE_IP", "servicePort": 443, "port": $APISERVER_PORT}
+    }
+  ]
+}
+EOF
+  # Pods get no nameserver: the host's is not reachable from the bridge, and nothing the world
+  # runs needs DNS (names like localhost come from the pod's /etc/hosts).
+  printf '# written by e2e/lib/node.sh: no DNS for pods\n' >"$d/resolv.conf"
+  cat >"$d/kubelet/config.yaml" <<EOF
+# Written by e2e/lib/node.sh.
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+containerRuntimeEndpoint: unix://$(node_sock)
+cgroupDriver: cgroupfs
+cgroupRoot: $NODE_CGROUP_ROOT
+oomScoreAdj: 0
+failSwapOn: false
+# kubelet's own iptables chains would go into the host's tables, shared with other worlds.
+makeIPTablesUtilChains: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $(k8s_dir)/pki/ca.crt}
+authorization:
+  mode: Webhook
+resolvConf: $d/resolv.conf
+podLogsDir: $d/pod-logs
+volumePluginDir: $d/kubelet/volume-plugins
+# The machine's disk is shared: never evict pods or remove the imported images because of it.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+serializeImagePulls: false
+syncFrequency: 10s
+EOF
+}
+
+node_certs() {
+  local pki
+  pki="$(k8s_dir)/pki"
+  [ -f "$pki/kubelet.crt" ] && return 0
+  # The Node authorizer knows a kubelet by this name and group.
+  if ! openssl req -newkey rsa:2048 -nodes -keyout "$pki/kubelet.key" -out "$pki/kubelet.csr" \
+    -subj "/O=system:nodes/CN=system:node:$NODE_NAME" 2>/dev/null ||
+    ! openssl x509 -req -in "$pki/kubelet.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 365 -extfile "$pki/client.ext" -out "$pki/kubelet.crt" 2>/dev/null; then
+    die "making the kubelet's client certificate failed"
+  fi
+}
+
+# The bridge (its address is the pods' gateway) and the host half of cni-host-loopback: what a
+# pod sends to the gateway goes to the host's loopback. Forwarding stays off, so nothing from a
+# pod is routed anywhere else. The same for the host's own connections to the gateway: the Node's
+# address is the gateway (kubelet refuses a loopback node IP), and the apiserver reaches kubelet,
+# which listens on 127.0.0.1 only, through it.
+node_network_up() {
+  local gw chain out
+  gw="$(node_gateway)"
+  chain="$(node_chain)"
+  out="$(node_chain_out)"
+  if ip route show "$NODE_POD_CIDR" | grep -qv "dev $NODE_BRIDGE "; then
+    die "$NODE_POD_CIDR is already routed elsewhere ($(ip route show "$NODE_POD_CIDR")): set NODE_POD_CIDR"
+  fi
+  ip link show "$NODE_BRIDGE" >/dev/null 2>&1 || ip link add "$NODE_BRIDGE" type bridge ||
+    die "could not create the bridge $NODE_BRIDGE"
+  ip addr replace "$gw/24" dev "$NODE_BRIDGE"
+  ip link set "$NODE_BRIDGE" up
+  sysctl -qw "net.ipv4.conf.$NODE_BRIDGE.route_localnet=1"
+  iptables -w -t nat -N "$chain" 2>/dev/null || iptables -w -t nat -F "$chain"
+  iptables -w -t nat -A "$chain" -i "$NODE_BRIDGE" -d "$gw/32" -p tcp -j DNAT --to-destination 127.0.0.1
+  iptables -w -t nat -C PREROUTING -j "$chain" 2>/dev/null || iptables -w -t nat -A PREROUTING -j "$chain"
+  iptables -w -t nat -N "$out" 2>/dev/null || iptables -w -t nat -F "$out"
+  iptables -w -t nat -A "$out" -d "$gw/32" -p tcp -j DNAT --to-destination 127.0.0.1
+  iptables -w -t nat -C OUTPUT -j "$out" 2>/dev/null || iptables -w -t nat -A OUTPUT -j "$out"
+  # The bridge and chains are named by NODE_BRIDGE, which a world started from this one's
+  # environment inherits (the tests' private Kafka-only worlds): only the world that made
+  # them takes them down.
+  echo "$NODE_BRIDGE" >"$NODE_DIR/network"
+}
+
+node_network_down() {
+  local chain
+  [ "$(cat "$NODE_DIR/network" 2>/dev/null)" = "$NODE_BRIDGE" ] || return 0
+  chain="$(node_chain)"
+  while iptables -w -t nat -D PREROUTING -j "$chain" 2>/dev/null; do :; done
+  while iptables -w -t nat -D OUTPUT -j "$(node_chain_out)" 2>/dev/null; do :; done
+  for chain in "$chain" "$(node_chain_out)"; do
+    iptables -w -t nat -F "$chain" 2>/dev/null || true
+    iptables -w -t nat -X "$chain" 2>/dev/null || true
+  done
+  ip link del "$NODE_BRIDGE" 2>/dev/null || true
+  rm -f "$NODE_DIR/network"
+}
+
+# kubelet refuses a cgroup root that does not exist in every hierarchy. cpuset needs its cpus and
+# mems filled in before anything can join it: copied from the parent, as runc does.
+node_cgroup_up() {
+  local mnt dir parent f
+  for mnt in /sys/fs/cgroup/*/; do
+    [ -e "${mnt}cgroup.procs" ] || continue
+    dir="${mnt%/}$NODE_CGROUP_ROOT"
+    mkdir -p "$dir"
+    case "$mnt" in
+      */cpuset/)
+        parent="${mnt%/}"
+        for f in ${NODE_CGROUP_ROOT//\// }; do
+          parent="$parent/$f"
+          for c in cpus mems; do
+            [ -s "$parent/cpuset.$c" ] && [ -n "$(tr -d '\n' <"$parent/cpuset.$c")" ] && continue
+            cat "${parent%/*}/cpuset.$c" >"$parent/cpuset.$c"
+          done
+        done
+        ;;
+    esac
+  done
+}
+
+node_import() {
+  # node_import ARCHIVE: into containerd's k8s.io namespace, where the CRI looks.
+  node_ctr images import --no-unpack=false "$1" >>"$NODE_DIR/import.log" 2>&1 ||
+    die "importing $1 into containerd failed (log: $NODE_DIR/import.log)"
+}
+
+node_images() {
+  local start=$SECONDS archive
+  node_import "$(node_pause_archive)"
+  node_import "$(node_tools_archive)"
+  # image_build names the archive it made or found; without it (world.sh node start alone),
+  # the newest one.
+  archive="${IMAGE_ARCHIVE:-$(find "$IMAGE_DIR" -maxdepth 1 -name 'mirrorflow-*.oci.tar' -printf '%T@ %p\n' 2>/dev/null |
+    sort -rn | head -n 1 | cut -d' ' -f2-)}"
+  [ -f "$archive" ] || die "no image archive in $IMAGE_DIR: run e2e/world.sh image"
+  node_import "$archive"
+  node_ctr images ls -q | grep -qx "$IMAGE_NAME:dev" ||
+    die "$IMAGE_NAME:dev is not in containerd after importing $archive: $(node_ctr images ls -q | tr '\n' ' ')"
+  log "images imported into containerd in $((SECONDS - start)) s ($(basename "$archive"))"
+}
+
+node_containerd_start() {
+  pid_alive "$NODE_DIR/containerd.pid" && return 0
+  log "starting containerd $(containerd --version | awk '{print $3}') (socket $(node_sock))"
+  # The nofile hard limit here is 20000; containers get containerd's defaults within it.
+  nohup containerd --config "$NODE_DIR/containerd/config.toml" >>"$NODE_DIR/containerd.log" 2>&1 &
+  echo $! >"$NODE_DIR/containerd.pid"
+  wait_until 30 containerd node_ctr version || die "containerd did not start (log: $NODE_DIR/containerd.log)"
+}
+
+node_ready() {
+  [ "$(k8s_kubectl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+node_kubelet_start() {
+  pid_alive "$NODE_DIR/kubelet.pid" && return 0
+  require_port_free "$KUBELET_PORT" kubelet KUBELET_PORT
+  require_port_free "$KUBELET_HEALTHZ_PORT" "kubelet healthz" KUBELET_HEALTHZ_PORT
+  log "starting kubelet $KUBELET_VERSION (node $NODE_NAME, 127.0.0.1:$KUBELET_PORT, pods in $NODE_POD_CIDR)"
+  nohup "$KUBELET_BIN/kubelet" --config "$NODE_DIR/kubelet/config.yaml" \
+    --kubeconfig "$NODE_DIR/kubelet.kubeconfig" --root-dir "$NODE_DIR/kubelet/root" \
+    --cert-dir "$NODE_DIR/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$(node_gateway)" \
+    >>"$NODE_DIR/kubelet.log" 2>&1 &
+  echo $! >"$NODE_DIR/kubelet.pid"
+  wait_until 90 "the node to be Ready" node_ready || {
+    tail -n 20 "$NODE_DIR/kubelet.log" >&2
+    die "the node did not become Ready (log: $NODE_DIR/kubelet.log)"
+  }
+}
+
+node_start() {
+  node_need_tools
+  build_kubelet
+  mkdir -p "$NODE_DIR/kubelet/root"
+  NODE_CGROUP_ROOT="$(node_cgroup_root)"
+  image_podman_env
+  node_certs
+  k8s_kubeconfig kubelet "$NODE_DIR/kubelet.kubeconfig"
+  node_write_configs
+  node_network_up
+  node_cgroup_up
+  # kubelet's mount propagation needs a shared mount; this one is ours alone (/ stays private).
+  if ! mountpoint -q "$NODE_DIR/kubelet/root"; then
+    mount --bind "$NODE_DIR/kubelet/root" "$NODE_DIR/kubelet/root"
+    mount --make-rshared "$NODE_DIR/kubelet/root"
+  fi
+  node_containerd_start
+  node_images
+  node_kubelet_start
+  log "node $NODE_NAME is Ready (logs: $NODE_DIR/kubelet.log, containers: $NODE_DIR/pod-logs)"
+}
+
+# Pids of every process in the node's pod cgroups (kubelet's tree below the cgroup root).
+node_pod_pids() {
+  local dir
+  dir="/sys/fs/cgroup/memory$NODE_CGROUP_ROOT"
+  [ -d "$dir" ] && find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null
+  return 0
+}
+
+node_shim_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd="$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" || continue
+    case "$cmd" in "containerd-shim-runc-v2 "*"-address $(node_sock) "* | */containerd-shim-runc-v2\ *"-address $(node_sock) "*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+node_stop() {
+  # A world that never started a node (Kafka only) has nothing to stop.
+  [ -d "$NODE_DIR" ] || return 0
+  NODE_CGROUP_ROOT="$(node_cgroup_root)"
+  stop_pidfile "$NODE_DIR/kubelet.pid" 20
+  # Pods: their tasks killed through containerd, then anything left in their cgroups, then the
+  # shims (containerd started them; their pid files are in its state dir).
+  if pid_alive "$NODE_DIR/containerd.pid"; then
+    local id
+    for id in $(node_ctr tasks ls -q 2>/dev/null); do node_ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+  fi
+  local pid deadline=$((SECONDS + 20))
+  while [ -n "$(node_pod_pids)" ] && ((SECONDS < deadline)); do
+    for pid in $(node_pod_pids); do kill -KILL "$pid" 2>/dev/null || true; done
+    sleep 0.2
+  done
+  stop_pidfile "$NODE_DIR/containerd.pid" 20
+  # A shim whose task containerd never deleted outlives containerd; this world's shims are the
+  # ones started with its socket.
+  for pid in $(node_shim_pids); do kill -TERM "$pid" 2>/dev/null || true; done
+  deadline=$((SECONDS + 10))
+  while [ -n "$(node_shim_pids)" ] && ((SECONDS < deadline)); do sleep 0.2; done
+  for pid in $(node_shim_pids); do kill -KILL "$pid" 2>/dev/null || true; done
+  # Mounts (overlay roots, volumes, network namespaces, the shared bind mount), deepest first;
+  # a network namespace with no process and no mount goes away with its veth.
+  local m
+  awk -v d="$NODE_DIR/" 'index($5, d) == 1 || $5 == substr(d, 1, length(d) - 1) {print $5}' /proc/self/mountinfo |
+    sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  node_network_down
+  cgroup_remove_empty "$NODE_CGROUP_ROOT"
+}

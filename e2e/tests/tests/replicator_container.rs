@@ -1,0 +1,212 @@
+//! A replicator as the node runs it: a container whose root file system refuses writes, whose
+//! process runs as uid 65532 with no capabilities under seccomp, and which kubelet restarts
+//! after a `kill -9` with no record lost (at-least-once) and the flow FailoverReady again.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use mirrorflow::api::MirrorFlow;
+use mirrorflow_e2e::node::{container_pid, process_alive};
+use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use rdkafka::producer::FutureRecord;
+
+const PARTITIONS: i32 = 3;
+const BEFORE: i32 = 200;
+const DURING: i32 = 300;
+
+/// The `Name:\tvalue` line of /proc/<pid>/status.
+fn proc_status(pid: i32, name: &str) -> Result<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_owned())
+        .with_context(|| format!("no {name} in /proc/{pid}/status"))
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == "replicator"))
+        .map_or(0, |c| c.restart_count)
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The values of every record of `topic`, all partitions, with how many times each was seen.
+fn values(bootstrap: &str, topic: &str) -> Result<(BTreeSet<String>, usize)> {
+    let mut set = BTreeSet::new();
+    let mut n = 0;
+    for p in 0..PARTITIONS {
+        for (_, _, v) in kafka::read_partition(bootstrap, topic, p)? {
+            n += 1;
+            set.insert(String::from_utf8_lossy(&v.unwrap_or_default()).into_owned());
+        }
+    }
+    Ok((set, n))
+}
+
+#[tokio::test]
+async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lost() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-ctr");
+    install_operator(&world, &ns)?;
+    let alias = unique("ctr");
+    let topic = unique("ctrtopic");
+    kafka::create_topic(&world.source_bootstrap, &topic, PARTITIONS).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, BEFORE, PARTITIONS).await?;
+    let flow = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: flow, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{topic}\"]\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let failover_ready =
+        |mf: &MirrorFlow| condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True");
+    wait_for_flow(
+        &flows,
+        "flow",
+        "FailoverReady",
+        Duration::from_secs(180),
+        failover_ready,
+    )
+    .await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = pods.get("flow-0").await?;
+    let pid = container_pid(&pod, "replicator")?;
+
+    // What the kernel says about the container's process, not what the pod spec asked for.
+    let uid = proc_status(pid, "Uid")?;
+    assert!(
+        uid.split_whitespace().all(|u| u == "65532"),
+        "real, effective, saved and fs uid are 65532: {uid}"
+    );
+    assert_eq!(
+        proc_status(pid, "CapEff")?,
+        "0000000000000000",
+        "no capabilities"
+    );
+    assert_eq!(proc_status(pid, "Seccomp")?, "2", "a seccomp filter is on");
+    assert_eq!(proc_status(pid, "NoNewPrivs")?, "1");
+    // Through /proc/<pid>/root a write lands in the container's own root mount: even root on
+    // the host is refused there, because that mount is read-only.
+    let probe = format!("/proc/{pid}/root/mirrorflow-write-probe");
+    match std::fs::write(&probe, b"x") {
+        Err(e) if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {}
+        Err(e) => bail!("writing {probe} failed, but not as a read-only file system: {e}"),
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+            bail!("the container's root file system accepted a write ({probe})");
+        }
+    }
+
+    // Records keep coming while the container is killed.
+    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(60))?;
+    let topic_in_task = topic.clone();
+    let writer = tokio::spawn(async move {
+        for i in BEFORE..BEFORE + DURING {
+            let v = format!("v{i}");
+            producer
+                .send(
+                    FutureRecord::<(), _>::to(&topic_in_task)
+                        .payload(&v)
+                        .partition(i % PARTITIONS),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::Ok(())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    run("kill", &["-9", &pid.to_string()])?;
+    let killed = Instant::now();
+    let killed_at = run("date", &["-u", "+%Y-%m-%dT%H:%M:%S"])?
+        .trim()
+        .to_owned();
+    let restarted = eventually(
+        "kubelet to restart the replicator container",
+        Duration::from_secs(120),
+        || async {
+            let p = pods.get("flow-0").await?;
+            let new = container_pid(&p, "replicator").ok().filter(|n| *n != pid);
+            Ok((restarts(&p) >= 1 && ready(&p) && new.is_some()).then_some(p))
+        },
+    )
+    .await?;
+    println!("restarted and ready {:?} after the kill", killed.elapsed());
+    assert!(!process_alive(pid), "the killed process is gone");
+    let last = restarted
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == "replicator"))
+        .and_then(|c| c.last_state.as_ref())
+        .and_then(|s| s.terminated.as_ref())
+        .context("the container's last state is terminated")?;
+    assert_eq!(last.exit_code, 137, "SIGKILL ended the last run: {last:?}");
+    writer.await??;
+
+    // At least once: every value the source holds arrives on the target.
+    let (source, _) = values(&world.source_bootstrap, &topic)?;
+    assert_eq!(source.len(), (BEFORE + DURING) as usize);
+    let remote = format!("{alias}.{topic}");
+    let (copied, n) = eventually(
+        "every record on the target",
+        Duration::from_secs(120),
+        || async {
+            let (got, n) = values(&world.target_bootstrap, &remote)?;
+            Ok(source.is_subset(&got).then_some((got, n)))
+        },
+    )
+    .await?;
+    assert_eq!(
+        copied, source,
+        "the target holds exactly the source's values"
+    );
+    println!(
+        "{} records on the source, {n} on the target: 0 lost, {} duplicates",
+        source.len(),
+        n - source.len()
+    );
+    // Ready again on what the restarted container did: a heartbeat it wrote after the kill
+    // (RFC 3339 in UTC on both sides, so the strings compare as times).
+    let after = wait_for_flow(
+        &flows,
+        "flow",
+        "FailoverReady with a heartbeat written after the restart",
+        Duration::from_secs(120),
+        |mf| {
+            failover_ready(mf)
+                && mf
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.heartbeat.as_ref())
+                    .and_then(|h| h.last_heartbeat_time.as_deref())
+                    .is_some_and(|t| t > killed_at.as_str())
+        },
+    )
+    .await?;
+    println!(
+        "FailoverReady again, heartbeat {:?}",
+        after
+            .status
+            .and_then(|s| s.heartbeat)
+            .and_then(|h| h.last_heartbeat_time)
+    );
+    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
+    Ok(())
+}
