@@ -274,3 +274,87 @@ async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
     assert!(observed(&mf), "the status is for the newest generation");
     Ok(())
 }
+
+/// Runs `iptables ARGS` inside the network namespace of the process `pid` (the pod's).
+fn pod_iptables(pid: i32, args: &[&str]) -> Result<()> {
+    let target = pid.to_string();
+    let mut all = vec!["-t", target.as_str(), "-n", "iptables", "-w"];
+    all.extend_from_slice(args);
+    run("nsenter", &all).map(|_| ())
+}
+
+/// The leader keeps running but its apiserver connection stalls (every packet to the
+/// apiserver dropped inside its pod's network namespace, so requests hang rather than fail):
+/// a standby takes over, and the old leader stops on its own renew deadline, while still cut
+/// off, instead of going on reconciling on what it last knew.
+#[tokio::test]
+async fn a_leader_whose_apiserver_connection_stalls_is_replaced_and_stops() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-cutoff");
+    let _cleanup = Cleanup(ns.clone());
+    // Liveness must not be what stops it: the renew deadline must.
+    install_operator_with(
+        &world,
+        &ns,
+        &["replicaCount=2", "livenessProbe.failureThreshold=12"],
+    )?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let leader = eventually("a Lease holder", Duration::from_secs(60), || async {
+        holder(&leases).await
+    })
+    .await?;
+    let pid = container_pid(&pods.get(&leader).await?, "operator")?;
+    let port = std::env::var("APISERVER_PORT").unwrap_or_else(|_| "16443".into());
+    // After the pod's own DNAT of the `kubernetes` Service, packets to the apiserver go to
+    // its host port: drop those, established connections included.
+    let drop = ["-p", "tcp", "--dport", port.as_str(), "-j", "DROP"];
+    let mut insert = vec!["-I", "OUTPUT"];
+    insert.extend_from_slice(&drop);
+    pod_iptables(pid, &insert)?;
+    let cut = Instant::now();
+
+    let next = eventually("another Lease holder", Duration::from_secs(60), || async {
+        Ok(holder(&leases).await?.filter(|h| *h != leader))
+    })
+    .await?;
+    println!(
+        "cut-off leader {leader} replaced by {next} after {:?}",
+        cut.elapsed()
+    );
+    let stopped = eventually(
+        "the cut-off leader to stop",
+        Duration::from_secs(60),
+        || async { Ok((!process_alive(pid)).then(|| cut.elapsed())) },
+    )
+    .await?;
+    println!("the cut-off leader stopped {stopped:?} after its connection stalled");
+    let text = world.container_log(&ns, &leader, "operator")?;
+    assert!(
+        text.contains("could not renew the leader lease in time")
+            || text.contains("lost the leader lease"),
+        "the cut-off leader's log does not say why it stopped: {text}"
+    );
+    // The new leader serves the flows.
+    let flow = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: co-src, bootstrapServers: \"{}\"}}\n  target: {{alias: co-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    wait_for_flow(
+        &flows,
+        "watched",
+        "the new leader's status",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+    assert_eq!(
+        holder(&leases).await?.as_deref(),
+        Some(next.as_str()),
+        "the restarted old leader, still cut off, did not take the lease back"
+    );
+    Ok(())
+}
