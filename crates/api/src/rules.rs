@@ -1,5 +1,5 @@
 //! Rules on spec strings that both the CRD schema and the Rust code enforce: the apiserver
-//! refuses a resource with the pattern, and [`crate::flow::validate`] refuses a standalone flow
+//! refuses a resource with the pattern, and `mirrorflow::flow::validate` refuses a standalone flow
 //! file (which never meets an apiserver) with the same rule. Each rule is written twice, once as
 //! a pattern for the CRD and once as Rust code that says *what* is wrong; the tests below check
 //! that the two agree on a table of examples.
