@@ -183,35 +183,33 @@ fn signal(pid: i32, sig: &str) -> Result<()> {
     run("kill", &[sig, &pid.to_string()]).map(|_| ())
 }
 
-/// A leader frozen past its lease (as when its node or its apiserver connection stalls): a
-/// standby takes over, and the old leader, once it runs again, writes nothing and exits instead
-/// of reconciling beside the new one.
-#[tokio::test]
-async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
-    let world = World::from_env()?;
+/// Two operators in a namespace of their own, liveness slow enough that a stalled leader is
+/// not restarted by it: the Lease API and the leader's name and host pid.
+async fn two_operators(world: &World, ns: &str) -> Result<(Api<Lease>, String, i32)> {
     let client = world.kube_client().await?;
-    let ns = unique("e2e-frozen");
-    let _cleanup = Cleanup(ns.clone());
-    // Liveness would restart the frozen pod after 30 s; this test wants to wake it itself.
     install_operator_with(
-        &world,
-        &ns,
+        world,
+        ns,
         &["replicaCount=2", "livenessProbe.failureThreshold=12"],
     )?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client, ns);
     let leader = eventually("a Lease holder", Duration::from_secs(60), || async {
         holder(&leases).await
     })
     .await?;
-    let leader_pod = pods.get(&leader).await?;
-    let pid = container_pid(&leader_pod, "operator")?;
+    let pid = container_pid(&pods.get(&leader).await?, "operator")?;
+    Ok((leases, leader, pid))
+}
+
+/// An Observe flow `watched` in `ns`, once it has a status.
+async fn watched_flow(world: &World, ns: &str) -> Result<Api<MirrorFlow>> {
     let flow = format!(
-        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: fz-src, bootstrapServers: \"{}\"}}\n  target: {{alias: fz-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: ha-src, bootstrapServers: \"{}\"}}\n  target: {{alias: ha-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
         world.source_bootstrap, world.target_bootstrap
     );
     run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
-    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let flows: Api<MirrorFlow> = Api::namespaced(world.kube_client().await?, ns);
     wait_for_flow(
         &flows,
         "watched",
@@ -220,6 +218,20 @@ async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
         observed,
     )
     .await?;
+    Ok(flows)
+}
+
+/// A leader frozen past its lease (as when its node or its apiserver connection stalls): a
+/// standby takes over, and the old leader, once it runs again, writes nothing and exits instead
+/// of reconciling beside the new one.
+#[tokio::test]
+async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
+    let world = World::from_env()?;
+    let ns = unique("e2e-frozen");
+    let _cleanup = Cleanup(ns.clone());
+    // Liveness would restart the frozen pod after 30 s; this test wakes it itself.
+    let (leases, leader, pid) = two_operators(&world, &ns).await?;
+    let flows = watched_flow(&world, &ns).await?;
 
     signal(pid, "-STOP")?;
     let frozen = Instant::now();
@@ -290,22 +302,11 @@ fn pod_iptables(pid: i32, args: &[&str]) -> Result<()> {
 #[tokio::test]
 async fn a_leader_whose_apiserver_connection_stalls_is_replaced_and_stops() -> Result<()> {
     let world = World::from_env()?;
-    let client = world.kube_client().await?;
     let ns = unique("e2e-cutoff");
     let _cleanup = Cleanup(ns.clone());
     // Liveness must not be what stops it: the renew deadline must.
-    install_operator_with(
-        &world,
-        &ns,
-        &["replicaCount=2", "livenessProbe.failureThreshold=12"],
-    )?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let leader = eventually("a Lease holder", Duration::from_secs(60), || async {
-        holder(&leases).await
-    })
-    .await?;
-    let pid = container_pid(&pods.get(&leader).await?, "operator")?;
+    let (leases, leader, pid) = two_operators(&world, &ns).await?;
+    let flows = watched_flow(&world, &ns).await?;
     let port = std::env::var("APISERVER_PORT").unwrap_or_else(|_| "16443".into());
     // After the pod's own DNAT of the `kubernetes` Service, packets to the apiserver go to
     // its host port: drop those, established connections included.
@@ -336,13 +337,12 @@ async fn a_leader_whose_apiserver_connection_stalls_is_replaced_and_stops() -> R
             || text.contains("lost the leader lease"),
         "the cut-off leader's log does not say why it stopped: {text}"
     );
-    // The new leader serves the flows.
-    let flow = format!(
-        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: watched, namespace: {ns}}}\nspec:\n  mode: Observe\n  source: {{alias: co-src, bootstrapServers: \"{}\"}}\n  target: {{alias: co-tgt, bootstrapServers: \"{}\"}}\n  topics: [\"{ns}-none\"]\n",
-        world.source_bootstrap, world.target_bootstrap
-    );
-    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
-    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    // The new leader serves the flow.
+    patch_flow_spec(
+        &ns,
+        "watched",
+        r#"{"failoverReadiness":{"maxHeartbeatLag":"25s"}}"#,
+    )?;
     wait_for_flow(
         &flows,
         "watched",
