@@ -48,6 +48,7 @@ fn exported() -> BTreeSet<String> {
             checkpoint_age: Some(Duration::ZERO),
             replay_records: 0,
             uncopied_records: 0,
+            invalidated_checkpoints: 0,
         }],
         ..Observation::default()
     };

@@ -52,6 +52,7 @@ fn reasons() -> Vec<&'static str> {
         reason::HEARTBEAT_LAG_HIGH,
         reason::NO_CHECKPOINTS,
         reason::CHECKPOINTS_STALE,
+        reason::CHECKPOINTS_INVALIDATED,
         reason::REPLICATION_LAG_HIGH,
         reason::REPLICATION_BEHIND,
         reason::HEARTBEATS_DISABLED,
@@ -74,6 +75,7 @@ fn reasons() -> Vec<&'static str> {
         "Ready",
         "NoCheckpoint",
         "CheckpointStale",
+        "CheckpointInvalidated",
     ]
 }
 

@@ -8,6 +8,9 @@ use crate::api::{FailoverReadinessSpec, GroupReadiness};
 /// Where a group stands for a failover now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum GroupState {
+    /// A checkpoint of it points into a remote partition that was recreated since: a failover
+    /// now would skip the new log's records up to it.
+    CheckpointInvalidated,
     /// It committed past what is copied, so no checkpoint can cover it yet.
     ReplicationBehind,
     /// Committed offsets on the source, no checkpoint on the target.
@@ -21,6 +24,7 @@ impl GroupState {
     /// The `reason` of its `leastReadyGroups` row.
     pub fn reason(self) -> &'static str {
         match self {
+            GroupState::CheckpointInvalidated => "CheckpointInvalidated",
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => "NoCheckpoint",
             GroupState::CheckpointStale => "CheckpointStale",
@@ -31,6 +35,7 @@ impl GroupState {
     /// The `CheckpointsFresh` reason when this is the worst group.
     pub fn condition_reason(self) -> &'static str {
         match self {
+            GroupState::CheckpointInvalidated => reason::CHECKPOINTS_INVALIDATED,
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => reason::NO_CHECKPOINTS,
             GroupState::CheckpointStale | GroupState::Ready => reason::CHECKPOINTS_STALE,
@@ -38,8 +43,9 @@ impl GroupState {
     }
 }
 
-/// Per-group readiness with its state, worst first: groups without any checkpoint, then stale
-/// ones (oldest first), then ready ones; ties by records a failover would re-read, then name.
+/// Per-group readiness with its state, worst first: groups whose checkpoints point into a
+/// recreated remote log (a failover would skip records), then groups without any checkpoint,
+/// then stale ones (oldest first), then ready ones; ties by records a failover would re-read, then name.
 pub fn states(
     obs: &Observation,
     limits: &FailoverReadinessSpec,
@@ -56,19 +62,27 @@ pub fn states(
                 )
             };
             let (rank, state, message) = match g.checkpoint_age {
+                _ if g.invalidated_checkpoints > 0 => (
+                    0,
+                    GroupState::CheckpointInvalidated,
+                    format!(
+                        "the checkpoints of {} partition(s) were written before their remote partition was recreated (see status.gaps, TargetTopicRecreated): they point into a log that is gone, and a failover now would skip records; the checkpoint loop writes new ones once the partition is copied again",
+                        g.invalidated_checkpoints
+                    ),
+                ),
                 None if g.uncopied_records > 0 => {
-                    (0, GroupState::ReplicationBehind, behind("never"))
+                    (1, GroupState::ReplicationBehind, behind("never"))
                 }
                 Some(age) if age > max_age && g.uncopied_records > 0 => {
-                    (1, GroupState::ReplicationBehind, behind(&secs(age)))
+                    (2, GroupState::ReplicationBehind, behind(&secs(age)))
                 }
                 None => (
-                    0,
+                    1,
                     GroupState::NoCheckpoint,
                     "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
                 ),
                 Some(age) if age > max_age => (
-                    1,
+                    2,
                     GroupState::CheckpointStale,
                     format!(
                         "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
@@ -76,7 +90,7 @@ pub fn states(
                         limits.max_checkpoint_age
                     ),
                 ),
-                Some(_) => (2, GroupState::Ready, "the group can fail over".to_string()),
+                Some(_) => (3, GroupState::Ready, "the group can fail over".to_string()),
             };
             let age = g.checkpoint_age.unwrap_or(Duration::MAX);
             let row = GroupReadiness {
@@ -112,11 +126,21 @@ mod tests {
     use crate::status::GroupObservation;
 
     fn group(name: &str, age: Option<u64>, uncopied: i64) -> GroupObservation {
+        invalidated(name, age, uncopied, 0)
+    }
+
+    fn invalidated(
+        name: &str,
+        age: Option<u64>,
+        uncopied: i64,
+        partitions: u32,
+    ) -> GroupObservation {
         GroupObservation {
             group: name.into(),
             checkpoint_age: age.map(Duration::from_secs),
             replay_records: 0,
             uncopied_records: uncopied,
+            invalidated_checkpoints: partitions,
         }
     }
 
@@ -128,6 +152,7 @@ mod tests {
                 group("stale", Some(3600), 0),
                 group("never", None, 0),
                 group("behind", Some(3600), 5),
+                invalidated("recreated", Some(0), 0, 2),
             ],
             ..Observation::default()
         };
@@ -138,6 +163,7 @@ mod tests {
         assert_eq!(
             got,
             [
+                (GroupState::CheckpointInvalidated, "recreated".to_string()),
                 (GroupState::NoCheckpoint, "never".to_string()),
                 (GroupState::ReplicationBehind, "behind".to_string()),
                 (GroupState::CheckpointStale, "stale".to_string()),

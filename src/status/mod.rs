@@ -53,6 +53,9 @@ pub struct GroupObservation {
     /// Source records the group committed that are not on the target yet (known from the
     /// replicator's stored positions; 0 when unknown).
     pub uncopied_records: i64,
+    /// Partitions whose checkpoint was written before their remote partition was recreated
+    /// (a `TargetTopicRecreated` gap): it points into a log that is gone.
+    pub invalidated_checkpoints: u32,
 }
 
 /// Why a cluster could not be used, as the probe's clients reported it.
@@ -528,6 +531,7 @@ mod tests {
                 checkpoint_age: Some(Duration::from_secs(1)),
                 replay_records: 0,
                 uncopied_records: 0,
+                invalidated_checkpoints: 0,
             }],
             ..Observation::default()
         }
@@ -634,6 +638,24 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_into_a_recreated_remote_log_blocks_failover() {
+        let mut o = healthy();
+        o.groups[0].invalidated_checkpoints = 1;
+        let s = status(None, &o, &FailoverReadinessSpec::default(), Some(1), &now());
+        assert_eq!(
+            cond(&s, CHECKPOINTS_FRESH).reason,
+            reason::CHECKPOINTS_INVALIDATED
+        );
+        assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+        assert_eq!(s.least_ready_groups[0].reason, "CheckpointInvalidated");
+        assert!(
+            s.least_ready_groups[0]
+                .message
+                .contains("TargetTopicRecreated")
+        );
+    }
+
+    #[test]
     fn a_stale_group_is_listed_first_with_its_reason() {
         let mut o = healthy();
         o.groups.push(GroupObservation {
@@ -641,12 +663,14 @@ mod tests {
             checkpoint_age: Some(Duration::from_secs(120)),
             replay_records: 40,
             uncopied_records: 0,
+            invalidated_checkpoints: 0,
         });
         o.groups.push(GroupObservation {
             group: "new".into(),
             checkpoint_age: None,
             replay_records: 7,
             uncopied_records: 0,
+            invalidated_checkpoints: 0,
         });
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
         let names: Vec<_> = s
@@ -678,6 +702,7 @@ mod tests {
             checkpoint_age: Some(Duration::from_secs(90)),
             replay_records: 500,
             uncopied_records: 480,
+            invalidated_checkpoints: 0,
         });
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
         let row = &s.least_ready_groups[0];

@@ -297,9 +297,35 @@ pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
     )
     .map(|r| r.items)
     .unwrap_or_default();
+    let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
-        out.groups =
-            group_observations(flow, &source, md, &checkpoints, positions.as_ref(), budget);
+        out.groups = group_observations(
+            flow,
+            &source,
+            md,
+            &checkpoints,
+            positions.as_ref(),
+            &recreated,
+            budget,
+        );
+    }
+    out
+}
+
+/// When each source partition's remote partition was last found recreated (ms since the
+/// epoch), from the gaps the replicator recorded.
+type Recreations = HashMap<(String, i32), i64>;
+
+fn recreations(gaps: &[Gap]) -> Recreations {
+    let mut out = Recreations::new();
+    for g in gaps
+        .iter()
+        .filter(|g| g.kind == positions::GapKind::TargetRewound)
+    {
+        let at = out
+            .entry((g.topic.clone(), g.partition))
+            .or_insert(g.detected_ms);
+        *at = (*at).max(g.detected_ms);
     }
     out
 }
@@ -419,6 +445,7 @@ fn group_observations(
     md: &rdkafka::metadata::Metadata,
     checkpoints: &CheckpointIndex,
     positions: Option<&Positions>,
+    recreated: &Recreations,
     budget: Budget,
 ) -> Vec<GroupObservation> {
     let policy = flow.policy.as_ref();
@@ -466,6 +493,7 @@ fn group_observations(
         let mut any_commit = false;
         let mut stale_since: Option<i64> = None;
         let mut newest_written: Option<i64> = None;
+        let mut invalidated = 0u32;
         for e in committed.elements() {
             let Offset::Offset(c) = e.offset() else {
                 continue;
@@ -483,6 +511,15 @@ fn group_observations(
             }
             let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
             match cps.and_then(|m| m.get(&TopicPartition::new(remote, e.partition()))) {
+                Some(stored)
+                    if recreated
+                        .get(&(e.topic().to_string(), e.partition()))
+                        .is_some_and(|&at| stored.written_ms.unwrap_or(0) < at) =>
+                {
+                    // Written into the remote log that was deleted: a failover on it would
+                    // seek past the new log's copies.
+                    invalidated = invalidated.saturating_add(1);
+                }
                 Some(stored) => {
                     let up = stored.checkpoint.upstream_offset;
                     let written = stored.written_ms.unwrap_or(0);
@@ -511,6 +548,7 @@ fn group_observations(
             checkpoint_age,
             replay_records: replay,
             uncopied_records: uncopied,
+            invalidated_checkpoints: invalidated,
         });
     }
     out
@@ -519,6 +557,24 @@ fn group_observations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_recreation_of_each_remote_partition_counts() {
+        let gap = |topic: &str, kind, at| Gap {
+            topic: topic.into(),
+            partition: 0,
+            kind,
+            from: 20,
+            to: 0,
+            detected_ms: at,
+        };
+        let found = recreations(&[
+            gap("t", positions::GapKind::TargetRewound, 5),
+            gap("t", positions::GapKind::TargetRewound, 9),
+            gap("u", positions::GapKind::SourceTruncated, 7),
+        ]);
+        assert_eq!(found, Recreations::from([(("t".to_string(), 0), 9)]));
+    }
 
     #[test]
     fn oauthbearer_errors_tell_the_endpoint_the_credentials_and_the_brokers_apart() {

@@ -27,6 +27,8 @@ pub const NO_HEARTBEATS: &str = "NoHeartbeats";
 pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
 pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
 pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
+/// A group's checkpoint points into a remote partition that was recreated since.
+pub const CHECKPOINTS_INVALIDATED: &str = "CheckpointsInvalidated";
 pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
 /// A group committed past what is copied, so no checkpoint can cover it yet.
 pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
