@@ -1,6 +1,7 @@
 //! Kafka client glue shared by the replicator, the operator's status probe and the CLI:
 //! client configuration from a cluster spec, and small admin helpers.
 
+pub mod admin;
 pub mod checkpoints;
 pub mod client_cert;
 pub mod cluster_id;
@@ -12,3 +13,43 @@ pub mod secrets;
 
 pub use config::{ClientUse, ConfigError, check_cluster, client_config};
 pub use secrets::{DEFAULT_SECRETS_DIR, SecretFiles};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// Which side of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    Source,
+    Target,
+}
+
+impl Side {
+    /// The name in metrics labels, logs and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Target => "target",
+        }
+    }
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Errors that mean the cluster cannot be reached (as opposed to a refused request).
+pub fn is_unreachable(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+                | RDKafkaErrorCode::MessageTimedOut
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+        )
+    )
+}

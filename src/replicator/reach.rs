@@ -8,47 +8,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
+#[cfg(test)]
+use rdkafka::error::RDKafkaErrorCode;
 
 use super::Metrics;
 
-/// Which side of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    Source,
-    Target,
-}
-
-impl Side {
-    /// The name in metrics labels, logs and messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Side::Source => "source",
-            Side::Target => "target",
-        }
-    }
-}
-
-impl std::fmt::Display for Side {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Errors that mean the cluster cannot be reached (as opposed to a refused request).
-pub fn is_unreachable(e: &KafkaError) -> bool {
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::Resolve
-                | RDKafkaErrorCode::MessageTimedOut
-                | RDKafkaErrorCode::OperationTimedOut
-                | RDKafkaErrorCode::RequestTimedOut
-        )
-    )
-}
+pub use crate::kafka::{Side, is_unreachable};
 
 /// One cluster's reachability, shared by every loop.
 pub struct Cluster {
@@ -126,9 +92,14 @@ impl Reachability {
         if is_unreachable(e) {
             self.unreachable(what, e);
         } else {
-            self.count("kafka");
-            tracing::warn!(loop_name = self.loop_name, cluster = %self.side(), error = %e, "{what} failed");
+            self.refused(what, e);
         }
+    }
+
+    /// The cluster answered `what` with a refusal (counted as `kind="kafka"`).
+    pub fn refused(&self, what: &str, e: &dyn std::fmt::Display) {
+        self.count("kafka");
+        tracing::warn!(loop_name = self.loop_name, cluster = %self.side(), error = %e, "{what} failed");
     }
 
     /// The cluster could not be reached doing `what`.

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -31,30 +30,18 @@ pub async fn ensure_compacted_topic(
     reach: &Reachability,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
-    let admin: AdminClient<DefaultClientContext> = client.create()?;
-    let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(replication_factor))
-        .set("cleanup.policy", "compact");
-    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let admin = crate::kafka::admin::Admin::new(reach.side(), client)?;
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
-        let outcome = admin
-            .create_topics([&new_topic], &options)
-            .await
-            .and_then(|mut results| match results.pop() {
-                Some(Err((_, code))) => Err(KafkaError::AdminOp(code)),
-                _ => Ok(()),
-            });
-        match outcome {
+        match admin.ensure_compacted(topic, replication_factor).await {
             Ok(()) => {
                 reach.ok();
-                tracing::info!(topic, "created topic");
                 return Ok(true);
             }
-            Err(KafkaError::AdminOp(RDKafkaErrorCode::TopicAlreadyExists)) => {
-                reach.ok();
-                return Ok(true);
+            Err(e) if e.is_unreachable() => {
+                reach.unreachable(&format!("creating topic {topic}"), &e)
             }
-            Err(e) => reach.failed(&format!("creating topic {topic}"), &e),
+            Err(e) => reach.refused(&format!("creating topic {topic}"), &e),
         }
         if !backoff.wait(shutdown).await {
             return Ok(false);

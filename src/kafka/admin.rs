@@ -1,0 +1,253 @@
+//! An admin client of one cluster, named for its errors: listing, describing, creating,
+//! growing and configuring topics. Topic discovery uses it for remote topics, and every loop for
+//! the single-partition compacted topics it keeps (positions, offset syncs, checkpoints,
+//! heartbeats): one way to create a topic, one meaning of an unreachable cluster
+//! ([`super::is_unreachable`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigEntry, NewPartitions, NewTopic,
+    OwnedResourceSpecifier, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::Side;
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{cluster} cluster: {what}: {source}")]
+    Kafka {
+        cluster: Side,
+        what: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("{cluster} cluster: {what} {topic}: {code}")]
+    Refused {
+        cluster: Side,
+        what: &'static str,
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+}
+
+impl AdminError {
+    pub fn cluster(&self) -> Side {
+        match self {
+            AdminError::Kafka { cluster, .. } | AdminError::Refused { cluster, .. } => *cluster,
+        }
+    }
+
+    /// Could not talk to the cluster at all, as opposed to a refused request
+    /// ([`super::is_unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, AdminError::Kafka { source, .. } if super::is_unreachable(source))
+    }
+}
+
+/// An admin client of one cluster, named for errors.
+#[derive(Clone)]
+pub struct Admin {
+    cluster: Side,
+    client: Arc<AdminClient<DefaultClientContext>>,
+}
+
+impl Admin {
+    pub fn new(cluster: Side, config: &ClientConfig) -> Result<Self, AdminError> {
+        let client = config.create().map_err(|source| AdminError::Kafka {
+            cluster,
+            what: "creating an admin client".into(),
+            source,
+        })?;
+        Ok(Admin {
+            cluster,
+            client: Arc::new(client),
+        })
+    }
+
+    fn kafka(&self, what: impl Into<String>) -> impl FnOnce(KafkaError) -> AdminError {
+        let (cluster, what) = (self.cluster, what.into());
+        move |source| AdminError::Kafka {
+            cluster,
+            what,
+            source,
+        }
+    }
+
+    fn options() -> AdminOptions {
+        AdminOptions::new()
+            .request_timeout(Some(ADMIN_TIMEOUT))
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+    }
+
+    /// Topic name -> partition count, from the cluster's metadata.
+    pub async fn list(&self) -> Result<BTreeMap<String, i32>, AdminError> {
+        let client = self.client.clone();
+        let md =
+            tokio::task::spawn_blocking(move || client.inner().fetch_metadata(None, ADMIN_TIMEOUT))
+                .await
+                .map_err(|e| AdminError::Kafka {
+                    cluster: self.cluster,
+                    what: format!("listing topics: {e}"),
+                    source: KafkaError::Canceled,
+                })?
+                .map_err(self.kafka("listing topics"))?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+            .collect())
+    }
+
+    /// Configs of the given topics; topics that vanished meanwhile are left out.
+    pub async fn describe(
+        &self,
+        topics: &[&str],
+    ) -> Result<HashMap<String, Vec<ConfigEntry>>, AdminError> {
+        if topics.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let specs: Vec<ResourceSpecifier<'_>> =
+            topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+        let results = self
+            .client
+            .describe_configs(&specs, &Self::options())
+            .await
+            .map_err(self.kafka("describing topic configs"))?;
+        Ok(results
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter_map(|r| match r.specifier {
+                OwnedResourceSpecifier::Topic(t) => Some((t, r.entries)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Creates topics; returns those that failed (already existing counts as created).
+    pub async fn create(
+        &self,
+        topics: &[(String, i32, BTreeMap<String, String>)],
+        replication_factor: i32,
+    ) -> Result<Vec<AdminError>, AdminError> {
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|(name, partitions, configs)| {
+                configs.iter().fold(
+                    NewTopic::new(
+                        name,
+                        *partitions,
+                        TopicReplication::Fixed(replication_factor),
+                    ),
+                    |t, (k, v)| t.set(k, v),
+                )
+            })
+            .collect();
+        let results = self
+            .client
+            .create_topics(&new, &Self::options())
+            .await
+            .map_err(self.kafka("creating topics"))?;
+        Ok(self.failures(results, "creating topic"))
+    }
+
+    /// Raises partition counts; returns the failures.
+    pub async fn grow(&self, topics: &[(String, i32)]) -> Result<Vec<AdminError>, AdminError> {
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let new: Vec<NewPartitions<'_>> = topics
+            .iter()
+            .map(|(name, count)| NewPartitions::new(name, usize::try_from(*count).unwrap_or(0)))
+            .collect();
+        let results = self
+            .client
+            .create_partitions(&new, &Self::options())
+            .await
+            .map_err(self.kafka("adding partitions"))?;
+        Ok(self.failures(results, "adding partitions to"))
+    }
+
+    /// Replaces the dynamic configs of topics; returns the failures.
+    pub async fn alter(
+        &self,
+        updates: &[(String, BTreeMap<String, String>)],
+    ) -> Result<Vec<AdminError>, AdminError> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let alters: Vec<AlterConfig<'_>> = updates
+            .iter()
+            .map(|(topic, configs)| {
+                configs.iter().fold(
+                    AlterConfig::new(ResourceSpecifier::Topic(topic)),
+                    |a, (k, v)| a.set(k, v),
+                )
+            })
+            .collect();
+        let results = self
+            .client
+            .alter_configs(&alters, &Self::options())
+            .await
+            .map_err(self.kafka("altering topic configs"))?;
+        Ok(results
+            .into_iter()
+            .filter_map(|r| r.err())
+            .map(|(spec, code)| AdminError::Refused {
+                cluster: self.cluster,
+                what: "altering configs of",
+                topic: match spec {
+                    OwnedResourceSpecifier::Topic(t) => t,
+                    other => format!("{other:?}"),
+                },
+                code,
+            })
+            .collect())
+    }
+
+    /// Creates a compacted single-partition topic unless it exists.
+    pub async fn ensure_compacted(
+        &self,
+        topic: &str,
+        replication_factor: i32,
+    ) -> Result<(), AdminError> {
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        let failures = self
+            .create(&[(topic.to_string(), 1, configs)], replication_factor)
+            .await?;
+        match failures.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn failures(
+        &self,
+        results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
+        what: &'static str,
+    ) -> Vec<AdminError> {
+        results
+            .into_iter()
+            .filter_map(|r| match r {
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) | Ok(_) => None,
+                Err((topic, code)) => Some(AdminError::Refused {
+                    cluster: self.cluster,
+                    what,
+                    topic,
+                    code,
+                }),
+            })
+            .collect()
+    }
+}
