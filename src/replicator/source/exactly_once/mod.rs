@@ -37,6 +37,7 @@
 //! the producer; the partition is prepared again after a backoff (init, read, seek), which is
 //! safe by the argument above, and stops once the group moves the partition away.
 
+mod ownership;
 pub mod txn;
 
 use std::sync::Arc;
@@ -168,101 +169,6 @@ pub struct Parts {
     pub source_health: Arc<Reachability>,
     pub target_health: Arc<Reachability>,
     pub limits: RemoteLimits,
-}
-
-impl Owner for ExactlyOnce {
-    /// Partitions were given to this replica: fence their previous writers, read their
-    /// positions and start each there.
-    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
-        for (topic, partition) in &keys {
-            if let Some(slot) = self.slots.find(topic, *partition) {
-                // Already ours (an eager assignor hands out the whole set again): restart it
-                // from its committed position rather than from wherever the consumer starts.
-                if slot.open() {
-                    self.end(topic, *partition, false);
-                }
-                if let Some(slot) = self.slots.find_mut(topic, *partition) {
-                    slot.prepare_at(Instant::now());
-                }
-                continue;
-            }
-            let slot = TxSlot {
-                topic: topic.clone(),
-                partition: *partition,
-                remote: self
-                    .ctx
-                    .flow
-                    .policy
-                    .format_remote_topic(self.ctx.flow.source_alias(), topic),
-                transactional_id: transactional_id(&self.ctx.flow, topic, *partition),
-                producer: None,
-                phase: Phase::Preparing {
-                    retry_at: Instant::now(),
-                },
-                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-                committed: None,
-                latest: None,
-                policy: SyncPolicy::new(
-                    TopicPartition::new(topic.clone(), *partition),
-                    self.sync_config,
-                ),
-                records: 0,
-                bytes: 0,
-                failed: None,
-                recheck: false,
-                rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
-                capped_by: None,
-                large: Vec::new(),
-                refused: None,
-            };
-            self.slots.insert(slot);
-        }
-        // Every partition gets a start offset: one left unset would fall back to a committed
-        // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
-        // start at the beginning; their records are skipped until the partition is prepared
-        // and moved to its position.
-        for (topic, partition) in &keys {
-            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        for (topic, partition, offset) in self.prepare(&keys) {
-            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        self.report_assignment();
-    }
-
-    /// Partitions are taken away: commit what was copied (unless the assignment was lost:
-    /// then the next owner's fencing aborts it anyway) and drop their producers.
-    fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        for e in tpl.elements() {
-            let (topic, partition) = (e.topic().to_string(), e.partition());
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, !lost);
-            }
-            self.slots.remove(&topic, partition);
-        }
-        self.report_assignment();
-    }
-
-    type Slot = TxSlot;
-
-    fn slots(&self) -> &SlotTable<TxSlot> {
-        &self.slots
-    }
-
-    fn context(&self) -> &Context {
-        &self.ctx
-    }
-
-    const FAILED_REBALANCE_IS_LOST: bool = true;
 }
 
 impl Delivery for ExactlyOnce {

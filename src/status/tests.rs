@@ -1,0 +1,348 @@
+//! The status rules, one observation at a time.
+
+use super::*;
+use crate::kafka::positions::{Gap, GapKind};
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap())
+}
+
+fn healthy() -> Observation {
+    Observation {
+        desired_replicas: 1,
+        ready_replicas: 1,
+        heartbeats_enabled: true,
+        checkpoints_enabled: true,
+        heartbeat_age: Some(Duration::from_secs(2)),
+        topics: Some(3),
+        replication_lag: Some(0),
+        groups: vec![GroupObservation {
+            group: "g1".into(),
+            checkpoint_age: Some(Duration::from_secs(1)),
+            replay_records: 0,
+            uncopied_records: 0,
+            invalidated_checkpoints: 0,
+        }],
+        ..Observation::default()
+    }
+}
+
+fn cond<'a>(s: &'a MirrorFlowStatus, t: &str) -> &'a Condition {
+    s.conditions.iter().find(|c| c.type_ == t).unwrap()
+}
+
+#[test]
+fn oauth_faults_name_the_oauthbearer_field_to_fix() {
+    for (fault, side, want, field) in [
+        (
+            ClusterFault::ClientCredentialsRefused("invalid_client".into()),
+            "source",
+            reason::SOURCE_CLIENT_CREDENTIALS_REFUSED,
+            "spec.source.sasl.oauthbearer.clientSecretSecretRef",
+        ),
+        (
+            ClusterFault::TokenEndpointUnreachable("Could not connect".into()),
+            "target",
+            reason::TARGET_TOKEN_ENDPOINT_UNREACHABLE,
+            "spec.target.sasl.oauthbearer.tokenEndpointUrl",
+        ),
+        (
+            ClusterFault::TokenRefused("invalid_token".into()),
+            "source",
+            reason::SOURCE_TOKEN_REFUSED,
+            "spec.source.sasl.oauthbearer.scope",
+        ),
+    ] {
+        let (got, message) = fault.describe(side);
+        assert_eq!(got, want);
+        assert!(message.contains(field), "{message}");
+    }
+}
+
+#[test]
+fn observe_mode_judges_replication_by_heartbeats_without_replicas() {
+    let observed = Observation {
+        observe_only: true,
+        desired_replicas: 0,
+        ready_replicas: 0,
+        replication_lag: None,
+        ..healthy()
+    };
+    let limits = FailoverReadinessSpec::default();
+    let s = status(None, &observed, &limits, Some(1), &now());
+    assert_eq!(cond(&s, READY).reason, reason::OBSERVING);
+    assert_eq!(cond(&s, REPLICATING).reason, reason::OBSERVING);
+    assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+
+    let silent = Observation {
+        heartbeat_age: None,
+        ..observed.clone()
+    };
+    let s = status(None, &silent, &limits, Some(1), &now());
+    assert_eq!(cond(&s, REPLICATING).status, "False");
+    assert_eq!(cond(&s, REPLICATING).reason, reason::NO_HEARTBEATS);
+    assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+
+    let down = Observation {
+        source_error: Some(ClusterFault::Unreachable("timed out".into())),
+        ..observed
+    };
+    let s = status(None, &down, &limits, Some(1), &now());
+    assert_eq!(cond(&s, READY).reason, reason::SOURCE_UNREACHABLE);
+}
+
+#[test]
+fn a_healthy_flow_is_failover_ready() {
+    let s = status(
+        None,
+        &healthy(),
+        &FailoverReadinessSpec::default(),
+        Some(3),
+        &now(),
+    );
+    for t in [
+        READY,
+        REPLICATING,
+        CHECKPOINTS_FRESH,
+        HEARTBEATS_FLOWING,
+        FAILOVER_READY,
+    ] {
+        assert_eq!(cond(&s, t).status, "True", "{t}: {}", cond(&s, t).message);
+    }
+    assert_eq!(s.observed_generation, Some(3));
+    assert_eq!(s.heartbeat.unwrap().lag.as_deref(), Some("2s"));
+}
+
+#[test]
+fn an_unreachable_source_stops_heartbeats_and_failover_with_its_reason() {
+    let mut o = healthy();
+    o.source_error = Some(ClusterFault::Unreachable("connection refused".into()));
+    o.heartbeat_age = Some(Duration::from_secs(45));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(
+        cond(&s, HEARTBEATS_FLOWING).reason,
+        reason::SOURCE_UNREACHABLE
+    );
+    assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+    assert_eq!(cond(&s, FAILOVER_READY).reason, reason::SOURCE_UNREACHABLE);
+}
+
+#[test]
+fn a_checkpoint_into_a_recreated_remote_log_blocks_failover() {
+    let mut o = healthy();
+    o.groups[0].invalidated_checkpoints = 1;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), Some(1), &now());
+    assert_eq!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::CHECKPOINTS_INVALIDATED
+    );
+    assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+    assert_eq!(s.least_ready_groups[0].reason, "CheckpointInvalidated");
+    assert!(
+        s.least_ready_groups[0]
+            .message
+            .contains("TargetTopicRecreated")
+    );
+}
+
+#[test]
+fn a_stale_group_is_listed_first_with_its_reason() {
+    let mut o = healthy();
+    o.groups.push(GroupObservation {
+        group: "slow".into(),
+        checkpoint_age: Some(Duration::from_secs(120)),
+        replay_records: 40,
+        uncopied_records: 0,
+        invalidated_checkpoints: 0,
+    });
+    o.groups.push(GroupObservation {
+        group: "new".into(),
+        checkpoint_age: None,
+        replay_records: 7,
+        uncopied_records: 0,
+        invalidated_checkpoints: 0,
+    });
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let names: Vec<_> = s
+        .least_ready_groups
+        .iter()
+        .map(|g| (g.group.as_str(), g.reason.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("new", "NoCheckpoint"),
+            ("slow", "CheckpointStale"),
+            ("g1", "Ready")
+        ]
+    );
+    assert_eq!(cond(&s, CHECKPOINTS_FRESH).reason, reason::NO_CHECKPOINTS);
+    assert_eq!(
+        s.checkpoints.as_ref().unwrap().oldest_age.as_deref(),
+        Some("never")
+    );
+    assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+}
+
+#[test]
+fn a_group_ahead_of_the_copy_is_blamed_on_replication_not_checkpoints() {
+    let mut o = healthy();
+    o.groups.push(GroupObservation {
+        group: "fast".into(),
+        checkpoint_age: Some(Duration::from_secs(90)),
+        replay_records: 500,
+        uncopied_records: 480,
+        invalidated_checkpoints: 0,
+    });
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let row = &s.least_ready_groups[0];
+    assert_eq!(
+        (row.group.as_str(), row.reason.as_str()),
+        ("fast", "ReplicationBehind")
+    );
+    assert!(row.message.contains("480 records"), "{}", row.message);
+    assert_eq!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::REPLICATION_BEHIND
+    );
+    // Behind but still within the checkpoint age limit: the group is ready.
+    o.groups[1].checkpoint_age = Some(Duration::from_secs(5));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert!(s.least_ready_groups.iter().all(|g| g.reason == "Ready"));
+}
+
+#[test]
+fn transition_time_moves_only_on_a_flip() {
+    let limits = FailoverReadinessSpec::default();
+    let t0 = now();
+    let first = status(None, &healthy(), &limits, None, &t0);
+    let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_100).unwrap());
+    let same = status(Some(&first), &healthy(), &limits, None, &later);
+    assert_eq!(cond(&same, READY).last_transition_time, t0);
+    let mut down = healthy();
+    down.ready_replicas = 0;
+    let flipped = status(Some(&same), &down, &limits, None, &later);
+    assert_eq!(cond(&flipped, READY).last_transition_time, later);
+    assert_eq!(cond(&flipped, READY).reason, reason::REPLICAS_NOT_READY);
+}
+
+#[test]
+fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message() {
+    let o = Observation {
+        blocked: Some(Blocked::new(
+            reason::SECRET_MISSING,
+            "spec.source.sasl.passwordSecretRef: Secret 'creds' not found",
+        )),
+        ..healthy()
+    };
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    // Gapless is about records already skipped or not, which no spec error changes.
+    assert!(
+        s.conditions
+            .iter()
+            .filter(|c| c.type_ != GAPLESS)
+            .all(|c| c.status == "False" && c.reason == reason::SECRET_MISSING)
+    );
+    assert!(cond(&s, READY).message.contains("'creds'"));
+}
+
+fn gap(topic: &str, kind: GapKind, detected_ms: i64) -> Gap {
+    Gap {
+        topic: topic.into(),
+        partition: 0,
+        kind,
+        from: 10,
+        to: 40,
+        detected_ms,
+    }
+}
+
+#[test]
+fn gaps_make_gapless_false_with_the_newest_reason_until_acknowledged() {
+    let limits = FailoverReadinessSpec::default();
+    let clean = status(None, &healthy(), &limits, None, &now());
+    assert_eq!(cond(&clean, GAPLESS).status, "True");
+    assert_eq!(cond(&clean, GAPLESS).reason, reason::NO_GAPS);
+
+    let t1 = 1_800_000_000_000;
+    let found = Observation {
+        name: "orders".into(),
+        gaps: Some(vec![
+            gap("b", GapKind::SourceRewound, t1 + 5_000),
+            gap("a", GapKind::SourceTruncated, t1),
+        ]),
+        ..healthy()
+    };
+    let s = status(None, &found, &limits, None, &now());
+    let c = cond(&s, GAPLESS);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::SOURCE_TOPIC_RECREATED)
+    );
+    assert!(c.message.contains("2 unacknowledged"), "{}", c.message);
+    assert!(
+        c.message.contains("kubectl annotate mirrorflow orders mirrorflow.io/gaps-acknowledged=2027-01-15T08:00:05Z"),
+        "{}",
+        c.message
+    );
+    assert_eq!(s.gaps.len(), 2);
+    assert_eq!(s.gaps[0].topic, "a", "oldest first");
+    assert_eq!(s.gaps[0].reason, "SourceTruncated");
+    assert_eq!((s.gaps[0].from, s.gaps[0].to), (10, 40));
+    assert!(s.gaps[0].message.contains("30 records are missing"));
+
+    // The probe could not read the positions: the previous list stands.
+    let unknown = Observation {
+        gaps: None,
+        ..found.clone()
+    };
+    let kept = status(Some(&s), &unknown, &limits, None, &now());
+    assert_eq!(kept.gaps, s.gaps);
+    assert_eq!(cond(&kept, GAPLESS).status, "False");
+
+    // Acknowledging the older one leaves the newer; acknowledging both clears it.
+    let partly = Observation {
+        gaps_acknowledged: Some(Ok(t1)),
+        ..found.clone()
+    };
+    let s2 = status(Some(&s), &partly, &limits, None, &now());
+    assert_eq!(s2.gaps.len(), 1);
+    assert_eq!(s2.gaps[0].topic, "b");
+    let garbled = Observation {
+        gaps_acknowledged: Some(Err(
+            "annotation mirrorflow.io/gaps-acknowledged is 'yesterday'".into(),
+        )),
+        ..found.clone()
+    };
+    let s4 = status(Some(&s), &garbled, &limits, None, &now());
+    assert_eq!(
+        s4.gaps.len(),
+        2,
+        "a garbled acknowledgement acknowledges nothing"
+    );
+    assert!(cond(&s4, GAPLESS).message.contains("'yesterday'"));
+    let all = Observation {
+        gaps_acknowledged: Some(Ok(t1 + 5_000)),
+        gaps: None,
+        ..found
+    };
+    let s3 = status(Some(&s2), &all, &limits, None, &now());
+    assert!(s3.gaps.is_empty());
+    assert_eq!(cond(&s3, GAPLESS).status, "True");
+}
+
+#[test]
+fn only_the_newest_gaps_are_listed() {
+    let many: Vec<Gap> = (0..30)
+        .map(|i| gap(&format!("t{i:02}"), GapKind::TargetRewound, 1_000 + i))
+        .collect();
+    let o = Observation {
+        gaps: Some(many),
+        ..healthy()
+    };
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(s.gaps.len(), MAX_LISTED_GAPS);
+    assert_eq!(s.gaps[0].topic, "t10");
+    assert_eq!(cond(&s, GAPLESS).reason, reason::TARGET_TOPIC_RECREATED);
+    assert!(cond(&s, GAPLESS).message.starts_with("30 unacknowledged"));
+}
