@@ -70,15 +70,6 @@ impl CheckpointTracker {
         self.last.get(group)?.get(topic_partition).copied()
     }
 
-    /// Forgets every group's last checkpoint on a remote partition that is a new log now
-    /// ([`crate::OffsetSyncStore::update`]): the next ones are written whatever their offsets,
-    /// since the old ones point into a log that is gone.
-    pub fn forget_partition(&mut self, topic_partition: &TopicPartition) {
-        for partitions in self.last.values_mut() {
-            partitions.remove(topic_partition);
-        }
-    }
-
     /// Drops a group that no longer passes the filters or was deleted.
     pub fn forget_group(&mut self, group: &str) {
         self.last.remove(group);
@@ -133,27 +124,5 @@ mod tests {
         assert!(t.offer(&other_group));
         t.forget_group("g");
         assert!(t.should_emit("g", &TopicPartition::new("A.t", 0), 100, 50));
-    }
-
-    #[test]
-    fn a_forgotten_partition_takes_a_lower_checkpoint_other_partitions_do_not() {
-        let mut t = CheckpointTracker::new();
-        let (p0, p1) = (TopicPartition::new("a.t", 0), TopicPartition::new("a.t", 1));
-        for tp in [&p0, &p1] {
-            t.record(&Checkpoint {
-                group: "g".into(),
-                topic_partition: tp.clone(),
-                upstream_offset: 15,
-                downstream_offset: 115,
-                metadata: String::new(),
-            });
-        }
-        assert!(!t.should_emit("g", &p0, 15, 10));
-        t.forget_partition(&p0);
-        assert!(
-            t.should_emit("g", &p0, 15, 10),
-            "the new log's checkpoint is written"
-        );
-        assert!(!t.should_emit("g", &p1, 15, 10));
     }
 }

@@ -338,23 +338,16 @@ impl Core<'_> {
                 }
             }
             Event::Sync(sync, origin) => {
-                let restarted = match self.store.update(&sync, origin) {
-                    Ok(restarted) => restarted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "ignoring an invalid offset sync");
-                        return;
-                    }
-                };
-                if restarted
-                    && self.store.is_loaded()
-                    && let Some(target) = self.naming.target_partition(&sync.topic_partition)
-                {
-                    // A new remote log: the checkpoints written for it point into the old
-                    // one, and a failover on them would skip records. Written again from the
-                    // new mappings (below), even where that is lower.
-                    tracing::warn!(topic = %target.topic, partition = target.partition,
-                        "the remote partition is a new log; its checkpoints are written again");
-                    self.tracker.forget_partition(&target);
+                // A sync whose target offset went back (`Ok(true)`) voids the partition's
+                // mappings in the store, as in MM2; the checkpoints already written stay, by
+                // MM2's monotonic rule: a replay of the syncs topic from its start (a follower
+                // reset) or syncs of two writers interleaved look the same, and forgetting
+                // them there wrote checkpoints that went backwards (found by the chaos test).
+                // A recreated remote partition is told apart by the source loop's
+                // TargetTopicRecreated gap, which the status uses (CheckpointsInvalidated).
+                if let Err(e) = self.store.update(&sync, origin) {
+                    tracing::warn!(error = %e, "ignoring an invalid offset sync");
+                    return;
                 }
                 if self.store.is_loaded() {
                     let tp = &sync.topic_partition;

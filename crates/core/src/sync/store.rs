@@ -190,8 +190,9 @@ impl PartitionSyncs {
     /// Returns whether the target log restarted (see [`OffsetSyncStore::update`]).
     fn update(&mut self, up: i64, down: i64, dense: bool, trusted: bool, max_runs: usize) -> bool {
         // A writer appends: every copy, repeated ones too, lands after the previous one. A
-        // sync whose target offset goes back is about a new remote log (the remote topic was
-        // deleted and created again, or truncated), where none of the old mappings hold.
+        // sync whose target offset goes back is most likely about a new remote log (the
+        // remote topic was deleted and created again, or truncated), where none of the old
+        // mappings hold.
         let restarted = self
             .last_sync
             .is_some_and(|(_, last_down)| down < last_down);
@@ -396,9 +397,10 @@ impl OffsetSyncStore {
     }
 
     /// Applies one sync, in the order read from the offset-syncs topic. `Ok(true)` when the
-    /// sync's target offset went back: the remote partition is a new log (deleted and created
-    /// again, or truncated), so every checkpoint written for it points into a log that is gone
-    /// and must be written again from the new mappings, even when lower.
+    /// sync's target offset went back, which voids the partition's mappings as in MM2: a new
+    /// remote log (deleted and created again, or truncated), but also the syncs topic read
+    /// again from its start or two writers' syncs interleaved, which look the same here; so
+    /// this alone never justifies moving a checkpoint back.
     pub fn update(&mut self, sync: &OffsetSync, origin: SyncOrigin) -> Result<bool, InvalidSync> {
         let (up, down) = (sync.upstream_offset, sync.downstream_offset);
         if up < 0 || down < 0 {
