@@ -221,6 +221,24 @@ async fn watched_flow(world: &World, ns: &str) -> Result<Api<MirrorFlow>> {
     Ok(flows)
 }
 
+/// A spec change of `watched` gets a status for its new generation: someone leads and serves.
+async fn new_leader_serves(ns: &str, flows: &Api<MirrorFlow>) -> Result<()> {
+    patch_flow_spec(
+        ns,
+        "watched",
+        r#"{"failoverReadiness":{"maxHeartbeatLag":"25s"}}"#,
+    )?;
+    wait_for_flow(
+        flows,
+        "watched",
+        "the new leader's status",
+        Duration::from_secs(60),
+        observed,
+    )
+    .await?;
+    Ok(())
+}
+
 /// A leader frozen past its lease (as when its node or its apiserver connection stalls): a
 /// standby takes over, and the old leader, once it runs again, writes nothing and exits instead
 /// of reconciling beside the new one.
@@ -250,19 +268,7 @@ async fn a_frozen_leader_is_replaced_and_stops_when_it_wakes() -> Result<()> {
         "frozen leader {leader} replaced by {next} after {:?}",
         frozen.elapsed()
     );
-    patch_flow_spec(
-        &ns,
-        "watched",
-        r#"{"failoverReadiness":{"maxHeartbeatLag":"25s"}}"#,
-    )?;
-    wait_for_flow(
-        &flows,
-        "watched",
-        "the new leader's status",
-        Duration::from_secs(60),
-        observed,
-    )
-    .await?;
+    new_leader_serves(&ns, &flows).await?;
 
     // Wake the old leader: its lease lapsed long ago by its own clock.
     signal(pid, "-CONT")?;
@@ -338,19 +344,7 @@ async fn a_leader_whose_apiserver_connection_stalls_is_replaced_and_stops() -> R
         "the cut-off leader's log does not say why it stopped: {text}"
     );
     // The new leader serves the flow.
-    patch_flow_spec(
-        &ns,
-        "watched",
-        r#"{"failoverReadiness":{"maxHeartbeatLag":"25s"}}"#,
-    )?;
-    wait_for_flow(
-        &flows,
-        "watched",
-        "the new leader's status",
-        Duration::from_secs(60),
-        observed,
-    )
-    .await?;
+    new_leader_serves(&ns, &flows).await?;
     assert_eq!(
         holder(&leases).await?.as_deref(),
         Some(next.as_str()),
