@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rdkafka::ClientConfig;
 
 use crate::api::rules::alias_contains_separator;
-use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, PolicyKind};
+use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
 use crate::kafka::{self, ClientUse, SecretFiles};
 use crate::mm2::{
     FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
@@ -365,6 +365,15 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 .into(),
         });
     }
+    if spec.exactly_once && spec.offsets == OffsetsMode::Aligned {
+        return Err(FlowError::Invalid {
+            field: "spec.offsets",
+            message: "offsets: Aligned cannot be combined with spec.exactlyOnce: each \
+                      exactly-once commit marker takes an offset the source record does not \
+                      have; choose one"
+                .into(),
+        });
+    }
     Ok(())
 }
 
@@ -491,6 +500,19 @@ mod tests {
             err.starts_with("spec.failoverReadiness.maxCheckpointAge"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn aligned_offsets_refuse_exactly_once() {
+        let both = spec(&format!(
+            "{BASE}exactlyOnce: true\noffsets: Aligned\nsourceLoop: {{offsetSyncsLocation: Target}}\n"
+        ));
+        let err = validate(&both).unwrap_err().to_string();
+        assert!(err.starts_with("spec.offsets"), "{err}");
+        assert!(validate(&spec(&format!("{BASE}offsets: Aligned\n"))).is_ok());
+        let bad: Result<crate::api::MirrorFlowSpec, _> =
+            serde_yaml::from_str(&format!("{BASE}offsets: Same\n"));
+        assert!(bad.is_err(), "an unknown offsets mode must not parse");
     }
 
     #[test]

@@ -179,6 +179,32 @@ impl Admin {
         Ok(self.failures(results, "adding partitions to"))
     }
 
+    /// Deletes the records of `topic`/`partition` before `offset` (DeleteRecords): the log
+    /// then starts there.
+    pub async fn delete_before(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), AdminError> {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+            .map_err(self.kafka("deleting records"))?;
+        let answer = self
+            .client
+            .delete_records(&tpl, &Self::options())
+            .await
+            .map_err(self.kafka("deleting records"))?;
+        match answer.find_partition(topic, partition).map(|e| e.error()) {
+            Some(Err(source)) => Err(AdminError::Kafka {
+                cluster: self.cluster,
+                what: format!("deleting records of {topic}-{partition}"),
+                source,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Replaces the dynamic configs of topics; returns the failures.
     pub async fn alter(
         &self,

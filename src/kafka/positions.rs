@@ -51,6 +51,11 @@ pub enum GapKind {
     /// large: `size` bytes (key, value and headers) against the remote topic's
     /// `max.message.bytes` `limit` (0 when unknown). Copying went on after it.
     RecordRejected { size: i64, limit: i64 },
+    /// Aligned copying (`spec.offsets: Aligned`) broke: the record at source offset `from`
+    /// landed at target offset `to` (or, when `to` is -1, the remote partition could not be
+    /// aligned at all, e.g. it held records of another writer). Nothing was skipped; later
+    /// offsets of the partition are translated through offset syncs.
+    Misaligned,
 }
 
 impl GapKind {
@@ -68,6 +73,7 @@ impl GapKind {
             GapKind::SourceRewound => 1,
             GapKind::TargetRewound => 2,
             GapKind::RecordRejected { .. } => 3,
+            GapKind::Misaligned => 4,
         }
     }
 
@@ -81,6 +87,7 @@ impl GapKind {
                 size: i64::from_be_bytes(extra.get(0..8)?.try_into().ok()?),
                 limit: i64::from_be_bytes(extra.get(8..16)?.try_into().ok()?),
             },
+            4 => GapKind::Misaligned,
             _ => return None,
         })
     }
@@ -92,6 +99,7 @@ impl GapKind {
             GapKind::SourceRewound => "SourceTopicRecreated",
             GapKind::TargetRewound => "TargetTopicRecreated",
             GapKind::RecordRejected { .. } => "RecordRejected",
+            GapKind::Misaligned => "OffsetsMisaligned",
         }
     }
 }
@@ -134,6 +142,12 @@ impl Gap {
                     "{t}[{p}]: the target refused the record at source offset {from} ({size} bytes) as larger than {limit}; it is missing on the target, copying went on after it"
                 )
             }
+            GapKind::Misaligned if to < 0 => format!(
+                "{t}[{p}]: the remote partition cannot be aligned from source offset {from} (it holds records this flow did not write, or the source went back under the copies); its offsets are translated through offset syncs from there"
+            ),
+            GapKind::Misaligned => format!(
+                "{t}[{p}]: the record at source offset {from} landed at target offset {to} (another writer on the remote partition?); offsets from there on are translated through offset syncs"
+            ),
         }
     }
 

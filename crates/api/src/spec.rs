@@ -72,6 +72,9 @@ use super::status::MirrorFlowStatus;
 #[x_kube(validation = Rule::new("!has(self.replicationPolicy) || !has(self.replicationPolicy.separator) || !self.target.alias.contains(self.replicationPolicy.separator)")
     .message("target.alias must not contain spec.replicationPolicy.separator: remote topic names <alias><separator><topic> would be ambiguous (the reverse flow prefixes with this alias); choose another separator or alias")
     .field_path(".target.alias"))]
+#[x_kube(validation = Rule::new("!has(self.offsets) || self.offsets != 'Aligned' || !has(self.exactlyOnce) || !self.exactlyOnce")
+    .message("offsets: Aligned cannot be combined with exactlyOnce: exactly-once commits a transaction per partition about every 500 ms, and each commit marker takes an offset the source record does not have; choose one")
+    .field_path(".offsets"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
     /// The cluster records are copied from.
@@ -130,6 +133,18 @@ pub struct MirrorFlowSpec {
     /// `sourceLoop.offsetSyncsLocation: Target`. Off by default.
     #[serde(default)]
     pub exactly_once: bool,
+    /// What offsets remote records get. `Translated` (default): the next free offset of the
+    /// remote partition, as MirrorMaker 2 does; consumers fail over through checkpoints.
+    /// `Aligned`: the offset the record has on the source, so a consumer resumes on the target
+    /// at the same numbers it stored (in Kafka or elsewhere) and never re-reads. Transaction
+    /// markers, aborted records, compaction holes and the log start are reproduced with
+    /// filler records the target's `read_committed` readers never see. Holds for remote
+    /// partitions this flow writes alone from their start; a partition where alignment breaks
+    /// (another writer, a source rewound past the copies) is reported by the `OffsetsAligned`
+    /// condition and copied on with translated offsets. Not with `exactlyOnce`.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("offsets cannot change on a running flow: aligned and translated remote partitions cannot be converted into each other; create a new flow with new remote topics instead"))]
+    pub offsets: OffsetsMode,
     /// CPU and memory for each replicator pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -306,6 +321,14 @@ pub enum FlowMode {
     #[default]
     Replicate,
     Observe,
+}
+
+/// How remote records are numbered (`spec.offsets`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OffsetsMode {
+    #[default]
+    Translated,
+    Aligned,
 }
 
 /// The replication policy's kind.

@@ -39,6 +39,7 @@
 //! partition puts records, offset syncs (on the target) and the position in one transaction,
 //! and fences the partition's previous writer.
 
+pub mod aligned;
 pub mod at_least_once;
 pub mod clients;
 pub mod continuity;
@@ -61,13 +62,14 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
+use self::aligned::Aligned;
 use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
 use self::engine::{Delivery, SourceContext};
 use self::exactly_once::ExactlyOnce;
 use super::{Context, Flow};
-use crate::api::OffsetSyncsLocation;
+use crate::api::{OffsetSyncsLocation, OffsetsMode};
 use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
 use crate::replicator::reach::{Reachability, Side};
@@ -200,6 +202,54 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 .context("creating the source consumer")?;
         tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
+        tokio::task::spawn_blocking(move || {
+            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
+        })
+    } else if flow.spec.offsets == OffsetsMode::Aligned {
+        let producer: BaseProducer<AckContext> = producer_config
+            .clone()
+            .create_with_context(AckContext::new(target_health.clone()))
+            .context("creating the target producer")?;
+        let syncs_client: &ClientConfig = match syncs_cluster {
+            Side::Source => &flow.source_client,
+            Side::Target => &flow.target_client,
+        };
+        let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
+            .create_with_context(AckContext::new(health(syncs_cluster).clone()))
+            .context("creating the offset-sync producer")?;
+        let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
+            .context("creating the positions reader")?;
+        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
+            .context("creating the log probe")?;
+        let policy = Aligned::new(aligned::Parts {
+            ctx: ctx.clone(),
+            producer,
+            syncs,
+            producer_base: producer_config,
+            syncs_topic,
+            positions_topic,
+            positions: reader,
+            probe,
+            watermarks: flow
+                .source_client
+                .clone()
+                .set("group.id", "mirrorflow-watermarks")
+                .set("isolation.level", "read_uncommitted")
+                .create()
+                .context("creating the source watermark client")?,
+            target_admin: target_admin.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            shutdown: shutdown.clone(),
+            source_health: source_health.clone(),
+            target_health: target_health.clone(),
+        });
+        // Only visible records are read: everything else is a jump the policy fills.
+        let mut consumer_config = clients::consumer(&flow.source_client, &group, refresh);
+        consumer_config.set("isolation.level", "read_committed");
+        let consumer: BaseConsumer<SourceContext<Aligned>> = consumer_config
+            .create_with_context(SourceContext::new(policy, source_health.clone()))
+            .context("creating the source consumer")?;
+        tracing::info!(%group, "source loop starting (aligned offsets)");
         tokio::task::spawn_blocking(move || {
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })

@@ -16,29 +16,11 @@ use std::time::{Duration, Instant};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::super::engine::send::{Ack, Landed, SendError};
-use super::super::engine::slots::{GEN_MASK, Keyed, SlotTable};
+use super::super::engine::slots::{Keyed, SlotTable};
+pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
 use super::super::progress::{Frontier, Progress};
 use crate::mm2::OffsetSync;
 use crate::replicator::backoff::Backoff;
-
-/// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
-const POSITION_BIT: usize = 1 << 63;
-
-pub fn opaque(slot: usize, generation: u32, position: bool) -> usize {
-    let tag = if position { POSITION_BIT } else { 0 };
-    tag | ((generation & GEN_MASK) as usize) << 32 | (slot & 0xffff_ffff)
-}
-
-pub fn unpack(opaque: usize) -> (usize, u32, bool) {
-    (
-        opaque & 0xffff_ffff,
-        ((opaque >> 32) as u32) & GEN_MASK,
-        opaque & POSITION_BIT != 0,
-    )
-}
-
-/// An opaque naming no slot: its report is ignored (gap records).
-pub const UNOWNED: usize = 0xffff_ffff | POSITION_BIT;
 
 #[derive(Debug, Clone)]
 pub struct InFlight {
@@ -281,6 +263,7 @@ pub fn settle(
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::engine::slots::GEN_MASK;
     use super::*;
     use crate::mm2::{SyncPolicyConfig, TopicPartition};
     use proptest::prelude::*;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, DeliveryResult};
+use rdkafka::message::{BorrowedHeaders, DeliveryResult, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
 use tokio_util::sync::CancellationToken;
@@ -114,13 +114,30 @@ pub fn serve_reports(producer: &BaseProducer<AckContext>) {
 
 pub type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
 
+/// Headers a copy can carry: those of a polled record, or of one held back
+/// ([`rdkafka::message::OwnedMessage`], the aligned policy's).
+pub trait CopyHeaders {
+    fn copy_headers(&self) -> OwnedHeaders;
+}
+
+impl CopyHeaders for BorrowedHeaders {
+    fn copy_headers(&self) -> OwnedHeaders {
+        self.detach()
+    }
+}
+
+impl CopyHeaders for OwnedHeaders {
+    fn copy_headers(&self) -> OwnedHeaders {
+        self.clone()
+    }
+}
+
 /// The copy of a source record for `remote`, same partition, key, value, timestamp and
 /// headers, with the key and value bytes it carries.
-pub fn forward<'a>(
-    m: &'a BorrowedMessage<'_>,
-    remote: &'a str,
-    opaque: usize,
-) -> (Record<'a>, usize) {
+pub fn forward<'a, M: Message>(m: &'a M, remote: &'a str, opaque: usize) -> (Record<'a>, usize)
+where
+    M::Headers: CopyHeaders,
+{
     let mut record = BaseRecord::with_opaque_to(remote, opaque).partition(m.partition());
     let mut bytes = 0_usize;
     if let Some(k) = m.key() {
@@ -135,7 +152,7 @@ pub fn forward<'a>(
         record = record.timestamp(ts);
     }
     if let Some(h) = m.headers() {
-        record = record.headers(h.detach());
+        record = record.headers(h.copy_headers());
     }
     (record, bytes)
 }

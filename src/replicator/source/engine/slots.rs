@@ -16,6 +16,25 @@ pub trait Keyed {
 /// Generations fit 31 bits: the opaque of a report packs a slot, a generation and a kind.
 pub const GEN_MASK: u32 = 0x7fff_ffff;
 
+/// Opaque layout: bit 63 = position write, bits 32..63 = slot generation, bits 0..32 = slot.
+const POSITION_BIT: usize = 1 << 63;
+
+pub fn opaque(slot: usize, generation: u32, position: bool) -> usize {
+    let tag = if position { POSITION_BIT } else { 0 };
+    tag | ((generation & GEN_MASK) as usize) << 32 | (slot & 0xffff_ffff)
+}
+
+pub fn unpack(opaque: usize) -> (usize, u32, bool) {
+    (
+        opaque & 0xffff_ffff,
+        ((opaque >> 32) as u32) & GEN_MASK,
+        opaque & POSITION_BIT != 0,
+    )
+}
+
+/// An opaque naming no slot: its report is ignored (gap records).
+pub const UNOWNED: usize = 0xffff_ffff | POSITION_BIT;
+
 #[derive(Debug)]
 pub struct SlotTable<S> {
     slots: Vec<Option<S>>,

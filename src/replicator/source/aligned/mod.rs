@@ -1,0 +1,1123 @@
+//! Aligned copying (`spec.offsets: Aligned`): every copied record gets, on the target, the
+//! offset it has on the source, so consumers fail over by reusing their numbers.
+//!
+//! # How the numbers are kept
+//! The source consumer reads `read_committed`, so it sees visible records only; every other
+//! offset (markers, aborted records, compaction holes) is a jump between two records. The
+//! target takes the same number of offsets there with writes its `read_committed` readers
+//! never see ([`plan`]): aborted transactions of fillers, and the commit marker of a
+//! transaction wrapping the record before a jump of one. That is why the newest record of a
+//! partition is held back until the next offset is known (the next record, or the consumer's
+//! position once the partition has been quiet for [`HOLD_QUIET`]). A new remote partition
+//! starts where the source log starts: fillers, then DeleteRecords.
+//!
+//! Plain records go through the shared idempotent producer, asynchronously; transactions go
+//! through a transactional producer of the partition's own, after the partition's plain
+//! writes are acknowledged (order across two producers is only kept by waiting). The
+//! transactional id also fences a previous writer of the partition (a replica that lost it)
+//! before the new owner reads where the target ends.
+//!
+//! # Resume
+//! The target's log end IS the next source offset to copy: no stored position is needed to
+//! resume, and a stored position never moves a partition backwards. Positions are still
+//! stored (the status reads replication lag from them), and offset syncs still written, so
+//! MirrorMaker 2's tools and the checkpoint loop keep working.
+//!
+//! # When alignment breaks
+//! Every acknowledgement is compared with the offset the record has on the source. A record
+//! that lands elsewhere (another writer on the remote topic), a remote partition that holds
+//! records the flow did not write, or a source that went back under the copies: the break is
+//! recorded as a [`GapKind::Misaligned`] gap (the status's `OffsetsAligned` condition) and the
+//! partition is copied on with translated offsets, its offset syncs carrying the new delta.
+//! Never silently misaligned.
+
+mod ownership;
+pub mod plan;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset};
+use tokio_util::sync::CancellationToken;
+
+use self::plan::Step;
+use super::continuity::{self, LogProbe};
+use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
+use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, unpack};
+use super::engine::{self, Delivery, Source};
+use super::rebalance::{self, Owner};
+use crate::kafka::admin::Admin;
+use crate::kafka::positions::{self, Frontier, Gap, GapKind, PositionReader};
+use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+use crate::replicator::Context;
+use crate::replicator::backoff::Backoff;
+use crate::replicator::reach::Reachability;
+
+/// The header every filler carries, for `read_uncommitted` readers (value: empty).
+pub const FILLER_HEADER: &str = "mirrorflow.filler";
+/// How long a partition's newest record is held back once nothing more arrives, before the
+/// consumer's position decides how it is written (once it reached the high watermark). Longer
+/// than a fetch round (`fetch.wait.max.ms`, 100 ms by default), so a commit marker right after
+/// it has been seen.
+pub const HOLD_QUIET: Duration = Duration::from_millis(300);
+/// The most fillers written to align a new remote partition with the source's log start;
+/// beyond, the partition is copied with translated offsets (writing more would take minutes).
+const MAX_LOG_START_FILL: i64 = 20_000_000;
+const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
+
+/// Where a partition's copying is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not copying: (re)prepared at `retry_at` (fence, read where the target ends, seek).
+    Preparing { retry_at: Instant },
+    /// Copying with target offsets equal to source offsets.
+    Aligned,
+    /// Alignment broke: copying on with translated offsets.
+    Translated,
+}
+
+/// A plain write not acknowledged yet.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    /// Its source offset; -1 for a filler.
+    source: i64,
+    /// The target offset it must land on; -1 when any will do (translated).
+    expected: i64,
+    bytes: u64,
+}
+
+/// One owned source partition.
+pub struct AlignedSlot {
+    topic: String,
+    partition: i32,
+    remote: String,
+    generation: u32,
+    transactional_id: String,
+    txn: Option<BaseProducer<AckContext>>,
+    state: State,
+    /// The target offset the next write lands on (aligned: the next source offset).
+    next_target: i64,
+    /// The newest record read, not written yet; it belongs at `next_target`.
+    held: Option<OwnedMessage>,
+    read_at: Instant,
+    in_flight: VecDeque<InFlight>,
+    sync: SyncPolicy,
+    /// After the newest acknowledged record (next source offset, its target offset).
+    latest: Option<Frontier>,
+    stored: Option<Frontier>,
+    /// A transaction wrapping this source offset failed: the record may be aborted on the
+    /// target, so the partition resumes there, translated.
+    wrap_failed: Option<i64>,
+    backoff: Backoff,
+}
+
+impl Keyed for AlignedSlot {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn partition(&self) -> i32 {
+        self.partition
+    }
+}
+
+impl AlignedSlot {
+    fn copying(&self) -> bool {
+        !matches!(self.state, State::Preparing { .. })
+    }
+
+    fn tp(&self) -> TopicPartition {
+        TopicPartition::new(self.topic.clone(), self.partition)
+    }
+}
+
+/// The aligned policy: what the copy thread mutates.
+pub struct Aligned {
+    ctx: Arc<Context>,
+    producer: BaseProducer<AckContext>,
+    syncs: BaseProducer<AckContext>,
+    producer_base: ClientConfig,
+    syncs_topic: String,
+    positions_topic: String,
+    positions: PositionReader,
+    probe: LogProbe,
+    watermarks: BaseConsumer,
+    target_admin: Admin,
+    runtime: tokio::runtime::Handle,
+    slots: SlotTable<AlignedSlot>,
+    sync_config: SyncPolicyConfig,
+    started: Instant,
+    shutdown: CancellationToken,
+    source_health: Arc<Reachability>,
+    target_health: Arc<Reachability>,
+    acks: Vec<Ack>,
+}
+
+pub struct Parts {
+    pub ctx: Arc<Context>,
+    pub producer: BaseProducer<AckContext>,
+    pub syncs: BaseProducer<AckContext>,
+    /// The target producer's settings, for the partitions' transactional producers.
+    pub producer_base: ClientConfig,
+    pub syncs_topic: String,
+    pub positions_topic: String,
+    pub positions: PositionReader,
+    pub probe: LogProbe,
+    /// A `read_uncommitted` client of the source: its high watermarks include open
+    /// transactions (a `read_committed` one answers the last stable offset instead).
+    pub watermarks: BaseConsumer,
+    pub target_admin: Admin,
+    pub runtime: tokio::runtime::Handle,
+    pub shutdown: CancellationToken,
+    pub source_health: Arc<Reachability>,
+    pub target_health: Arc<Reachability>,
+}
+
+impl Delivery for Aligned {
+    const COMMIT_EVERY: Duration = Duration::from_secs(1);
+    const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        self.source_health.ok();
+        let Some(idx) = self.slots.index(m.topic(), m.partition()) else {
+            return;
+        };
+        let Some(slot) = self.slots.get(idx) else {
+            return;
+        };
+        match slot.state {
+            State::Preparing { .. } => {}
+            State::Translated => {
+                let generation = slot.generation;
+                let remote = slot.remote.clone();
+                let (record, bytes) = send::forward(m, &remote, opaque(idx, generation, false));
+                self.send_plain(idx, generation, record, m.offset(), -1, bytes as u64);
+            }
+            State::Aligned => {
+                let (held, next_target) = (slot.held.is_some(), slot.next_target);
+                let Some(steps) = plan::plan(held, next_target, m.offset()) else {
+                    // The source went back under the copies (read again after a seek?).
+                    self.misaligned(idx, m.offset(), -1);
+                    return;
+                };
+                if !self.apply(idx, &steps, m.timestamp().to_millis()) {
+                    return;
+                }
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.held = Some(m.detach());
+                    slot.read_at = Instant::now();
+                }
+            }
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
+    }
+
+    fn service(&mut self, consumer: &Source<Self>) {
+        self.service_acks();
+        self.release_quiet(consumer);
+        self.retry_unready(consumer);
+    }
+
+    fn commit(&mut self, consumer: &Source<Self>) {
+        self.service(consumer);
+        self.persist();
+    }
+
+    fn idle_syncs(&mut self) {
+        let now = self.now();
+        let mut due = Vec::new();
+        for (idx, slot) in self.slots.iter_mut() {
+            if slot.copying()
+                && slot.in_flight.is_empty()
+                && let Some(sync) = slot.sync.idle_sync(now)
+            {
+                due.push((idx, slot.generation, sync));
+            }
+        }
+        for (idx, generation, sync) in due {
+            self.write_sync(idx, generation, &sync);
+        }
+    }
+
+    /// A remote partition that ends before the copies (recreated) is prepared again, which
+    /// aligns it anew; one that ends after them has another writer.
+    fn check_targets(&mut self) {
+        let idle: Vec<(usize, String, i32, i64)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.state == State::Aligned && s.in_flight.is_empty())
+            .map(|(idx, s)| (idx, s.remote.clone(), s.partition, s.next_target))
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
+        let ends = self.probe.target_ends(&keys);
+        for (idx, remote, partition, next_target) in idle {
+            let Some(&end) = ends.get(&(remote, partition)) else {
+                continue;
+            };
+            if end < next_target {
+                let Some(slot) = self.slots.get(idx) else {
+                    continue;
+                };
+                let gap = continuity::found_now(
+                    &slot.topic.clone(),
+                    partition,
+                    (GapKind::TargetRewound, next_target, end),
+                );
+                self.write_gap(&gap);
+                self.prepare_again(idx, Duration::ZERO);
+            } else if end > next_target {
+                self.misaligned(idx, next_target, end);
+            }
+        }
+    }
+
+    /// The source deleted records before they were read: prepared again, which aligns the
+    /// partition with the new log start and records what was lost.
+    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
+        for idx in self.slots.indices() {
+            self.prepare_again(idx, Duration::ZERO);
+        }
+    }
+
+    fn stop(&mut self) {
+        self.drain(DRAIN_TIMEOUT);
+        self.persist();
+        if let Err(e) = self.producer.flush(DRAIN_TIMEOUT) {
+            tracing::warn!(error = %e, "flushing source positions failed");
+        }
+    }
+}
+
+impl Aligned {
+    pub fn new(p: Parts) -> Self {
+        Aligned {
+            sync_config: engine::sync_config(&p.ctx),
+            ctx: p.ctx,
+            producer: p.producer,
+            syncs: p.syncs,
+            producer_base: p.producer_base,
+            syncs_topic: p.syncs_topic,
+            positions_topic: p.positions_topic,
+            positions: p.positions,
+            probe: p.probe,
+            watermarks: p.watermarks,
+            target_admin: p.target_admin,
+            runtime: p.runtime,
+            slots: SlotTable::default(),
+            started: Instant::now(),
+            shutdown: p.shutdown,
+            source_health: p.source_health,
+            target_health: p.target_health,
+            acks: Vec::with_capacity(4096),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Carries out `steps` for the partition's held record and the jump after it; fillers take
+    /// `timestamp` (the record after the jump's). False when the partition stopped copying.
+    fn apply(&mut self, idx: usize, steps: &[Step], timestamp: Option<i64>) -> bool {
+        for step in steps {
+            let Some(slot) = self.slots.get_mut(idx) else {
+                return false;
+            };
+            let generation = slot.generation;
+            let ok = match *step {
+                Step::Plain => {
+                    let Some(held) = slot.held.take() else {
+                        return false;
+                    };
+                    let (remote, expected) = (slot.remote.clone(), slot.next_target);
+                    slot.next_target = expected.saturating_add(1);
+                    let (record, bytes) =
+                        send::forward(&held, &remote, opaque(idx, generation, false));
+                    self.send_plain(
+                        idx,
+                        generation,
+                        record,
+                        held.offset(),
+                        expected,
+                        bytes as u64,
+                    )
+                }
+                Step::Visible(n) => {
+                    // A record at the target's end was deleted (compaction) before it was read:
+                    // the numbers stay right, a marked filler is visible there.
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["source", "visible_filler"])
+                        .inc();
+                    let Some(slot) = self.slots.get_mut(idx) else {
+                        return false;
+                    };
+                    let (remote, partition, first) =
+                        (slot.remote.clone(), slot.partition, slot.next_target);
+                    slot.next_target = first.saturating_add(n);
+                    let headers = filler_headers();
+                    (0..n).all(|i| {
+                        let record = filler(&remote, partition, &headers, timestamp)
+                            .set_opaque(idx, generation);
+                        self.send_plain(idx, generation, record, -1, first + i, 0)
+                    })
+                }
+                Step::Wrapped | Step::Aborted(_) => {
+                    self.transaction(idx, generation, *step, timestamp)
+                }
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A transaction of the partition's own producer: the held record committed (its marker
+    /// fills the jump of one after it), or `n` fillers aborted. Waits for the partition's
+    /// plain writes first, and for every report of its own before it ends.
+    fn transaction(
+        &mut self,
+        idx: usize,
+        generation: u32,
+        step: Step,
+        timestamp: Option<i64>,
+    ) -> bool {
+        if !self.wait_drained(idx, generation) {
+            return false;
+        }
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return false;
+        };
+        let Some(txn) = slot.txn.as_ref() else {
+            self.prepare_again(idx, Duration::ZERO);
+            return false;
+        };
+        let first = slot.next_target;
+        let (remote, partition) = (slot.remote.clone(), slot.partition);
+        let held = match step {
+            Step::Wrapped => slot.held.take(),
+            _ => None,
+        };
+        let written = (|| -> Result<i64, String> {
+            txn.begin_transaction().map_err(|e| e.to_string())?;
+            let count = match (step, &held) {
+                (Step::Wrapped, Some(h)) => {
+                    let (record, _) = send::forward(h, &remote, 0);
+                    send::send_waiting(txn, record, &self.shutdown, None)
+                        .map_err(|e| e.to_string())?;
+                    1
+                }
+                (Step::Aborted(n), _) => {
+                    let headers = filler_headers();
+                    for _ in 0..n {
+                        let record = filler(&remote, partition, &headers, timestamp);
+                        send::send_waiting(txn, record, &self.shutdown, None)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    n
+                }
+                _ => return Err("nothing to write".into()),
+            };
+            // Reports first: an abort purges what is still queued, and those offsets would
+            // then be missing.
+            txn.flush(CALL_TIMEOUT).map_err(|e| e.to_string())?;
+            let mut acks = Vec::new();
+            txn.context().take(&mut acks);
+            let landed: Result<Vec<i64>, String> = acks
+                .iter()
+                .map(|a| {
+                    a.result
+                        .as_ref()
+                        .map(|l| l.offset)
+                        .map_err(|e| e.to_string())
+                })
+                .collect();
+            let landed = landed?;
+            let expected: Vec<i64> = (first..first.saturating_add(count)).collect();
+            if landed != expected {
+                return Err(format!(
+                    "landed at {:?}, expected {first}..{}",
+                    landed.first(),
+                    first.saturating_add(count)
+                ));
+            }
+            match step {
+                Step::Wrapped => txn.commit_transaction(CALL_TIMEOUT),
+                _ => txn.abort_transaction(CALL_TIMEOUT),
+            }
+            .map_err(|e| e.to_string())?;
+            Ok(count)
+        })();
+        let topic = slot.topic.clone();
+        match written {
+            Ok(count) => {
+                slot.next_target = first.saturating_add(count).saturating_add(1);
+                let next = slot.next_target;
+                let downstream = match step {
+                    Step::Wrapped => first,
+                    _ => slot.latest.map_or(-1, |l| l.downstream),
+                };
+                slot.latest = Some(Frontier { next, downstream });
+                let now = self.started.elapsed();
+                let mut sync = None;
+                if let (Step::Wrapped, Some(h)) = (step, &held) {
+                    let bytes = h.key().map_or(0, <[u8]>::len) + h.payload().map_or(0, <[u8]>::len);
+                    self.ctx.metrics.records_replicated.inc();
+                    self.ctx.metrics.bytes_replicated.inc_by(bytes as u64);
+                    sync = slot.sync.observe(h.offset(), first, now);
+                }
+                if let Some(sync) = sync {
+                    self.write_sync(idx, generation, &sync);
+                }
+                self.target_health.ok();
+                true
+            }
+            Err(reason) => {
+                tracing::warn!(%topic, partition, %reason,
+                    "a transaction of the aligned copy failed; the partition is prepared again");
+                if let Some(txn) = slot.txn.as_ref() {
+                    let _ = txn.abort_transaction(CALL_TIMEOUT);
+                }
+                if step == Step::Wrapped {
+                    slot.wrap_failed = Some(held.as_ref().map_or(first, Message::offset));
+                }
+                // A producer in doubt is replaced: the next one's init fences it.
+                slot.txn = None;
+                let delay = slot.backoff.next_delay();
+                self.count_error("transaction");
+                self.prepare_again(idx, delay);
+                false
+            }
+        }
+    }
+
+    /// Queues a plain write of the partition, waiting for room.
+    fn send_plain(
+        &mut self,
+        idx: usize,
+        generation: u32,
+        mut record: send::Record<'_>,
+        source: i64,
+        expected: i64,
+        bytes: u64,
+    ) -> bool {
+        loop {
+            match send::offer(&self.producer, record) {
+                Offered::Queued => break,
+                Offered::Full(back) => {
+                    record = back;
+                    std::thread::sleep(QUEUE_FULL_WAIT);
+                    self.service_acks();
+                    let live = self
+                        .slots
+                        .get(idx)
+                        .is_some_and(|s| s.generation == generation && s.copying());
+                    if !live || self.shutdown.is_cancelled() {
+                        return false;
+                    }
+                }
+                Offered::Refused(error) => {
+                    let reason = error.to_string();
+                    self.fault(idx, &reason);
+                    return false;
+                }
+            }
+        }
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.in_flight.push_back(InFlight {
+                source,
+                expected,
+                bytes,
+            });
+        }
+        true
+    }
+
+    fn service_acks(&mut self) {
+        serve_reports(&self.producer);
+        serve_reports(&self.syncs);
+        self.process_sync_acks();
+        self.process_acks();
+    }
+
+    fn process_acks(&mut self) {
+        let mut acks = std::mem::take(&mut self.acks);
+        self.producer.context().take(&mut acks);
+        let now = self.now();
+        let mut syncs = Vec::new();
+        let mut broken = Vec::new();
+        let mut failed = Vec::new();
+        for ack in &acks {
+            let (idx, generation, is_position) = unpack(ack.opaque);
+            if is_position {
+                if ack.result.is_err() {
+                    self.count_error("positions");
+                }
+                continue;
+            }
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            let Some(sent) = slot.in_flight.pop_front() else {
+                continue;
+            };
+            match &ack.result {
+                Ok(landed) => {
+                    self.target_health.ok();
+                    if sent.expected >= 0 && landed.offset != sent.expected {
+                        broken.push((idx, sent.expected, landed.offset));
+                    }
+                    if sent.source >= 0 {
+                        let next = slot
+                            .latest
+                            .map_or(sent.source + 1, |l| l.next.max(sent.source + 1));
+                        slot.latest = Some(Frontier {
+                            next,
+                            downstream: landed.offset,
+                        });
+                        self.ctx.metrics.records_replicated.inc();
+                        self.ctx.metrics.bytes_replicated.inc_by(sent.bytes);
+                        if let Some(sync) = slot.sync.observe(sent.source, landed.offset, now) {
+                            syncs.push((idx, generation, sync));
+                        }
+                    }
+                }
+                Err(e) => failed.push((idx, e.to_string())),
+            }
+        }
+        self.acks = acks;
+        for (idx, generation, sync) in syncs {
+            self.write_sync(idx, generation, &sync);
+        }
+        for (idx, expected, landed) in broken {
+            self.misaligned(idx, expected, landed);
+        }
+        for (idx, reason) in failed {
+            self.fault(idx, &reason);
+        }
+    }
+
+    fn process_sync_acks(&mut self) {
+        let mut acks = Vec::new();
+        self.syncs.context().take(&mut acks);
+        for ack in acks {
+            if let Err(e) = ack.result {
+                let (idx, _, _) = unpack(ack.opaque);
+                tracing::warn!(error = %e, topic = %self.syncs_topic, "an offset sync failed");
+                self.fault(idx, "offset sync failed");
+            } else {
+                self.ctx.metrics.offset_syncs.inc();
+            }
+        }
+    }
+
+    fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
+        let Ok(encoded) = sync.encode() else {
+            self.count_error("offset_sync");
+            return;
+        };
+        let headers = OwnedHeaders::new().insert(Header {
+            key: crate::mm2::SYNC_ORIGIN_HEADER,
+            value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
+        });
+        let record = send::internal(
+            &self.syncs_topic,
+            &encoded.key,
+            &encoded.value,
+            opaque(idx, generation, false),
+        )
+        .headers(headers);
+        if let Err(e) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {
+            let reason = format!("offset sync: {e}");
+            self.fault(idx, &reason);
+        }
+    }
+
+    /// Serves reports until the partition's plain writes are acknowledged. False when it
+    /// stopped copying meanwhile, or the loop is stopping.
+    fn wait_drained(&mut self, idx: usize, generation: u32) -> bool {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        loop {
+            match self.slots.get(idx) {
+                Some(s) if s.generation == generation && s.copying() => {
+                    if s.in_flight.is_empty() {
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+            if self.shutdown.is_cancelled() {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                self.fault(idx, "plain writes unacknowledged before a transaction");
+                return false;
+            }
+            self.producer.poll(QUEUE_FULL_WAIT);
+            self.service_acks();
+        }
+    }
+
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0 {
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.producer.poll(Duration::from_millis(10));
+            self.service_acks();
+        }
+        self.service_acks();
+    }
+
+    /// Held records of partitions quiet for [`HOLD_QUIET`] are written once the consumer's
+    /// position shows what follows them (nothing yet, or a jump).
+    fn release_quiet(&mut self, consumer: &Source<Self>) {
+        let quiet: Vec<usize> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                s.state == State::Aligned && s.held.is_some() && s.read_at.elapsed() >= HOLD_QUIET
+            })
+            .map(|(idx, _)| idx)
+            .collect();
+        if quiet.is_empty() {
+            return;
+        }
+        let Ok(position) = consumer.position() else {
+            return;
+        };
+        for idx in quiet {
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let Some(Offset::Offset(next)) = position
+                .find_partition(&slot.topic, slot.partition)
+                .map(|e| e.offset())
+            else {
+                continue;
+            };
+            let Some(held) = slot.held.as_ref().map(Message::offset) else {
+                continue;
+            };
+            // Only once the consumer has everything the partition holds: a position short of
+            // the high watermark means an open transaction (or a fetch in progress) lies ahead,
+            // and a jump of one after it would then find nothing held to wrap.
+            if next <= held {
+                continue;
+            }
+            // One ListOffsets round trip; at most once per quiet period of each partition.
+            let high = self
+                .watermarks
+                .fetch_watermarks(&slot.topic, slot.partition, WATERMARK_TIMEOUT)
+                .map_or(i64::MAX, |(_, high)| high);
+            if next < high {
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.read_at = Instant::now();
+                }
+                continue;
+            }
+            let timestamp = slot.held.as_ref().and_then(|h| h.timestamp().to_millis());
+            if let Some(steps) = plan::plan(true, slot.next_target, next) {
+                self.apply(idx, &steps, timestamp);
+            }
+        }
+    }
+
+    /// The partition's alignment broke at source offset `at` (the record landed at `landed`,
+    /// or -1: it cannot be aligned there): recorded, and copied on translated.
+    fn misaligned(&mut self, idx: usize, at: i64, landed: i64) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.state != State::Aligned {
+            return;
+        }
+        slot.state = State::Translated;
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        // What is held is copied plain now; a jump after it can no longer be filled.
+        let held = slot.held.take();
+        tracing::warn!(%topic, partition, source_offset = at, target_offset = landed,
+            "offsets of the remote partition no longer match the source; translating from here");
+        self.count_error("misaligned");
+        let gap = continuity::found_now(&topic, partition, (GapKind::Misaligned, at, landed));
+        self.write_gap(&gap);
+        if let Some(h) = held
+            && let Some(slot) = self.slots.get(idx)
+        {
+            let (generation, remote) = (slot.generation, slot.remote.clone());
+            let (record, bytes) = send::forward(&h, &remote, opaque(idx, generation, false));
+            self.send_plain(idx, generation, record, h.offset(), -1, bytes as u64);
+        }
+    }
+
+    /// A write failed: forget what is in flight and prepare the partition again after a
+    /// backoff (it resumes where the target ends).
+    fn fault(&mut self, idx: usize, reason: &str) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if !slot.copying() {
+            return;
+        }
+        tracing::warn!(topic = %slot.topic, partition = slot.partition, %reason,
+            "an aligned copy failed; the partition resumes where the target ends");
+        let delay = slot.backoff.next_delay();
+        self.count_error("produce");
+        self.prepare_again(idx, delay);
+    }
+
+    fn prepare_again(&mut self, idx: usize, delay: Duration) {
+        let generation = self.slots.next_generation();
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.generation = generation;
+            slot.in_flight.clear();
+            slot.held = None;
+            slot.state = State::Preparing {
+                retry_at: Instant::now() + delay,
+            };
+        }
+    }
+
+    fn retry_unready(&mut self, consumer: &Source<Self>) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<(String, i32)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s.state, State::Preparing { retry_at } if retry_at <= now))
+            .map(|(_, s)| (s.topic.clone(), s.partition))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for (topic, partition, offset) in self.prepare(&due) {
+            if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
+                tracing::debug!(%topic, partition, error = %e, "seek failed; retrying later");
+                if let Some(idx) = self.slots.index(&topic, partition) {
+                    self.prepare_again(idx, Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Fences the partitions' previous writers, then decides where each resumes: where its
+    /// remote partition ends, aligned with the source's log start first. Returns the ready
+    /// ones with the source offset to read from.
+    fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        let mut fenced = Vec::new();
+        for (topic, partition) in keys {
+            let Some(slot) = self.slots.find_mut(topic, *partition) else {
+                continue;
+            };
+            if slot.txn.is_none() {
+                let config = super::exactly_once::txn::producer_config(
+                    &self.producer_base,
+                    &slot.transactional_id,
+                    None,
+                );
+                let created: Result<BaseProducer<AckContext>, _> =
+                    config.create_with_context(AckContext::new(self.target_health.clone()));
+                let ready = created.and_then(|p| p.init_transactions(CALL_TIMEOUT).map(|()| p));
+                match ready {
+                    Ok(p) => slot.txn = Some(p),
+                    Err(e) => {
+                        tracing::warn!(%topic, partition, error = %e, "cannot fence the partition's previous writer; retrying");
+                        let delay = slot.backoff.next_delay();
+                        slot.state = State::Preparing {
+                            retry_at: Instant::now() + delay,
+                        };
+                        continue;
+                    }
+                }
+            }
+            fenced.push((topic.clone(), *partition));
+        }
+        if fenced.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+            tracing::warn!(error = %e, "reading the positions topic failed; retrying");
+            self.count_error("positions");
+            for (topic, partition) in &fenced {
+                if let Some(idx) = self.slots.index(topic, *partition) {
+                    self.prepare_again(idx, Duration::from_secs(1));
+                }
+            }
+            return Vec::new();
+        }
+        let remotes: Vec<(String, i32)> = fenced
+            .iter()
+            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
+            .collect();
+        let sources = self.probe.source(&fenced);
+        let ends = self.probe.target_ends(&remotes);
+        let mut ready = Vec::new();
+        for (topic, partition) in fenced {
+            let Some(idx) = self.slots.index(&topic, partition) else {
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let (Some(bounds), Some(&end)) = (
+                sources.get(&(topic.clone(), partition)),
+                ends.get(&(slot.remote.clone(), partition)),
+            ) else {
+                self.prepare_again(idx, Duration::from_secs(1));
+                continue;
+            };
+            let stored = self.positions.get(&topic, partition);
+            let broke_before = self.positions.gaps().iter().any(|g| {
+                g.kind == GapKind::Misaligned && g.topic == topic && g.partition == partition
+            });
+            let start = if broke_before || slot.wrap_failed.is_some() {
+                self.resume_translated(idx, stored, *bounds, end)
+            } else if end > bounds.end || (stored.is_none() && end > bounds.start) {
+                // Records the flow did not write, or a source that went back under them.
+                self.misaligned_at_start(idx, bounds.start, end);
+                self.resume_translated(idx, stored, *bounds, end)
+            } else if end < bounds.start {
+                self.align_log_start(idx, end, bounds.start, stored.is_some())
+            } else {
+                self.resume_aligned(idx, end)
+            };
+            if let Some(offset) = start {
+                ready.push((topic, partition, offset));
+            }
+        }
+        ready
+    }
+
+    fn resume_aligned(&mut self, idx: usize, next: i64) -> Option<Offset> {
+        let config = self.sync_config;
+        let slot = self.slots.get_mut(idx)?;
+        slot.state = State::Aligned;
+        slot.next_target = next;
+        slot.held = None;
+        slot.latest = Some(Frontier {
+            next,
+            downstream: next.saturating_sub(1),
+        });
+        slot.stored = None;
+        slot.sync = SyncPolicy::new(slot.tp(), config);
+        slot.backoff.reset();
+        tracing::debug!(topic = %slot.topic, partition = slot.partition, next, "partition ready (aligned)");
+        Some(Offset::Offset(next))
+    }
+
+    /// Copying on with translated offsets, from the stored position checked against both logs
+    /// (or from a record whose wrapping transaction failed).
+    fn resume_translated(
+        &mut self,
+        idx: usize,
+        stored: Option<Frontier>,
+        bounds: crate::kafka::log_bounds::LogBounds,
+        end: i64,
+    ) -> Option<Offset> {
+        let config = self.sync_config;
+        let slot = self.slots.get_mut(idx)?;
+        let resume = continuity::resume(stored, Some(bounds), Some(end));
+        let offset = match (slot.wrap_failed.take(), resume.offset) {
+            (Some(o), _) => Offset::Offset(o.max(bounds.start)),
+            (None, o) => o,
+        };
+        slot.state = State::Translated;
+        slot.held = None;
+        slot.latest = resume.start;
+        slot.sync = SyncPolicy::new(slot.tp(), config);
+        Some(offset)
+    }
+
+    fn misaligned_at_start(&mut self, idx: usize, at: i64, end: i64) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        tracing::warn!(%topic, partition, source_start = at, target_end = end,
+            "the remote partition cannot be aligned with the source; translating offsets");
+        let gap = continuity::found_now(&topic, partition, (GapKind::Misaligned, at, -1));
+        self.write_gap(&gap);
+    }
+
+    /// The remote partition ends at `end`, before the source's log start `start`: fillers up
+    /// to it, then DeleteRecords, so the next copy lands on `start`. `copied`: records had
+    /// been copied before, so those between `end` and `start` are lost (recorded as a gap).
+    fn align_log_start(
+        &mut self,
+        idx: usize,
+        end: i64,
+        start: i64,
+        copied: bool,
+    ) -> Option<Offset> {
+        let count = start.saturating_sub(end);
+        let slot = self.slots.get(idx)?;
+        let (topic, partition, remote) = (slot.topic.clone(), slot.partition, slot.remote.clone());
+        if count > MAX_LOG_START_FILL {
+            self.misaligned_at_start(idx, start, end);
+            let bounds = crate::kafka::log_bounds::LogBounds { start, end: start };
+            return self.resume_translated(idx, None, bounds, end);
+        }
+        tracing::info!(%topic, partition, fillers = count, "aligning the remote partition with the source's log start");
+        let headers = filler_headers();
+        for _ in 0..count {
+            let mut record = filler(&remote, partition, &headers, None);
+            record = record.set_opaque_unowned();
+            loop {
+                match send::offer(&self.producer, record) {
+                    Offered::Queued => break,
+                    Offered::Full(back) => {
+                        record = back;
+                        self.producer.poll(QUEUE_FULL_WAIT);
+                        if self.shutdown.is_cancelled() {
+                            return None;
+                        }
+                    }
+                    Offered::Refused(e) => {
+                        tracing::warn!(%topic, partition, error = %e, "writing fillers failed; retrying");
+                        self.prepare_again(idx, Duration::from_secs(1));
+                        return None;
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.producer.flush(CALL_TIMEOUT) {
+            tracing::warn!(%topic, partition, error = %e, "fillers unacknowledged; retrying");
+            self.prepare_again(idx, Duration::from_secs(1));
+            return None;
+        }
+        let landed = self
+            .probe
+            .target_ends(&[(remote.clone(), partition)])
+            .get(&(remote.clone(), partition))
+            .copied();
+        if landed != Some(start) {
+            // Retried: the next round sees where the target really ends.
+            self.prepare_again(idx, Duration::from_secs(1));
+            return None;
+        }
+        let admin = self.target_admin.clone();
+        let deleted = self
+            .runtime
+            .block_on(async move { admin.delete_before(&remote, partition, start).await });
+        if let Err(e) = deleted {
+            // Offsets are aligned; the fillers stay visible below the log start until a
+            // retention pass removes them.
+            tracing::warn!(%topic, partition, error = %e, "deleting the fillers failed");
+            self.count_error("delete_records");
+        }
+        if copied && end < start {
+            let gap =
+                continuity::found_now(&topic, partition, (GapKind::SourceTruncated, end, start));
+            self.write_gap(&gap);
+        }
+        self.resume_aligned(idx, start)
+    }
+
+    /// Writes the position of every partition whose frontier moved.
+    fn persist(&mut self) {
+        for idx in self.slots.indices() {
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            if !slot.copying() || slot.latest == slot.stored {
+                continue;
+            }
+            let Some(position) = slot.latest else {
+                continue;
+            };
+            let key = positions::encode_key(&slot.topic, slot.partition);
+            let value = positions::encode_value(position);
+            let record = send::internal(
+                &self.positions_topic,
+                &key,
+                &value,
+                opaque(idx, slot.generation, true),
+            );
+            match send::offer(&self.producer, record) {
+                Offered::Queued => slot.stored = Some(position),
+                _ => self.count_error("positions"),
+            }
+        }
+    }
+
+    /// Records a break in the positions topic (where the status finds it).
+    fn write_gap(&mut self, gap: &Gap) {
+        let (producer, topic) = (&self.producer, &self.positions_topic);
+        continuity::record(gap, &self.ctx.metrics, |key, value| {
+            producer
+                .send(send::internal(topic, key, value, UNOWNED))
+                .map_err(|(e, _)| e)?;
+            producer.flush(Duration::from_secs(10))
+        });
+    }
+
+    fn report_assignment(&self) {
+        let n = self.slots.len();
+        self.ctx.metrics.assigned_partitions.set(n as i64);
+        tracing::info!(
+            partitions = n,
+            "source partitions assigned to this replica (aligned)"
+        );
+    }
+}
+
+fn filler_headers() -> OwnedHeaders {
+    OwnedHeaders::new().insert(Header {
+        key: FILLER_HEADER,
+        value: Some(&[] as &[u8]),
+    })
+}
+
+/// A filler of `remote`'s partition: no key, no value, the filler header.
+fn filler<'a>(
+    remote: &'a str,
+    partition: i32,
+    headers: &OwnedHeaders,
+    timestamp: Option<i64>,
+) -> send::Record<'a> {
+    let record: send::Record<'a> = BaseRecord::with_opaque_to(remote, 0)
+        .partition(partition)
+        .headers(headers.clone());
+    match timestamp {
+        Some(ts) => record.timestamp(ts),
+        None => record,
+    }
+}
+
+/// Opaques of records built without one.
+trait SetOpaque {
+    fn set_opaque(self, idx: usize, generation: u32) -> Self;
+    fn set_opaque_unowned(self) -> Self;
+}
+
+impl SetOpaque for send::Record<'_> {
+    fn set_opaque(mut self, idx: usize, generation: u32) -> Self {
+        self.delivery_opaque = opaque(idx, generation, false);
+        self
+    }
+    fn set_opaque_unowned(mut self) -> Self {
+        self.delivery_opaque = UNOWNED;
+        self
+    }
+}

@@ -1,0 +1,89 @@
+//! Partitions coming and going: a new owner fences the previous writer and resumes where the
+//! remote partition ends; a partition given up settles its plain writes and stores its
+//! position (what is held is read again by the next owner: the target's end is before it).
+
+use super::*;
+
+use rdkafka::TopicPartitionList;
+
+impl Owner for Aligned {
+    fn assigned(&mut self, tpl: &mut TopicPartitionList) {
+        let keys: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        for (topic, partition) in &keys {
+            if let Some(idx) = self.slots.index(topic, *partition) {
+                // Already ours (an eager assignor hands out everything again): resume it
+                // where the target ends rather than wherever the consumer starts.
+                self.prepare_again(idx, Duration::ZERO);
+                continue;
+            }
+            let flow = &self.ctx.flow;
+            let remote = flow.policy.format_remote_topic(flow.source_alias(), topic);
+            let group = super::super::source_group_id(flow);
+            let base = group.strip_suffix(".source").unwrap_or(&group);
+            let slot = AlignedSlot {
+                topic: topic.clone(),
+                partition: *partition,
+                remote,
+                generation: self.slots.next_generation(),
+                transactional_id: format!("{base}.aligned.{topic}-{partition}"),
+                txn: None,
+                state: State::Preparing {
+                    retry_at: Instant::now(),
+                },
+                next_target: 0,
+                held: None,
+                read_at: Instant::now(),
+                in_flight: VecDeque::new(),
+                sync: SyncPolicy::new(
+                    TopicPartition::new(topic.clone(), *partition),
+                    self.sync_config,
+                ),
+                latest: None,
+                stored: None,
+                wrap_failed: None,
+                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            };
+            self.slots.insert(slot);
+        }
+        // Every partition gets a start offset (one left unset would stop on
+        // `auto.offset.reset=error`); those not ready yet skip what they read until prepared.
+        for (topic, partition) in &keys {
+            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+        }
+        for (topic, partition, offset) in self.prepare(&keys) {
+            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+            }
+        }
+        self.report_assignment();
+    }
+
+    fn revoked(&mut self, tpl: &TopicPartitionList, _lost: bool) {
+        self.drain(DRAIN_TIMEOUT);
+        self.persist();
+        let _ = self.producer.flush(DRAIN_TIMEOUT);
+        for e in tpl.elements() {
+            self.slots.remove(e.topic(), e.partition());
+        }
+        self.report_assignment();
+    }
+
+    type Slot = AlignedSlot;
+
+    fn slots(&self) -> &SlotTable<AlignedSlot> {
+        &self.slots
+    }
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    // The next owner fences the partition's transactions and resumes where the target ends.
+    const FAILED_REBALANCE_IS_LOST: bool = true;
+}
