@@ -63,6 +63,8 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_TOPIC_RECREATED,
         reason::TARGET_TOPIC_RECREATED,
         reason::RECORD_REJECTED,
+        reason::OFFSETS_MATCH,
+        reason::OFFSETS_MISALIGNED,
         reason::CHILD_REJECTED,
         reason::SAME_CLUSTER,
         reason::CONFLICTING_FLOW,

@@ -81,6 +81,7 @@ fn measure(args: &StatusArgs) -> Result<(String, MirrorFlowStatus), CliError> {
     let flow = load_flow(&args.flow)?;
     let mut obs = Observation {
         observe_only: true,
+        aligned: flow.spec.offsets == crate::api::OffsetsMode::Aligned,
         heartbeats_enabled: flow.spec.heartbeats.enabled,
         checkpoints_enabled: flow.spec.checkpoints.enabled,
         ..Observation::default()

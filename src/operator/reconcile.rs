@@ -46,6 +46,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     let observe_only = mf.spec.mode == FlowMode::Observe;
     let mut obs = Observation {
         observe_only,
+        aligned: mf.spec.offsets == crate::api::OffsetsMode::Aligned,
         desired_replicas: if observe_only { 0 } else { mf.spec.replicas },
         heartbeats_enabled: mf.spec.heartbeats.enabled,
         checkpoints_enabled: mf.spec.checkpoints.enabled,

@@ -1,7 +1,11 @@
 //! Breaks in continuity the replicator recorded: `status.gaps` and the `Gapless` condition.
 
-use super::{GAPLESS, GAPS_ACKNOWLEDGED, MAX_LISTED_GAPS, Observation, Verdict, reason, verdict};
+use super::{
+    GAPLESS, GAPS_ACKNOWLEDGED, MAX_LISTED_GAPS, OFFSETS_ALIGNED, Observation, Verdict, reason,
+    verdict,
+};
 use crate::api::{GapStatus, MirrorFlowStatus};
+use crate::kafka::positions::GapKind;
 
 /// The unacknowledged gaps, oldest first, at most [`MAX_LISTED_GAPS`] (the newest), and how
 /// many there are in all.
@@ -12,6 +16,8 @@ pub(super) fn gap_list(
     let mut gaps: Vec<(i64, GapStatus)> = match &obs.gaps {
         Some(found) => found
             .iter()
+            // Nothing was skipped there: `OffsetsAligned` reports it.
+            .filter(|g| g.kind != GapKind::Misaligned)
             .map(|g| {
                 let at = k8s_openapi::jiff::Timestamp::from_millisecond(g.detected_ms)
                     .map(|t| t.to_string())
@@ -78,6 +84,49 @@ pub(super) fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observati
         format!(
             "{} unacknowledged break(s) in continuity, see status.gaps; newest, detected {}: {}. Check what the consumers of that topic need, then acknowledge: kubectl annotate mirrorflow {} {GAPS_ACKNOWLEDGED}={} --overwrite.{bad_annotation}",
             unacknowledged, newest.detected_at, newest.message, obs.name, newest.detected_at
+        ),
+    )
+}
+
+/// `OffsetsAligned`: no partition of an aligned flow recorded a break of its alignment. Not
+/// acknowledgeable: a misaligned partition stays translated for good (consumers that reuse
+/// source offsets must not fail over onto it).
+pub(super) fn offsets_aligned(obs: &Observation) -> Verdict {
+    let Some(found) = &obs.gaps else {
+        return verdict(
+            OFFSETS_ALIGNED,
+            false,
+            reason::OFFSETS_MISALIGNED,
+            "the positions topic on the target could not be read, so alignment is unknown",
+        );
+    };
+    let mut broken: Vec<_> = found
+        .iter()
+        .filter(|g| g.kind == GapKind::Misaligned)
+        .collect();
+    broken.sort_by_key(|g| g.detected_ms);
+    let Some(first) = broken.first() else {
+        return verdict(
+            OFFSETS_ALIGNED,
+            true,
+            reason::OFFSETS_MATCH,
+            "every remote partition holds its records at their source offsets: consumers may fail over reusing their offsets (failover --offsets as-is)",
+        );
+    };
+    let mut partitions: Vec<String> = broken
+        .iter()
+        .map(|g| format!("{}[{}]", g.topic, g.partition))
+        .collect();
+    partitions.dedup();
+    verdict(
+        OFFSETS_ALIGNED,
+        false,
+        reason::OFFSETS_MISALIGNED,
+        format!(
+            "{} partition(s) lost alignment ({}); first: {}. Consumers of those partitions must fail over through checkpoints (translated offsets), not by reusing source offsets. Find what else writes to the remote topic; a new flow with new remote topics aligns again.",
+            partitions.len(),
+            partitions.join(", "),
+            first.describe()
         ),
     )
 }

@@ -34,6 +34,8 @@ pub const HEARTBEATS_FLOWING: &str = "HeartbeatsFlowing";
 pub const FAILOVER_READY: &str = "FailoverReady";
 /// No unacknowledged break in continuity (see `status.gaps`).
 pub const GAPLESS: &str = "Gapless";
+/// `spec.offsets: Aligned` holds on every remote partition.
+pub const OFFSETS_ALIGNED: &str = "OffsetsAligned";
 /// The annotation whose RFC 3339 time acknowledges every gap detected at or before it.
 pub const GAPS_ACKNOWLEDGED: &str = "mirrorflow.io/gaps-acknowledged";
 /// At most this many gaps are listed in `status.gaps` (the newest).
@@ -185,6 +187,8 @@ pub struct Observation {
     pub blocked: Option<Blocked>,
     /// `spec.mode: Observe`: no replicator pods; replication is judged by its heartbeats.
     pub observe_only: bool,
+    /// `spec.offsets: Aligned`: the `OffsetsAligned` condition is reported.
+    pub aligned: bool,
     pub desired_replicas: i32,
     pub ready_replicas: i32,
     /// Error text when the cluster could not be reached.
@@ -479,6 +483,9 @@ pub fn status(
     let (gaps, unacknowledged) = gaps::gap_list(previous, obs);
     let mut verdicts = evaluate(obs, limits);
     verdicts.push(gaps::gapless(&gaps, unacknowledged, obs));
+    if obs.aligned {
+        verdicts.push(gaps::offsets_aligned(obs));
+    }
     let conditions = merge(prev_conditions, verdicts, generation, now);
     let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();
     let mut least_ready = group_readiness(obs, limits);

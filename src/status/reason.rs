@@ -42,6 +42,10 @@ pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
 pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
 /// The target refused a record as too large; the replicator skipped it.
 pub const RECORD_REJECTED: &str = "RecordRejected";
+/// `spec.offsets: Aligned`: every remote partition holds its records at their source offsets.
+pub const OFFSETS_MATCH: &str = "OffsetsMatch";
+/// `spec.offsets: Aligned` broke on a partition; its later offsets are translated.
+pub const OFFSETS_MISALIGNED: &str = "OffsetsMisaligned";
 /// The apiserver refused a child object built from the flow (field named in the message).
 pub const CHILD_REJECTED: &str = "ChildRejected";
 /// Source and target are the same Kafka cluster (same cluster id).

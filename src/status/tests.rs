@@ -346,3 +346,61 @@ fn only_the_newest_gaps_are_listed() {
     assert_eq!(cond(&s, GAPLESS).reason, reason::TARGET_TOPIC_RECREATED);
     assert!(cond(&s, GAPLESS).message.starts_with("30 unacknowledged"));
 }
+
+#[test]
+fn aligned_flows_report_offsets_aligned_and_a_break_is_not_a_gap() {
+    let limits = FailoverReadinessSpec::default();
+    let translated = status(None, &healthy(), &limits, None, &now());
+    assert!(
+        translated
+            .conditions
+            .iter()
+            .all(|c| c.type_ != OFFSETS_ALIGNED),
+        "only aligned flows report it"
+    );
+    let aligned = Observation {
+        aligned: true,
+        gaps: Some(vec![]),
+        ..healthy()
+    };
+    let s = status(None, &aligned, &limits, None, &now());
+    assert_eq!(cond(&s, OFFSETS_ALIGNED).status, "True");
+    assert_eq!(cond(&s, OFFSETS_ALIGNED).reason, reason::OFFSETS_MATCH);
+
+    let t = 1_800_000_000_000;
+    let broken = Observation {
+        gaps: Some(vec![
+            Gap {
+                from: 120,
+                to: 125,
+                ..gap("orders", GapKind::Misaligned, t)
+            },
+            gap("orders", GapKind::SourceTruncated, t + 1),
+        ]),
+        ..aligned.clone()
+    };
+    let s = status(None, &broken, &limits, None, &now());
+    let c = cond(&s, OFFSETS_ALIGNED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::OFFSETS_MISALIGNED)
+    );
+    assert!(
+        c.message.contains("orders[0]")
+            && c.message
+                .contains("source offset 120 landed at target offset 125"),
+        "{}",
+        c.message
+    );
+    // The truncation is a gap; the misalignment is not (nothing was skipped).
+    assert_eq!(s.gaps.len(), 1);
+    assert_eq!(s.gaps[0].reason, "SourceTruncated");
+    // Acknowledging gaps does not hide a misalignment.
+    let acknowledged = Observation {
+        gaps_acknowledged: Some(Ok(t + 1)),
+        ..broken
+    };
+    let s = status(None, &acknowledged, &limits, None, &now());
+    assert_eq!(cond(&s, OFFSETS_ALIGNED).status, "False");
+    assert_eq!(cond(&s, GAPLESS).status, "True");
+}

@@ -76,6 +76,17 @@ pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConf
     c
 }
 
+/// A client for high watermarks only (never in a group, never fetching): `read_uncommitted`,
+/// so they include open transactions and markers (a `read_committed` client's ListOffsets
+/// answers the last stable offset).
+pub fn watermarks(cluster: &ClientConfig) -> ClientConfig {
+    let mut c = cluster.clone();
+    c.set("group.id", "mirrorflow-watermarks")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted");
+    c
+}
+
 /// The producer of offset syncs. Syncs never time out (0 = forever): a sync that fails while a
 /// later one of the same partition succeeds would hide a delta change from dense readers.
 pub fn sync_producer(cluster: &ClientConfig) -> ClientConfig {

@@ -230,13 +230,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             positions_topic,
             positions: reader,
             probe,
-            watermarks: flow
-                .source_client
-                .clone()
-                .set("group.id", "mirrorflow-watermarks")
-                .set("isolation.level", "read_uncommitted")
+            watermarks: clients::watermarks(&flow.source_client)
                 .create()
                 .context("creating the source watermark client")?,
+            target_watermarks: clients::watermarks(&flow.target_client)
+                .create()
+                .context("creating the target watermark client")?,
             target_admin: target_admin.clone(),
             runtime: tokio::runtime::Handle::current(),
             shutdown: shutdown.clone(),

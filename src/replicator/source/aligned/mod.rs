@@ -33,6 +33,7 @@
 
 mod ownership;
 pub mod plan;
+mod tail;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -68,6 +69,7 @@ pub const HOLD_QUIET: Duration = Duration::from_millis(300);
 /// beyond, the partition is copied with translated offsets (writing more would take minutes).
 const MAX_LOG_START_FILL: i64 = 20_000_000;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
+const MARKER_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -149,6 +151,7 @@ pub struct Aligned {
     positions: PositionReader,
     probe: LogProbe,
     watermarks: BaseConsumer,
+    target_watermarks: BaseConsumer,
     target_admin: Admin,
     runtime: tokio::runtime::Handle,
     slots: SlotTable<AlignedSlot>,
@@ -173,6 +176,8 @@ pub struct Parts {
     /// A `read_uncommitted` client of the source: its high watermarks include open
     /// transactions (a `read_committed` one answers the last stable offset instead).
     pub watermarks: BaseConsumer,
+    /// The same on the target, to see a transaction's marker written.
+    pub target_watermarks: BaseConsumer,
     pub target_admin: Admin,
     pub runtime: tokio::runtime::Handle,
     pub shutdown: CancellationToken,
@@ -194,12 +199,7 @@ impl Delivery for Aligned {
         };
         match slot.state {
             State::Preparing { .. } => {}
-            State::Translated => {
-                let generation = slot.generation;
-                let remote = slot.remote.clone();
-                let (record, bytes) = send::forward(m, &remote, opaque(idx, generation, false));
-                self.send_plain(idx, generation, record, m.offset(), -1, bytes as u64);
-            }
+            State::Translated => self.copy_translated(idx, m),
             State::Aligned => {
                 let (held, next_target) = (slot.held.is_some(), slot.next_target);
                 let Some(steps) = plan::plan(held, next_target, m.offset()) else {
@@ -207,12 +207,17 @@ impl Delivery for Aligned {
                     self.misaligned(idx, m.offset(), -1);
                     return;
                 };
-                if !self.apply(idx, &steps, m.timestamp().to_millis()) {
-                    return;
-                }
-                if let Some(slot) = self.slots.get_mut(idx) {
-                    slot.held = Some(m.detach());
-                    slot.read_at = Instant::now();
+                let applied = self.apply(idx, &steps, m.timestamp().to_millis());
+                match self.slots.get_mut(idx).map(|s| s.state) {
+                    Some(State::Aligned) if applied => {
+                        if let Some(slot) = self.slots.get_mut(idx) {
+                            slot.held = Some(m.detach());
+                            slot.read_at = Instant::now();
+                        }
+                    }
+                    // Alignment broke on the way: this record goes on translated.
+                    Some(State::Translated) => self.copy_translated(idx, m),
+                    _ => {}
                 }
             }
         }
@@ -314,6 +319,7 @@ impl Aligned {
             positions: p.positions,
             probe: p.probe,
             watermarks: p.watermarks,
+            target_watermarks: p.target_watermarks,
             target_admin: p.target_admin,
             runtime: p.runtime,
             slots: SlotTable::default(),
@@ -327,6 +333,15 @@ impl Aligned {
 
     fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    fn copy_translated(&mut self, idx: usize, m: &BorrowedMessage<'_>) {
+        let Some(slot) = self.slots.get(idx) else {
+            return;
+        };
+        let (generation, remote) = (slot.generation, slot.remote.clone());
+        let (record, bytes) = send::forward(m, &remote, opaque(idx, generation, false));
+        self.send_plain(idx, generation, record, m.offset(), -1, bytes as u64);
     }
 
     /// Carries out `steps` for the partition's held record and the jump after it; fillers take
@@ -403,6 +418,10 @@ impl Aligned {
         let Some(slot) = self.slots.get_mut(idx) else {
             return false;
         };
+        if slot.state != State::Aligned {
+            // An acknowledgement served while waiting broke alignment.
+            return false;
+        }
         let Some(txn) = slot.txn.as_ref() else {
             self.prepare_again(idx, Duration::ZERO);
             return false;
@@ -413,6 +432,7 @@ impl Aligned {
             Step::Wrapped => slot.held.take(),
             _ => None,
         };
+        let target_watermarks = &self.target_watermarks;
         let written = (|| -> Result<i64, String> {
             txn.begin_transaction().map_err(|e| e.to_string())?;
             let count = match (step, &held) {
@@ -461,6 +481,25 @@ impl Aligned {
                 _ => txn.abort_transaction(CALL_TIMEOUT),
             }
             .map_err(|e| e.to_string())?;
+            // The coordinator writes the marker after it answered: a plain write now could
+            // land before it. Wait until the partition ends after the marker.
+            let after = first.saturating_add(count).saturating_add(1);
+            let deadline = Instant::now() + CALL_TIMEOUT;
+            loop {
+                let (_, high) = target_watermarks
+                    .fetch_watermarks(remote.as_str(), partition, WATERMARK_TIMEOUT)
+                    .map_err(|e| e.to_string())?;
+                if high >= after {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "the marker at {} was not written within {CALL_TIMEOUT:?}",
+                        after - 1
+                    ));
+                }
+                std::thread::sleep(MARKER_POLL);
+            }
             Ok(count)
         })();
         let topic = slot.topic.clone();
@@ -872,6 +911,19 @@ impl Aligned {
             .collect();
         let sources = self.probe.source(&fenced);
         let ends = self.probe.target_ends(&remotes);
+        let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
+        let aborted = match tail::aborted_wraps(&self.ctx.flow.target_client, &tails) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
+                for (topic, partition) in &fenced {
+                    if let Some(idx) = self.slots.index(topic, *partition) {
+                        self.prepare_again(idx, Duration::from_secs(1));
+                    }
+                }
+                return Vec::new();
+            }
+        };
         let mut ready = Vec::new();
         for (topic, partition) in fenced {
             let Some(idx) = self.slots.index(&topic, partition) else {
@@ -891,6 +943,24 @@ impl Aligned {
             let broke_before = self.positions.gaps().iter().any(|g| {
                 g.kind == GapKind::Misaligned && g.topic == topic && g.partition == partition
             });
+            if aborted.contains(&(slot.remote.clone(), partition)) && !broke_before {
+                // The previous writer died inside the transaction wrapping the record at
+                // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
+                let gap = continuity::found_now(
+                    &topic,
+                    partition,
+                    (GapKind::Misaligned, end.saturating_sub(2), end),
+                );
+                tracing::warn!(%topic, partition, offset = end - 2,
+                    "the previous writer's last record was aborted by fencing; copying it again, translated");
+                self.write_gap(&gap);
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.wrap_failed = Some(end.saturating_sub(2));
+                }
+            }
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
             let start = if broke_before || slot.wrap_failed.is_some() {
                 self.resume_translated(idx, stored, *bounds, end)
             } else if end > bounds.end || (stored.is_none() && end > bounds.start) {

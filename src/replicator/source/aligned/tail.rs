@@ -1,0 +1,88 @@
+//! What a previous writer left at the end of a remote partition: the one case fencing cannot
+//! settle. A writer killed while the transaction wrapping a record was open (see
+//! [`super::plan::Step::Wrapped`]) leaves that record aborted by the next owner's
+//! `init_transactions`: the offsets still match, but the record is invisible to
+//! `read_committed` readers. It is found by reading the record two offsets before the end both
+//! ways: a copied record (not a filler) that only `read_uncommitted` returns was aborted.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::FILLER_HEADER;
+
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// (remote topic, partition) -> (offset of the first record found, whether it is a filler).
+type FirstRecords = HashMap<(String, i32), (i64, bool)>;
+
+/// Of `ends` ((remote topic, partition) -> log end), the partitions whose record at end - 2 is
+/// a copy whose wrapping transaction was aborted.
+pub fn aborted_wraps(
+    target: &ClientConfig,
+    ends: &[((String, i32), i64)],
+) -> Result<HashSet<(String, i32)>, KafkaError> {
+    let candidates: Vec<((String, i32), i64)> = ends
+        .iter()
+        .filter(|(_, end)| *end >= 2)
+        .map(|(k, end)| (k.clone(), end - 2))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let everything = first_records(target, "read_uncommitted", &candidates)?;
+    let visible = first_records(target, "read_committed", &candidates)?;
+    Ok(candidates
+        .into_iter()
+        .filter(|(key, at)| {
+            everything.get(key) == Some(&(*at, false))
+                && visible.get(key).is_none_or(|v| v.0 != *at)
+        })
+        .map(|(key, _)| key)
+        .collect())
+}
+
+/// The first record at or after each offset: (its offset, whether it is a filler); partitions
+/// that end before one arrives are left out. One partition at a time: the end-of-partition
+/// event names a partition number only.
+fn first_records(
+    target: &ClientConfig,
+    isolation: &str,
+    from: &[((String, i32), i64)],
+) -> Result<FirstRecords, KafkaError> {
+    let consumer: BaseConsumer = target
+        .clone()
+        .set("group.id", "mirrorflow-aligned-tail")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        // An offset below the log start (fillers deleted there): nothing to find.
+        .set("auto.offset.reset", "latest")
+        .set("isolation.level", isolation)
+        .create()?;
+    let mut found = HashMap::new();
+    for ((topic, partition), offset) in from {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+        consumer.assign(&tpl)?;
+        let deadline = Instant::now() + READ_TIMEOUT;
+        while Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    let filler = m
+                        .headers()
+                        .is_some_and(|h| h.iter().any(|h| h.key == FILLER_HEADER));
+                    found.insert((topic.clone(), *partition), (m.offset(), filler));
+                    break;
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+    }
+    Ok(found)
+}
