@@ -40,6 +40,19 @@ pub struct FailoverArgs {
     pub groups: GroupSelection,
     #[command(flatten)]
     pub apply: ApplyArgs,
+    /// Where each group lands: `checkpoint` (its newest checkpoint) or `as-is` (its committed
+    /// source offset, unchanged: only for flows with `spec.offsets: Aligned`, on partitions
+    /// whose alignment never broke; needs the source reachable).
+    #[arg(long, value_enum, default_value_t)]
+    pub offsets: Landing,
+}
+
+/// `--offsets`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Landing {
+    #[default]
+    Checkpoint,
+    AsIs,
 }
 
 /// The command's long help (`mirrorflow failover --help`).
@@ -51,6 +64,10 @@ group filter) and each target partition it prints the translated target offset, 
 records a consumer resuming there would read again (from the group's committed offset on the
 source when the source is reachable; `unknown` and the checkpoint's age when it is not),
 the group's committed offset on the target and whether the group has members there.
+
+--offsets as-is (flows with spec.offsets: Aligned) commits each group's committed source
+offset unchanged instead: on an aligned partition the same offset holds the same record, so
+nothing is re-read; partitions whose alignment broke (condition OffsetsAligned) are refused.
 
 Dry run by default. --apply commits the offsets into the target groups, per group:
   - a group with members on the target is refused (--force tries anyway; Kafka itself refuses
@@ -372,8 +389,13 @@ pub fn plan(
     flow: &Flow,
     selection: &GroupSelection,
     args: &ApplyArgs,
+    landing: Landing,
 ) -> Result<FailoverReport, CliError> {
     let index = read_flow_checkpoints(flow)?;
+    let misaligned = match landing {
+        Landing::Checkpoint => None,
+        Landing::AsIs => Some(misaligned_partitions(flow)?),
+    };
     let target = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
     clusters::metadata(&target, "target")?;
     let names = group_names(selection, || {
@@ -446,11 +468,21 @@ pub fn plan(
             let tc = target_committed
                 .get(&(tp.topic.clone(), tp.partition))
                 .copied();
-            let (action, reason) = decide_partition(cp.downstream_offset, tc, est.skips, overrides);
+            let sc = source_committed
+                .as_ref()
+                .and_then(|c| c.get(&(upstream_topic.clone(), tp.partition)).copied());
+            let (offset, est, refusal) = match &misaligned {
+                None => (cp.downstream_offset, est, None),
+                Some(broken) => as_is(sc, broken.contains(&(upstream_topic.clone(), tp.partition))),
+            };
+            let (action, reason) = match refusal {
+                Some(why) => (PartitionAction::Refused, Some(why)),
+                None => decide_partition(offset, tc, est.skips, overrides),
+            };
             partitions.push(PartitionPlan {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
-                offset: cp.downstream_offset,
+                offset,
                 upstream_topic,
                 upstream_offset: cp.upstream_offset,
                 metadata: cp.metadata.clone(),
@@ -509,13 +541,92 @@ impl PlannedGroup for GroupPlan {
     }
 }
 
+/// `--offsets as-is` for one partition: (offset, estimate, refusal). The group's source commit
+/// holds on the target when the partition is aligned.
+fn as_is(source_committed: Option<i64>, misaligned: bool) -> (i64, Estimate, Option<String>) {
+    let none = Estimate {
+        reread: None,
+        skips: None,
+        note: None,
+    };
+    match source_committed {
+        _ if misaligned => (
+            -1,
+            none,
+            Some(
+                "the partition's alignment broke (condition OffsetsAligned): fail it over at its \
+                 checkpoint (without --offsets as-is)"
+                    .into(),
+            ),
+        ),
+        None => (
+            -1,
+            none,
+            Some("no committed source offset to reuse (is the source reachable?)".into()),
+        ),
+        Some(c) => (
+            c,
+            Estimate {
+                reread: Some(Range::exact(0)),
+                skips: None,
+                note: Some("aligned: the source offset as is".into()),
+            },
+            None,
+        ),
+    }
+}
+
+/// Source partitions whose alignment broke, from the flow's positions topic.
+fn misaligned_partitions(flow: &Flow) -> Result<std::collections::HashSet<Partition>, CliError> {
+    if flow.spec.offsets != crate::api::OffsetsMode::Aligned {
+        return Err(CliError::Usage {
+            flag: "--offsets",
+            message: "--offsets as-is needs a flow with spec.offsets: Aligned: translated \
+                      flows number remote records differently"
+                .into(),
+        });
+    }
+    use crate::kafka::positions::{PositionReader, ReadError, positions_topic};
+    let topic = positions_topic(flow.source_alias());
+    let failed = |e: ReadError| match e {
+        ReadError::Kafka { topic, source } => CliError::Kafka {
+            what: format!("reading {topic}"),
+            cluster: "target",
+            source,
+        },
+        ReadError::Timeout { topic, waited } => CliError::Usage {
+            flag: "--offsets",
+            message: format!(
+                "the positions topic {topic} could not be read to its end within {waited:?}, so alignment is unknown"
+            ),
+        },
+    };
+    let mut reader =
+        PositionReader::new(&flow.target_client, topic, "mirrorflow-cli").map_err(failed)?;
+    reader
+        .read_to_end(std::time::Duration::from_secs(15))
+        .map_err(failed)?;
+    Ok(reader
+        .gaps()
+        .iter()
+        .filter(|g| g.kind == crate::kafka::positions::GapKind::Misaligned)
+        .map(|g| (g.topic.clone(), g.partition))
+        .collect())
+}
+
 /// Commits what the plan decided into the target groups.
 pub fn apply(flow: &Flow, report: &mut FailoverReport) {
     commit_groups(&flow.target_client, "target", &mut report.groups);
 }
 
 pub fn run(args: &FailoverArgs) -> Result<i32, CliError> {
-    apply::run(&args.flow, &args.groups, &args.apply, plan, apply)
+    apply::run(
+        &args.flow,
+        &args.groups,
+        &args.apply,
+        |f, s, a| plan(f, s, a, args.offsets),
+        apply,
+    )
 }
 
 #[cfg(test)]

@@ -1288,10 +1288,11 @@ async fn aligned_offsets_match_the_source_record_by_record() -> Result<()> {
         aligned_history(&source, &topic, p, "before").await?;
     }
     let group = unique("fid-al-app");
+    let groups = format!("{group}-.*");
     let r = s
         .start(
             "r",
-            &s.flow(false, &[&topic], &[&group], "offsets: Aligned\n"),
+            &s.flow(false, &[&topic], &[&groups], "offsets: Aligned\n"),
         )
         .await?;
     for p in 0..partitions {
@@ -1332,6 +1333,114 @@ async fn aligned_offsets_match_the_source_record_by_record() -> Result<()> {
     ensure!(
         misaligned.unwrap_or(0.0) == 0.0,
         "alignment broke: {misaligned:?}"
+    );
+    aligned_failover_as_is(&s, &r, &topic, &remote, partitions, &group).await
+}
+
+/// Groups committed at the head, in the middle, rewound to ~2% of the history and on one
+/// partition only fail over with `mirrorflow failover --offsets as-is`: each lands on the record
+/// it would read next on the source (0 skipped, 0 re-read), as does a consumer that assigns and
+/// seeks to stored numbers.
+async fn aligned_failover_as_is(
+    s: &Setup,
+    r: &Replicator,
+    topic: &str,
+    remote: &str,
+    partitions: i32,
+    prefix: &str,
+) -> Result<()> {
+    let (source, target) = (&s.world.source_bootstrap, &s.world.target_bootstrap);
+    let visible: Vec<Vec<Rec>> = (0..partitions)
+        .map(|p| read_visible(source, topic, p))
+        .collect::<Result<_>>()?;
+    let end = |p: usize| visible[p].last().map_or(0, |v| v.offset + 1);
+    let at = |p: usize, share: usize| visible[p][visible[p].len() * share / 100].offset;
+    // (group, commits): the offsets a group (or an external store) holds.
+    let groups: Vec<(String, Vec<(i32, i64)>)> = vec![
+        (format!("{prefix}-head"), vec![(0, end(0)), (1, end(1))]),
+        (
+            format!("{prefix}-middle"),
+            vec![(0, at(0, 50)), (1, at(1, 50) + 1)],
+        ),
+        (
+            format!("{prefix}-rewound"),
+            vec![(0, at(0, 2)), (1, at(1, 2))],
+        ),
+        (format!("{prefix}-one"), vec![(1, at(1, 70))]),
+    ];
+    for (g, commits) in &groups {
+        commit(source, g, topic, commits)?;
+    }
+    let cps_topic = format!("{}.checkpoints.internal", s.a);
+    for (g, commits) in &groups {
+        eventually(&format!("checkpoints of {g}"), WAIT, || async {
+            let cps = checkpoints(target, &cps_topic, g)?;
+            let all = commits
+                .iter()
+                .all(|(p, _)| latest(&cps, remote, *p).is_some());
+            Ok(all.then_some(()))
+        })
+        .await
+        .with_context(|| r.log_text())?;
+    }
+    let dir = std::env::temp_dir().join(unique("fid-al-flow"));
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    std::fs::write(
+        &flow_file,
+        s.flow(
+            false,
+            &[topic],
+            &[&format!("{prefix}-*")],
+            "offsets: Aligned\n",
+        ),
+    )?;
+    let mut args = vec![
+        "failover".to_string(),
+        "--flow-file".into(),
+        flow_file.display().to_string(),
+        "--offsets".into(),
+        "as-is".into(),
+        "--apply".into(),
+    ];
+    for (g, _) in &groups {
+        args.extend(["--group".into(), g.clone()]);
+    }
+    let out = std::process::Command::new(mirrorflow_e2e::replicator::binary(&s.world.repo_root))
+        .args(&args)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "failover --offsets as-is: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{stdout}");
+    let (mut skipped, mut reread) = (0, 0);
+    for (g, commits) in &groups {
+        for &(p, c) in commits {
+            let landed = committed(target, g, remote, p)?.context("no target commit")?;
+            let next = next_index(&visible[p as usize], c);
+            let first = first_from(target, remote, p, landed)?;
+            let l = landing(&visible[p as usize], next, first.as_ref())?;
+            // An external-offset consumer: assign and seek to the stored number.
+            let seeked = first_from(target, remote, p, c)?;
+            ensure!(
+                seeked == first,
+                "{g} p{p}: seeking to {c} read {seeked:?}, the group {first:?}"
+            );
+            println!(
+                "{g} p{p}: source commit {c} -> target commit {landed}: skipped {}, re-read {}",
+                l.skipped, l.reread
+            );
+            skipped += l.skipped;
+            reread += l.reread;
+        }
+    }
+    ensure!(
+        skipped == 0 && reread == 0,
+        "skipped {skipped}, re-read {reread}"
     );
     Ok(())
 }
