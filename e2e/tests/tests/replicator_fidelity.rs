@@ -1372,14 +1372,21 @@ async fn aligned_failover_as_is(
         commit(source, g, topic, commits)?;
     }
     let cps_topic = format!("{}.checkpoints.internal", s.a);
+    // On an aligned partition a checkpoint says downstream == upstream (MM2's tools and a
+    // failover at checkpoints land where `--offsets as-is` does).
     for (g, commits) in &groups {
-        eventually(&format!("checkpoints of {g}"), WAIT, || async {
-            let cps = checkpoints(target, &cps_topic, g)?;
-            let all = commits
-                .iter()
-                .all(|(p, _)| latest(&cps, remote, *p).is_some());
-            Ok(all.then_some(()))
-        })
+        eventually(
+            &format!("checkpoints of {g} at the source offsets"),
+            WAIT,
+            || async {
+                let cps = checkpoints(target, &cps_topic, g)?;
+                let all = commits.iter().all(|(p, c)| {
+                    latest(&cps, remote, *p)
+                        .is_some_and(|cp| cp.upstream_offset == *c && cp.downstream_offset == *c)
+                });
+                Ok(all.then_some(()))
+            },
+        )
         .await
         .with_context(|| r.log_text())?;
     }
