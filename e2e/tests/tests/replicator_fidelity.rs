@@ -1600,3 +1600,119 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     );
     Ok(())
 }
+
+/// Rounds of ten repeated keys and one key of its own on partition 0, one segment per round
+/// (see `compacted_source_fails_over_onto_the_next_record`), then a record that closes the
+/// last round's segment.
+async fn compactable_rounds(source: &str, topic: &str, rounds: std::ops::Range<u32>) -> Result<()> {
+    let producer = kafka::producer(source, Duration::from_secs(30))?;
+    for round in rounds {
+        for k in 0..10 {
+            producer
+                .send(
+                    FutureRecord::to(topic)
+                        .partition(0)
+                        .key(&format!("k{k}"))
+                        .payload(&format!("round{round}-k{k}")),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)?;
+        }
+        let own = format!("own{round}");
+        producer
+            .send(
+                FutureRecord::to(topic).partition(0).key(&own).payload(&own),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    send_in(&producer, topic, 0, &[format!("roll-{}", unique("r"))]).await
+}
+
+/// Waits until the source topic holds one round of the repeated keys: compacted.
+async fn compacted(source: &str, topic: &str) -> Result<Vec<Rec>> {
+    eventually(
+        "compaction of the source topic",
+        Duration::from_secs(120),
+        || async {
+            let recs = read_visible(source, topic, 0)?;
+            let repeated = recs.iter().filter(|r| r.value.starts_with("round")).count();
+            Ok((repeated == 10).then_some(recs))
+        },
+    )
+    .await
+}
+
+/// `offsets: Aligned` on a compacted topic, compacted before the flow starts (holes the copy
+/// must reproduce) and again while it runs: every record visible on the source is at the same
+/// offset on the target (which compacts on its own, with the copied configs).
+#[tokio::test]
+async fn aligned_offsets_hold_on_a_compacted_topic() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("fid-alc")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let topic = unique("alignedc");
+    let remote = format!("{}.{topic}", s.a);
+    create_compacted(&source, &topic).await?;
+    compactable_rounds(&source, &topic, 0..4).await?;
+    let before = compacted(&source, &topic).await?;
+    let r = s
+        .start(
+            "r",
+            &s.flow(false, &[&topic], &["fid-alc-.*"], "offsets: Aligned\n"),
+        )
+        .await?;
+    compactable_rounds(&source, &topic, 4..8).await?;
+    // Compacted again while the flow runs (the previous survivors of the repeated keys go).
+    let after = eventually(
+        "compaction while the flow runs",
+        Duration::from_secs(120),
+        || async {
+            let recs = read_visible(&source, &topic, 0)?;
+            let old = recs
+                .iter()
+                .filter(|r| r.value.starts_with("round3"))
+                .count();
+            let repeated = recs.iter().filter(|r| r.value.starts_with("round")).count();
+            Ok((old == 0 && repeated == 10).then_some(recs))
+        },
+    )
+    .await?;
+    let holes = after
+        .windows(2)
+        .filter(|w| w[1].offset > w[0].offset + 1)
+        .count();
+    eventually(
+        "every source record at its offset on the target",
+        WAIT,
+        || async {
+            let visible = read_visible(&source, &topic, 0)?;
+            let copied: HashMap<i64, Rec> = read_visible(&target, &remote, 0)?
+                .into_iter()
+                .map(|r| (r.offset, r))
+                .collect();
+            let missing: Vec<&Rec> = visible
+                .iter()
+                .filter(|v| copied.get(&v.offset) != Some(v))
+                .collect();
+            Ok(missing.is_empty().then_some(()))
+        },
+    )
+    .await
+    .with_context(|| {
+        let copied = read_visible(&target, &remote, 0).unwrap_or_default();
+        format!("target {copied:?}\n{}", r.log_text())
+    })?;
+    println!(
+        "aligned compacted: {} records before the flow, {} after compaction while it ran ({holes} holes), each at its source offset on the target",
+        before.len(),
+        after.len()
+    );
+    Ok(())
+}

@@ -58,7 +58,8 @@ use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
 use crate::replicator::reach::Reachability;
 
-/// The header every filler carries, for `read_uncommitted` readers (value: empty).
+/// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
+/// key.
 pub const FILLER_HEADER: &str = "mirrorflow.filler";
 /// How long a partition's newest record is held back once nothing more arrives, before the
 /// consumer's position decides how it is written (once it reached the high watermark). Longer
@@ -1159,7 +1160,8 @@ fn filler_headers() -> OwnedHeaders {
     })
 }
 
-/// A filler of `remote`'s partition: no key, no value, the filler header.
+/// A filler of `remote`'s partition: the filler key (a compacted topic refuses records
+/// without one), no value, the filler header.
 fn filler<'a>(
     remote: &'a str,
     partition: i32,
@@ -1168,6 +1170,7 @@ fn filler<'a>(
 ) -> send::Record<'a> {
     let record: send::Record<'a> = BaseRecord::with_opaque_to(remote, 0)
         .partition(partition)
+        .key(FILLER_HEADER.as_bytes())
         .headers(headers.clone());
     match timestamp {
         Some(ts) => record.timestamp(ts),
