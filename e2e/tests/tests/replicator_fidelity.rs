@@ -619,25 +619,9 @@ async fn compacted_source_fails_over_onto_the_next_record() -> Result<()> {
     // ten offsets and each is the last record of its key (the target's own compaction, the
     // configs being copied, removes none of them).
     let rounds = 6;
-    for round in 0..rounds {
-        for k in 0..10 {
-            send(format!("k{k}"), format!("round{round}-k{k}")).await?;
-        }
-        send(format!("own{round}"), format!("own{round}")).await?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    send("roll".into(), "roll".into()).await?; // closes the last round's segment
+    compactable_rounds(&source, &topic, 0..rounds).await?;
     let compacted_at = Instant::now();
-    let visible = eventually(
-        "compaction of the source topic",
-        Duration::from_secs(120),
-        || async {
-            let recs = read_visible(&source, &topic, 0)?;
-            let repeated = recs.iter().filter(|r| r.value.starts_with("round")).count();
-            Ok((repeated == 10).then_some(recs))
-        },
-    )
-    .await?;
+    let visible = compacted(&source, &topic).await?;
     let offsets: Vec<i64> = visible.iter().map(|r| r.offset).collect();
     println!(
         "compacted in {:?}: {} records left of {}, offsets {offsets:?}",

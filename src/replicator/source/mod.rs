@@ -206,21 +206,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else if flow.spec.offsets == OffsetsMode::Aligned {
-        let producer: BaseProducer<AckContext> = producer_config
-            .clone()
-            .create_with_context(AckContext::new(target_health.clone()))
-            .context("creating the target producer")?;
-        let syncs_client: &ClientConfig = match syncs_cluster {
-            Side::Source => &flow.source_client,
-            Side::Target => &flow.target_client,
-        };
-        let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
-            .create_with_context(AckContext::new(health(syncs_cluster).clone()))
-            .context("creating the offset-sync producer")?;
-        let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
-            .context("creating the positions reader")?;
-        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
-            .context("creating the log probe")?;
+        let (producer, syncs, reader, probe) = plain_clients(
+            flow,
+            &producer_config,
+            (syncs_cluster, health(syncs_cluster)),
+            &target_health,
+            &positions_topic,
+            &group,
+        )?;
         let policy = Aligned::new(aligned::Parts {
             ctx: ctx.clone(),
             producer,
@@ -253,20 +246,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else {
-        let producer: BaseProducer<AckContext> = producer_config
-            .create_with_context(AckContext::new(target_health.clone()))
-            .context("creating the target producer")?;
-        let syncs_client: &ClientConfig = match syncs_cluster {
-            Side::Source => &flow.source_client,
-            Side::Target => &flow.target_client,
-        };
-        let syncs: BaseProducer<AckContext> = clients::sync_producer(syncs_client)
-            .create_with_context(AckContext::new(health(syncs_cluster).clone()))
-            .context("creating the offset-sync producer")?;
-        let reader = PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
-            .context("creating the positions reader")?;
-        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
-            .context("creating the log probe")?;
+        let (producer, syncs, reader, probe) = plain_clients(
+            flow,
+            &producer_config,
+            (syncs_cluster, health(syncs_cluster)),
+            &target_health,
+            &positions_topic,
+            &group,
+        )?;
         let policy = AtLeastOnce::new(at_least_once::Parts {
             ctx: ctx.clone(),
             producer,
@@ -335,6 +322,39 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         .context("the source consumer failed")?;
     tracing::info!("source loop stopped");
     Ok(())
+}
+
+/// The clients of the policies that write records outside transactions (at-least-once and
+/// aligned): the records' producer, the offset syncs' producer, the positions reader and the
+/// log probe.
+fn plain_clients(
+    flow: &crate::replicator::Flow,
+    producer_config: &ClientConfig,
+    (syncs_cluster, syncs_health): (Side, &Arc<Reachability>),
+    target_health: &Arc<Reachability>,
+    positions_topic: &str,
+    group: &str,
+) -> anyhow::Result<(
+    BaseProducer<AckContext>,
+    BaseProducer<AckContext>,
+    PositionReader,
+    LogProbe,
+)> {
+    let producer = producer_config
+        .create_with_context(AckContext::new(target_health.clone()))
+        .context("creating the target producer")?;
+    let syncs_client = match syncs_cluster {
+        Side::Source => &flow.source_client,
+        Side::Target => &flow.target_client,
+    };
+    let syncs = clients::sync_producer(syncs_client)
+        .create_with_context(AckContext::new(syncs_health.clone()))
+        .context("creating the offset-sync producer")?;
+    let reader = PositionReader::new(&flow.target_client, positions_topic.to_string(), group)
+        .context("creating the positions reader")?;
+    let probe = LogProbe::new(&flow.source_client, &flow.target_client)
+        .context("creating the log probe")?;
+    Ok((producer, syncs, reader, probe))
 }
 
 fn note_admin_error(e: &AdminError, health: &Reachability, count: &impl Fn(&str)) {

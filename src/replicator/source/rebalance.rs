@@ -82,6 +82,23 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
     }
 }
 
+/// Sets the start offset of every partition of `keys` in an assignment: `ready`'s where the
+/// policy knows it, the beginning for the others (their records are skipped until the policy
+/// has prepared them and moved them to their position). A partition left unset would fall back
+/// to a committed offset (there is none) and stop on `auto.offset.reset=error`.
+pub fn set_start_offsets(
+    tpl: &mut TopicPartitionList,
+    keys: &[(String, i32)],
+    ready: Vec<(String, i32, Offset)>,
+) {
+    let all = keys.iter().map(|(t, p)| (t.clone(), *p, Offset::Beginning));
+    for (topic, partition, offset) in all.chain(ready) {
+        if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
+            tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
+        }
+    }
+}
+
 /// Moves an owned partition's fetch position to `offset`. A partition librdkafka stopped after
 /// an offset reset error (`auto.offset.reset=error`) refuses `seek` ("Erroneous state"), so a
 /// refused seek assigns the partition again, starting at `offset`.

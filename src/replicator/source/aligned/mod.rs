@@ -674,17 +674,12 @@ impl Aligned {
             self.count_error("offset_sync");
             return;
         };
-        let headers = OwnedHeaders::new().insert(Header {
-            key: crate::mm2::SYNC_ORIGIN_HEADER,
-            value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
-        });
-        let record = send::internal(
+        let record = send::offset_sync(
             &self.syncs_topic,
             &encoded.key,
             &encoded.value,
             opaque(idx, generation, false),
-        )
-        .headers(headers);
+        );
         if let Err(e) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {
             let reason = format!("offset sync: {e}");
             self.fault(idx, &reason);

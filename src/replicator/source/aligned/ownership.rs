@@ -49,18 +49,8 @@ impl Owner for Aligned {
             };
             self.slots.insert(slot);
         }
-        // Every partition gets a start offset (one left unset would stop on
-        // `auto.offset.reset=error`); those not ready yet skip what they read until prepared.
-        for (topic, partition) in &keys {
-            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        for (topic, partition, offset) in self.prepare(&keys) {
-            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
+        let ready = self.prepare(&keys);
+        rebalance::set_start_offsets(tpl, &keys, ready);
         self.report_assignment();
     }
 

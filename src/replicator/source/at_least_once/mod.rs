@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
@@ -576,17 +576,12 @@ impl AtLeastOnce {
                 return;
             }
         };
-        let headers = OwnedHeaders::new().insert(Header {
-            key: crate::mm2::SYNC_ORIGIN_HEADER,
-            value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
-        });
-        let record = send::internal(
+        let record = send::offset_sync(
             &self.syncs_topic,
             &encoded.key,
             &encoded.value,
             opaque(idx, generation, false),
-        )
-        .headers(headers);
+        );
         // Never dropped: waits for room. Record acks are not served meanwhile, so this cannot
         // recurse.
         if let Err(error) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {

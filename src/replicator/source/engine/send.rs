@@ -157,6 +157,21 @@ where
     (record, bytes)
 }
 
+/// An offset sync record as the dense sync policy writes it: MM2's format, with the origin
+/// header that tells the checkpoint loop every delta change is in the topic.
+pub fn offset_sync<'a>(
+    topic: &'a str,
+    key: &'a [u8],
+    value: &'a [u8],
+    opaque: usize,
+) -> Record<'a> {
+    let headers = OwnedHeaders::new().insert(rdkafka::message::Header {
+        key: crate::mm2::SYNC_ORIGIN_HEADER,
+        value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
+    });
+    internal(topic, key, value, opaque).headers(headers)
+}
+
 /// A record of an internal topic (positions, offset syncs, gaps): partition 0, key, value.
 pub fn internal<'a>(topic: &'a str, key: &'a [u8], value: &'a [u8], opaque: usize) -> Record<'a> {
     BaseRecord::with_opaque_to(topic, opaque)

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
@@ -768,11 +768,7 @@ fn send_sync(
     let encoded = sync
         .encode()
         .map_err(|e| TxFailure::SyncEncoding(e.to_string()))?;
-    let headers = OwnedHeaders::new().insert(Header {
-        key: crate::mm2::SYNC_ORIGIN_HEADER,
-        value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
-    });
-    let record = send::internal(topic, &encoded.key, &encoded.value, NOT_A_RECORD).headers(headers);
+    let record = send::offset_sync(topic, &encoded.key, &encoded.value, NOT_A_RECORD);
     send::send_waiting(producer, record, shutdown, None).map_err(|error| TxFailure::Sync {
         topic: topic.to_string(),
         error,

@@ -56,20 +56,8 @@ impl Owner for ExactlyOnce {
             };
             self.slots.insert(slot);
         }
-        // Every partition gets a start offset: one left unset would fall back to a committed
-        // offset (there is none) and stop on `auto.offset.reset=error`. Those not ready yet
-        // start at the beginning; their records are skipped until the partition is prepared
-        // and moved to its position.
-        for (topic, partition) in &keys {
-            if let Err(e) = tpl.set_partition_offset(topic, *partition, Offset::Beginning) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
-        for (topic, partition, offset) in self.prepare(&keys) {
-            if let Err(e) = tpl.set_partition_offset(&topic, partition, offset) {
-                tracing::error!(%topic, partition, error = %e, "cannot set the start offset");
-            }
-        }
+        let ready = self.prepare(&keys);
+        rebalance::set_start_offsets(tpl, &keys, ready);
         self.report_assignment();
     }
 
