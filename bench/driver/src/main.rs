@@ -6,11 +6,17 @@
 //!   seconds and peak RSS of the replicator process.
 //! - `create-topics`: topics of the data sets (the brokers do not create topics on use).
 //! - `init-group`: commits offset 0 for a group so it exists before a replicator lists groups.
+//! - `load-json`: a data set of JSON-like records in lz4/zstd/... batches (`records.rs`).
+//! - `pipe`: what the clusters allow, with clients added until the rate stops rising (`pipe.rs`).
+//! - `codec`: the compression codecs of the batches a topic holds on a broker's disk.
 //! - `steady`: traffic at a fixed rate with a send stamp in a header; end-to-end latency read on
 //!   the target, checkpoint freshness (source commit -> checkpoint visible on the target) and the
 //!   records a consumer would read again after failing over on the latest checkpoint.
 //!
 //! Every figure is printed as one JSON object on stdout.
+
+mod pipe;
+mod records;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,6 +79,51 @@ enum Cmd {
         #[arg(long)]
         group: String,
     },
+    /// Produces `n` JSON-like records of `size` bytes in `codec` batches.
+    LoadJson {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        n: u64,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long)]
+        codec: String,
+    },
+    /// Parallel clients into the target and out of the source until one more adds nothing.
+    Pipe {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        target: String,
+        /// The pre-loaded data set on the source.
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, default_value_t = 8)]
+        step_s: u64,
+        #[arg(long, default_value_t = 4)]
+        max_clients: usize,
+        #[arg(long, default_value_t = 0.05)]
+        min_gain: f64,
+    },
+    /// Deletes topics (a missing one is fine).
+    DeleteTopics {
+        #[arg(long)]
+        bootstrap: String,
+        topics: Vec<String>,
+    },
+    /// Counts the record batches of each codec a topic holds on a broker's disk.
+    Codec {
+        /// The broker's `log.dirs`.
+        #[arg(long)]
+        data: std::path::PathBuf,
+        #[arg(long)]
+        topic: String,
+    },
     /// Fixed-rate traffic; latency, checkpoint freshness and failover re-reads.
     Steady {
         #[arg(long)]
@@ -127,6 +178,34 @@ fn main() -> Result<()> {
             topic,
             group,
         } => init_group(&bootstrap, &topic, &group),
+        Cmd::LoadJson {
+            bootstrap,
+            topic,
+            n,
+            size,
+            codec,
+        } => records::load_json(&bootstrap, &topic, n, size, &codec),
+        Cmd::Pipe {
+            source,
+            target,
+            topic,
+            size,
+            step_s,
+            max_clients,
+            min_gain,
+        } => pipe::pipe(&pipe::Pipe {
+            source,
+            target,
+            topic,
+            size,
+            step: Duration::from_secs(step_s),
+            max_clients,
+            min_gain,
+        }),
+        Cmd::DeleteTopics { bootstrap, topics } => topics
+            .iter()
+            .try_for_each(|t| pipe::delete_topic(&bootstrap, t)),
+        Cmd::Codec { data, topic } => records::codecs(&data, &topic),
         Cmd::Steady {
             source,
             target,
@@ -220,6 +299,14 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok((field(14)? + field(15)?) / USER_HZ)
 }
 
+/// Whether `pid` still runs (a zombie, exited but not yet waited for, does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
+        !state.is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+    })
+}
+
 /// VmHWM of `pid` in KiB.
 fn peak_rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -238,13 +325,23 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
     let started = Instant::now();
     let deadline = started + Duration::from_secs(timeout_s);
     let consumer = plain_consumer(bootstrap)?;
-    let n = partitions(&consumer, topic, Duration::from_secs(timeout_s))?;
+    let n = loop {
+        match partitions(&consumer, topic, Duration::from_secs(2)) {
+            Ok(n) => break n,
+            Err(_) if !running(pid) => {
+                bail!("{topic}: process {pid} exited before the topic appeared")
+            }
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => {}
+        }
+    };
     let mut first: Option<(Instant, i64, f64)> = None;
     // A tool that exits once it has written everything (ProducerPerformance) can be gone, or a
     // zombie without memory figures, by the time the copy is seen complete: keep the last
     // peak and CPU time read while it ran.
     let mut last_rss = None;
     let mut last_cpu = None;
+    let mut gone_since: Option<Instant> = None;
     loop {
         last_rss = peak_rss_kib(pid).ok().or(last_rss);
         last_cpu = cpu_seconds(pid).ok().or(last_cpu);
@@ -283,6 +380,8 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
                     "startup_s": t0.duration_since(started).as_secs_f64(),
                     "window_s": window,
                     "records_per_s": records / window,
+                    // 0: the copy was complete at the first look, so the rate is not measured.
+                    "window_records": copied - c0,
                     "cpu_s_window": cpu_end - cpu0,
                     "cpu_s_per_million": (cpu_end - cpu0) / records * 1e6,
                     "cpu_s_total": cpu_end,
@@ -293,6 +392,14 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
         }
         if now >= deadline {
             bail!("{topic}: {copied} of {expect} records after {timeout_s} s");
+        }
+        // A replicator that died (a port in use, a bad config) would otherwise be waited for
+        // until the timeout; its log says why.
+        if !running(pid) {
+            gone_since.get_or_insert(now);
+        }
+        if gone_since.is_some_and(|t| now.duration_since(t) > Duration::from_secs(5)) {
+            bail!("{topic}: process {pid} exited after {copied} of {expect} records were copied");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
