@@ -142,6 +142,13 @@ def targets(summary):
             fb = o["pipe_both_fraction"]
             rows.append((f"throughput >= 80% of the pipe limit, both ends at once ({s})",
                          fmt(None if fb is None else 100 * fb, 0, "%"), verdict(None if fb is None else fb >= 0.8)))
+        elif s.startswith("w"):
+            rtt = int(s[1:])
+            for base, name, want in (("mm2", "MM2 defaults", 5.0), ("mm2t", "MM2 tuned", 1.5)):
+                if base in arms and rtt == 50:
+                    r = ratio(o["rps"], arms[base]["rps"])
+                    rows.append((f"{rtt} ms RTT: throughput >= {want:g}x {name}", fmt(r, 2, "x"),
+                                 verdict(None if r is None else r >= want)))
         else:
             t = arms.get("mm2t")
             if t:
@@ -184,6 +191,8 @@ def paired_p99s(summary, base):
 
 
 def set_label(c, s, e):
+    if s.startswith("w"):
+        return f"{c['wan_n']:,} x {e['size']} B (random) through the proxy, {s[1:]} ms RTT"
     n = {"big": c.get("big_n"), "small": c.get("small_n")}.get(s, c.get("json_n"))
     kind = f"JSON-like, {s} batches" if s not in ("big", "small") else "random"
     return f"{n:,} x {e['size']} B ({kind})"
@@ -378,6 +387,8 @@ def check(raw, summary):
     phases = summary["config"].get("phases", "base").split()
     problems = []
     expected_sets = (["big", "small"] if "base" in phases else []) + (["lz4", "zstd"] if "compressed" in phases else [])
+    if "wan" in phases:
+        expected_sets += [f"w{r}" for r in summary["config"]["wan_rtts"].split()]
     for s in expected_sets:
         e = summary["sets"].get(s)
         if not e or "ours" not in e["arms"]:

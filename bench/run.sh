@@ -3,7 +3,7 @@
 # two local Kafka clusters of the bench's own (not the world's), against what the clusters
 # allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--compressed] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
 #                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
@@ -11,6 +11,10 @@
 #   --compressed    the compressed-data scenario instead: JSON-like 1 KiB records in lz4 and in
 #                   zstd batches, copied by each arm (and ours writing uncompressed, as before
 #                   issue 20); CPU s per GB, throughput, the codec the target stores
+#   --wan           the WAN scenario instead: a TCP proxy adding 0, 25, 50 and 100 ms of round
+#                   trip between the arms and the source cluster (the source broker advertises
+#                   the proxy's address on a listener of its own); 300 k x 1 KiB copied by each
+#                   arm at each RTT
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, mm2, mm2t)
 #   --smoke         every phase of both scenarios with a few seconds each (e2e/test.sh, so CI);
@@ -44,17 +48,18 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false SMOKE=false COMPRESSED=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
     --smoke) SMOKE=true ;;
     --compressed) COMPRESSED=true ;;
+    --wan) WAN=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
     --out) OUT="$2"; shift ;;
-    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
   shift
 done
@@ -66,16 +71,20 @@ JSON_SIZE=1024
 RATE=1000 # records/s of 1 KiB in the steady phase: ~1 MB/s, well under every arm's limit
 # Pipe limit: seconds per client count, most clients tried.
 PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
+WAN_RTTS="0 25 50 100" WAN_N=300000
 if $SMOKE; then
   BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
+  WAN_RTTS="0 50" WAN_N=20000
 elif $QUICK; then
-  BIG_N=100000 SMALL_N=200000 JSON_N=100000 STEADY_S=20 SETTLE_S=15 PIPE_STEP_S=3
+  BIG_N=100000 SMALL_N=200000 JSON_N=100000 STEADY_S=20 SETTLE_S=15 PIPE_STEP_S=3 WAN_N=50000
 else
   BIG_N=1000000 SMALL_N=1000000 JSON_N=500000 STEADY_S=90 SETTLE_S=75
 fi
 # Which phases run: the base scenario, the compressed one, or (smoke) every phase once.
 if $SMOKE; then
-  PHASES="base compressed"
+  PHASES="base compressed wan"
+elif $WAN; then
+  PHASES="wan"
 elif $COMPRESSED; then
   PHASES="compressed"
 else
@@ -84,9 +93,15 @@ fi
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 SUFFIX=""
 $COMPRESSED && SUFFIX=-compressed
+$WAN && SUFFIX=-wan
 $QUICK && SUFFIX=$SUFFIX-quick
 $SMOKE && SUFFIX=-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
+# The WAN listener of the source broker and the proxy in front of it (port+5 is the token
+# endpoint).
+WAN_BROKER_PORT=$((KAFKA_SOURCE_PORT + 6))
+WAN_PROXY_PORT=$((KAFKA_SOURCE_PORT + 7))
+WAN_PID=""
 LOGS="$OUT/logs"
 RAW="$OUT/raw.jsonl"
 CARGO_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -96,6 +111,8 @@ MF_BIN="$CARGO_TARGET/$BUILD_PROFILE/mirrorflow"
 DRIVER="$CARGO_TARGET/$BUILD_PROFILE/mirrorflow-bench"
 SRC="$(kafka_bootstrap source)"
 TGT="$(kafka_bootstrap target)"
+# The source as the arms reach it (the WAN scenario points them at the proxy).
+ARM_SRC="$SRC"
 METRICS_PORT="${BENCH_METRICS_PORT:-19464}"
 MPL_VERSION=3.10.7
 VENV="$MF_CACHE/bench-venv-matplotlib-$MPL_VERSION"
@@ -139,6 +156,7 @@ ARM_ALIAS=""
 cleanup() {
   local rc=$?
   arm_stop || true
+  wan_stop || true
   kafka_stop target || true
   kafka_stop source || true
   oidc_stop || true
@@ -161,7 +179,7 @@ arm_start() {
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
-source: {alias: $ARM_ALIAS, bootstrapServers: '$SRC'}
+source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'}
 target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
@@ -174,7 +192,7 @@ EOF
     mm2 | mm2t)
       local tuned=()
       [ "$ARM_KIND" = mm2t ] && mapfile -t tuned < <(mm2_tuned "$ARM_ALIAS" "t$ARM_ALIAS")
-      MM2_WAIT=none mm2_start "$ARM_ALIAS" "$ARM_ALIAS" "$SRC" "t$ARM_ALIAS" "$TGT" \
+      MM2_WAIT=none mm2_start "$ARM_ALIAS" "$ARM_ALIAS" "$ARM_SRC" "t$ARM_ALIAS" "$TGT" \
         "topics=$topic" "groups=$group" "${MM2_DEFAULTS[@]}" "${tuned[@]}"
       ARM_PID="$(cat "$(mm2_dir "$ARM_ALIAS")/mm2.pid")"
       ;;
@@ -207,7 +225,7 @@ record() { printf '%s,"load_average":"%s"}\n' "${1%\}}" "$(cut -d' ' -f1-3 /proc
 # the codecs of the batches the target stored (read from the broker's disk).
 copy() {
   local arm="$1" set="$2" topic="$3" n="$4" size="$5" rep="$6" alias out codec
-  alias="${ARM_LETTER[$arm]}${set:0:1}$rep"
+  alias="${ARM_LETTER[$arm]}${set}r$rep"
   blog "copy: $arm copies $n records of $topic (alias $alias)"
   arm_start "$arm" "$alias" "$topic" "bench-$alias"
   out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" --pid "$ARM_PID")"
@@ -222,7 +240,7 @@ copy() {
 # steady ARM REP: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
 steady() {
   local arm="$1" rep="$2" alias out
-  alias="${ARM_LETTER[$arm]}l$rep"
+  alias="${ARM_LETTER[$arm]}latr$rep"
   local topic="lat-$alias" group="bench-$alias"
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" "$topic"
   # The group exists before the arm starts: MirrorMaker lists groups every 10 min by default.
@@ -325,6 +343,51 @@ compressed() {
   done
 }
 
+# The source broker also listens on WAN_BROKER_PORT and advertises the proxy's address there,
+# so clients that bootstrap through the proxy keep going through it (e2e/lib/kafka.sh writes
+# the broker's config on every start; this adds the listener to it).
+eval "$(declare -f kafka_write_config | sed '1s/kafka_write_config/kafka_write_config_world/')"
+kafka_write_config() {
+  kafka_write_config_world "$@"
+  [ "$1" = source ] || return 0
+  local f
+  f="$(kafka_dir source)/server.properties"
+  sed -i -e "s|^listeners=.*|&,WAN://127.0.0.1:$WAN_BROKER_PORT|" \
+    -e "s|^advertised.listeners=.*|&,WAN://127.0.0.1:$WAN_PROXY_PORT|" \
+    -e "s|^listener.security.protocol.map=.*|&,WAN:PLAINTEXT|" "$f"
+}
+
+wan_stop() {
+  [ -n "$WAN_PID" ] || return 0
+  kill "$WAN_PID" 2>/dev/null || true
+  wait "$WAN_PID" 2>/dev/null || true
+  WAN_PID=""
+}
+
+# The WAN scenario: the 1 KiB set copied by each arm through the proxy at each RTT.
+wan() {
+  local arms=(ours mm2 mm2t) rep arm rtt
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  if $SMOKE; then arms=(ours); fi
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-wan
+  blog "loading the WAN data set: $WAN_N x $BIG_SIZE B"
+  load bench-wan "$WAN_N" "$BIG_SIZE"
+  for rep in $(seq 1 "$REPS"); do
+    for rtt in $WAN_RTTS; do
+      "$DRIVER" wan-proxy --listen "127.0.0.1:$WAN_PROXY_PORT" --upstream "127.0.0.1:$WAN_BROKER_PORT" \
+        --rtt-ms "$rtt" >"$LOGS/wan-proxy-$rtt-$rep.log" 2>&1 &
+      WAN_PID=$!
+      wait_until 10 "the WAN proxy on $WAN_PROXY_PORT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$WAN_PROXY_PORT"
+      ARM_SRC="127.0.0.1:$WAN_PROXY_PORT"
+      for arm in $(arms_for "$rep" "${arms[@]}"); do
+        copy "$arm" "w$rtt" bench-wan "$WAN_N" "$BIG_SIZE" "$rep"
+      done
+      ARM_SRC="$SRC"
+      wan_stop
+    done
+  done
+}
+
 # --- run -------------------------------------------------------------------------------------
 
 main() {
@@ -350,10 +413,11 @@ main() {
   rm -rf "$MF_STATE"
   kafka_start source
   kafka_start target
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed
+  has_phase wan && wan
 
   if $PROFILE && has_phase base; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"
