@@ -16,11 +16,12 @@ GB = 1e9
 NAMES = {
     "ours": "MirrorFlow",
     "oursn": "MirrorFlow, uncompressed writes (before)",
+    "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursn", "oursf", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -256,7 +257,7 @@ def markdown(summary):
                          f"{fmt(a['startup_s'], 1)} | {a['codec']}, {fmt(stored, 1)} | {a['load']} |")
             label = ""
         o = e["arms"].get("ours")
-        for base in ("oursn", "mm2", "mm2t"):
+        for base in ("oursn", "oursf", "mm2", "mm2t"):
             b = e["arms"].get(base)
             if not o or not b:
                 continue

@@ -16,7 +16,8 @@
 #                   the proxy's address on a listener of its own); 300 k x 1 KiB copied by each
 #                   arm at each RTT
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
-#   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, mm2, mm2t)
+#   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
+#                   mm2, mm2t)
 #   --smoke         every phase of both scenarios with a few seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
 #                   the tests built), so its figures show that a phase works, not how fast
@@ -59,7 +60,7 @@ while [ $# -gt 0 ]; do
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
     --out) OUT="$2"; shift ;;
-    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
   shift
 done
@@ -144,7 +145,7 @@ mm2_tuned() {
     "$s.consumer.max.poll.records=500"
 }
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [mm2]=m [mm2t]=t)
 
 blog() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -169,17 +170,19 @@ cleanup() {
 # arm_start ours|oursn|mm2|mm2t ALIAS TOPIC GROUP: starts a replicator of TOPIC (source alias
 # ALIAS, target alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints
 # GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
-# (the producer default before issue 20); mm2t: MirrorMaker 2 tuned (mm2_tuned).
+# (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
+# trial for long round trips); mm2t: MirrorMaker 2 tuned (mm2_tuned).
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn)
-      local dir="$MF_STATE/ours/$ARM_ALIAS" target_config=""
+    ours | oursn | oursf)
+      local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config=""
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
+      [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
-source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'}
+source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'$source_config}
 target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
@@ -202,7 +205,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn)
+    ours | oursn | oursf)
       kill -TERM "$ARM_PID" 2>/dev/null || true
       local deadline=$((SECONDS + 30))
       while kill -0 "$ARM_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
