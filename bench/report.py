@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Turns bench/run.sh's raw.jsonl into results.md (table, ratios, targets) and chart.png.
+"""Turns bench/run.sh's raw.jsonl into results.md (tables, ratios, targets) and chart.png.
 
-Usage: report.py RESULTS_DIR   (matplotlib only for the chart; without it the chart is skipped)
+Usage: report.py RESULTS_DIR [--check]   (matplotlib only for the chart; without it the chart is
+skipped). --check (bench/run.sh --smoke): exit 1 unless every phase the run's scenarios hold
+gave its figures.
 """
 
 import json
@@ -10,6 +12,16 @@ import sys
 from pathlib import Path
 
 MIB = 1024 * 1024
+GB = 1e9
+NAMES = {
+    "ours": "MirrorFlow",
+    "oursn": "MirrorFlow, uncompressed writes (before)",
+    "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
+    "mm2": "MirrorMaker 2 (defaults)",
+    "mm2t": "MirrorMaker 2 (tuned)",
+}
+ARM_ORDER = ["ours", "oursn", "oursf", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -31,65 +43,80 @@ def fmt(x, digits=0, unit=""):
     return f"{x:,.{digits}f}{unit}"
 
 
+def load_text(rows):
+    loads = sorted({r.get("load_average", "?") for r in rows})
+    return "; ".join(loads) if loads else "n/a"
+
+
+def codec_text(c):
+    """The codecs the target stored, by bytes: 'lz4' or 'none 60%, lz4 40%'."""
+    if not c or not c.get("bytes"):
+        return "n/a"
+    total = sum(c["bytes"].values())
+    parts = sorted(c["bytes"].items(), key=lambda kv: -kv[1])
+    if len(parts) == 1:
+        return parts[0][0]
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in parts)
+
+
 def summarise(raw):
     config = raw["config"][0]
-    sizes = {"big": config["big_size"], "small": config["small_size"]}
-    pipes, pipes_both = {}, {}
+    pipes = {}
     for p in raw.get("pipe", []):
-        pipes.setdefault(p["set"], []).append(min(p["produce"]["records_per_s"], p["consume_source_rps"]))
-        if "both" in p:
-            both = p["both"]
-            pipes_both.setdefault(p["set"], []).append(min(both["produce"]["records_per_s"], both["consume_source_rps"]))
+        pipes.setdefault(p["set"], []).append(p)
     copies = {}
     for c in raw.get("copy", []):
-        copies.setdefault((c["arm"], c["set"]), []).append(c)
-    out = {"config": config, "sets": {}, "steady": {}}
-    for s in ("big", "small"):
-        pipe_list = pipes.get(s, [])
-        both_list = pipes_both.get(s, [])
-        entry = {"size": sizes[s], "pipe_rps": median(pipe_list), "pipe_runs": pipe_list,
-                 "pipe_both_rps": median(both_list)}
-        for arm in ("ours", "mm2"):
-            runs = copies.get((arm, s), [])
-            rps = [r["result"]["records_per_s"] for r in runs]
-            # Each copy against the pipe limit measured just before it (same repetition).
-            fractions = [
-                r["result"]["records_per_s"] / pipe_list[r["rep"] - 1]
-                for r in runs
-                if r["rep"] - 1 < len(pipe_list)
-            ]
-            fractions_both = [
-                r["result"]["records_per_s"] / both_list[r["rep"] - 1]
-                for r in runs
-                if r["rep"] - 1 < len(both_list)
-            ]
-            entry[arm] = {
-                "pipe_both_fraction": median(fractions_both),
-                "runs": rps,
+        copies.setdefault(c["set"], {}).setdefault(c["arm"], []).append(c)
+    out = {"config": config, "sets": {}, "steady": {}, "steady_runs": {}, "loads": raw.get("load", [])}
+    for s, by_arm in copies.items():
+        pipe_rows = pipes.get(s, [])
+        limit_by_rep = {p["rep"]: p["result"]["limit_rps"] for p in pipe_rows}
+        both_by_rep = {p["rep"]: p["result"]["both_limit_rps"] for p in pipe_rows}
+        entry = {
+            "size": next(iter(by_arm.values()))[0]["size"],
+            "pipe": pipe_rows,
+            "pipe_rps": median(list(limit_by_rep.values())),
+            "pipe_both_rps": median(list(both_by_rep.values())),
+            "arms": {},
+        }
+        for arm in ARM_ORDER:
+            runs = by_arm.get(arm, [])
+            if not runs:
+                continue
+            res = [r["result"] for r in runs]
+            rps = [r["records_per_s"] for r in res]
+            size = entry["size"]
+            entry["arms"][arm] = {
+                "runs": runs,
                 "rps": median(rps),
-                "mibps": median(rps) * sizes[s] / MIB if rps else None,
-                "pipe_fraction": median(fractions),
-                "cpu_per_m": median([r["result"]["cpu_s_per_million"] for r in runs]),
-                "rss_mib": max((r["result"]["peak_rss_kib"] / 1024 for r in runs), default=None),
-                "startup_s": median([r["result"]["startup_s"] for r in runs]),
+                "rps_by_rep": {r["rep"]: r["result"]["records_per_s"] for r in runs},
+                "mibps": median(rps) * size / MIB,
+                "pipe_fraction": median([r["result"]["records_per_s"] / limit_by_rep[r["rep"]]
+                                         for r in runs if limit_by_rep.get(r["rep"])]),
+                "pipe_both_fraction": median([r["result"]["records_per_s"] / both_by_rep[r["rep"]]
+                                              for r in runs if both_by_rep.get(r["rep"])]),
+                "cpu_per_m": median([x["cpu_s_per_million"] for x in res]),
+                "cpu_per_gb": median([x["cpu_s_per_million"] / 1e6 * GB / size for x in res]),
+                "rss_mib": max(x["peak_rss_kib"] / 1024 for x in res),
+                "startup_s": median([x["startup_s"] for x in res]),
+                "codec": codec_text(runs[-1].get("target_codec")),
+                "stored_bytes": runs[-1].get("target_codec", {}).get("bytes"),
+                "load": load_text(runs),
             }
-        o, m = entry["ours"]["rps"], entry["mm2"]["rps"]
-        entry["ratio"] = o / m if o and m else None
-        # Paired ratios per repetition (same machine conditions).
-        entry["paired_ratios"] = [a / b for a, b in zip(entry["ours"]["runs"], entry["mm2"]["runs"]) if b]
         out["sets"][s] = entry
-    # Steady phases run once per repetition (arms alternating which goes first). The row shown
-    # per arm is its run with the median latency p99, so every figure in it comes from one real
-    # run; the p99s of all runs are kept for the per-repetition comparison.
-    steady_runs = {}
+    # Steady phases run once per repetition (arms rotating). The row shown per arm is its run
+    # with the median latency p99, so every figure in it comes from one real run.
     for st in raw.get("steady", []):
-        steady_runs.setdefault(st["arm"], []).append(st)
-    out["steady_p99s"] = {}
-    for arm, runs in steady_runs.items():
+        out["steady_runs"].setdefault(st["arm"], []).append(st)
+    for arm, runs in out["steady_runs"].items():
         ordered = sorted(runs, key=lambda r: r["result"]["latency_ms"]["p99"] or float("inf"))
-        out["steady"][arm] = ordered[(len(ordered) - 1) // 2]["result"]
-        out["steady_p99s"][arm] = [(r.get("rep", 1), r["result"]["latency_ms"]["p99"]) for r in runs]
+        pick = ordered[(len(ordered) - 1) // 2]
+        out["steady"][arm] = dict(pick["result"], load_average=pick.get("load_average"))
     return out
+
+
+def ratio(a, b):
+    return a / b if a and b else None
 
 
 def targets(summary):
@@ -100,24 +127,53 @@ def targets(summary):
         return "n/a" if ok is None else ("**holds**" if ok else "**not met**")
 
     for s, e in sets.items():
-        r = e["ratio"]
-        rows.append((f"throughput >= 1.5x MM2 ({s})", fmt(r, 2, "x"), verdict(None if r is None else r >= 1.5)))
-        f = e["ours"]["pipe_fraction"]
-        rows.append((f"throughput >= 80% of the pipe limit ({s})", fmt(None if f is None else 100 * f, 0, "%"),
-                     verdict(None if f is None else f >= 0.8)))
-        fb = e["ours"]["pipe_both_fraction"]
-        if fb is not None:
-            rows.append((f"(for reading: of the limit with both ends busy at once) ({s})", fmt(100 * fb, 0, "%"),
-                         "**holds**" if fb >= 0.8 else "**not met**"))
-    rss_o = max((e["ours"]["rss_mib"] or 0) for e in sets.values()) or None
-    rss_m = max((e["mm2"]["rss_mib"] or 0) for e in sets.values()) or None
+        arms = e["arms"]
+        o = arms.get("ours")
+        if not o:
+            continue
+        if s in ("big", "small"):
+            for base, name in (("mm2", "MM2 defaults"), ("mm2t", "MM2 tuned")):
+                if base in arms:
+                    r = ratio(o["rps"], arms[base]["rps"])
+                    rows.append((f"throughput >= 1.5x {name} ({s})", fmt(r, 2, "x"),
+                                 verdict(None if r is None else r >= 1.5)))
+            f = o["pipe_fraction"]
+            rows.append((f"throughput >= 80% of the pipe limit ({s})", fmt(None if f is None else 100 * f, 0, "%"),
+                         verdict(None if f is None else f >= 0.8)))
+            fb = o["pipe_both_fraction"]
+            rows.append((f"throughput >= 80% of the pipe limit, both ends at once ({s})",
+                         fmt(None if fb is None else 100 * fb, 0, "%"), verdict(None if fb is None else fb >= 0.8)))
+        elif s.startswith("w"):
+            rtt = int(s[1:])
+            for base, name, want in (("mm2", "MM2 defaults", 5.0), ("mm2t", "MM2 tuned", 1.5)):
+                if base in arms and rtt == 50:
+                    r = ratio(o["rps"], arms[base]["rps"])
+                    rows.append((f"{rtt} ms RTT: throughput >= {want:g}x {name}", fmt(r, 2, "x"),
+                                 verdict(None if r is None else r >= want)))
+        else:
+            t = arms.get("mm2t")
+            if t:
+                cr = ratio(t["cpu_per_gb"], o["cpu_per_gb"])
+                rows.append((f"compressed ({s}): CPU per GB <= 1/4 of MM2 tuned", f"1/{fmt(cr, 1)}",
+                             verdict(None if cr is None else cr >= 4)))
+                r = ratio(o["rps"], t["rps"])
+                rows.append((f"compressed ({s}): throughput >= 1.5x MM2 tuned", fmt(r, 2, "x"),
+                             verdict(None if r is None else r >= 1.5)))
+            rows.append((f"compressed ({s}): the target stores compressed batches", o["codec"],
+                         verdict(o["codec"] != "n/a" and "none" not in o["codec"])))
+    rss_o = max((e["arms"]["ours"]["rss_mib"] for e in sets.values() if "ours" in e["arms"]), default=None)
+    rss_m = max((e["arms"][a]["rss_mib"] for e in sets.values() for a in ("mm2", "mm2t") if a in e["arms"]),
+                default=None)
     if rss_o and rss_m:
-        rows.append(("peak RSS <= 1/8 of MM2's", f"1/{rss_m / rss_o:.1f}", verdict(rss_o * 8 <= rss_m)))
-    o, m = steady.get("ours"), steady.get("mm2")
-    if o and m:
-        po, pm = o["latency_ms"]["p99"], m["latency_ms"]["p99"]
-        rows.append(("p99 latency no worse than MM2's", f"{fmt(po, 1)} vs {fmt(pm, 1)} ms",
-                     verdict(None if po is None or pm is None else po <= pm)))
+        rows.append(("peak RSS <= 1/8 of MM2's (smallest MM2)", f"1/{rss_m / rss_o:.1f}", verdict(rss_o * 8 <= rss_m)))
+    o = steady.get("ours")
+    for base in ("mm2", "mm2t"):
+        m = steady.get(base)
+        if o and m:
+            pairs = paired_p99s(summary, base)
+            ok = all(po is not None and pm is not None and po <= pm for _, po, pm in pairs) if pairs else None
+            rows.append((f"p99 latency no worse than {NAMES[base]}'s, every repetition",
+                         ", ".join(f"{fmt(po, 1)} vs {fmt(pm, 1)} ms" for _, po, pm in pairs), verdict(ok)))
     if o:
         fp = o["freshness_ms"]["p99"]
         rows.append(("checkpoint freshness p99 <= 2 s (defaults)", fmt(None if fp is None else fp / 1000, 2, " s"),
@@ -128,94 +184,131 @@ def targets(summary):
     return rows
 
 
+def paired_p99s(summary, base):
+    runs = summary["steady_runs"]
+    theirs = {r["rep"]: r["result"]["latency_ms"]["p99"] for r in runs.get(base, [])}
+    return [(r["rep"], r["result"]["latency_ms"]["p99"], theirs.get(r["rep"])) for r in runs.get("ours", [])
+            if r["rep"] in theirs]
+
+
+def set_label(c, s, e):
+    if s.startswith("w"):
+        return f"{c['wan_n']:,} x {e['size']} B (random) through the proxy, {s[1:]} ms RTT"
+    n = {"big": c.get("big_n"), "small": c.get("small_n")}.get(s, c.get("json_n"))
+    kind = f"JSON-like, {s} batches" if s not in ("big", "small") else "random"
+    return f"{n:,} x {e['size']} B ({kind})"
+
+
+def pipe_text(e):
+    parts = []
+    for p in e["pipe"]:
+        r = p["result"]
+        steps = lambda key: " / ".join(f"{fmt(x['records_per_s'])}" for x in r[key])
+        parts.append(f"rep {p['rep']} (load {p.get('load_average', '?')}): produce by 1.. clients {steps('produce')}; "
+                     f"consume {steps('consume')}; both at once {steps('both')} records/s")
+    return parts
+
+
 def markdown(summary):
     c = summary["config"]
     sets, steady = summary["sets"], summary["steady"]
+    mode = ", smoke" if c.get("smoke") else (", quick" if c.get("quick") else "")
+    end = summary.get("end")
     lines = [
         f"# MirrorFlow vs MirrorMaker 2: {c['date']} (tree {c['commit']}, replicator built "
-        f"{c.get('binary_built', '?')}{', quick' if c['quick'] else ''})",
+        f"{c.get('binary_built', '?')}{mode}; scenarios: {c.get('phases', 'base')})",
         "",
-        f"Same two single-broker KRaft clusters on loopback, {c['nproc']} cores shared with other work; "
-        f"{c['partitions']} partitions; copies repeated {c['reps']}x with the arms alternating, medians shown. "
+        f"Same two single-broker KRaft clusters on loopback, {c['nproc']} cores shared with other work "
+        f"(load average at the start: {c.get('load_average', '?')}"
+        + (f", at the end: {end['load_average']}, {end['seconds']} s in all" if end else "") + "); "
+        f"{c['partitions']} partitions; copies repeated {c['reps']}x with the arms rotating, medians shown; "
+        "the load column is the load average (1, 5, 15 min) when each figure was taken. "
         "Throughput is counted on the target (end offsets polled every 100 ms) from its first copied record "
         "to the last, so start-up is excluded (shown separately). MB = 2^20 bytes of record values. "
-        "Pipe limit = min(ProducerPerformance into the target, rate watched on the target the same way; "
-        "ConsumerPerformance fetch rate from the source), each run alone just before the copies of its "
-        "repetition" + (", then both at once (as replication loads the brokers; shown as 'at once')"
-                        if any(e["pipe_both_rps"] for e in sets.values()) else "") + "; each "
-        "arm's fraction is against its own repetition's limit. CPU = utime+stime of the replicator process over the copy window; "
-        "peak RSS = VmHWM (MM2: its JVM).",
+        "Pipe limit = what librdkafka clients reach with 1, 2, ... producers into the target and consumers "
+        "from the source, stopping when one more client adds less than 5 % (the smaller of the two ends; "
+        "'at once': both ends busy together, as replication loads them), measured just before the copies of "
+        "its repetition. CPU = utime+stime of the replicator process over the copy window (per GB: of record "
+        "values, uncompressed); peak RSS = VmHWM (MM2: its JVM). Target codec: the codec of the batches the "
+        "target broker stored (read from its log segments), and their size. Settings of each arm: "
+        "bench/README.md.",
         "",
         "## Throughput, CPU, memory",
         "",
-        "| data set | | records/s | MB/s | of pipe limit | CPU s / M records | peak RSS MiB | start-up s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| data set | | records/s | MB/s | of pipe limit | CPU s / M records | CPU s / GB | peak RSS MiB "
+        "| start-up s | target codec, stored MB | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for s, e in sets.items():
-        label = f"{c[s + '_n']:,} x {e['size']} B"
-        lines.append(f"| {label} | pipe limit | {fmt(e['pipe_rps'])} | "
-                     f"{fmt(e['pipe_rps'] * e['size'] / MIB if e['pipe_rps'] else None, 1)} | 100% | | | |")
-        if e["pipe_both_rps"]:
+        label = set_label(c, s, e)
+        if e["pipe_rps"]:
+            lines.append(f"| {label} | pipe limit | {fmt(e['pipe_rps'])} | {fmt(e['pipe_rps'] * e['size'] / MIB, 1)} "
+                         f"| 100% | | | | | | {load_text(e['pipe'])} |")
             lines.append(f"| | pipe limit, both ends at once | {fmt(e['pipe_both_rps'])} | "
                          f"{fmt(e['pipe_both_rps'] * e['size'] / MIB, 1)} | "
-                         f"{fmt(100 * e['pipe_both_rps'] / e['pipe_rps'] if e['pipe_rps'] else None, 0, '%')} | | | |")
-        for arm, name in (("ours", "MirrorFlow"), ("mm2", "MirrorMaker 2")):
-            a = e[arm]
-            frac = None if a["pipe_fraction"] is None else 100 * a["pipe_fraction"]
-            fb = a["pipe_both_fraction"]
-            frac_text = fmt(frac, 0, "%") + (f" ({100 * fb:.0f}% at once)" if fb is not None else "")
-            lines.append(f"| | {name} | {fmt(a['rps'])} | {fmt(a['mibps'], 1)} | {frac_text} | "
-                         f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['rss_mib'], 0)} | {fmt(a['startup_s'], 1)} |")
-        paired = ", ".join(f"{r:.2f}x" for r in e["paired_ratios"])
-        lines.append(f"| | **ratio ours/MM2** | **{fmt(e['ratio'], 2, 'x')}** | | | "
-                     f"{fmt(e['mm2']['cpu_per_m'] / e['ours']['cpu_per_m'] if e['ours']['cpu_per_m'] and e['mm2']['cpu_per_m'] else None, 1, 'x less')} | "
-                     f"{fmt(e['mm2']['rss_mib'] / e['ours']['rss_mib'] if e['ours']['rss_mib'] and e['mm2']['rss_mib'] else None, 1, 'x less')} | |")
-        if paired:
-            lines.append(f"| | per repetition | {paired} | | | | | |")
-    lines += [
-        "",
-        f"## Steady traffic: {c['rate']} records/s of {c['big_size']} B for {c['steady_s']} s",
-        "",
-        "Latency: producer send stamp (header) to the record read on the target. Freshness: a group "
-        "commits on the source every second; time from the commit to a checkpoint at or past it for "
-        "every partition it moved, visible on the target. Re-read: after the traffic, the group "
-        "commits the end; once the latest checkpoint of every partition carries it exactly (or after "
-        f"{c['settle_s']} s) a consumer failing over on the latest checkpoints reads the target from their "
-        "downstream offsets, counting records the group had already consumed. CPU: the replicator "
-        "process's CPU seconds per second during the traffic. Translation gap: upstream - downstream of every "
-        "checkpoint seen during the traffic (records a failover on it would repeat).",
-        "",
-        "| | latency p50 ms | latency p99 ms | freshness p50 s | freshness p99 s | commits never checkpointed | "
-        "re-read after failover | translation gap p50 / max | final checkpoint | CPU s/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
-    ]
-    for arm, name in (("ours", "MirrorFlow"), ("mm2", "MirrorMaker 2 (defaults)")):
-        st = steady.get(arm)
-        if not st:
-            continue
-        lat, fr, gap = st["latency_ms"], st["freshness_ms"], st["translation_gap_records"]
-        f50 = None if fr["p50"] is None else fr["p50"] / 1000
-        f99 = None if fr["p99"] is None else fr["p99"] / 1000
-        lines.append(
-            f"| {name} | {fmt(lat['p50'], 1)} | {fmt(lat['p99'], 1)} | {fmt(f50, 2)} | {fmt(f99, 2)} | "
-            f"{st['commits_without_checkpoint']} of {st['commits']} | {st['reread_after_failover']['total']} | "
-            f"{fmt(gap['p50'])} / {fmt(gap['max'])} | "
-            f"{'exact' if st['final_checkpoint_exact'] else ('carries the final commit, not exact' if st['final_checkpoint_covered'] else 'behind the final commit')} "
-            f"after {st['settle_s']:.1f} s | {fmt(st.get('cpu_s_per_s_during_traffic'), 3)} |")
-    p99s = summary.get("steady_p99s", {})
-    if len(p99s.get("ours", [])) > 1:
-        mm2 = dict(p99s.get("mm2", []))
-        pairs = ", ".join(f"{fmt(o99, 1)} vs {fmt(mm2.get(r), 1)} ms" for r, o99 in p99s["ours"])
-        lines.append("")
-        lines.append(f"Rows: each arm's run with the median p99 of its {len(p99s['ours'])} runs. "
-                     f"Latency p99 per repetition, ours vs MM2: {pairs}.")
-    o, m = steady.get("ours"), steady.get("mm2")
-    if o and m and o["latency_ms"]["p99"] and m["latency_ms"]["p99"]:
-        lines.append("")
-        lines.append(f"Ratios: latency p99 MM2/ours {m['latency_ms']['p99'] / o['latency_ms']['p99']:.1f}x"
-                     + (f", freshness p99 MM2/ours {m['freshness_ms']['p99'] / o['freshness_ms']['p99']:.0f}x"
-                        if o["freshness_ms"]["p99"] and m["freshness_ms"]["p99"] else ""))
-    lines += ["", "## Targets (issue 7)", "", "| target | measured | verdict |", "|---|---|---|"]
+                         f"{fmt(100 * e['pipe_both_rps'] / e['pipe_rps'], 0, '%')} | | | | | | |")
+            label = ""
+        for arm, a in e["arms"].items():
+            frac = "" if a["pipe_fraction"] is None else fmt(100 * a["pipe_fraction"], 0, "%") + (
+                f" ({100 * a['pipe_both_fraction']:.0f}% at once)" if a["pipe_both_fraction"] is not None else "")
+            stored = sum(a["stored_bytes"].values()) / MIB if a["stored_bytes"] else None
+            lines.append(f"| {label} | {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['mibps'], 1)} | {frac} | "
+                         f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['cpu_per_gb'], 1)} | {fmt(a['rss_mib'], 0)} | "
+                         f"{fmt(a['startup_s'], 1)} | {a['codec']}, {fmt(stored, 1)} | {a['load']} |")
+            label = ""
+        o = e["arms"].get("ours")
+        for base in ("oursn", "oursf", "mm2", "mm2t"):
+            b = e["arms"].get(base)
+            if not o or not b:
+                continue
+            paired = ", ".join(f"{ratio(o['rps_by_rep'].get(r), v) or 0:.2f}x"
+                               for r, v in sorted(b["rps_by_rep"].items()))
+            lines.append(f"| | **ours / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** "
+                         f"(per rep: {paired}) | | | | {fmt(ratio(b['cpu_per_gb'], o['cpu_per_gb']), 1, 'x less')} "
+                         f"| {fmt(ratio(b['rss_mib'], o['rss_mib']), 1, 'x less')} | | | |")
+    pipes = [t for e in sets.values() for t in pipe_text(e)]
+    if pipes:
+        lines += ["", "Pipe-limit steps: " + "; ".join(pipes) + "."]
+    if summary["loads"]:
+        lines += ["", "Compressed data sets on the source: " + "; ".join(
+            f"{l['topic']}: {l['result']['records']:,} records, {l['result']['bytes'] / MIB:.0f} MiB of values, "
+            f"stored as {codec_text(l.get('source_codec'))} ({sum(l['source_codec']['bytes'].values()) / MIB:.1f} "
+            f"MiB stored)" for l in summary["loads"]) + "."]
+    if steady:
+        lines += [
+            "",
+            f"## Steady traffic: {c['rate']} records/s of {c['big_size']} B for {c['steady_s']} s",
+            "",
+            "Latency: producer send stamp (header) to the record read on the target. Freshness: a group "
+            "commits on the source every second; time from the commit to a checkpoint at or past it for "
+            "every partition it moved, visible on the target. Re-read: after the traffic, the group "
+            "commits the end; once the latest checkpoint of every partition carries it exactly (or after "
+            f"{c['settle_s']} s) a consumer failing over on the latest checkpoints reads the target from their "
+            "downstream offsets, counting records the group had already consumed. CPU: the replicator "
+            "process's CPU seconds per second during the traffic. Translation gap: upstream - downstream of "
+            "every checkpoint seen during the traffic (records a failover on it would repeat).",
+            "",
+            "| | latency p50 ms | latency p99 ms | freshness p50 s | freshness p99 s | commits never checkpointed | "
+            "re-read after failover | translation gap p50 / max | final checkpoint | CPU s/s | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        ]
+        for arm in ARM_ORDER:
+            st = steady.get(arm)
+            if not st:
+                continue
+            lat, fr, gap = st["latency_ms"], st["freshness_ms"], st["translation_gap_records"]
+            f50 = None if fr["p50"] is None else fr["p50"] / 1000
+            f99 = None if fr["p99"] is None else fr["p99"] / 1000
+            final = ("exact" if st["final_checkpoint_exact"] else
+                     ("carries the final commit, not exact" if st["final_checkpoint_covered"] else "behind the final commit"))
+            lines.append(
+                f"| {NAMES[arm]} | {fmt(lat['p50'], 1)} | {fmt(lat['p99'], 1)} | {fmt(f50, 2)} | {fmt(f99, 2)} | "
+                f"{st['commits_without_checkpoint']} of {st['commits']} | {st['reread_after_failover']['total']} | "
+                f"{fmt(gap['p50'])} / {fmt(gap['max'])} | {final} after {st['settle_s']:.1f} s | "
+                f"{fmt(st.get('cpu_s_per_s_during_traffic'), 3)} | {st.get('load_average', '?')} |")
+        if len(summary["steady_runs"].get("ours", [])) > 1:
+            lines += ["", f"Rows: each arm's run with the median p99 of its {len(summary['steady_runs']['ours'])} runs."]
+    lines += ["", "## Targets (issues 7 and 20)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t, v, ok in targets(summary):
         lines.append(f"| {t} | {v} | {ok} |")
     lines += ["", "![chart](chart.png)", ""]
@@ -232,66 +325,108 @@ def chart(summary, path):
         print("matplotlib missing: chart skipped", file=sys.stderr)
         return
     sets, steady = summary["sets"], summary["steady"]
-    colors = {"ours": "#2b7bba", "mm2": "#d95f02", "pipe": "#999999"}
-    fig, axes = plt.subplots(2, 3, figsize=(14, 8))
     names = list(sets)
-    x = range(len(names))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    labels = dict(NAMES, pipe="pipe limit")
 
-    def bars(ax, values, labels, title, ylabel, log=False):
-        width = 0.8 / len(values)
-        for i, (key, vals) in enumerate(values):
-            ax.bar([j + i * width for j in x], [v or 0 for v in vals], width, label=labels[key], color=colors[key])
-        ax.set_xticks([j + width * (len(values) - 1) / 2 for j in x])
-        ax.set_xticklabels([f"{summary['config'][n + '_n']:,} x {sets[n]['size']} B" for n in names])
+    def bars(ax, series, title, ylabel, log=False):
+        keys = [k for k in ["pipe"] + ARM_ORDER if any(series(k, n) is not None for n in names)]
+        width = 0.8 / max(len(keys), 1)
+        for i, key in enumerate(keys):
+            ax.bar([j + i * width for j in range(len(names))], [series(key, n) or 0 for n in names], width,
+                   label=labels[key], color=COLORS[key])
+        ax.set_xticks([j + width * (len(keys) - 1) / 2 for j in range(len(names))])
+        ax.set_xticklabels([f"{n}\n{sets[n]['size']} B" for n in names], fontsize=8)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
-        ax.legend(fontsize=8)
+        if keys:
+            ax.legend(fontsize=7)
 
-    labels = {"ours": "MirrorFlow", "mm2": "MirrorMaker 2", "pipe": "pipe limit"}
-    bars(axes[0][0], [("pipe", [sets[n]["pipe_rps"] for n in names]),
-                      ("ours", [sets[n]["ours"]["rps"] for n in names]),
-                      ("mm2", [sets[n]["mm2"]["rps"] for n in names])], labels, "Throughput", "records/s")
-    bars(axes[0][1], [("ours", [100 * (sets[n]["ours"]["pipe_fraction"] or 0) for n in names]),
-                      ("mm2", [100 * (sets[n]["mm2"]["pipe_fraction"] or 0) for n in names])], labels,
-         "Throughput as % of the pipe limit", "%")
+    def arm_value(field):
+        def get(key, n):
+            if key == "pipe":
+                return None
+            a = sets[n]["arms"].get(key)
+            return a[field] if a else None
+        return get
+
+    bars(axes[0][0], lambda k, n: sets[n]["pipe_rps"] if k == "pipe" else arm_value("rps")(k, n),
+         "Throughput", "records/s")
+    bars(axes[0][1], lambda k, n: None if k == "pipe" or arm_value("pipe_fraction")(k, n) is None
+         else 100 * arm_value("pipe_fraction")(k, n), "Throughput as % of the pipe limit", "%")
     axes[0][1].axhline(80, color="black", linestyle="--", linewidth=1)
-    bars(axes[0][2], [("ours", [sets[n]["ours"]["cpu_per_m"] for n in names]),
-                      ("mm2", [sets[n]["mm2"]["cpu_per_m"] for n in names])], labels,
-         "CPU per million records", "CPU s")
-    bars(axes[1][0], [("ours", [sets[n]["ours"]["rss_mib"] for n in names]),
-                      ("mm2", [sets[n]["mm2"]["rss_mib"] for n in names])], labels, "Peak RSS", "MiB")
-    arms = [a for a in ("ours", "mm2") if a in steady]
+    bars(axes[0][2], arm_value("cpu_per_gb"), "CPU per GB of values", "CPU s")
+    bars(axes[1][0], arm_value("rss_mib"), "Peak RSS", "MiB")
+    arms = [a for a in ARM_ORDER if a in steady]
     for ax, key, title, unit, scale in ((axes[1][1], "latency_ms", "End-to-end latency", "ms", 1),
                                         (axes[1][2], "freshness_ms", "Checkpoint freshness", "s", 1000)):
-        width = 0.35
+        width = 0.8 / max(len(arms), 1)
         for i, a in enumerate(arms):
             raw = [steady[a][key]["p50"], steady[a][key]["p99"]]
-            vals = [(v or 0) / scale for v in raw]
             xs = [j + i * width for j in range(2)]
-            ax.bar(xs, vals, width, label=labels[a], color=colors[a])
+            ax.bar(xs, [(v or 0) / scale for v in raw], width, label=labels[a], color=COLORS[a])
             for xv, v in zip(xs, raw):
                 if v is None:
                     ax.annotate("none seen", (xv, 0), xycoords=("data", "axes fraction"), ha="center",
-                                va="bottom", fontsize=7, rotation=90, color=colors[a])
-        ax.set_xticks([j + width / 2 for j in range(2)])
+                                va="bottom", fontsize=7, rotation=90, color=COLORS[a])
+        ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(2)])
         ax.set_xticklabels(["p50", "p99"])
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_ylabel(unit + " (log)")
-        ax.legend(fontsize=8)
+        if arms:
+            ax.legend(fontsize=7)
     fig.suptitle(f"MirrorFlow vs MirrorMaker 2 ({summary['config']['date']}, {summary['config']['nproc']} shared cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
 
+def check(raw, summary):
+    """Every phase of the run's scenarios gave a figure (bench/run.sh --smoke)."""
+    phases = summary["config"].get("phases", "base").split()
+    problems = []
+    expected_sets = (["big", "small"] if "base" in phases else []) + (["lz4", "zstd"] if "compressed" in phases else [])
+    if "wan" in phases:
+        expected_sets += [f"w{r}" for r in summary["config"]["wan_rtts"].split()]
+    for s in expected_sets:
+        e = summary["sets"].get(s)
+        if not e or "ours" not in e["arms"]:
+            problems.append(f"copy of {s}: no figure")
+            continue
+        for arm, a in e["arms"].items():
+            if not a["rps"] or a["rps"] <= 0 or a["cpu_per_m"] is None or not a["rss_mib"]:
+                problems.append(f"copy of {s} by {arm}: no throughput, CPU or RSS")
+            if any(r["result"].get("window_records", 1) <= 0 for r in a["runs"]):
+                problems.append(f"copy of {s} by {arm}: complete at the first look, no rate measured")
+            if a["codec"] == "n/a":
+                problems.append(f"copy of {s} by {arm}: no target batches read")
+        if s in ("big", "small") and not (e["pipe_rps"] and e["pipe_both_rps"]):
+            problems.append(f"pipe limit of {s}: no figure")
+    if "base" in phases:
+        st = summary["steady"].get("ours")
+        if not st or not st["latency_ms"]["count"] or st["freshness_ms"]["p99"] is None:
+            problems.append("steady: no latency or freshness figure")
+    if "compressed" in phases and len(raw.get("load", [])) < 2:
+        problems.append("compressed data sets: not loaded")
+    if len(summary["sets"]) < 1:
+        problems.append("no copy at all")
+    for p in problems:
+        print(f"smoke: {p}", file=sys.stderr)
+    return not problems
+
+
 def main():
     out = Path(sys.argv[1])
-    summary = summarise(load(out / "raw.jsonl"))
+    raw = load(out / "raw.jsonl")
+    summary = summarise(raw)
+    summary["end"] = (raw.get("end") or [None])[0]
     (out / "results.md").write_text(markdown(summary))
     chart(summary, out / "chart.png")
     print((out / "results.md").read_text())
+    if "--check" in sys.argv[2:] and not check(raw, summary):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

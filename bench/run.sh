@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# Our replicator and MirrorMaker 2 (dedicated mode) side by side, on the same two local Kafka
-# clusters of the bench's own (not the world's), against what the clusters allow
-# (ProducerPerformance into the target, ConsumerPerformance from the source).
+# Our replicator and MirrorMaker 2 (dedicated mode, at its defaults and tuned) side by side, on
+# two local Kafka clusters of the bench's own (not the world's), against what the clusters
+# allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--quick] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
-#   full (default): 1 M records of 1 KiB and 1 M of 100 B over 8 partitions, arms interleaved,
-#                   90 s of steady traffic per arm; --reps N repeats the copies and the steady
-#                   phases (arms alternate which goes first)
-#   --quick         100 k records of 1 KiB and 200 k of 100 B, one copy each, 20 s steady
+#   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
+#                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
+#                   repeats the copies and the steady phases (arms rotate which goes first)
+#   --compressed    the compressed-data scenario instead: JSON-like 1 KiB records in lz4 and in
+#                   zstd batches, copied by each arm (and ours writing uncompressed, as before
+#                   issue 20); CPU s per GB, throughput, the codec the target stores
+#   --wan           the WAN scenario instead: a TCP proxy adding 0, 25, 50 and 100 ms of round
+#                   trip between the arms and the source cluster (the source broker advertises
+#                   the proxy's address on a listener of its own); 300 k x 1 KiB copied by each
+#                   arm at each RTT
+#   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
+#   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
+#                   mm2, mm2t)
+#   --smoke         every phase of both scenarios with a few seconds each (e2e/test.sh, so CI);
+#                   exits non-zero if a phase fails or gives no figure; debug binaries (those
+#                   the tests built), so its figures show that a phase works, not how fast
 #   --profile       after the measured runs, one more copy of the 1 KiB set by our replicator
 #                   under `perf record`; top symbols to profile.txt (not part of the figures)
 #   --no-build      use the release binaries as they are (default: cargo build --release first)
-#   --out DIR       results folder (default bench/results/<UTC date>[-quick])
+#   --out DIR       results folder (default bench/results/<UTC date>[-compressed][-quick|-smoke])
 #
 # Writes DIR/results.md (table, ratios, targets), DIR/chart.png, DIR/raw.jsonl (every
-# measurement) and DIR/logs/. Both arms run with their defaults; see bench/README.md.
+# measurement) and DIR/logs/. Every arm's settings: bench/README.md.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -24,6 +36,9 @@ ROOT="$(cd "$HERE/.." && pwd)"
 export MF_STATE="${BENCH_STATE:-/tmp/mirrorflow-bench}"
 export KAFKA_SOURCE_PORT="${BENCH_SOURCE_PORT:-19392}"
 export KAFKA_TARGET_PORT="${BENCH_TARGET_PORT:-29392}"
+# Its own token endpoint too (the brokers' OAUTHBEARER listener needs one): an OIDC_PORT
+# exported for a world must not be taken over.
+export OIDC_PORT="${BENCH_OIDC_PORT:-$((KAFKA_SOURCE_PORT + 5))}"
 export RUST_BACKTRACE=0
 # shellcheck source=../e2e/lib/common.sh
 source "$ROOT/e2e/lib/common.sh"
@@ -34,15 +49,18 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
+    --smoke) SMOKE=true ;;
+    --compressed) COMPRESSED=true ;;
+    --wan) WAN=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
     --out) OUT="$2"; shift ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
   shift
 done
@@ -50,22 +68,52 @@ done
 PARTITIONS=8
 BIG_SIZE=1024
 SMALL_SIZE=100
+JSON_SIZE=1024
 RATE=1000 # records/s of 1 KiB in the steady phase: ~1 MB/s, well under every arm's limit
-if $QUICK; then
-  BIG_N=100000 SMALL_N=200000 STEADY_S=20 SETTLE_S=15 REPS=1
+# Pipe limit: seconds per client count, most clients tried.
+PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
+WAN_RTTS="0 25 50 100" WAN_N=300000
+if $SMOKE; then
+  BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
+  WAN_RTTS="0 50" WAN_N=20000
+elif $QUICK; then
+  BIG_N=100000 SMALL_N=200000 JSON_N=100000 STEADY_S=20 SETTLE_S=15 PIPE_STEP_S=3 WAN_N=50000
 else
-  BIG_N=1000000 SMALL_N=1000000 STEADY_S=90 SETTLE_S=75
+  BIG_N=1000000 SMALL_N=1000000 JSON_N=500000 STEADY_S=90 SETTLE_S=75
 fi
+# Which phases run: the base scenario, the compressed one, or (smoke) every phase once.
+if $SMOKE; then
+  PHASES="base compressed wan"
+elif $WAN; then
+  PHASES="wan"
+elif $COMPRESSED; then
+  PHASES="compressed"
+else
+  PHASES="base"
+fi
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 SUFFIX=""
-$QUICK && SUFFIX=-quick
+$COMPRESSED && SUFFIX=-compressed
+$WAN && SUFFIX=-wan
+$QUICK && SUFFIX=$SUFFIX-quick
+$SMOKE && SUFFIX=-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
+# The WAN listener of the source broker and the proxy in front of it (port+5 is the token
+# endpoint).
+WAN_BROKER_PORT=$((KAFKA_SOURCE_PORT + 6))
+WAN_PROXY_PORT=$((KAFKA_SOURCE_PORT + 7))
+WAN_PID=""
 LOGS="$OUT/logs"
 RAW="$OUT/raw.jsonl"
 CARGO_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-MF_BIN="$CARGO_TARGET/release/mirrorflow"
-DRIVER="$CARGO_TARGET/release/mirrorflow-bench"
+BUILD_PROFILE=release
+$SMOKE && BUILD_PROFILE=debug
+MF_BIN="$CARGO_TARGET/$BUILD_PROFILE/mirrorflow"
+DRIVER="$CARGO_TARGET/$BUILD_PROFILE/mirrorflow-bench"
 SRC="$(kafka_bootstrap source)"
 TGT="$(kafka_bootstrap target)"
+# The source as the arms reach it (the WAN scenario points them at the proxy).
+ARM_SRC="$SRC"
 METRICS_PORT="${BENCH_METRICS_PORT:-19464}"
 MPL_VERSION=3.10.7
 VENV="$MF_CACHE/bench-venv-matplotlib-$MPL_VERSION"
@@ -79,6 +127,25 @@ MM2_DEFAULTS=(
   sync.group.offsets.interval.seconds=60
   offset.flush.interval.ms=60000
 )
+# MirrorMaker 2 tuned for volume (mm2_tuned SRC_ALIAS TGT_ALIAS), from Kafka's MirrorMaker docs
+# (a task per partition; per-cluster producer.* / consumer.* client settings) and Strimzi's
+# "handling high volumes of messages" (producer batch.size 327680 and linger.ms 100; consumer
+# fetch.max.bytes 52428800, max.partition.fetch.bytes 1048576, max.poll.records 500) plus
+# compression of the producer (lz4, the codec ours now writes by default). Listed in
+# bench/README.md; every other setting as MM2_DEFAULTS.
+mm2_tuned() {
+  local s="$1" t="$2"
+  printf '%s\n' \
+    "tasks.max=$PARTITIONS" \
+    "$t.producer.batch.size=327680" \
+    "$t.producer.linger.ms=100" \
+    "$t.producer.compression.type=lz4" \
+    "$s.consumer.fetch.max.bytes=52428800" \
+    "$s.consumer.max.partition.fetch.bytes=1048576" \
+    "$s.consumer.max.poll.records=500"
+}
+# The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [mm2]=m [mm2t]=t)
 
 blog() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -90,6 +157,7 @@ ARM_ALIAS=""
 cleanup() {
   local rc=$?
   arm_stop || true
+  wan_stop || true
   kafka_stop target || true
   kafka_stop source || true
   oidc_stop || true
@@ -99,19 +167,23 @@ cleanup() {
 
 # --- the two arms ----------------------------------------------------------------------------
 
-# arm_start ours|mm2 ALIAS TOPIC GROUP: starts a replicator of TOPIC (source alias ALIAS, target
-# alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints GROUP; returns
-# at once (the watchers wait for it).
+# arm_start ours|oursn|mm2|mm2t ALIAS TOPIC GROUP: starts a replicator of TOPIC (source alias
+# ALIAS, target alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints
+# GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
+# (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
+# trial for long round trips); mm2t: MirrorMaker 2 tuned (mm2_tuned).
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours)
-      local dir="$MF_STATE/ours/$ARM_ALIAS"
+    ours | oursn | oursf)
+      local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config=""
+      [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
+      [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
-source: {alias: $ARM_ALIAS, bootstrapServers: '$SRC'}
-target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'}
+source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'$source_config}
+target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
 EOF
@@ -120,9 +192,11 @@ EOF
         --replica bench --secrets-dir "$dir/secrets" >"$LOGS/ours-$ARM_ALIAS.log" 2>&1 &
       ARM_PID=$!
       ;;
-    mm2)
-      MM2_WAIT=none mm2_start "$ARM_ALIAS" "$ARM_ALIAS" "$SRC" "t$ARM_ALIAS" "$TGT" \
-        "topics=$topic" "groups=$group" "${MM2_DEFAULTS[@]}"
+    mm2 | mm2t)
+      local tuned=()
+      [ "$ARM_KIND" = mm2t ] && mapfile -t tuned < <(mm2_tuned "$ARM_ALIAS" "t$ARM_ALIAS")
+      MM2_WAIT=none mm2_start "$ARM_ALIAS" "$ARM_ALIAS" "$ARM_SRC" "t$ARM_ALIAS" "$TGT" \
+        "topics=$topic" "groups=$group" "${MM2_DEFAULTS[@]}" "${tuned[@]}"
       ARM_PID="$(cat "$(mm2_dir "$ARM_ALIAS")/mm2.pid")"
       ;;
   esac
@@ -131,14 +205,14 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours)
+    ours | oursn | oursf)
       kill -TERM "$ARM_PID" 2>/dev/null || true
       local deadline=$((SECONDS + 30))
       while kill -0 "$ARM_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
       kill -KILL "$ARM_PID" 2>/dev/null || true
       wait "$ARM_PID" 2>/dev/null || true
       ;;
-    mm2)
+    mm2 | mm2t)
       mm2_stop "$ARM_ALIAS"
       cp "$(mm2_log "$ARM_ALIAS")" "$LOGS/mm2-$ARM_ALIAS.log" 2>/dev/null || true
       ;;
@@ -146,22 +220,31 @@ arm_stop() {
   ARM_PID=""
 }
 
-record() { printf '%s\n' "$1" >>"$RAW"; }
+# record JSON: one line of raw.jsonl, with the load average when it was taken (the machine is
+# shared; every figure is read next to it).
+record() { printf '%s,"load_average":"%s"}\n' "${1%\}}" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW"; }
 
-# copy ARM ALIAS SET TOPIC N REP: one arm copies a pre-loaded data set; window, CPU, peak RSS.
+# copy ARM SET TOPIC N SIZE REP: one arm copies a pre-loaded data set; window, CPU, peak RSS, and
+# the codecs of the batches the target stored (read from the broker's disk).
 copy() {
-  local arm="$1" alias="$2" set="$3" topic="$4" n="$5" rep="$6" out
+  local arm="$1" set="$2" topic="$3" n="$4" size="$5" rep="$6" alias out codec
+  alias="${ARM_LETTER[$arm]}${set}r$rep"
   blog "copy: $arm copies $n records of $topic (alias $alias)"
   arm_start "$arm" "$alias" "$topic" "bench-$alias"
   out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" --pid "$ARM_PID")"
   arm_stop
-  record "{\"phase\":\"copy\",\"arm\":\"$arm\",\"set\":\"$set\",\"rep\":$rep,\"result\":$out}"
-  blog "copy: $arm $set: $out"
+  codec="$("$DRIVER" codec --data "$(kafka_dir target)/data" --topic "$alias.$topic")"
+  record "{\"phase\":\"copy\",\"arm\":\"$arm\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"result\":$out,\"target_codec\":$codec}"
+  blog "copy: $arm $set: $out; target batches: $codec"
+  # The copies are not needed again; 1 GB each on a tight disk.
+  "$DRIVER" delete-topics --bootstrap "$TGT" "$alias.$topic"
 }
 
-# steady ARM ALIAS REP: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
+# steady ARM REP: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
 steady() {
-  local arm="$1" alias="$2" rep="$3" topic="lat-$2" group="bench-$2" out
+  local arm="$1" rep="$2" alias out
+  alias="${ARM_LETTER[$arm]}latr$rep"
+  local topic="lat-$alias" group="bench-$alias"
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" "$topic"
   # The group exists before the arm starts: MirrorMaker lists groups every 10 min by default.
   "$DRIVER" init-group --bootstrap "$SRC" --topic "$topic" --group "$group"
@@ -179,44 +262,16 @@ steady() {
 
 PRODUCER_PROPS=(acks=all linger.ms=5 batch.size=1048576 compression.type=none)
 
-# pipe SET TOPIC N SIZE REP: what the clusters allow, measured like the arms. Into the target:
-# ProducerPerformance (unthrottled) into a fresh topic, rate watched on the target from its first
-# record to its last, so the tool's JVM start-up is left out as the arms' start-up is. From the
-# source: ConsumerPerformance's fetch rate (group join left out). Once one end at a time, then
-# both at once.
+# pipe SET TOPIC SIZE REP: what the clusters allow, just before the copies of SET: librdkafka
+# producers into the target, consumers draining TOPIC on the source, then both at once, each
+# with clients added until one more raises the rate by less than 5 % (bench/driver/src/pipe.rs).
 pipe() {
-  local set="$1" topic="$2" n="$3" size="$4" rep="$5" scratch="pipe-$1-$5" p c ppid
-  blog "pipe limit: $set (ProducerPerformance into the target, ConsumerPerformance from the source)"
-  "$DRIVER" create-topics --bootstrap "$TGT" --partitions "$PARTITIONS" "$scratch"
-  java -Xmx512m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
-    org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$TGT" --topic "$scratch" \
-    --num-records "$n" --record-size "$size" --throughput -1 --command-property "${PRODUCER_PROPS[@]}" \
-    >"$LOGS/produce-$scratch.log" 2>&1 &
-  ppid=$!
-  p="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$scratch" --expect "$n" --pid "$ppid")"
-  wait "$ppid" || die "ProducerPerformance failed (log: $LOGS/produce-$scratch.log)"
-  kafka_java org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$SRC" --topic "$topic" \
-    --num-records "$n" --timeout 30000 >"$LOGS/consume-$topic-$rep.log" 2>&1
-  c="$(tail -n 1 "$LOGS/consume-$topic-$rep.log" | awk -F', *' '{print $10}')"
-  [ -n "$c" ] || die "ConsumerPerformance of $set failed (log: $LOGS/consume-$topic-$rep.log)"
-  # Both ends at once, as replication runs them: on a small machine they share the cores.
-  local both="$scratch-both" bp bc cpid
-  "$DRIVER" create-topics --bootstrap "$TGT" --partitions "$PARTITIONS" "$both"
-  java -Xmx512m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
-    org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$TGT" --topic "$both" \
-    --num-records "$n" --record-size "$size" --throughput -1 --command-property "${PRODUCER_PROPS[@]}" \
-    >"$LOGS/produce-$both.log" 2>&1 &
-  ppid=$!
-  kafka_java org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$SRC" --topic "$topic" \
-    --num-records "$n" --timeout 30000 >"$LOGS/consume-$topic-$rep-both.log" 2>&1 &
-  cpid=$!
-  bp="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$both" --expect "$n" --pid "$ppid")"
-  wait "$ppid" || die "ProducerPerformance failed (log: $LOGS/produce-$both.log)"
-  wait "$cpid" || die "ConsumerPerformance failed (log: $LOGS/consume-$topic-$rep-both.log)"
-  bc="$(tail -n 1 "$LOGS/consume-$topic-$rep-both.log" | awk -F', *' '{print $10}')"
-  [ -n "$bc" ] || die "ConsumerPerformance of $set failed (log: $LOGS/consume-$topic-$rep-both.log)"
-  record "{\"phase\":\"pipe\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"produce\":$p,\"consume_source_rps\":$c,\"both\":{\"produce\":$bp,\"consume_source_rps\":$bc}}"
-  blog "pipe limit: $set: produce into target $p; consume from source $c records/s; at once: $bp, $bc records/s"
+  local set="$1" topic="$2" size="$3" rep="$4" out
+  blog "pipe limit: $set (1..$PIPE_MAX_CLIENTS parallel clients, $PIPE_STEP_S s each)"
+  out="$("$DRIVER" pipe --source "$SRC" --target "$TGT" --topic "$topic" --size "$size" \
+    --step-s "$PIPE_STEP_S" --max-clients "$PIPE_MAX_CLIENTS")"
+  record "{\"phase\":\"pipe\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"result\":$out}"
+  blog "pipe limit: $set: $out"
 }
 
 # load TOPIC N SIZE: the data set, on the source (ProducerPerformance).
@@ -226,6 +281,116 @@ load() {
     >"$LOGS/load-$1.log" 2>&1 || die "loading $1 failed (log: $LOGS/load-$1.log)"
 }
 
+# load_json TOPIC N CODEC: JSON-like records of JSON_SIZE bytes in CODEC batches, on the source.
+load_json() {
+  local out
+  out="$("$DRIVER" load-json --bootstrap "$SRC" --topic "$1" --n "$2" --size "$JSON_SIZE" --codec "$3")"
+  record "{\"phase\":\"load\",\"topic\":\"$1\",\"result\":$out,\"source_codec\":$("$DRIVER" codec --data "$(kafka_dir source)/data" --topic "$1")}"
+  blog "loaded $1: $out"
+}
+
+# The arms in the order of repetition REP: rotated by one each repetition, so drift on the
+# shared machine does not always favour the same one.
+arms_for() {
+  local rep="$1"
+  shift
+  local arms=("$@") n=$#
+  local i
+  for ((i = 0; i < n; i++)); do printf '%s ' "${arms[$(((i + rep - 1) % n))]}"; done
+}
+
+# The base scenario: pipe limit and copies of the 1 KiB and 100 B sets, then steady traffic.
+base() {
+  local arms=(ours mm2 mm2t) rep arm
+  # BENCH_ARMS="ours oursn": other arms, e.g. the product's codec default against none.
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  local steady_arms=("${arms[@]}")
+  # Smoke: every phase once; MirrorMaker (40 s a start on a busy CI machine) in one copy.
+  if $SMOKE; then arms=(ours mm2) steady_arms=(ours); fi
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-big bench-small
+  blog "loading the data sets: $BIG_N x $BIG_SIZE B and $SMALL_N x $SMALL_SIZE B"
+  load bench-big "$BIG_N" "$BIG_SIZE"
+  load bench-small "$SMALL_N" "$SMALL_SIZE"
+  for rep in $(seq 1 "$REPS"); do
+    pipe big bench-big "$BIG_SIZE" "$rep"
+    for arm in $(arms_for "$rep" "${arms[@]}"); do copy "$arm" big bench-big "$BIG_N" "$BIG_SIZE" "$rep"; done
+    pipe small bench-small "$SMALL_SIZE" "$rep"
+    if $SMOKE; then arms=(ours); fi
+    for arm in $(arms_for "$rep" "${arms[@]}"); do copy "$arm" small bench-small "$SMALL_N" "$SMALL_SIZE" "$rep"; done
+  done
+  # Latency drifts with the shared machine's load: one steady phase per arm and repetition,
+  # rotating who goes first, so the comparison is paired.
+  for rep in $(seq 1 "$REPS"); do
+    for arm in $(arms_for "$rep" "${steady_arms[@]}"); do steady "$arm" "$rep"; done
+  done
+}
+
+# The compressed scenario: JSON-like 1 KiB records in lz4 and in zstd batches, copied by ours
+# (lz4 writes by default), ours writing uncompressed (the default before), MM2 defaults (writes
+# uncompressed) and MM2 tuned (lz4).
+compressed() {
+  local arms=(ours oursn mm2 mm2t) rep arm codec
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  if $SMOKE; then arms=(ours mm2t); fi
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-lz4 bench-zstd
+  blog "loading the compressed data sets: $JSON_N x $JSON_SIZE B JSON-like, lz4 and zstd batches"
+  load_json bench-lz4 "$JSON_N" lz4
+  load_json bench-zstd "$JSON_N" zstd
+  for rep in $(seq 1 "$REPS"); do
+    for codec in lz4 zstd; do
+      for arm in $(arms_for "$rep" "${arms[@]}"); do
+        copy "$arm" "$codec" "bench-$codec" "$JSON_N" "$JSON_SIZE" "$rep"
+      done
+      if $SMOKE; then arms=(ours); fi
+    done
+  done
+}
+
+# The source broker also listens on WAN_BROKER_PORT and advertises the proxy's address there,
+# so clients that bootstrap through the proxy keep going through it (e2e/lib/kafka.sh writes
+# the broker's config on every start; this adds the listener to it).
+eval "$(declare -f kafka_write_config | sed '1s/kafka_write_config/kafka_write_config_world/')"
+kafka_write_config() {
+  kafka_write_config_world "$@"
+  [ "$1" = source ] || return 0
+  local f
+  f="$(kafka_dir source)/server.properties"
+  sed -i -e "s|^listeners=.*|&,WAN://127.0.0.1:$WAN_BROKER_PORT|" \
+    -e "s|^advertised.listeners=.*|&,WAN://127.0.0.1:$WAN_PROXY_PORT|" \
+    -e "s|^listener.security.protocol.map=.*|&,WAN:PLAINTEXT|" "$f"
+}
+
+wan_stop() {
+  [ -n "$WAN_PID" ] || return 0
+  kill "$WAN_PID" 2>/dev/null || true
+  wait "$WAN_PID" 2>/dev/null || true
+  WAN_PID=""
+}
+
+# The WAN scenario: the 1 KiB set copied by each arm through the proxy at each RTT.
+wan() {
+  local arms=(ours mm2 mm2t) rep arm rtt
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  if $SMOKE; then arms=(ours); fi
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-wan
+  blog "loading the WAN data set: $WAN_N x $BIG_SIZE B"
+  load bench-wan "$WAN_N" "$BIG_SIZE"
+  for rep in $(seq 1 "$REPS"); do
+    for rtt in $WAN_RTTS; do
+      "$DRIVER" wan-proxy --listen "127.0.0.1:$WAN_PROXY_PORT" --upstream "127.0.0.1:$WAN_BROKER_PORT" \
+        --rtt-ms "$rtt" >"$LOGS/wan-proxy-$rtt-$rep.log" 2>&1 &
+      WAN_PID=$!
+      wait_until 10 "the WAN proxy on $WAN_PROXY_PORT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$WAN_PROXY_PORT"
+      ARM_SRC="127.0.0.1:$WAN_PROXY_PORT"
+      for arm in $(arms_for "$rep" "${arms[@]}"); do
+        copy "$arm" "w$rtt" bench-wan "$WAN_N" "$BIG_SIZE" "$rep"
+      done
+      ARM_SRC="$SRC"
+      wan_stop
+    done
+  done
+}
+
 # --- run -------------------------------------------------------------------------------------
 
 main() {
@@ -233,10 +398,12 @@ main() {
   mkdir -p "$LOGS"
   : >"$RAW"
   if $BUILD; then
-    blog "building the release binaries (cargo build --release)"
-    (cd "$ROOT" && cargo build --quiet --release -p mirrorflow -p mirrorflow-bench --bins) || die "cargo build failed"
+    blog "building the $BUILD_PROFILE binaries"
+    local flags=(--quiet -p mirrorflow -p mirrorflow-bench --bins)
+    [ "$BUILD_PROFILE" = release ] && flags+=(--release)
+    (cd "$ROOT" && cargo build "${flags[@]}") || die "cargo build failed"
   fi
-  [ -x "$MF_BIN" ] && [ -x "$DRIVER" ] || die "release binaries missing: run without --no-build"
+  [ -x "$MF_BIN" ] && [ -x "$DRIVER" ] || die "$BUILD_PROFILE binaries missing: run without --no-build"
   fetch_kafka
   if [ ! -x "$VENV/bin/python" ]; then
     blog "installing matplotlib $MPL_VERSION into $VENV"
@@ -249,34 +416,13 @@ main() {
   rm -rf "$MF_STATE"
   kafka_start source
   kafka_start target
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
-  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-big bench-small
-  blog "loading the data sets: $BIG_N x $BIG_SIZE B and $SMALL_N x $SMALL_SIZE B"
-  load bench-big "$BIG_N" "$BIG_SIZE"
-  load bench-small "$SMALL_N" "$SMALL_SIZE"
-  record "{\"phase\":\"config\",\"quick\":$QUICK,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  has_phase base && base
+  has_phase compressed && compressed
+  has_phase wan && wan
 
-  # Arms alternate which goes first from one repetition to the next, so drift on the shared
-  # machine does not always favour the same one.
-  local rep first second
-  for rep in $(seq 1 "$REPS"); do
-    if ((rep % 2 == 1)); then first=ours second=mm2; else first=mm2 second=ours; fi
-    pipe big bench-big "$BIG_N" "$BIG_SIZE" "$rep"
-    copy "$first" "${first:0:1}b$rep" big bench-big "$BIG_N" "$rep"
-    copy "$second" "${second:0:1}b$rep" big bench-big "$BIG_N" "$rep"
-    pipe small bench-small "$SMALL_N" "$SMALL_SIZE" "$rep"
-    copy "$first" "${first:0:1}s$rep" small bench-small "$SMALL_N" "$rep"
-    copy "$second" "${second:0:1}s$rep" small bench-small "$SMALL_N" "$rep"
-  done
-  # Latency drifts with the shared machine's load: one steady phase per arm and repetition,
-  # alternating who goes first, so the comparison is paired.
-  for rep in $(seq 1 "$REPS"); do
-    if ((rep % 2 == 1)); then first=ours second=mm2; else first=mm2 second=ours; fi
-    steady "$first" "${first:0:1}l$rep" "$rep"
-    steady "$second" "${second:0:1}l$rep" "$rep"
-  done
-
-  if $PROFILE; then
+  if $PROFILE && has_phase base; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"
     blog "profile: our replicator copies the 1 KiB set under perf record (figures not used)"
     ARM_WRAP=(perf record -F 999 -o "$OUT/perf.data" --)
@@ -299,8 +445,12 @@ main() {
     rm -f "$OUT/perf.data" "$OUT/perf.data.old"
   fi
 
+  record "{\"phase\":\"end\",\"date\":\"$(date -u +%FT%TZ)\",\"seconds\":$((SECONDS - t0))}"
   blog "writing $OUT/results.md and chart.png"
-  "$VENV/bin/python" "$HERE/report.py" "$OUT"
+  # --smoke: the report fails when a phase it expects gave no figure.
+  local check=()
+  $SMOKE && check=(--check)
+  "$VENV/bin/python" "$HERE/report.py" "$OUT" "${check[@]}"
   blog "done in $((SECONDS - t0)) s: $OUT/results.md"
 }
 

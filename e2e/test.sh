@@ -29,4 +29,7 @@ eval "$("$HERE/world.sh" env)"
 
 step "tests against the world"
 "$HERE/world-tests.sh"
+
+step "benchmark smoke run (bench/run.sh --smoke: its own two clusters, every phase a few seconds)"
+"$ROOT/bench/run.sh" --smoke --out "${MF_BENCH_SMOKE_OUT:-${TMPDIR:-/tmp}/mirrorflow-bench-smoke}"
 $started_here && echo "(the world started for these tests is stopped now)"

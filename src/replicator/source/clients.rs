@@ -59,7 +59,11 @@ pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConf
     default(&mut c, "linger.ms", "5");
     default(&mut c, "batch.size", "1000000");
     default(&mut c, "batch.num.messages", "10000");
-    default(&mut c, "compression.type", "none");
+    // The consumer hands over decompressed records, so the source producers' codec is gone by
+    // the time a copy is written: uncompressed writes made lz4 topics 3x and zstd topics 6x
+    // larger on the target and on the wire to it. lz4 took ~6 % more CPU than none there
+    // (bench/results/2026-12-01-compressed/findings.md); a flow may choose another codec or none.
+    default(&mut c, "compression.type", "lz4");
     // Each queued record also costs librdkafka ~100 bytes of bookkeeping: bound both. The
     // queue only has to cover linger plus a produce round trip; more only adds RSS.
     default(&mut c, "queue.buffering.max.kbytes", "4096");
@@ -113,7 +117,13 @@ mod tests {
         assert_eq!(p.get("acks"), Some("all"));
         assert_eq!(p.get("enable.idempotence"), Some("true"));
         assert_eq!(p.get("linger.ms"), Some("50"));
-        assert_eq!(p.get("compression.type"), Some("none"));
+        assert_eq!(p.get("compression.type"), Some("lz4"));
+        let mut none = user.clone();
+        none.set("compression.type", "none");
+        assert_eq!(
+            producer(&none, Duration::from_secs(10)).get("compression.type"),
+            Some("none")
+        );
         let c = consumer(&user, "g", Duration::from_secs(10));
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("auto.offset.reset"), Some("error"));
