@@ -102,24 +102,32 @@ pub fn read_checkpoints(
 ) -> Result<Read<CheckpointIndex>, ReadError> {
     let mut out = Read::<CheckpointIndex>::default();
     read_to_end(client, cluster, topic, timeout, |m| {
-        let decoded = m
-            .key()
-            .zip(m.payload())
-            .and_then(|(k, v)| Checkpoint::decode(k, v).ok());
-        let Some(cp) = decoded else {
+        if !index_record(&mut out.items, m) {
             out.undecodable += 1;
-            return;
-        };
-        let stored = StoredCheckpoint {
-            written_ms: m.timestamp().to_millis(),
-            checkpoint: cp,
-        };
-        out.items
-            .entry(stored.checkpoint.group.clone())
-            .or_default()
-            .insert(stored.checkpoint.topic_partition.clone(), stored);
+        }
     })?;
     Ok(out)
+}
+
+/// Folds one record of a checkpoints topic into `index` (newer records replace older ones of
+/// the same group-partition); false when it is not a checkpoint (skipped).
+pub fn index_record(index: &mut CheckpointIndex, m: &impl Message) -> bool {
+    let decoded = m
+        .key()
+        .zip(m.payload())
+        .and_then(|(k, v)| Checkpoint::decode(k, v).ok());
+    let Some(cp) = decoded else {
+        return false;
+    };
+    let stored = StoredCheckpoint {
+        written_ms: m.timestamp().to_millis(),
+        checkpoint: cp,
+    };
+    index
+        .entry(stored.checkpoint.group.clone())
+        .or_default()
+        .insert(stored.checkpoint.topic_partition.clone(), stored);
+    true
 }
 
 /// Reads every offset sync of partition 0 of `topic`, in order; syncs carrying our dense header

@@ -247,6 +247,44 @@ pub enum ReadError {
     Timeout { topic: String, waited: Duration },
 }
 
+/// Folds one record of a positions topic into `positions` and `gaps`: a position, a
+/// tombstone (the partition is no longer tracked) or a gap. False when this version cannot
+/// decode it (skipped).
+pub fn apply_record(
+    positions: &mut HashMap<(String, i32), Frontier>,
+    gaps: &mut Vec<Gap>,
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+) -> bool {
+    if let (Some(k), Some(v)) = (key, payload)
+        && v.first() == Some(&GAP_VERSION)
+    {
+        return match Gap::decode(k, v) {
+            Some(g) => {
+                if !gaps.contains(&g) {
+                    gaps.push(g);
+                }
+                true
+            }
+            None => false,
+        };
+    }
+    match (key.and_then(decode_key), payload) {
+        (Some(k), None) => {
+            positions.remove(&k);
+            true
+        }
+        (Some(k), Some(v)) => match decode_value(v) {
+            Some(p) => {
+                positions.insert(k, p);
+                true
+            }
+            None => false,
+        },
+        (None, _) => false,
+    }
+}
+
 /// Follows the positions topic; [`Self::read_to_end`] catches up with every position written
 /// so far, including those a replica that just gave up a partition persisted before leaving.
 pub struct PositionReader {
@@ -374,28 +412,8 @@ impl PositionReader {
             match self.consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     self.next = m.offset() + 1;
-                    if let (Some(k), Some(v)) = (m.key(), m.payload())
-                        && v.first() == Some(&GAP_VERSION)
-                    {
-                        match Gap::decode(k, v) {
-                            Some(g) if !self.gaps.contains(&g) => self.gaps.push(g),
-                            Some(_) => {}
-                            None => self.undecodable += 1,
-                        }
-                        continue;
-                    }
-                    let key = m.key().and_then(decode_key);
-                    match (key, m.payload()) {
-                        (Some(k), None) => {
-                            self.positions.remove(&k);
-                        }
-                        (Some(k), Some(v)) => match decode_value(v) {
-                            Some(p) => {
-                                self.positions.insert(k, p);
-                            }
-                            None => self.undecodable += 1,
-                        },
-                        (None, _) => self.undecodable += 1,
+                    if !apply_record(&mut self.positions, &mut self.gaps, m.key(), m.payload()) {
+                        self.undecodable += 1;
                     }
                 }
                 Some(Err(e)) => {

@@ -260,6 +260,8 @@ pub struct Context {
     pub lease: Option<Arc<lease::LeaseLock>>,
     /// Probes running now, and the slots that bound them per namespace and in all.
     pub probes: probes::Probes,
+    /// The probes' Kafka clients, shared per namespace, cluster and credentials.
+    pub probe_clients: Arc<crate::status::clients::ProbeClients>,
     /// The clusters' ids per flow and the spec generation they were asked for.
     pub cluster_ids:
         std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, guards::ClusterIds)>>,
@@ -415,8 +417,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         flows: store.clone(),
         lease: lease.as_ref().map(|(lock, _)| lock.clone()),
         probes: Default::default(),
+        probe_clients: Default::default(),
         cluster_ids: Default::default(),
     });
+    tokio::spawn(evict_idle_clients(ctx.probe_clients.clone()));
     let flow_changes = watcher(flows, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -483,6 +487,17 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
                 ctx.forget(&key);
             }
         }
+    }
+}
+
+/// Drops the probe clients no flow used lately (deleted flows, changed credentials), so their
+/// memory returns.
+async fn evict_idle_clients(clients: Arc<crate::status::clients::ProbeClients>) {
+    loop {
+        tokio::time::sleep(crate::status::clients::IDLE / 3).await;
+        let c = clients.clone();
+        // Closing a librdkafka client joins its threads: not on the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || c.evict_idle()).await;
     }
 }
 

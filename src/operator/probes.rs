@@ -13,8 +13,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Probes running at once in the whole operator.
 pub const MAX_PROBES: usize = 16;
-/// Probes running at once for the flows of one namespace.
-pub const MAX_PROBES_PER_NAMESPACE: usize = 2;
+/// Probes running at once for the flows of one namespace: a quarter of all, so three other
+/// namespaces always find slots. A probe on shared, followed clients takes a few round trips,
+/// and 4 lanes keep a namespace of hundreds of flows within the status interval.
+pub const MAX_PROBES_PER_NAMESPACE: usize = 4;
 
 pub struct Probes {
     running: Arc<Mutex<HashSet<String>>>,

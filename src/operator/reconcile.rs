@@ -171,13 +171,15 @@ async fn probe_into(
         return false;
     };
     let budget = probe::Budget::new(PROBE_BUDGET);
+    let clients = ctx.probe_clients.clone();
+    let namespace = ns.to_string();
     // The slots and the claim go with the blocking thread: they are free again when the
     // probe really ends, not when this reconcile stops waiting for it.
     let probed = tokio::time::timeout(
         PROBE_BUDGET + Duration::from_secs(10),
         tokio::task::spawn_blocking(move || {
             let _held = (slots, in_flight);
-            probe::observe(&flow, budget)
+            probe::observe_with(&clients, &namespace, &flow, budget)
         }),
     )
     .await;
@@ -263,10 +265,12 @@ async fn cluster_ids(
         return ids;
     }
     let f = flow.clone();
+    let clients = ctx.probe_clients.clone();
+    let namespace = mf.namespace().unwrap_or_default();
     let ids = tokio::time::timeout(
         Duration::from_secs(15),
         tokio::task::spawn_blocking(move || {
-            let (source, target) = probe::cluster_ids(&f);
+            let (source, target) = probe::cluster_ids_with(&clients, &namespace, &f);
             guards::ClusterIds { source, target }
         }),
     )
@@ -536,6 +540,7 @@ mod tests {
             flows: reflector::store().0,
             lease: None,
             probes: Default::default(),
+            probe_clients: Default::default(),
             cluster_ids: Default::default(),
         })
     }

@@ -4,6 +4,7 @@
 //! | concern | module |
 //! |---|---|
 //! | reading the clusters (I/O) | [`probe`] |
+//! | the probe's shared, followed clients | [`clients`] |
 //! | condition reasons | [`reason`] |
 //! | per-group readiness | [`groups`] |
 //! | breaks in continuity, `Gapless` | [`gaps`] |
@@ -12,6 +13,7 @@
 //! Kubernetes conventions: one condition per `type`, a CamelCase `reason`, a message that says
 //! what to do, and `lastTransitionTime` that moves only when `status` flips.
 
+pub mod clients;
 pub mod gaps;
 pub mod groups;
 pub mod probe;
@@ -492,6 +494,7 @@ pub fn status(
     least_ready.truncate(MAX_LISTED_GROUPS);
     MirrorFlowStatus {
         observed_generation: generation,
+        observed_time: Some(now.0.to_string()),
         conditions,
         replicas: Some(obs.desired_replicas),
         ready_replicas: Some(obs.ready_replicas),

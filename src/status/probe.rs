@@ -5,6 +5,8 @@
 //! the target's `<source>.heartbeats`, the target's checkpoints topic (compacted: one record per
 //! group-partition), and the committed offsets of the flow's groups on the source (at most
 //! [`MAX_PROBED_GROUPS`] per probe, so a flow with thousands of groups costs a bounded amount).
+//! The clients are shared and kept between probes ([`super::clients`]): the target's topics are
+//! followed, so a probe reads only the records written since the previous one.
 //!
 //! A group is fresh when its checkpoints cover its committed offsets. Its "checkpoint age" is 0
 //! then, whatever the age of the checkpoint record (an idle group needs no new checkpoint);
@@ -16,17 +18,18 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::{ClusterFault, GroupObservation, Observation};
 use crate::flow::Flow;
-use crate::kafka::checkpoints::{CheckpointIndex, read_checkpoints};
-use crate::kafka::positions::{self, Gap, PositionReader};
-use crate::mm2::{Heartbeat, ReplicationPolicy, TopicPartition};
+use crate::kafka::checkpoints::CheckpointIndex;
+use crate::kafka::positions::{self, Gap};
+use crate::mm2::{ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
 /// The longest a probe of one flow may take, whatever its clusters do.
@@ -109,11 +112,39 @@ fn age(since_ms: i64) -> Duration {
 /// Keeps the most telling error librdkafka reported: a failed metadata request only says
 /// "transport failure", while the client's error callback says why (credentials refused, TLS
 /// handshake failed), which is what users need to see in the condition.
+/// Shared clients live across probes: a cause is told only while recent (the client retries
+/// and reports it again on every attempt), and a request that succeeds clears it.
 #[derive(Default)]
-struct ProbeContext {
-    cause: Mutex<Option<ClusterFault>>,
+pub struct ProbeContext {
+    cause: Mutex<Option<(std::time::Instant, ClusterFault)>>,
     /// The client authenticates with SASL/OAUTHBEARER tokens from a token endpoint.
     oauthbearer: bool,
+}
+
+/// How long a reported cause explains a failed request.
+const CAUSE_VALID: Duration = Duration::from_secs(60);
+
+impl ProbeContext {
+    pub(super) fn new(oauthbearer: bool) -> Self {
+        ProbeContext {
+            cause: Mutex::new(None),
+            oauthbearer,
+        }
+    }
+
+    fn recent_cause(&self) -> Option<ClusterFault> {
+        let cause = self.cause.lock().ok()?;
+        cause
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() <= CAUSE_VALID)
+            .map(|(_, f)| f.clone())
+    }
+
+    fn clear_cause(&self) {
+        if let Ok(mut cause) = self.cause.lock() {
+            *cause = None;
+        }
+    }
 }
 
 /// librdkafka's words when its OIDC client got no token (the token endpoint's answer or
@@ -143,7 +174,7 @@ impl ClientContext for ProbeContext {
             return;
         };
         if let Ok(mut cause) = self.cause.lock() {
-            *cause = Some(fault);
+            *cause = Some((std::time::Instant::now(), fault));
         }
     }
 }
@@ -189,68 +220,91 @@ fn refuses_client_certificate(reason: &str) -> bool {
     .any(|alert| reason.contains(alert))
 }
 
-type ProbeConsumer = BaseConsumer<ProbeContext>;
-
-fn consumer(base: &ClientConfig, group: Option<&str>) -> Result<ProbeConsumer, KafkaError> {
-    let mut c = base.clone();
-    c.set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("socket.timeout.ms", "5000")
-        .set("group.id", group.unwrap_or("mirrorflow-operator-probe"));
-    let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
-    c.create_with_context(ProbeContext {
-        oauthbearer,
-        ..ProbeContext::default()
-    })
+/// The client's own explanation when it has one, else the request's error.
+fn fault(cluster: &Cluster, error: &KafkaError) -> ClusterFault {
+    // Client errors arrive as events on the consumer's queue: polling hands them to the
+    // context (records of followed topics go to their tails).
+    cluster.pump(Duration::from_millis(500));
+    cluster
+        .client()
+        .context()
+        .recent_cause()
+        .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
 }
 
-/// The client's own explanation when it has one, else the request's error.
-fn fault(client: &ProbeConsumer, error: &KafkaError) -> ClusterFault {
-    // Client errors arrive as events on the consumer's queue: polling hands them to the
-    // context. No partition is assigned yet, so this consumes no records.
-    for _ in 0..5 {
-        let _ = client.poll(Duration::from_millis(100));
+/// The flow's probe client settings, made shareable: the client id the flow's own clients
+/// carry (`mirrorflow-<alias>`) would keep apart flows that differ only in alias; a client id
+/// the flow set itself stays (it may carry a quota).
+fn shared_config(config: &ClientConfig, alias: &str) -> ClientConfig {
+    let mut c = config.clone();
+    if c.get("client.id") == Some(format!("mirrorflow-{alias}").as_str()) {
+        c.set("client.id", "mirrorflow-operator-probe");
     }
-    client
-        .context()
-        .cause
-        .lock()
-        .ok()
-        .and_then(|c| c.clone())
-        .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
+    c
 }
 
 /// The ids the source and target brokers report (`None` for a side that did not answer);
 /// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
 pub fn cluster_ids(flow: &Flow) -> (Option<String>, Option<String>) {
-    use crate::kafka::cluster_id::cluster_id;
+    cluster_ids_with(&ProbeClients::default(), "", flow)
+}
+
+/// [`cluster_ids`] with the clients `clients` keeps for `namespace`.
+pub fn cluster_ids_with(
+    clients: &ProbeClients,
+    namespace: &str,
+    flow: &Flow,
+) -> (Option<String>, Option<String>) {
+    let id = |config: &ClientConfig, alias: &str| {
+        clients
+            .cluster(namespace, &shared_config(config, alias))
+            .ok()?
+            .client()
+            .client()
+            .fetch_cluster_id(TIMEOUT)
+    };
     (
-        cluster_id(&flow.source_probe_client, TIMEOUT),
-        cluster_id(&flow.target_probe_client, TIMEOUT),
+        id(&flow.source_probe_client, flow.source_alias()),
+        id(&flow.target_probe_client, flow.target_alias()),
     )
 }
 
-/// Runs the whole probe within `budget`; blocking (call it from `spawn_blocking`).
+/// Runs the whole probe within `budget` with clients of its own; blocking (the CLI's one-off
+/// probe).
 pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
+    observe_with(&ProbeClients::default(), "", flow, budget)
+}
+
+/// Runs the whole probe within `budget` with the clients `clients` keeps for `namespace`;
+/// blocking (call it from `spawn_blocking`).
+pub fn observe_with(
+    clients: &ProbeClients,
+    namespace: &str,
+    flow: &Flow,
+    budget: Budget,
+) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
-    let target = match consumer(&flow.target_probe_client, None) {
+    let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
+    let target = match clients.cluster(namespace, &target_config) {
         Ok(c) => c,
         Err(e) => {
             out.target_error = Some(ClusterFault::Unreachable(e.to_string()));
             return out;
         }
     };
-    let source = match consumer(&flow.source_probe_client, None) {
+    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
+    let source = match clients.cluster(namespace, &source_config) {
         Ok(c) => c,
         Err(e) => {
             out.source_error = Some(ClusterFault::Unreachable(e.to_string()));
             return out;
         }
     };
-    let source_md = source.fetch_metadata(None, budget.next(TIMEOUT));
+    let source_md = source.metadata(budget.next(TIMEOUT));
     match &source_md {
         Ok(md) => {
+            source.client().context().clear_cause();
             let mirrored = md
                 .topics()
                 .iter()
@@ -260,20 +314,46 @@ pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
         }
         Err(e) => out.source_error = Some(fault(&source, e)),
     }
-    let target_md = match target.fetch_metadata(None, budget.next(TIMEOUT)) {
-        Ok(md) => md,
+    let target_md = match target.metadata(budget.next(TIMEOUT)) {
+        Ok(md) => {
+            target.client().context().clear_cause();
+            md
+        }
         Err(e) => {
             out.target_error = Some(fault(&target, &e));
             return out;
         }
     };
+    // A topic the target does not have is not asked for: librdkafka waits out the whole
+    // timeout for the offsets of an unknown topic.
+    let on_target = |name: &str| {
+        let there = target_md
+            .topics()
+            .iter()
+            .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty());
+        if !there {
+            target.forget(name);
+        }
+        there
+    };
     let positions_topic = positions::positions_topic(flow.source_alias());
-    let positions = if target_md
-        .topics()
-        .iter()
-        .any(|t| t.name() == positions_topic)
-    {
-        let read = read_positions(flow, positions_topic, budget);
+    let positions = if on_target(&positions_topic) {
+        let read = target.follow(
+            &positions_topic,
+            TailKind::Positions,
+            budget.next(2 * TIMEOUT),
+            |state| match state {
+                TailState::Positions { positions, gaps } => Some((
+                    positions
+                        .iter()
+                        .map(|(k, f)| (k.clone(), f.next))
+                        .collect::<Positions>(),
+                    gaps.as_ref().clone(),
+                )),
+                _ => None,
+            },
+        );
+        let read = read.flatten();
         out.gaps = read.as_ref().map(|(_, gaps)| gaps.clone());
         read.map(|(positions, _)| positions)
     } else {
@@ -282,21 +362,43 @@ pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
         None
     };
     if let (Ok(md), Some(copied)) = (&source_md, &positions) {
-        out.replication_lag = replication_lag(flow, &source, md, copied, budget);
+        out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
     }
 
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
-    out.heartbeat = newest_heartbeat(&target, &hb_topic, budget).map(|ts| (age(ts), ts));
+    out.heartbeat = on_target(&hb_topic)
+        .then(|| {
+            target.follow(
+                &hb_topic,
+                TailKind::Heartbeats,
+                budget.next(TIMEOUT),
+                |state| match state {
+                    TailState::Heartbeat(newest) => *newest,
+                    _ => None,
+                },
+            )
+        })
+        .flatten()
+        .flatten()
+        .map(|ts| (age(ts), ts));
 
     // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
-    let checkpoints = read_checkpoints(
-        &flow.target_probe_client,
-        "target",
-        &policy.checkpoints_topic(flow.source_alias()),
-        budget.next(Duration::from_secs(20)),
-    )
-    .map(|r| r.items)
-    .unwrap_or_default();
+    let checkpoints_topic = policy.checkpoints_topic(flow.source_alias());
+    let checkpoints = on_target(&checkpoints_topic)
+        .then(|| {
+            target.follow(
+                &checkpoints_topic,
+                TailKind::Checkpoints,
+                budget.next(Duration::from_secs(20)),
+                |state| match state {
+                    TailState::Checkpoints(index) => Some(index.clone()),
+                    _ => None,
+                },
+            )
+        })
+        .flatten()
+        .flatten()
+        .unwrap_or_default();
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
         out.groups = group_observations(
@@ -332,22 +434,6 @@ fn recreations(gaps: &[Gap]) -> Recreations {
 
 /// The replicator's stored positions: per source partition, the next offset to copy.
 type Positions = HashMap<(String, i32), i64>;
-
-/// The stored positions and the breaks in continuity recorded beside them.
-fn read_positions(flow: &Flow, topic: String, budget: Budget) -> Option<(Positions, Vec<Gap>)> {
-    let mut reader = PositionReader::new(
-        &flow.target_probe_client,
-        topic,
-        "mirrorflow-operator-probe",
-    )
-    .ok()?;
-    reader.read_to_end(budget.next(2 * TIMEOUT)).ok()?;
-    let gaps = reader.gaps().to_vec();
-    Some((
-        reader.into_positions().map(|(k, f)| (k, f.next)).collect(),
-        gaps,
-    ))
-}
 
 /// Sum over the mirrored source partitions of the records after the stored position. A
 /// partition without a position counts whole (from its log start), since nothing of it is
@@ -414,34 +500,10 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
     ) == crate::mm2::TopicDecision::Replicate
 }
 
-fn newest_heartbeat(target: &ProbeConsumer, topic: &str, budget: Budget) -> Option<i64> {
-    let (low, high) = target
-        .fetch_watermarks(topic, 0, budget.next(TIMEOUT))
-        .ok()?;
-    if high <= low {
-        return None;
-    }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(high - 1))
-        .ok()?;
-    target.assign(&tpl).ok()?;
-    let deadline = std::time::Instant::now() + budget.next(TIMEOUT);
-    while std::time::Instant::now() < deadline {
-        match target.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
-                return Some(hb.timestamp_ms);
-            }
-            Some(Err(_)) | None => continue,
-        }
-    }
-    None
-}
-
 /// `source` and `md` are the probe's own client and metadata of the source cluster.
 fn group_observations(
     flow: &Flow,
-    source: &ProbeConsumer,
+    source: &Cluster,
     md: &rdkafka::metadata::Metadata,
     checkpoints: &CheckpointIndex,
     positions: Option<&Positions>,
@@ -449,14 +511,13 @@ fn group_observations(
     budget: Budget,
 ) -> Vec<GroupObservation> {
     let policy = flow.policy.as_ref();
-    let Ok(list) = source.fetch_group_list(None, budget.next(TIMEOUT)) else {
+    let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
         return Vec::new();
     };
     let mut names: Vec<String> = list
-        .groups()
         .iter()
-        .map(|g| g.name().to_string())
         .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
+        .cloned()
         .collect();
     for g in checkpoints.keys() {
         if !names.contains(g) {
@@ -481,10 +542,7 @@ fn group_observations(
         if budget.spent() {
             break;
         }
-        let Ok(c) = consumer(&flow.source_probe_client, Some(&group)) else {
-            continue;
-        };
-        let Ok(committed) = c.committed_offsets(tpl.clone(), budget.next(TIMEOUT)) else {
+        let Ok(committed) = source.committed(&group, &tpl, budget.next(TIMEOUT)) else {
             continue;
         };
         let cps = checkpoints.get(&group);

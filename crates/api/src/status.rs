@@ -15,6 +15,11 @@ pub struct MirrorFlowStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// When the operator last computed this status from the clusters (RFC 3339): how old its
+    /// figures are. It moves on every probe, so a time far in the past means the operator has
+    /// stopped measuring this flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_time: Option<String>,
     /// `Ready`, `Replicating`, `CheckpointsFresh`, `HeartbeatsFlowing`, `FailoverReady`, each with
     /// a reason and a message saying what to do when it is not True.
     #[serde(default)]

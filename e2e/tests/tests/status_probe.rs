@@ -1,0 +1,154 @@
+//! The status probe with shared, followed clients, against the world's two Kafka clusters (no
+//! apiserver, no pods): each probe sees what was written to the target's checkpoints, positions
+//! and heartbeats topics since the previous one, and clients are shared only within a namespace.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use mirrorflow::api::MirrorFlowSpec;
+use mirrorflow::flow::{self, Flow};
+use mirrorflow::kafka::SecretFiles;
+use mirrorflow::kafka::positions::{self, Frontier};
+use mirrorflow::mm2::{Checkpoint, Heartbeat, TopicPartition};
+use mirrorflow::status::clients::ProbeClients;
+use mirrorflow::status::probe::{Budget, ClusterObservation, PROBE_BUDGET, observe_with};
+use mirrorflow_e2e::{World, kafka, unique};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+async fn send(producer: &FutureProducer, topic: &str, key: &[u8], value: &[u8]) -> Result<()> {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(value),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok(())
+}
+
+async fn checkpoint(
+    producer: &FutureProducer,
+    topic: &str,
+    group: &str,
+    remote: &str,
+    upstream: i64,
+) -> Result<()> {
+    let r = Checkpoint {
+        group: group.into(),
+        topic_partition: TopicPartition::new(remote.to_string(), 0),
+        upstream_offset: upstream,
+        downstream_offset: upstream,
+        metadata: String::new(),
+    }
+    .encode()?;
+    send(producer, topic, &r.key, &r.value).await
+}
+
+/// One probe, on a blocking thread as in the operator.
+fn probe(clients: &ProbeClients, ns: &str, flow: &Flow) -> ClusterObservation {
+    tokio::task::block_in_place(|| observe_with(clients, ns, flow, Budget::new(PROBE_BUDGET)))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_probe_reads_what_was_written_since_the_last_one() -> Result<()> {
+    let world = World::from_env()?;
+    let topic = unique("probed");
+    let alias = unique("pa");
+    let group = format!("{topic}-g");
+    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, 10, 1).await?;
+    kafka::commit(&world.source_bootstrap, &group, &topic, &[(0, 10)])?;
+    let remote = format!("{alias}.{topic}");
+    let checkpoints = format!("{alias}.checkpoints.internal");
+    let heartbeats = format!("{alias}.heartbeats");
+    let positions_topic = positions::positions_topic(&alias);
+    for t in [&remote, &checkpoints, &heartbeats, &positions_topic] {
+        kafka::create_topic(&world.target_bootstrap, t, 1).await?;
+    }
+    let target = kafka::producer(&world.target_bootstrap, Duration::from_secs(30))?;
+    checkpoint(&target, &checkpoints, &group, &remote, 4).await?;
+    let key = positions::encode_key(&topic, 0);
+    let half = positions::encode_value(Frontier {
+        next: 6,
+        downstream: 6,
+    });
+    send(&target, &positions_topic, &key, &half).await?;
+    // Every flow replicates the source's `heartbeats` topic too (MirrorMaker 2's rule), which
+    // other tests write to: positions past its end leave it out of the lag.
+    for p in 0..4 {
+        let past_the_end = positions::encode_value(Frontier {
+            next: i64::MAX / 4,
+            downstream: 0,
+        });
+        let hb_key = positions::encode_key("heartbeats", p);
+        send(&target, &positions_topic, &hb_key, &past_the_end).await?;
+    }
+
+    let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+        "mode": "Observe",
+        "source": {"alias": alias, "bootstrapServers": world.source_bootstrap},
+        "target": {"alias": format!("{alias}-t"), "bootstrapServers": world.target_bootstrap},
+        "topics": [topic],
+        "groups": [group],
+    }))?;
+    let flow = flow::resolve(
+        format!("tenant-a/{alias}"),
+        spec,
+        &SecretFiles::new("/nonexistent"),
+    )?;
+    let clients = ProbeClients::default();
+
+    let first = probe(&clients, "tenant-a", &flow);
+    assert_eq!(first.source_error, None);
+    assert_eq!(first.target_error, None);
+    assert_eq!(first.replication_lag, Some(4), "10 records, 6 copied");
+    let g = first
+        .groups
+        .iter()
+        .find(|g| g.group == group)
+        .expect("the group is observed");
+    assert_eq!(g.replay_records, 6, "committed 10, checkpoint at 4");
+    assert_eq!(g.uncopied_records, 4);
+    assert!(first.heartbeat.is_none(), "no heartbeat yet");
+
+    // Written after the first probe: only these are read by the second.
+    checkpoint(&target, &checkpoints, &group, &remote, 10).await?;
+    let all = positions::encode_value(Frontier {
+        next: 10,
+        downstream: 10,
+    });
+    send(&target, &positions_topic, &key, &all).await?;
+    let emitted = now_ms();
+    let hb = Heartbeat {
+        source_alias: alias.clone(),
+        target_alias: format!("{alias}-t"),
+        timestamp_ms: emitted,
+    }
+    .encode()?;
+    send(&target, &heartbeats, &hb.key, &hb.value).await?;
+
+    let second = probe(&clients, "tenant-a", &flow);
+    assert_eq!(second.replication_lag, Some(0), "every record copied");
+    let g = second
+        .groups
+        .iter()
+        .find(|g| g.group == group)
+        .expect("the group is observed");
+    assert_eq!(g.replay_records, 0, "the new checkpoint covers the commit");
+    assert_eq!(g.checkpoint_age, Some(Duration::ZERO));
+    assert_eq!(second.heartbeat.map(|(_, ts)| ts), Some(emitted));
+    assert_eq!(clients.len(), 2, "one client per cluster for the namespace");
+
+    // Another tenant with the same clusters and (no) credentials gets clients of its own.
+    let other = probe(&clients, "tenant-b", &flow);
+    assert_eq!(other.replication_lag, Some(0));
+    assert_eq!(clients.len(), 4);
+    Ok(())
+}

@@ -1,0 +1,599 @@
+//! The probe's Kafka clients, kept between probes and shared by the flows that may share them.
+//!
+//! A librdkafka client costs threads (one per broker and a few of its own), connections, TLS and
+//! SASL handshakes and prefetch buffers. Building fresh clients for every flow on every probe
+//! (every status interval) made an operator of 51 flows hold a gigabyte and use more than a core.
+//! Here one client per cluster and set of credentials serves every flow of a namespace: the key
+//! is the namespace and the whole client configuration (resolved bootstrap servers, security
+//! settings, and the Secret contents the configuration carries inline), so one tenant's status is
+//! never computed with another tenant's credentials, nor with other credentials of its own.
+//!
+//! The same client follows the target's internal topics (positions, checkpoints, heartbeats):
+//! they stay assigned between probes and each probe reads only what was written since the last
+//! one ([`Cluster::follow`]). Clients, topics and group clients nobody asked for within the idle
+//! time are dropped ([`ProbeClients::evict_idle`]), so deleting flows gives the memory back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::metadata::Metadata;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use super::probe::ProbeContext;
+use crate::kafka::checkpoints::{self, CheckpointIndex};
+use crate::kafka::positions::{self, Frontier, Gap};
+use crate::mm2::Heartbeat;
+
+pub type ProbeConsumer = BaseConsumer<ProbeContext>;
+
+/// How long a client, a followed topic or a group's client lives without being asked for: a
+/// few status intervals, so a flow probed every interval keeps its clients, and a deleted one
+/// gives them back soon.
+pub const IDLE: Duration = Duration::from_secs(45);
+
+/// The group id of the shared clients. They join no group and commit nothing: topics are
+/// assigned, and a group's committed offsets are read with a client of that group's id.
+const PROBE_GROUP: &str = "mirrorflow-operator-probe";
+
+/// What makes two flows' clients interchangeable: the namespace and every client setting
+/// (credentials included). Never printed: the settings hold secrets.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ClientKey {
+    namespace: String,
+    settings: BTreeMap<String, String>,
+}
+
+impl ClientKey {
+    pub fn new(namespace: &str, config: &ClientConfig) -> Self {
+        ClientKey {
+            namespace: namespace.to_string(),
+            // `config_map` masks passwords and keys ("***"): the values come from `get`, or
+            // two tenants differing only in their password would share a client.
+            settings: config
+                .config_map()
+                .into_keys()
+                .filter_map(|k| Some((k.to_string(), config.get(k)?.to_string())))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientKey")
+            .field("namespace", &self.namespace)
+            .field("bootstrap.servers", &self.settings.get("bootstrap.servers"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every shared client of the operator (or of one CLI run).
+pub struct ProbeClients {
+    clusters: Mutex<HashMap<ClientKey, Arc<Cluster>>>,
+    idle: Duration,
+}
+
+impl Default for ProbeClients {
+    fn default() -> Self {
+        ProbeClients::new(IDLE)
+    }
+}
+
+impl ProbeClients {
+    pub fn new(idle: Duration) -> Self {
+        ProbeClients {
+            clusters: Mutex::new(HashMap::new()),
+            idle,
+        }
+    }
+
+    /// The client for `config` in `namespace`, made on first use.
+    pub fn cluster(
+        &self,
+        namespace: &str,
+        config: &ClientConfig,
+    ) -> Result<Arc<Cluster>, KafkaError> {
+        let key = ClientKey::new(namespace, config);
+        let mut clusters = self
+            .clusters
+            .lock()
+            .map_err(|_| KafkaError::ClientCreation("probe clients poisoned".into()))?;
+        if let Some(c) = clusters.get(&key) {
+            c.touch();
+            return Ok(c.clone());
+        }
+        let c = Arc::new(Cluster::new(config)?);
+        clusters.insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// Drops the clients, followed topics and group clients idle for longer than the idle
+    /// time; returns how many clients remain. Blocking (closing a client joins its threads).
+    pub fn evict_idle(&self) -> usize {
+        let idle = self.idle;
+        let (gone, left) = {
+            let Ok(mut clusters) = self.clusters.lock() else {
+                return 0;
+            };
+            let gone: Vec<Arc<Cluster>> = clusters
+                .extract_if(|_, c| c.idle_for() > idle)
+                .map(|(_, c)| c)
+                .collect();
+            let left: Vec<Arc<Cluster>> = clusters.values().cloned().collect();
+            (gone, left)
+        };
+        // Outside the lock: dropping a client waits for its threads.
+        drop(gone);
+        for c in &left {
+            c.evict_idle(idle);
+        }
+        left.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.clusters.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a followed topic holds, folded record by record. A probe takes a snapshot (a clone of
+/// the `Arc`s) and the next record read copies the map only while a snapshot is out.
+#[derive(Debug, Clone)]
+pub enum TailState {
+    /// The replicator's positions topic: per source partition the next offset to copy, and
+    /// the gaps recorded beside them.
+    Positions {
+        positions: Arc<HashMap<(String, i32), Frontier>>,
+        gaps: Arc<Vec<Gap>>,
+    },
+    /// The checkpoints topic: the newest checkpoint per group-partition.
+    Checkpoints(Arc<CheckpointIndex>),
+    /// The replicated heartbeats topic: the emission time of the newest heartbeat (`None`
+    /// when the newest record is not one).
+    Heartbeat(Option<i64>),
+}
+
+/// The kinds of topic [`Cluster::follow`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailKind {
+    Positions,
+    Checkpoints,
+    Heartbeats,
+}
+
+impl TailKind {
+    fn empty(self) -> TailState {
+        match self {
+            TailKind::Positions => TailState::Positions {
+                positions: Arc::default(),
+                gaps: Arc::default(),
+            },
+            TailKind::Checkpoints => TailState::Checkpoints(Arc::default()),
+            TailKind::Heartbeats => TailState::Heartbeat(None),
+        }
+    }
+}
+
+struct Tail {
+    kind: TailKind,
+    /// The next offset to read of partition 0.
+    next: i64,
+    wanted: Instant,
+    state: TailState,
+}
+
+impl Tail {
+    fn apply(&mut self, m: &BorrowedMessage<'_>) {
+        // A record fetched before a re-assignment may still be queued: folding it again after
+        // newer ones would put an older position or checkpoint back.
+        if m.offset() < self.next {
+            return;
+        }
+        self.next = m.offset() + 1;
+        match &mut self.state {
+            TailState::Positions { positions, gaps } => {
+                positions::apply_record(
+                    Arc::make_mut(positions),
+                    Arc::make_mut(gaps),
+                    m.key(),
+                    m.payload(),
+                );
+            }
+            TailState::Checkpoints(index) => {
+                checkpoints::index_record(Arc::make_mut(index), m);
+            }
+            TailState::Heartbeat(newest) => {
+                *newest = m
+                    .key()
+                    .zip(m.payload())
+                    .and_then(|(k, v)| Heartbeat::decode(k, v).ok())
+                    .map(|hb| hb.timestamp_ms);
+            }
+        }
+    }
+}
+
+/// One cluster as one set of credentials in one namespace sees it.
+pub struct Cluster {
+    config: ClientConfig,
+    client: ProbeConsumer,
+    /// The followed topics by name. Also the lock for polling `client`: whoever polls hands
+    /// every record to its topic's tail.
+    tails: Mutex<HashMap<String, Tail>>,
+    /// Clients with a group's id, for its committed offsets.
+    groups: Mutex<HashMap<String, (Arc<ProbeConsumer>, Instant)>>,
+    used: Mutex<Instant>,
+    /// The cluster's metadata and group names as last fetched: every flow probed within
+    /// [`SHARED_FOR`] of a fetch uses it instead of asking again.
+    metadata: Mutex<Option<(Instant, Arc<Metadata>)>>,
+    group_names: Mutex<Option<(Instant, Arc<Vec<String>>)>>,
+}
+
+/// How long one answer about the whole cluster (metadata, its groups) serves the flows that
+/// share the client: far below the status interval, so a status is never older for it.
+const SHARED_FOR: Duration = Duration::from_secs(2);
+
+/// The probe's settings on top of the flow's: no group membership, no commits, and small
+/// prefetch buffers (librdkafka's defaults queue up to 64 MiB per partition for throughput a
+/// probe never needs). The queue is bounded by size only: a count threshold below what one
+/// fetch brings makes librdkafka wait `fetch.queue.backoff.ms` (1 s) before every next fetch,
+/// and a first read of a long topic then takes minutes. Settings the flow gave stand.
+fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
+    let mut c = base.clone();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        // A followed topic whose start was deleted (retention) goes on from its new start.
+        .set("auto.offset.reset", "earliest")
+        .set("socket.timeout.ms", "5000");
+    for (name, value) in [
+        ("queued.max.messages.kbytes", "2048"),
+        ("fetch.max.bytes", "1048576"),
+        ("max.partition.fetch.bytes", "1048576"),
+        ("fetch.queue.backoff.ms", "10"),
+        ("fetch.wait.max.ms", "200"),
+        ("topic.metadata.refresh.interval.ms", "60000"),
+    ] {
+        if base.get(name).is_none() {
+            c.set(name, value);
+        }
+    }
+    c
+}
+
+fn consumer(base: &ClientConfig, group: &str) -> Result<ProbeConsumer, KafkaError> {
+    let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
+    probe_config(base, group).create_with_context(ProbeContext::new(oauthbearer))
+}
+
+/// How many queued events one use of a client hands to its context at most: enough for the
+/// errors a client reports between two probes, bounded so a use never spins.
+const DRAIN: usize = 64;
+
+impl Cluster {
+    fn new(config: &ClientConfig) -> Result<Self, KafkaError> {
+        Ok(Cluster {
+            client: consumer(config, PROBE_GROUP)?,
+            config: config.clone(),
+            tails: Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashMap::new()),
+            used: Mutex::new(Instant::now()),
+            metadata: Mutex::new(None),
+            group_names: Mutex::new(None),
+        })
+    }
+
+    /// Metadata of every topic, fetched at most once per [`SHARED_FOR`]. Callers wait for
+    /// one fetch rather than each making their own.
+    pub fn metadata(&self, timeout: Duration) -> Result<Arc<Metadata>, KafkaError> {
+        let mut cached = self
+            .metadata
+            .lock()
+            .map_err(|_| KafkaError::ClientCreation("probe metadata poisoned".into()))?;
+        if let Some((at, md)) = cached.as_ref()
+            && at.elapsed() < SHARED_FOR
+        {
+            return Ok(md.clone());
+        }
+        let md = Arc::new(self.client.fetch_metadata(None, timeout)?);
+        *cached = Some((Instant::now(), md.clone()));
+        Ok(md)
+    }
+
+    /// The names of the cluster's consumer groups, fetched at most once per [`SHARED_FOR`].
+    pub fn group_names(&self, timeout: Duration) -> Result<Arc<Vec<String>>, KafkaError> {
+        let mut cached = self
+            .group_names
+            .lock()
+            .map_err(|_| KafkaError::ClientCreation("probe group list poisoned".into()))?;
+        if let Some((at, names)) = cached.as_ref()
+            && at.elapsed() < SHARED_FOR
+        {
+            return Ok(names.clone());
+        }
+        let list = self.client.fetch_group_list(None, timeout)?;
+        let names = Arc::new(
+            list.groups()
+                .iter()
+                .map(|g| g.name().to_string())
+                .collect::<Vec<_>>(),
+        );
+        *cached = Some((Instant::now(), names.clone()));
+        Ok(names)
+    }
+
+    pub fn client(&self) -> &ProbeConsumer {
+        &self.client
+    }
+
+    fn touch(&self) {
+        if let Ok(mut u) = self.used.lock() {
+            *u = Instant::now();
+        }
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.used.lock().map(|u| u.elapsed()).unwrap_or_default()
+    }
+
+    /// Hands the client's queued events (errors, records of followed topics) to their places
+    /// for up to `wait`, so the context holds the newest error.
+    pub fn pump(&self, wait: Duration) {
+        let Ok(mut tails) = self.tails.lock() else {
+            return;
+        };
+        let deadline = Instant::now() + wait;
+        for _ in 0..DRAIN {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.client.poll(left.min(Duration::from_millis(100))) {
+                Some(Ok(m)) => dispatch(&mut tails, &m),
+                Some(Err(_)) => {}
+                None if left.is_zero() => break,
+                None => {}
+            }
+        }
+    }
+
+    /// Reads `topic` (partition 0) from where the last read stopped to its current end and
+    /// returns what `read` takes from its state; `None` when it could not be read to its end
+    /// within `timeout` (absent topic, cluster away). The first read of a topic starts at its
+    /// beginning (for a heartbeats topic: at its newest record).
+    pub fn follow<R>(
+        &self,
+        topic: &str,
+        kind: TailKind,
+        timeout: Duration,
+        read: impl FnOnce(&TailState) -> R,
+    ) -> Option<R> {
+        let deadline = Instant::now() + timeout;
+        // Before taking the lock: the other flows' reads need not wait for this request.
+        let watermarks = self.client.fetch_watermarks(topic, 0, timeout);
+        let mut tails = self.tails.lock().ok()?;
+        let (low, high) = match watermarks {
+            Ok(w) => w,
+            Err(e) => {
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
+                    self.forget_locked(&mut tails, topic);
+                }
+                return None;
+            }
+        };
+        let fresh = |from| Tail {
+            kind,
+            next: from,
+            wanted: Instant::now(),
+            state: kind.empty(),
+        };
+        let start = match kind {
+            TailKind::Heartbeats => low.max(high - 1),
+            _ => low,
+        };
+        let mut reassign = false;
+        match tails.get_mut(topic) {
+            // Fewer records than already read: the topic was deleted and made again.
+            Some(t) if t.kind == kind && high >= t.next => t.wanted = Instant::now(),
+            _ => {
+                tails.insert(topic.to_string(), fresh(start));
+                reassign = true;
+            }
+        }
+        if reassign {
+            self.assign(&tails).ok()?;
+        }
+        loop {
+            let next = tails.get(topic)?.next;
+            if next >= high {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match self.client.poll(left.min(Duration::from_millis(100))) {
+                Some(Ok(m)) => dispatch(&mut tails, &m),
+                Some(Err(_)) => {}
+                None => {
+                    // Compaction or transaction markers can leave the last offsets without a
+                    // record: the consumer's position tells how far the log was read.
+                    if let Ok(pos) = self.client.position()
+                        && let Some(Offset::Offset(o)) =
+                            pos.find_partition(topic, 0).map(|e| e.offset())
+                        && let Some(t) = tails.get_mut(topic)
+                    {
+                        t.next = t.next.max(o);
+                    }
+                }
+            }
+        }
+        tails.get(topic).map(|t| read(&t.state))
+    }
+
+    /// Stops following `topic` (it is gone): its records and memory go.
+    pub fn forget(&self, topic: &str) {
+        if let Ok(mut tails) = self.tails.lock() {
+            self.forget_locked(&mut tails, topic);
+        }
+    }
+
+    fn forget_locked(&self, tails: &mut HashMap<String, Tail>, topic: &str) {
+        if tails.remove(topic).is_some() {
+            let _ = self.assign(tails);
+        }
+    }
+
+    /// Assigns every followed topic at the offset its tail reads next.
+    fn assign(&self, tails: &HashMap<String, Tail>) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, t) in tails {
+            tpl.add_partition_offset(topic, 0, Offset::Offset(t.next))?;
+        }
+        self.client.assign(&tpl)
+    }
+
+    /// The committed offsets of `group` for the partitions of `tpl`.
+    pub fn committed(
+        &self,
+        group: &str,
+        tpl: &TopicPartitionList,
+        timeout: Duration,
+    ) -> Result<TopicPartitionList, KafkaError> {
+        let client = {
+            let mut groups = self
+                .groups
+                .lock()
+                .map_err(|_| KafkaError::ClientCreation("probe group clients poisoned".into()))?;
+            match groups.get_mut(group) {
+                Some((c, used)) => {
+                    *used = Instant::now();
+                    c.clone()
+                }
+                None => {
+                    let c = Arc::new(consumer(&self.config, group)?);
+                    groups.insert(group.to_string(), (c.clone(), Instant::now()));
+                    c
+                }
+            }
+        };
+        // Its errors are the main client's too (same cluster and credentials): only keep
+        // its queue from growing.
+        for _ in 0..DRAIN {
+            if client.poll(Duration::ZERO).is_none() {
+                break;
+            }
+        }
+        client.committed_offsets(tpl.clone(), timeout)
+    }
+
+    /// Forgets the followed topics and group clients idle for longer than `idle`; true when
+    /// something was dropped.
+    fn evict_idle(&self, idle: Duration) -> bool {
+        let mut dropped = false;
+        if let Ok(mut tails) = self.tails.lock() {
+            let before = tails.len();
+            tails.retain(|_, t| t.wanted.elapsed() <= idle);
+            if tails.len() != before {
+                dropped = true;
+                let _ = self.assign(&tails);
+            }
+        }
+        let gone: Vec<_> = match self.groups.lock() {
+            Ok(mut groups) => groups
+                .extract_if(|_, (_, used)| used.elapsed() > idle)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        dropped |= !gone.is_empty();
+        dropped
+    }
+
+    /// Followed topics and group clients (for tests and metrics).
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.tails.lock().map(|t| t.len()).unwrap_or(0),
+            self.groups.lock().map(|g| g.len()).unwrap_or(0),
+        )
+    }
+}
+
+fn dispatch(tails: &mut HashMap<String, Tail>, m: &BorrowedMessage<'_>) {
+    if m.partition() != 0 {
+        return;
+    }
+    if let Some(t) = tails.get_mut(m.topic()) {
+        t.apply(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", "127.0.0.1:9092")
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanisms", "SCRAM-SHA-512")
+            .set("sasl.username", "app")
+            .set("sasl.password", "hunter2");
+        for (k, v) in pairs {
+            c.set(*k, *v);
+        }
+        c
+    }
+
+    #[test]
+    fn flows_share_a_client_only_with_the_same_namespace_and_credentials() {
+        let clients = ProbeClients::default();
+        let a = clients.cluster("tenant-a", &config(&[])).expect("client");
+        let same = clients.cluster("tenant-a", &config(&[])).expect("client");
+        assert!(Arc::ptr_eq(&a, &same), "same namespace and credentials");
+        let other_password = clients
+            .cluster("tenant-a", &config(&[("sasl.password", "two")]))
+            .expect("client");
+        assert!(!Arc::ptr_eq(&a, &other_password), "other password");
+        let other_ca = clients
+            .cluster("tenant-a", &config(&[("ssl.ca.pem", "-----BEGIN...")]))
+            .expect("client");
+        assert!(!Arc::ptr_eq(&a, &other_ca), "other TLS settings");
+        let other_namespace = clients.cluster("tenant-b", &config(&[])).expect("client");
+        assert!(
+            !Arc::ptr_eq(&a, &other_namespace),
+            "same credentials, another tenant"
+        );
+        let other_servers = clients
+            .cluster(
+                "tenant-a",
+                &config(&[("bootstrap.servers", "127.0.0.1:9093")]),
+            )
+            .expect("client");
+        assert!(!Arc::ptr_eq(&a, &other_servers), "other cluster");
+        assert_eq!(clients.len(), 5);
+    }
+
+    #[test]
+    fn a_key_never_prints_its_credentials() {
+        let key = ClientKey::new("tenant-a", &config(&[]));
+        let shown = format!("{key:?}");
+        assert!(shown.contains("tenant-a") && shown.contains("127.0.0.1:9092"));
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn idle_clients_are_dropped() {
+        let clients = ProbeClients::new(Duration::from_millis(50));
+        let c = clients.cluster("ns", &config(&[])).expect("client");
+        drop(c);
+        assert_eq!(clients.evict_idle(), 1, "still fresh");
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(clients.evict_idle(), 0);
+        assert!(clients.is_empty());
+    }
+}
