@@ -65,6 +65,7 @@ fn reasons() -> Vec<&'static str> {
         reason::RECORD_REJECTED,
         reason::OFFSETS_MATCH,
         reason::OFFSETS_MISALIGNED,
+        reason::ALIGNMENT_UNKNOWN,
         reason::CHILD_REJECTED,
         reason::SAME_CLUSTER,
         reason::CONFLICTING_FLOW,

@@ -6,6 +6,7 @@ use super::{
 };
 use crate::api::{GapStatus, MirrorFlowStatus};
 use crate::kafka::positions::GapKind;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The unacknowledged gaps, oldest first, at most [`MAX_LISTED_GAPS`] (the newest), and how
 /// many there are in all.
@@ -91,13 +92,27 @@ pub(super) fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observati
 /// `OffsetsAligned`: no partition of an aligned flow recorded a break of its alignment. Not
 /// acknowledgeable: a misaligned partition stays translated for good (consumers that reuse
 /// source offsets must not fail over onto it).
-pub(super) fn offsets_aligned(obs: &Observation) -> Verdict {
+pub(super) fn offsets_aligned(obs: &Observation, previous: &[Condition]) -> Verdict {
     let Some(found) = &obs.gaps else {
+        // The positions could not be read this time: the last verdict stands.
+        if let Some(c) = previous.iter().find(|c| c.type_ == OFFSETS_ALIGNED) {
+            let reason = match c.reason.as_str() {
+                reason::OFFSETS_MATCH => reason::OFFSETS_MATCH,
+                reason::OFFSETS_MISALIGNED => reason::OFFSETS_MISALIGNED,
+                _ => reason::ALIGNMENT_UNKNOWN,
+            };
+            return verdict(
+                OFFSETS_ALIGNED,
+                c.status == "True",
+                reason,
+                c.message.clone(),
+            );
+        }
         return verdict(
             OFFSETS_ALIGNED,
             false,
-            reason::OFFSETS_MISALIGNED,
-            "the positions topic on the target could not be read, so alignment is unknown",
+            reason::ALIGNMENT_UNKNOWN,
+            "the flow's positions topic on the target could not be read yet, so whether every partition is aligned is not known; it is created when the replicator starts",
         );
     };
     let mut broken: Vec<_> = found

@@ -486,7 +486,7 @@ pub fn status(
     let mut verdicts = evaluate(obs, limits);
     verdicts.push(gaps::gapless(&gaps, unacknowledged, obs));
     if obs.aligned {
-        verdicts.push(gaps::offsets_aligned(obs));
+        verdicts.push(gaps::offsets_aligned(obs, prev_conditions));
     }
     let conditions = merge(prev_conditions, verdicts, generation, now);
     let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();

@@ -46,6 +46,8 @@ pub const RECORD_REJECTED: &str = "RecordRejected";
 pub const OFFSETS_MATCH: &str = "OffsetsMatch";
 /// `spec.offsets: Aligned` broke on a partition; its later offsets are translated.
 pub const OFFSETS_MISALIGNED: &str = "OffsetsMisaligned";
+/// `spec.offsets: Aligned`, but the positions topic could not be read yet.
+pub const ALIGNMENT_UNKNOWN: &str = "AlignmentUnknown";
 /// The apiserver refused a child object built from the flow (field named in the message).
 pub const CHILD_REJECTED: &str = "ChildRejected";
 /// Source and target are the same Kafka cluster (same cluster id).

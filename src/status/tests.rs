@@ -404,3 +404,27 @@ fn aligned_flows_report_offsets_aligned_and_a_break_is_not_a_gap() {
     assert_eq!(cond(&s, OFFSETS_ALIGNED).status, "False");
     assert_eq!(cond(&s, GAPLESS).status, "True");
 }
+
+#[test]
+fn unread_positions_keep_the_last_alignment_verdict() {
+    let limits = FailoverReadinessSpec::default();
+    let unknown = Observation {
+        aligned: true,
+        gaps: None,
+        ..healthy()
+    };
+    let first = status(None, &unknown, &limits, None, &now());
+    assert_eq!(
+        cond(&first, OFFSETS_ALIGNED).reason,
+        reason::ALIGNMENT_UNKNOWN
+    );
+    let known = Observation {
+        gaps: Some(vec![]),
+        ..unknown.clone()
+    };
+    let aligned = status(Some(&first), &known, &limits, None, &now());
+    assert_eq!(cond(&aligned, OFFSETS_ALIGNED).status, "True");
+    let again = status(Some(&aligned), &unknown, &limits, None, &now());
+    assert_eq!(cond(&again, OFFSETS_ALIGNED).status, "True");
+    assert_eq!(cond(&again, OFFSETS_ALIGNED).reason, reason::OFFSETS_MATCH);
+}

@@ -52,7 +52,8 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
     let ns = unique("e2e-op");
     install_operator(&world, &ns)?;
 
-    // A flow that replicates live data becomes FailoverReady.
+    // A flow that replicates live data becomes FailoverReady; with aligned offsets (the newest
+    // delivery policy, here in the image on a real kubelet) it also reports OffsetsAligned.
     let alias = unique("op");
     let topic = unique("optopic");
     kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
@@ -60,12 +61,17 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
     run_with_input(
         "kubectl",
         &["apply", "-f", "-"],
-        &flow_yaml(&ns, "flow", &alias, &world, &topic, ""),
+        &flow_yaml(&ns, "flow", &alias, &world, &topic, "  offsets: Aligned\n"),
     )?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
     kafka::produce_values(&world.source_bootstrap, &topic, 50, 2).await?;
     let ready = wait_condition(&flows, "flow", "FailoverReady", "True", READY_WITHIN).await?;
     println!("FailoverReady after {:?}", started.elapsed());
+    let (aligned, reason, message) =
+        condition(&ready, "OffsetsAligned").context("OffsetsAligned condition")?;
+    if aligned != "True" {
+        bail!("OffsetsAligned {aligned} ({reason}): {message}");
+    }
     let status = ready.status.clone().context("status")?;
     assert_eq!(status.observed_generation, ready.metadata.generation);
     assert!(
