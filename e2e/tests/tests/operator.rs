@@ -67,11 +67,11 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
     kafka::produce_values(&world.source_bootstrap, &topic, 50, 2).await?;
     let ready = wait_condition(&flows, "flow", "FailoverReady", "True", READY_WITHIN).await?;
     println!("FailoverReady after {:?}", started.elapsed());
-    let (aligned, reason, message) =
-        condition(&ready, "OffsetsAligned").context("OffsetsAligned condition")?;
-    if aligned != "True" {
-        bail!("OffsetsAligned {aligned} ({reason}): {message}");
-    }
+    let aligned = wait_condition(&flows, "flow", "OffsetsAligned", "True", READY_WITHIN)
+        .await
+        .with_context(|| format!("{:?}", condition(&ready, "OffsetsAligned")))?;
+    let (_, reason, _) = condition(&aligned, "OffsetsAligned").context("OffsetsAligned")?;
+    assert_eq!(reason, "OffsetsMatch");
     let status = ready.status.clone().context("status")?;
     assert_eq!(status.observed_generation, ready.metadata.generation);
     assert!(

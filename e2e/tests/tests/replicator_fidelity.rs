@@ -1490,10 +1490,15 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     let topic = unique("alignedk");
     let remote = format!("{}.{topic}", s.a);
     kafka::create_topic(&source, &topic, partitions).await?;
+    // Quiet during the kills (nothing in flight to break it), for the foreign writer.
+    let quiet = unique("alignedq");
+    let quiet_remote = format!("{}.{quiet}", s.a);
+    kafka::create_topic(&source, &quiet, 1).await?;
+    kafka::produce_values(&source, &quiet, 3, 1).await?;
     let group = unique("fid-alk-app");
     // Killed replicas leave the group after their session: keep that short.
     let flow = s
-        .flow(false, &[&topic], &[&group], "offsets: Aligned\n")
+        .flow(false, &[&topic, &quiet], &[&group], "offsets: Aligned\n")
         .replace(
             &format!("source: {{alias: {}, ", s.a),
             &format!("source: {{alias: {}, config: {{session.timeout.ms: '6000', heartbeat.interval.ms: '1000'}}, ", s.a),
@@ -1558,25 +1563,29 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
         verdicts.join("; ")
     );
 
-    // A foreign record on the remote partition 0, then more source records.
-    let before = misalignments(&target, &s.a, &topic)?;
+    // A foreign record on an aligned remote partition, then a source record.
+    wait_copied(&source, &quiet, &target, &quiet_remote, 0).await?;
+    ensure!(
+        misalignments(&target, &s.a, &quiet)?.is_empty(),
+        "the quiet topic broke without traffic"
+    );
     let foreign = kafka::producer(&target, Duration::from_secs(30))?;
-    send_in(&foreign, &remote, 0, &["foreign".to_string()]).await?;
+    send_in(&foreign, &quiet_remote, 0, &["foreign".to_string()]).await?;
     let plain = kafka::producer(&source, Duration::from_secs(30))?;
     let started = Instant::now();
-    send_in(&plain, &topic, 0, &["after-foreign".to_string()]).await?;
+    send_in(&plain, &quiet, 0, &["after-foreign".to_string()]).await?;
     eventually(
         "the foreign write is recorded as a break",
         Duration::from_secs(30),
         || async {
-            let now = misalignments(&target, &s.a, &topic)?;
-            Ok((now.len() > before.len()).then_some(()))
+            let now = misalignments(&target, &s.a, &quiet)?;
+            Ok((!now.is_empty()).then_some(()))
         },
     )
     .await
     .with_context(|| r.log_text())?;
     println!("foreign writer surfaced after {:?}", started.elapsed());
-    let copied = read_visible(&target, &remote, 0)?;
+    let copied = read_visible(&target, &quiet_remote, 0)?;
     ensure!(
         copied.last().map(|c| c.value.as_str()) == Some("after-foreign"),
         "the partition is copied on after the break: {:?}",
