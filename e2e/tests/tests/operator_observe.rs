@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
@@ -147,11 +147,12 @@ spec:
     let _ = std::fs::remove_file(&file);
     let measured = measured?;
     // Two JSON documents, one per draw; the last one counts.
-    let last = measured
-        .rfind("{\n  \"conditions\"")
-        .map(|at| &measured[at..])
-        .context("a status document")?;
-    let status: serde_json::Value = serde_json::from_str(last)?;
+    let documents = serde_json::Deserializer::from_str(&measured)
+        .into_iter::<serde_json::Value>()
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("status documents in {measured}"))?;
+    ensure!(documents.len() == 2, "two status documents: {measured}");
+    let status = documents.last().context("a status document")?;
     let failover = status["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "FailoverReady"))

@@ -81,10 +81,23 @@ async fn refused_record_is_skipped_and_recorded(exactly_once: bool) -> Result<()
         .set("linger.ms", "20")
         .create()?;
     let normal = "n".repeat(NORMAL);
-    let huge = "h".repeat(HUGE);
+    // Incompressible (xorshift bytes): the copy producer compresses, and a repeated byte would
+    // fit the remote limit once compressed, so nothing would be refused.
+    let huge: Vec<u8> = (0..HUGE)
+        .scan(0x9E37_79B9_7F4A_7C15_u64, |x, _| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            Some((*x >> 24) as u8)
+        })
+        .collect();
     let mut pending = Vec::new();
     for i in 0..BEFORE + 1 + AFTER {
-        let value = if i == BEFORE { &huge } else { &normal };
+        let value: &[u8] = if i == BEFORE {
+            &huge
+        } else {
+            normal.as_bytes()
+        };
         let key = i.to_string();
         match producer.send_result(
             FutureRecord::to(&topic)
