@@ -13,6 +13,7 @@
 //! | [`failback`] | the forward flow's offset syncs, group offsets on both clusters | old source group offsets |
 //! | [`status`] | the `MirrorFlow`'s status, or (with a flow file) what the operator's probe reads | nothing |
 
+mod aligned;
 pub mod apply;
 pub mod clusters;
 pub mod failback;

@@ -1,0 +1,275 @@
+//! Where a partition resumes: its previous writer fenced, the remote partition's end read, the
+//! log start aligned, or the partition copied on translated when alignment cannot hold there.
+
+use super::write::{SetOpaque, filler, filler_headers};
+use super::*;
+
+impl Aligned {
+    pub(super) fn retry_unready(&mut self, consumer: &Source<Self>) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<(String, i32)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s.state, State::Preparing { retry_at } if retry_at <= now))
+            .map(|(_, s)| (s.topic.clone(), s.partition))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for (topic, partition, offset) in self.prepare(&due) {
+            if let Err(e) = rebalance::reposition(consumer, &topic, partition, offset) {
+                tracing::debug!(%topic, partition, error = %e, "seek failed; retrying later");
+                if let Some(idx) = self.slots.index(&topic, partition) {
+                    self.prepare_again(idx, Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Fences the partitions' previous writers, then decides where each resumes: where its
+    /// remote partition ends, aligned with the source's log start first. Returns the ready
+    /// ones with the source offset to read from.
+    pub(super) fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        let mut fenced = Vec::new();
+        for (topic, partition) in keys {
+            let Some(slot) = self.slots.find_mut(topic, *partition) else {
+                continue;
+            };
+            if slot.txn.is_none() {
+                let config = super::super::exactly_once::txn::producer_config(
+                    &self.producer_base,
+                    &slot.transactional_id,
+                    None,
+                );
+                let created: Result<BaseProducer<AckContext>, _> =
+                    config.create_with_context(AckContext::new(self.target_health.clone()));
+                let ready = created.and_then(|p| p.init_transactions(CALL_TIMEOUT).map(|()| p));
+                match ready {
+                    Ok(p) => slot.txn = Some(p),
+                    Err(e) => {
+                        tracing::warn!(%topic, partition, error = %e, "cannot fence the partition's previous writer; retrying");
+                        let delay = slot.backoff.next_delay();
+                        slot.state = State::Preparing {
+                            retry_at: Instant::now() + delay,
+                        };
+                        continue;
+                    }
+                }
+            }
+            fenced.push((topic.clone(), *partition));
+        }
+        if fenced.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+            tracing::warn!(error = %e, "reading the positions topic failed; retrying");
+            self.count_error("positions");
+            for (topic, partition) in &fenced {
+                if let Some(idx) = self.slots.index(topic, *partition) {
+                    self.prepare_again(idx, Duration::from_secs(1));
+                }
+            }
+            return Vec::new();
+        }
+        let remotes: Vec<(String, i32)> = fenced
+            .iter()
+            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
+            .collect();
+        let sources = self.probe.source(&fenced);
+        let ends = self.probe.target_ends(&remotes);
+        let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
+        let aborted = match tail::aborted_wraps(&self.ctx.flow.target_client, &tails) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
+                for (topic, partition) in &fenced {
+                    if let Some(idx) = self.slots.index(topic, *partition) {
+                        self.prepare_again(idx, Duration::from_secs(1));
+                    }
+                }
+                return Vec::new();
+            }
+        };
+        let mut ready = Vec::new();
+        for (topic, partition) in fenced {
+            let Some(idx) = self.slots.index(&topic, partition) else {
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let (Some(bounds), Some(&end)) = (
+                sources.get(&(topic.clone(), partition)),
+                ends.get(&(slot.remote.clone(), partition)),
+            ) else {
+                self.prepare_again(idx, Duration::from_secs(1));
+                continue;
+            };
+            let stored = self.positions.get(&topic, partition);
+            let broke_before = self.positions.gaps().iter().any(|g| {
+                g.kind == GapKind::Misaligned && g.topic == topic && g.partition == partition
+            });
+            if aborted.contains(&(slot.remote.clone(), partition)) && !broke_before {
+                // The previous writer died inside the transaction wrapping the record at
+                // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
+                let gap = continuity::found_now(
+                    &topic,
+                    partition,
+                    (GapKind::Misaligned, end.saturating_sub(2), end),
+                );
+                tracing::warn!(%topic, partition, offset = end - 2,
+                    "the previous writer's last record was aborted by fencing; copying it again, translated");
+                self.write_gap(&gap);
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.wrap_failed = Some(end.saturating_sub(2));
+                }
+            }
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            let start = if broke_before || slot.wrap_failed.is_some() {
+                self.resume_translated(idx, stored, *bounds, end)
+            } else if end > bounds.end || (stored.is_none() && end > bounds.start) {
+                // Records the flow did not write, or a source that went back under them.
+                self.misaligned_at_start(idx, bounds.start, end);
+                self.resume_translated(idx, stored, *bounds, end)
+            } else if end < bounds.start {
+                self.align_log_start(idx, end, bounds.start, stored.is_some())
+            } else {
+                self.resume_aligned(idx, end)
+            };
+            if let Some(offset) = start {
+                ready.push((topic, partition, offset));
+            }
+        }
+        ready
+    }
+
+    pub(super) fn resume_aligned(&mut self, idx: usize, next: i64) -> Option<Offset> {
+        let config = self.sync_config;
+        let slot = self.slots.get_mut(idx)?;
+        slot.state = State::Aligned;
+        slot.next_target = next;
+        slot.held = None;
+        slot.latest = Some(Frontier {
+            next,
+            downstream: next.saturating_sub(1),
+        });
+        slot.stored = None;
+        slot.sync = SyncPolicy::new(slot.tp(), config);
+        slot.backoff.reset();
+        tracing::debug!(topic = %slot.topic, partition = slot.partition, next, "partition ready (aligned)");
+        Some(Offset::Offset(next))
+    }
+
+    /// Copying on with translated offsets, from the stored position checked against both logs
+    /// (or from a record whose wrapping transaction failed).
+    pub(super) fn resume_translated(
+        &mut self,
+        idx: usize,
+        stored: Option<Frontier>,
+        bounds: crate::kafka::log_bounds::LogBounds,
+        end: i64,
+    ) -> Option<Offset> {
+        let config = self.sync_config;
+        let slot = self.slots.get_mut(idx)?;
+        let resume = continuity::resume(stored, Some(bounds), Some(end));
+        let offset = match (slot.wrap_failed.take(), resume.offset) {
+            (Some(o), _) => Offset::Offset(o.max(bounds.start)),
+            (None, o) => o,
+        };
+        slot.state = State::Translated;
+        slot.held = None;
+        slot.latest = resume.start;
+        slot.sync = SyncPolicy::new(slot.tp(), config);
+        Some(offset)
+    }
+
+    pub(super) fn misaligned_at_start(&mut self, idx: usize, at: i64, end: i64) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        tracing::warn!(%topic, partition, source_start = at, target_end = end,
+            "the remote partition cannot be aligned with the source; translating offsets");
+        let gap = continuity::found_now(&topic, partition, (GapKind::Misaligned, at, -1));
+        self.write_gap(&gap);
+    }
+
+    /// The remote partition ends at `end`, before the source's log start `start`: fillers up
+    /// to it, then DeleteRecords, so the next copy lands on `start`. `copied`: records had
+    /// been copied before, so those between `end` and `start` are lost (recorded as a gap).
+    pub(super) fn align_log_start(
+        &mut self,
+        idx: usize,
+        end: i64,
+        start: i64,
+        copied: bool,
+    ) -> Option<Offset> {
+        let count = start.saturating_sub(end);
+        let slot = self.slots.get(idx)?;
+        let (topic, partition, remote) = (slot.topic.clone(), slot.partition, slot.remote.clone());
+        if count > MAX_LOG_START_FILL {
+            self.misaligned_at_start(idx, start, end);
+            let bounds = crate::kafka::log_bounds::LogBounds { start, end: start };
+            return self.resume_translated(idx, None, bounds, end);
+        }
+        tracing::info!(%topic, partition, fillers = count, "aligning the remote partition with the source's log start");
+        let headers = filler_headers();
+        for _ in 0..count {
+            let mut record = filler(&remote, partition, &headers, None);
+            record = record.set_opaque_unowned();
+            loop {
+                match send::offer(&self.producer, record) {
+                    Offered::Queued => break,
+                    Offered::Full(back) => {
+                        record = back;
+                        self.producer.poll(QUEUE_FULL_WAIT);
+                        if self.shutdown.is_cancelled() {
+                            return None;
+                        }
+                    }
+                    Offered::Refused(e) => {
+                        tracing::warn!(%topic, partition, error = %e, "writing fillers failed; retrying");
+                        self.prepare_again(idx, Duration::from_secs(1));
+                        return None;
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.producer.flush(CALL_TIMEOUT) {
+            tracing::warn!(%topic, partition, error = %e, "fillers unacknowledged; retrying");
+            self.prepare_again(idx, Duration::from_secs(1));
+            return None;
+        }
+        let landed = self
+            .probe
+            .target_ends(&[(remote.clone(), partition)])
+            .get(&(remote.clone(), partition))
+            .copied();
+        if landed != Some(start) {
+            // Retried: the next round sees where the target really ends.
+            self.prepare_again(idx, Duration::from_secs(1));
+            return None;
+        }
+        let admin = self.target_admin.clone();
+        let deleted = self
+            .runtime
+            .block_on(async move { admin.delete_before(&remote, partition, start).await });
+        if let Err(e) = deleted {
+            // Offsets are aligned; the fillers stay visible below the log start until a
+            // retention pass removes them.
+            tracing::warn!(%topic, partition, error = %e, "deleting the fillers failed");
+            self.count_error("delete_records");
+        }
+        if copied && end < start {
+            let gap =
+                continuity::found_now(&topic, partition, (GapKind::SourceTruncated, end, start));
+            self.write_gap(&gap);
+        }
+        self.resume_aligned(idx, start)
+    }
+}

@@ -1,0 +1,293 @@
+//! Writing a partition's plan ([`super::plan`]): plain records through the shared idempotent
+//! producer, asynchronously; transactions (a wrapped record, aborted fillers) through the
+//! partition's own transactional producer, after its plain writes are acknowledged and until
+//! the marker is on the target.
+
+use super::*;
+
+impl Aligned {
+    /// Carries out `steps` for the partition's held record and the jump after it; fillers take
+    /// `timestamp` (the record after the jump's). False when the partition stopped copying.
+    pub(super) fn apply(&mut self, idx: usize, steps: &[Step], timestamp: Option<i64>) -> bool {
+        for step in steps {
+            let Some(slot) = self.slots.get_mut(idx) else {
+                return false;
+            };
+            let generation = slot.generation;
+            let ok = match *step {
+                Step::Plain => {
+                    let Some(held) = slot.held.take() else {
+                        return false;
+                    };
+                    let (remote, expected) = (slot.remote.clone(), slot.next_target);
+                    slot.next_target = expected.saturating_add(1);
+                    let (record, bytes) =
+                        send::forward(&held, &remote, opaque(idx, generation, false));
+                    self.send_plain(
+                        idx,
+                        generation,
+                        record,
+                        held.offset(),
+                        expected,
+                        bytes as u64,
+                    )
+                }
+                Step::Visible(n) => {
+                    // A record at the target's end was deleted (compaction) before it was read:
+                    // the numbers stay right, a marked filler is visible there.
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["source", "visible_filler"])
+                        .inc();
+                    let Some(slot) = self.slots.get_mut(idx) else {
+                        return false;
+                    };
+                    let (remote, partition, first) =
+                        (slot.remote.clone(), slot.partition, slot.next_target);
+                    slot.next_target = first.saturating_add(n);
+                    let headers = filler_headers();
+                    (0..n).all(|i| {
+                        let record = filler(&remote, partition, &headers, timestamp)
+                            .set_opaque(idx, generation);
+                        self.send_plain(idx, generation, record, -1, first + i, 0)
+                    })
+                }
+                Step::Wrapped | Step::Aborted(_) => {
+                    self.transaction(idx, generation, *step, timestamp)
+                }
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A transaction of the partition's own producer: the held record committed (its marker
+    /// fills the jump of one after it), or `n` fillers aborted. Waits for the partition's
+    /// plain writes first, and for every report of its own before it ends.
+    pub(super) fn transaction(
+        &mut self,
+        idx: usize,
+        generation: u32,
+        step: Step,
+        timestamp: Option<i64>,
+    ) -> bool {
+        if !self.wait_drained(idx, generation) {
+            return false;
+        }
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return false;
+        };
+        if slot.state != State::Aligned {
+            // An acknowledgement served while waiting broke alignment.
+            return false;
+        }
+        let Some(txn) = slot.txn.as_ref() else {
+            self.prepare_again(idx, Duration::ZERO);
+            return false;
+        };
+        let first = slot.next_target;
+        let (remote, partition) = (slot.remote.clone(), slot.partition);
+        let held = match step {
+            Step::Wrapped => slot.held.take(),
+            _ => None,
+        };
+        let target_watermarks = &self.target_watermarks;
+        let written = (|| -> Result<i64, String> {
+            txn.begin_transaction().map_err(|e| e.to_string())?;
+            let count = match (step, &held) {
+                (Step::Wrapped, Some(h)) => {
+                    let (record, _) = send::forward(h, &remote, 0);
+                    send::send_waiting(txn, record, &self.shutdown, None)
+                        .map_err(|e| e.to_string())?;
+                    1
+                }
+                (Step::Aborted(n), _) => {
+                    let headers = filler_headers();
+                    for _ in 0..n {
+                        let record = filler(&remote, partition, &headers, timestamp);
+                        send::send_waiting(txn, record, &self.shutdown, None)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    n
+                }
+                _ => return Err("nothing to write".into()),
+            };
+            // Reports first: an abort purges what is still queued, and those offsets would
+            // then be missing.
+            txn.flush(CALL_TIMEOUT).map_err(|e| e.to_string())?;
+            let mut acks = Vec::new();
+            txn.context().take(&mut acks);
+            let landed: Result<Vec<i64>, String> = acks
+                .iter()
+                .map(|a| {
+                    a.result
+                        .as_ref()
+                        .map(|l| l.offset)
+                        .map_err(|e| e.to_string())
+                })
+                .collect();
+            let landed = landed?;
+            let expected: Vec<i64> = (first..first.saturating_add(count)).collect();
+            if landed != expected {
+                return Err(format!(
+                    "landed at {:?}, expected {first}..{}",
+                    landed.first(),
+                    first.saturating_add(count)
+                ));
+            }
+            match step {
+                Step::Wrapped => txn.commit_transaction(CALL_TIMEOUT),
+                _ => txn.abort_transaction(CALL_TIMEOUT),
+            }
+            .map_err(|e| e.to_string())?;
+            // The coordinator writes the marker after it answered: a plain write now could
+            // land before it. Wait until the partition ends after the marker.
+            let after = first.saturating_add(count).saturating_add(1);
+            let deadline = Instant::now() + CALL_TIMEOUT;
+            loop {
+                let (_, high) = target_watermarks
+                    .fetch_watermarks(remote.as_str(), partition, WATERMARK_TIMEOUT)
+                    .map_err(|e| e.to_string())?;
+                if high >= after {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "the marker at {} was not written within {CALL_TIMEOUT:?}",
+                        after - 1
+                    ));
+                }
+                std::thread::sleep(MARKER_POLL);
+            }
+            Ok(count)
+        })();
+        let topic = slot.topic.clone();
+        match written {
+            Ok(count) => {
+                slot.next_target = first.saturating_add(count).saturating_add(1);
+                let next = slot.next_target;
+                let downstream = match step {
+                    Step::Wrapped => first,
+                    _ => slot.latest.map_or(-1, |l| l.downstream),
+                };
+                slot.latest = Some(Frontier { next, downstream });
+                let now = self.started.elapsed();
+                let mut sync = None;
+                if let (Step::Wrapped, Some(h)) = (step, &held) {
+                    let bytes = h.key().map_or(0, <[u8]>::len) + h.payload().map_or(0, <[u8]>::len);
+                    self.ctx.metrics.records_replicated.inc();
+                    self.ctx.metrics.bytes_replicated.inc_by(bytes as u64);
+                    sync = slot.sync.observe(h.offset(), first, now);
+                }
+                if let Some(sync) = sync {
+                    self.write_sync(idx, generation, &sync);
+                }
+                self.target_health.ok();
+                true
+            }
+            Err(reason) => {
+                tracing::warn!(%topic, partition, %reason,
+                    "a transaction of the aligned copy failed; the partition is prepared again");
+                if let Some(txn) = slot.txn.as_ref() {
+                    let _ = txn.abort_transaction(CALL_TIMEOUT);
+                }
+                if step == Step::Wrapped {
+                    slot.wrap_failed = Some(held.as_ref().map_or(first, Message::offset));
+                }
+                // A producer in doubt is replaced: the next one's init fences it.
+                slot.txn = None;
+                let delay = slot.backoff.next_delay();
+                self.count_error("transaction");
+                self.prepare_again(idx, delay);
+                false
+            }
+        }
+    }
+
+    /// Queues a plain write of the partition, waiting for room.
+    pub(super) fn send_plain(
+        &mut self,
+        idx: usize,
+        generation: u32,
+        mut record: send::Record<'_>,
+        source: i64,
+        expected: i64,
+        bytes: u64,
+    ) -> bool {
+        loop {
+            match send::offer(&self.producer, record) {
+                Offered::Queued => break,
+                Offered::Full(back) => {
+                    record = back;
+                    std::thread::sleep(QUEUE_FULL_WAIT);
+                    self.service_acks();
+                    let live = self
+                        .slots
+                        .get(idx)
+                        .is_some_and(|s| s.generation == generation && s.copying());
+                    if !live || self.shutdown.is_cancelled() {
+                        return false;
+                    }
+                }
+                Offered::Refused(error) => {
+                    let reason = error.to_string();
+                    self.fault(idx, &reason);
+                    return false;
+                }
+            }
+        }
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.in_flight.push_back(InFlight {
+                source,
+                expected,
+                bytes,
+            });
+        }
+        true
+    }
+}
+
+pub(super) fn filler_headers() -> OwnedHeaders {
+    OwnedHeaders::new().insert(Header {
+        key: FILLER_HEADER,
+        value: Some(&[] as &[u8]),
+    })
+}
+
+/// A filler of `remote`'s partition: the filler key (a compacted topic refuses records
+/// without one), no value, the filler header.
+pub(super) fn filler<'a>(
+    remote: &'a str,
+    partition: i32,
+    headers: &OwnedHeaders,
+    timestamp: Option<i64>,
+) -> send::Record<'a> {
+    let record: send::Record<'a> = BaseRecord::with_opaque_to(remote, 0)
+        .partition(partition)
+        .key(FILLER_HEADER.as_bytes())
+        .headers(headers.clone());
+    match timestamp {
+        Some(ts) => record.timestamp(ts),
+        None => record,
+    }
+}
+
+/// Opaques of records built without one.
+pub(super) trait SetOpaque {
+    fn set_opaque(self, idx: usize, generation: u32) -> Self;
+    fn set_opaque_unowned(self) -> Self;
+}
+
+impl SetOpaque for send::Record<'_> {
+    fn set_opaque(mut self, idx: usize, generation: u32) -> Self {
+        self.delivery_opaque = opaque(idx, generation, false);
+        self
+    }
+    fn set_opaque_unowned(mut self) -> Self {
+        self.delivery_opaque = UNOWNED;
+        self
+    }
+}
