@@ -18,6 +18,8 @@ ROOT="$(cd "$HERE/.." && pwd)"
 export MF_STATE="${BENCH_ALIGNED_STATE:-/tmp/mirrorflow-bench-aligned}"
 export KAFKA_SOURCE_PORT="${BENCH_ALIGNED_SOURCE_PORT:-19592}"
 export KAFKA_TARGET_PORT="${BENCH_ALIGNED_TARGET_PORT:-29592}"
+# The brokers' OAUTHBEARER listener needs a token endpoint: its own, not a world's.
+export OIDC_PORT="${BENCH_ALIGNED_OIDC_PORT:-19597}"
 export RUST_BACKTRACE=0
 # shellcheck source=../e2e/lib/common.sh
 source "$ROOT/e2e/lib/common.sh"
@@ -55,9 +57,10 @@ blog() { printf '[bench-aligned %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 ARM_PID=""
 cleanup() {
   local rc=$?
-  [ -n "$ARM_PID" ] && kill -KILL "$ARM_PID" 2>/dev/null || true
+  if [ -n "$ARM_PID" ]; then kill -KILL "$ARM_PID" 2>/dev/null || true; fi
   kafka_stop target || true
   kafka_stop source || true
+  oidc_stop || true
   rm -rf "$MF_STATE"
   exit "$rc"
 }
