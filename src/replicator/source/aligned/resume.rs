@@ -132,8 +132,10 @@ impl Aligned {
             };
             let start = if broke_before || slot.wrap_failed.is_some() {
                 self.resume_translated(idx, stored, *bounds, end)
-            } else if end > bounds.end || (stored.is_none() && end > bounds.start) {
-                // Records the flow did not write, or a source that went back under them.
+            } else if end > bounds.end || (stored.is_none() && end > 0) {
+                // Records the flow did not write (no position of ours, yet a non-empty remote
+                // partition: never deleted to make room, even below the source's log start), or
+                // a source that went back under them.
                 self.misaligned_at_start(idx, bounds.start, end);
                 self.resume_translated(idx, stored, *bounds, end)
             } else if end < bounds.start {
