@@ -299,6 +299,7 @@ mod tests {
     fn active_groups_are_refused_unless_forced() {
         let active = Membership {
             state: "Stable".into(),
+            protocol: "consumer".into(),
             members: 2,
         };
         let commit = [PartitionAction::Commit];

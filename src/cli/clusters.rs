@@ -117,47 +117,20 @@ pub fn committed(
     Ok(out)
 }
 
-/// A group's state and member count as the group coordinator reports them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Membership {
-    /// `Empty`, `Stable`, `PreparingRebalance`, `Dead` (no such group)...
-    pub state: String,
-    pub members: usize,
-}
+pub use crate::kafka::groups::Membership;
 
-impl Membership {
-    /// Members present: a commit now would race the running consumers (and Kafka refuses
-    /// commits from outside the group while it has members).
-    pub fn is_active(&self) -> bool {
-        self.members > 0
-    }
-}
-
+/// A group's state and members as its coordinator reports them (both group protocols).
 pub fn membership(
     client: &ClientConfig,
     cluster: &'static str,
     group: &str,
 ) -> Result<Membership, CliError> {
     let c = consumer(client, cluster, group)?;
-    let list = c
-        .fetch_group_list(Some(group), TIMEOUT)
-        .map_err(|source| CliError::Kafka {
-            what: format!("describing group '{group}'"),
-            cluster,
-            source,
-        })?;
-    Ok(list
-        .groups()
-        .iter()
-        .find(|g| g.name() == group)
-        .map(|g| Membership {
-            state: g.state().to_string(),
-            members: g.members().len(),
-        })
-        .unwrap_or(Membership {
-            state: "Dead".into(),
-            members: 0,
-        }))
+    crate::kafka::groups::describe(c.client(), group, TIMEOUT).map_err(|source| CliError::Kafka {
+        what: format!("describing group '{group}'"),
+        cluster,
+        source,
+    })
 }
 
 /// The flow's offset syncs, from whichever cluster `offsetSyncsLocation` puts them on; none when

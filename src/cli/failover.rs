@@ -693,6 +693,7 @@ mod tests {
                 group: "g".into(),
                 target_group: Some(Membership {
                     state: "Empty".into(),
+                    protocol: "classic".into(),
                     members: 0,
                 }),
                 action: GroupAction::Refused,

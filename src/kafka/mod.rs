@@ -7,6 +7,7 @@ pub mod client_cert;
 pub mod cluster_id;
 pub mod config;
 pub mod consumer_offsets;
+pub mod groups;
 pub mod log_bounds;
 pub mod positions;
 pub mod secrets;

@@ -66,7 +66,7 @@ pub fn states(
                     0,
                     GroupState::CheckpointInvalidated,
                     format!(
-                        "the checkpoints of {} partition(s) were written before their remote partition was recreated (see status.gaps, TargetTopicRecreated): they point into a log that is gone, and a failover now would skip records; do not fail over this group until a checkpoint written after the recreation covers it (the checkpoint loop writes one once the group's translated offset in the new log passes the old checkpoint, or the group rewinds)",
+                        "the checkpoints of {} partition(s) were written before their remote partition was recreated (see status.gaps, TargetTopicRecreated): they point into a log that is gone, and a failover now would skip records; do not fail over this group until a checkpoint written after the recreation covers it (the checkpoint loop writes one from the new log as soon as its first offset sync is in)",
                         g.invalidated_checkpoints
                     ),
                 ),

@@ -11,11 +11,19 @@ use super::records::{Checkpoint, TopicPartition};
 
 /// Last checkpoint written per (group, target topic-partition).
 ///
-/// Rebuild it at start from the checkpoints topic ([`Self::record`] for each one read), so the
+/// Rebuild it at start from the checkpoints topic ([`Self::record_at`] for each one read), so the
 /// rule holds across restarts.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointTracker {
-    last: HashMap<String, HashMap<TopicPartition, (i64, i64)>>,
+    last: HashMap<String, HashMap<TopicPartition, Last>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    upstream: i64,
+    downstream: i64,
+    /// When it was written (ms since the epoch), if known.
+    written_ms: Option<i64>,
 }
 
 impl CheckpointTracker {
@@ -37,9 +45,20 @@ impl CheckpointTracker {
         }
     }
 
-    /// Remembers a checkpoint as written (or read back from the checkpoints topic).
+    /// Remembers a checkpoint as written (or read back from the checkpoints topic), when
+    /// that is not known.
     pub fn record(&mut self, checkpoint: &Checkpoint) {
-        let entry = (checkpoint.upstream_offset, checkpoint.downstream_offset);
+        self.record_at(checkpoint, None);
+    }
+
+    /// Remembers a checkpoint as written at `written_ms` (ms since the epoch): its record's
+    /// timestamp when read back.
+    pub fn record_at(&mut self, checkpoint: &Checkpoint, written_ms: Option<i64>) {
+        let entry = Last {
+            upstream: checkpoint.upstream_offset,
+            downstream: checkpoint.downstream_offset,
+            written_ms,
+        };
         match self.last.get_mut(&checkpoint.group) {
             Some(partitions) => {
                 partitions.insert(checkpoint.topic_partition.clone(), entry);
@@ -67,7 +86,31 @@ impl CheckpointTracker {
 
     /// The last (upstream, downstream) written for this group and partition.
     pub fn last(&self, group: &str, topic_partition: &TopicPartition) -> Option<(i64, i64)> {
-        self.last.get(group)?.get(topic_partition).copied()
+        let last = self.last.get(group)?.get(topic_partition)?;
+        Some((last.upstream, last.downstream))
+    }
+
+    /// Whether the last checkpoint of this group and partition is known to have been written
+    /// before `ms`: it points into a log that a later event (the remote partition recreated at
+    /// `ms`) made void. False when there is none or its time is unknown.
+    pub fn written_before(&self, group: &str, topic_partition: &TopicPartition, ms: i64) -> bool {
+        self.last
+            .get(group)
+            .and_then(|partitions| partitions.get(topic_partition))
+            .and_then(|last| last.written_ms)
+            .is_some_and(|written| written < ms)
+    }
+
+    /// Forgets the last checkpoint of one group and partition, so the next one is written
+    /// whatever its offsets: only for a checkpoint into a log that is gone, where the rule's
+    /// "never backwards" would keep a failover pointing past the new log's records.
+    pub fn forget(&mut self, group: &str, topic_partition: &TopicPartition) {
+        if let Some(partitions) = self.last.get_mut(group) {
+            partitions.remove(topic_partition);
+            if partitions.is_empty() {
+                self.last.remove(group);
+            }
+        }
     }
 
     /// Drops a group that no longer passes the filters or was deleted.
@@ -124,5 +167,23 @@ mod tests {
         assert!(t.offer(&other_group));
         t.forget_group("g");
         assert!(t.should_emit("g", &TopicPartition::new("A.t", 0), 100, 50));
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_a_recreation_can_be_forgotten_and_written_lower() {
+        let tp = TopicPartition::new("A.t", 0);
+        let mut t = CheckpointTracker::new();
+        t.record_at(&cp(40, 40), Some(1_000));
+        assert!(t.written_before("g", &tp, 1_001));
+        assert!(!t.written_before("g", &tp, 1_000), "same ms is not before");
+        assert!(!t.written_before("h", &tp, 5_000), "no checkpoint");
+        assert!(
+            !t.should_emit("g", &tp, 40, 10),
+            "the rule alone refuses it"
+        );
+        t.forget("g", &tp);
+        assert_eq!(t.last("g", &tp), None);
+        assert!(t.offer(&cp(40, 10)), "the first checkpoint in the new log");
+        assert!(!t.written_before("g", &tp, 5_000), "time unknown: kept");
     }
 }

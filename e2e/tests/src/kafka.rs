@@ -140,3 +140,53 @@ pub fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)])
     consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync)?;
     Ok(())
 }
+
+/// A Java consumer of the consumer group protocol (KIP-848, `group.protocol=consumer`) in
+/// `group` on `topic`, from the world's Kafka jars, until dropped. It never commits.
+pub struct JavaConsumer {
+    child: std::process::Child,
+}
+
+impl JavaConsumer {
+    pub fn join(bootstrap: &str, group: &str, topic: &str) -> Result<JavaConsumer> {
+        let home =
+            std::env::var("KAFKA_HOME").context("KAFKA_HOME (eval \"$(e2e/world.sh env)\")")?;
+        let child = std::process::Command::new("java")
+            .arg(format!(
+                "-Dlog4j2.configurationFile={home}/log4j2.properties"
+            ))
+            .args(["-cp", &format!("{home}/lib/*")])
+            .arg("org.apache.kafka.tools.consumer.ConsoleConsumer")
+            .args([
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                topic,
+                "--group",
+                group,
+            ])
+            .args(["--consumer-property", "group.protocol=consumer"])
+            .args(["--consumer-property", "enable.auto.commit=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting a Java console consumer")?;
+        Ok(JavaConsumer { child })
+    }
+}
+
+impl Drop for JavaConsumer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Members of `group` as its coordinator reports them, for both group protocols.
+pub fn group_members(bootstrap: &str, group: &str) -> Result<usize> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let m = mirrorflow::kafka::groups::describe(c.client(), group, Duration::from_secs(10))?;
+    Ok(m.members)
+}

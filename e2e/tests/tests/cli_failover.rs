@@ -226,19 +226,6 @@ impl Drop for Member {
     }
 }
 
-/// Members of `group` as the coordinator reports them.
-fn members(bootstrap: &str, group: &str) -> Result<usize> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?;
-    let list = c.fetch_group_list(Some(group), Duration::from_secs(10))?;
-    Ok(list
-        .groups()
-        .iter()
-        .find(|g| g.name() == group)
-        .map_or(0, |g| g.members().len()))
-}
-
 /// The partition of `group` in a failover or failback report.
 fn part<'a>(report: &'a Value, group: &str, partition: i64) -> Result<&'a Value> {
     report["groups"]
@@ -588,7 +575,7 @@ async fn scenario(s: &Scenario) -> Result<()> {
     eventually(
         "g2 has a member on the target",
         Duration::from_secs(30),
-        || async { Ok((members(&tgt, &g2)? > 0).then_some(())) },
+        || async { Ok((kafka::group_members(&tgt, &g2)? > 0).then_some(())) },
     )
     .await?;
     let refused = s.run("failover", &["--group", &g2, "--apply", "-o", "json"])?;
@@ -619,8 +606,38 @@ async fn scenario(s: &Scenario) -> Result<()> {
     );
     drop(member);
     eventually("g2 has no member", Duration::from_secs(30), || async {
-        Ok((members(&tgt, &g2)? == 0).then_some(()))
+        Ok((kafka::group_members(&tgt, &g2)? == 0).then_some(()))
     })
+    .await?;
+    // 5b. So is a member of the consumer protocol (KIP-848), which the classic group
+    // description reports as a dead group without members.
+    let java = kafka::JavaConsumer::join(&tgt, &g2, &s.remote)?;
+    eventually(
+        "g2 has a consumer-protocol member on the target",
+        Duration::from_secs(60),
+        || async { Ok((kafka::group_members(&tgt, &g2)? > 0).then_some(())) },
+    )
+    .await?;
+    let refused = s.run("failover", &["--group", &g2, "--apply", "-o", "json"])?;
+    let rj = refused.json()?;
+    let g2_plan = group_of(&rj, &g2)?;
+    ensure!(
+        refused.code == 3
+            && g2_plan["action"] == "refused"
+            && g2_plan["targetGroup"]["protocol"] == "consumer",
+        "{}",
+        refused.stdout
+    );
+    ensure!(
+        committed(&tgt, &g2, &s.remote, 0)?.is_none(),
+        "a group with a consumer-protocol member was committed"
+    );
+    drop(java);
+    eventually(
+        "g2's consumer-protocol member left",
+        Duration::from_secs(60),
+        || async { Ok((kafka::group_members(&tgt, &g2)? == 0).then_some(())) },
+    )
     .await?;
     let ok = s.run("failover", &["--group", &g2, "--apply", "-o", "json"])?;
     ensure!(

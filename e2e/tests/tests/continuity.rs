@@ -4,6 +4,9 @@
 //! `status.gaps`, turn `Gapless` False with its reason, get a Warning event, and leave the
 //! target with exactly what the source still holds.
 //!
+//! A recreated remote topic also voids the checkpoints into its old log: they are written
+//! again from the new one.
+//!
 //! Runs on the world's shared clusters with topics of its own (no broker is stopped).
 
 use std::collections::BTreeSet;
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use kube::Api;
 use mirrorflow::api::{GapStatus, MirrorFlow};
+use mirrorflow::mm2::{Checkpoint, TopicPartition};
 use mirrorflow_e2e::operator::{
     condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_flow,
 };
@@ -438,6 +442,120 @@ spec:
     )
     .await?;
     assert!(acked.status.as_ref().is_some_and(|s| s.gaps.is_empty()));
+    let _ = run("kubectl", &["delete", "namespace", &ns, "--wait=false"]);
+    Ok(())
+}
+
+/// The newest checkpoint of `group` for partition 0 of `remote`, as (upstream, downstream).
+fn last_checkpoint(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    remote: &str,
+) -> Result<Option<(i64, i64)>> {
+    if !kafka::topics(bootstrap)?.contains(topic) {
+        return Ok(None);
+    }
+    let want = TopicPartition::new(remote, 0);
+    let mut last = None;
+    for (_, key, value) in kafka::read_partition(bootstrap, topic, 0)? {
+        let (Some(k), Some(v)) = (key, value) else {
+            bail!("a null key or value in {topic}");
+        };
+        let cp = Checkpoint::decode(&k, &v).context("decoding a checkpoint")?;
+        if cp.group == group && cp.topic_partition == want {
+            last = Some((cp.upstream_offset, cp.downstream_offset));
+        }
+    }
+    Ok(last)
+}
+
+/// The remote topic is deleted under a flow whose group has a checkpoint, after the source
+/// dropped its oldest records: the partition is copied again into a shorter log, and the
+/// group's checkpoint must follow it down (before: it kept pointing at offset 40 of the gone
+/// log, past the new log's end, so a failover would have skipped every record there) and the
+/// group be ready to fail over again.
+#[tokio::test]
+async fn checkpoints_are_written_again_into_a_recreated_remote_topic() -> Result<()> {
+    let world = World::from_env()?;
+    let (src, tgt) = (
+        world.source_bootstrap.clone(),
+        world.target_bootstrap.clone(),
+    );
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-contck");
+    install_operator(&world, &ns)?;
+    let alias = unique("contck");
+    let topic = unique("contckt");
+    let group = unique("contckg");
+    kafka::create_topic(&src, &topic, 1).await?;
+    produce(&src, &topic, (0..40).map(|i| format!("{topic}-{i}"))).await?;
+    kafka::commit(&src, &group, &topic, &[(0, 40)])?;
+    let flow = format!(
+        r#"apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: flow, namespace: {ns}}}
+spec:
+  source: {{alias: {alias}, bootstrapServers: "{src}"}}
+  target: {{alias: {alias}-t, bootstrapServers: "{tgt}"}}
+  topics: ["{topic}"]
+  groups: ["{group}"]
+  sourceLoop: {{topicsRefreshInterval: 3s}}
+"#
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let remote = format!("{alias}.{topic}");
+    let cps_topic = format!("{alias}.checkpoints.internal");
+    copied(&tgt, &remote, 40, Duration::from_secs(120)).await?;
+    let checkpoint = |want: (i64, i64)| {
+        let (tgt, cps_topic, group, remote) = (&tgt, &cps_topic, &group, &remote);
+        async move {
+            eventually(
+                &format!("the checkpoint {want:?}"),
+                Duration::from_secs(90),
+                || async move {
+                    match last_checkpoint(tgt, cps_topic, group, remote)? {
+                        Some(have) if have == want => Ok(Some(())),
+                        have => bail!("the newest is {have:?}"),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    checkpoint((40, 40)).await?;
+    let ready = |what: &'static str| {
+        wait_for_flow(&flows, "flow", what, Duration::from_secs(90), |mf| {
+            condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
+        })
+    };
+    ready("FailoverReady True").await?;
+
+    delete_records_before(&src, &topic, 30).await?;
+    delete_topic(&tgt, &remote).await?;
+    wait_for_flow(
+        &flows,
+        "flow",
+        "a TargetTopicRecreated gap",
+        Duration::from_secs(120),
+        |mf| gap(mf, &topic, "TargetTopicRecreated").is_some(),
+    )
+    .await?;
+    let again = copied(&tgt, &remote, 10, Duration::from_secs(90)).await?;
+    let want: Vec<String> = (30..40).map(|i| format!("{topic}-{i}")).collect();
+    assert_eq!(again, want, "the new log holds what the source still has");
+    // Committed offset 40 is the end of the source partition, and the end of the new log
+    // (10 records) is where a failed-over consumer must start.
+    checkpoint((40, 10)).await?;
+    let mf = ready("FailoverReady True on the new log's checkpoint").await?;
+    let rows = mf
+        .status
+        .as_ref()
+        .map(|s| s.least_ready_groups.clone())
+        .unwrap_or_default();
+    let row = rows.iter().find(|r| r.group == group);
+    assert_eq!(row.map(|r| r.reason.as_str()), Some("Ready"), "{rows:?}");
     let _ = run("kubectl", &["delete", "namespace", &ns, "--wait=false"]);
     Ok(())
 }

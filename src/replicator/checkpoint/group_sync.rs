@@ -138,23 +138,20 @@ fn sync_one(
             return None;
         }
     };
-    let (state, members) = match consumer.fetch_group_list(Some(group), REQUEST_TIMEOUT) {
-        Ok(list) => list
-            .groups()
-            .first()
-            .map(|g| (g.state().to_owned(), g.members().len()))
-            .unwrap_or_default(),
-        Err(e) if is_unreachable(&e) => {
-            reach.unreachable("describing a target group", &e);
-            return None;
-        }
-        // Groups of the new consumer protocol may not be describable this way: the commit
-        // below is refused anyway while they have members.
-        Err(e) => {
-            tracing::debug!(group, error = %e, "describing the target group failed");
-            (String::new(), 0)
-        }
-    };
+    // Both group protocols: the classic description alone calls a running KIP-848 group dead.
+    let (state, members) =
+        match crate::kafka::groups::describe(consumer.client(), group, REQUEST_TIMEOUT) {
+            Ok(m) => (m.state, m.members),
+            Err(e) if is_unreachable(&e) => {
+                reach.unreachable("describing a target group", &e);
+                return None;
+            }
+            // Not known to be idle: asked again next pass rather than committed into.
+            Err(e) => {
+                reach.failed("describing a target group", &e);
+                return None;
+            }
+        };
     let mut tpl = TopicPartitionList::new();
     for tp in checkpoints.keys() {
         tpl.add_partition(&tp.topic, tp.partition);

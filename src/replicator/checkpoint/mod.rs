@@ -31,6 +31,7 @@
 
 mod commits;
 pub mod group_sync;
+mod recreated;
 pub mod state;
 pub mod support;
 pub mod sync_state;
@@ -46,6 +47,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::group_sync::GroupView;
+use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
 use self::support::{AckedProducer, Reachability, assign_only_consumer, follow_partition};
 use super::Context;
@@ -68,8 +70,15 @@ pub enum Event {
         tp: TopicPartition,
         commit: Option<Commit>,
     },
-    Sync(OffsetSync, SyncOrigin),
+    /// An offset sync, with its record timestamp.
+    Sync(OffsetSync, SyncOrigin, Option<i64>),
     SyncsLoaded,
+    /// The source loop found the remote partition of this SOURCE partition recreated at
+    /// `detected_ms` (a `TargetTopicRecreated` gap in the positions topic).
+    TargetRecreated {
+        tp: TopicPartition,
+        detected_ms: i64,
+    },
     /// A checkpoint read back from the checkpoints topic, with its record timestamp.
     CheckpointRead(Checkpoint, Option<i64>),
     CheckpointsLoaded,
@@ -145,7 +154,29 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 sync_errors.inc();
                 return None;
             };
-            Some(Event::Sync(sync, origin))
+            Some(Event::Sync(sync, origin, m.timestamp().to_millis()))
+        },
+        readers.clone(),
+    );
+
+    // Not waited for (`loaded: None`): a gap only ever makes checkpoints be written, and flows
+    // whose records another replicator copies have no positions topic.
+    follow_partition(
+        "the positions topic",
+        assign_only_consumer(&flow.target_client)?,
+        crate::kafka::positions::positions_topic(flow.source_alias()),
+        Offset::Beginning,
+        target_reach.clone(),
+        tx.clone(),
+        None,
+        |m| {
+            let gap = crate::kafka::positions::Gap::decode(m.key()?, m.payload()?)?;
+            (gap.kind == crate::kafka::positions::GapKind::TargetRewound).then(|| {
+                Event::TargetRecreated {
+                    tp: TopicPartition::new(gap.topic, gap.partition),
+                    detected_ms: gap.detected_ms,
+                }
+            })
         },
         readers.clone(),
     );
@@ -211,6 +242,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         target_reach,
         store: OffsetSyncStore::new(StoreConfig::default()),
         tracker: CheckpointTracker::new(),
+        recreations: Recreations::default(),
         commits: Commits::default(),
         dirty: HashSet::new(),
         assigned_once: false,
@@ -270,6 +302,7 @@ struct Core<'a> {
     target_reach: Arc<Reachability>,
     store: OffsetSyncStore,
     tracker: CheckpointTracker,
+    recreations: Recreations,
     commits: Commits,
     /// (group, source partition) pairs to evaluate at the next flush.
     dirty: HashSet<(String, TopicPartition)>,
@@ -337,23 +370,34 @@ impl Core<'_> {
                     }
                 }
             }
-            Event::Sync(sync, origin) => {
+            Event::Sync(sync, origin, timestamp_ms) => {
                 // A sync whose target offset went back (`Ok(true)`) voids the partition's
                 // mappings in the store, as in MM2; the checkpoints already written stay, by
                 // MM2's monotonic rule: a replay of the syncs topic from its start (a follower
                 // reset) or syncs of two writers interleaved look the same, and forgetting
                 // them there wrote checkpoints that went backwards (found by the chaos test).
                 // A recreated remote partition is told apart by the source loop's
-                // TargetTopicRecreated gap, which the status uses (CheckpointsInvalidated).
-                if let Err(e) = self.store.update(&sync, origin) {
-                    tracing::warn!(error = %e, "ignoring an invalid offset sync");
-                    return;
+                // TargetTopicRecreated gap ([`recreated`]).
+                let tp = &sync.topic_partition;
+                let first = self.store.partition(tp).is_none();
+                match self.store.update(&sync, origin) {
+                    Ok(rewound) => {
+                        self.recreations
+                            .sync_applied(tp, first || rewound, timestamp_ms)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "ignoring an invalid offset sync");
+                        return;
+                    }
                 }
                 if self.store.is_loaded() {
-                    let tp = &sync.topic_partition;
-                    let groups: Vec<String> = self.commits.groups_on(tp).cloned().collect();
-                    self.dirty
-                        .extend(groups.into_iter().map(|g| (g, tp.clone())));
+                    self.dirty_partition(tp);
+                }
+            }
+            Event::TargetRecreated { tp, detected_ms } => {
+                if self.recreations.recreated(&tp, detected_ms) && self.store.is_loaded() {
+                    tracing::info!(partition = %tp, "the remote partition was recreated; its checkpoints are written again from its new log");
+                    self.dirty_partition(&tp);
                 }
             }
             Event::SyncsLoaded => {
@@ -365,7 +409,7 @@ impl Core<'_> {
                 // Groups this replica owns are authoritative in memory: a read-back of its own
                 // older write must not roll the tracker back.
                 if !self.checkpoints_loaded || !self.commits.is_owned_group(&cp.group) {
-                    self.tracker.record(&cp);
+                    self.tracker.record_at(&cp, timestamp_ms);
                     if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
                         let at = UNIX_EPOCH + Duration::from_millis(ms);
                         let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
@@ -379,6 +423,12 @@ impl Core<'_> {
                 self.dirty.extend(self.commits.all_pairs());
             }
         }
+    }
+
+    fn dirty_partition(&mut self, tp: &TopicPartition) {
+        let groups: Vec<String> = self.commits.groups_on(tp).cloned().collect();
+        self.dirty
+            .extend(groups.into_iter().map(|g| (g, tp.clone())));
     }
 
     fn forget_group(&mut self, group: &str) {
@@ -406,6 +456,17 @@ impl Core<'_> {
             let Some(commit) = self.commits.get(&group, &tp) else {
                 continue;
             };
+            if let Some(target) = self.naming.target_partition(&tp) {
+                match self
+                    .recreations
+                    .verdict(&self.tracker, &group, &tp, &target)
+                {
+                    Verdict::Evaluate => {}
+                    Verdict::ForgetThenEvaluate => self.tracker.forget(&group, &target),
+                    // The new log's first sync makes the pair dirty again.
+                    Verdict::Wait => continue,
+                }
+            }
             let evaluation = evaluate(
                 &self.naming,
                 &self.store,
@@ -474,8 +535,12 @@ impl Core<'_> {
             match outcome {
                 Ok(()) => {
                     self.target_reach.ok();
-                    self.tracker.record(&cp);
                     let now = SystemTime::now();
+                    let now_ms = now
+                        .duration_since(UNIX_EPOCH)
+                        .ok()
+                        .and_then(|d| i64::try_from(d.as_millis()).ok());
+                    self.tracker.record_at(&cp, now_ms);
                     self.ctx.metrics.checkpoints_emitted.inc();
                     if let Some(committed_ms) = live_since {
                         let now_ms = now

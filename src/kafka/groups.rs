@@ -1,0 +1,75 @@
+//! One group's state and members as its coordinator reports them, for groups of both
+//! protocols: classic, and the consumer protocol of KIP-848 (`group.protocol=consumer`), which
+//! the classic DescribeGroups (rust-rdkafka's `fetch_group_list`) reports as `Dead` with no
+//! members while its consumers run. Through librdkafka's DescribeConsumerGroups
+//! ([`mirrorflow_rdkafka_ext`]).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::client::{Client, ClientContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// A group as its coordinator describes it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Membership {
+    /// `Empty`, `Stable`, `PreparingRebalance`, `CompletingRebalance`, `Dead` (no such group).
+    pub state: String,
+    /// `classic` or `consumer` (KIP-848); `unknown` for a group that does not exist.
+    pub protocol: String,
+    pub members: usize,
+}
+
+impl Membership {
+    /// Members present: a commit now would race the running consumers.
+    pub fn is_active(&self) -> bool {
+        self.members > 0
+    }
+}
+
+/// While a group's coordinator moves or loads, the answer is an error worth asking again.
+fn is_transient(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+    )
+}
+
+/// Describes `group` through `client`, asking again while its coordinator moves, within
+/// `timeout` in all. Errors are [`KafkaError::AdminOp`] with the coordinator's code, so
+/// [`super::is_unreachable`] tells an unreachable cluster apart.
+pub fn describe<C: ClientContext>(
+    client: &Client<C>,
+    group: &str,
+    timeout: Duration,
+) -> Result<Membership, KafkaError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = mirrorflow_rdkafka_ext::describe_groups(client, &[group], left)
+            .map_err(|e| KafkaError::AdminOp(e.code))?;
+        let code = match answer.into_iter().next() {
+            Some(Ok(d)) => {
+                return Ok(Membership {
+                    state: d.state.to_string(),
+                    protocol: d.protocol.to_string(),
+                    members: d.members,
+                });
+            }
+            Some(Err((_, e))) if e.code == RDKafkaErrorCode::GroupIdNotFound => {
+                return Ok(Membership {
+                    state: "Dead".into(),
+                    protocol: "unknown".into(),
+                    members: 0,
+                });
+            }
+            Some(Err((_, e))) => e.code,
+            None => RDKafkaErrorCode::Fail,
+        };
+        if !is_transient(code) || Instant::now() + Duration::from_millis(200) >= deadline {
+            return Err(KafkaError::AdminOp(code));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
