@@ -1,6 +1,7 @@
 //! A replicator as the node runs it: a container whose root file system refuses writes, whose
 //! process runs as uid 65532 with no capabilities under seccomp, and which kubelet restarts
-//! after a `kill -9` with no record lost (at-least-once) and the flow FailoverReady again.
+//! after a `kill -9` with no record lost (at-least-once) and the flow FailoverReady again; and a
+//! replicator that stops answering, which kubelet's liveness probe finds and restarts.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -56,12 +57,14 @@ fn values(bootstrap: &str, topic: &str) -> Result<(BTreeSet<String>, usize)> {
     Ok((set, n))
 }
 
-#[tokio::test]
-async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lost() -> Result<()> {
-    let world = World::from_env()?;
-    let client = world.kube_client().await?;
+/// A namespace with the operator and a FailoverReady flow `flow` copying a topic of
+/// [`PARTITIONS`] partitions that holds [`BEFORE`] records: (namespace, alias, topic, flows).
+async fn ready_flow(
+    world: &World,
+    client: &kube::Client,
+) -> Result<(String, String, String, Api<MirrorFlow>)> {
     let ns = unique("e2e-ctr");
-    install_operator(&world, &ns)?;
+    install_operator(world, &ns)?;
     let alias = unique("ctr");
     let topic = unique("ctrtopic");
     kafka::create_topic(&world.source_bootstrap, &topic, PARTITIONS).await?;
@@ -72,8 +75,6 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
     );
     run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    let failover_ready =
-        |mf: &MirrorFlow| condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True");
     wait_for_flow(
         &flows,
         "flow",
@@ -82,6 +83,59 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
         failover_ready,
     )
     .await?;
+    Ok((ns, alias, topic, flows))
+}
+
+fn failover_ready(mf: &MirrorFlow) -> bool {
+    condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True")
+}
+
+/// The replicator container's last run, once it ended.
+fn last_termination(pod: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "replicator")?
+        .last_state
+        .as_ref()?
+        .terminated
+        .clone()
+}
+
+/// Waits for the flow to be FailoverReady on a heartbeat written after `since` (RFC 3339 in
+/// UTC on both sides, so the strings compare as times): proof of the restarted container's work.
+async fn ready_after(flows: &Api<MirrorFlow>, since: &str) -> Result<MirrorFlow> {
+    wait_for_flow(
+        flows,
+        "flow",
+        "FailoverReady with a heartbeat written after the restart",
+        Duration::from_secs(120),
+        |mf| {
+            failover_ready(mf)
+                && mf
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.heartbeat.as_ref())
+                    .and_then(|h| h.last_heartbeat_time.as_deref())
+                    .is_some_and(|t| t > since)
+        },
+    )
+    .await
+}
+
+fn utc_now() -> Result<String> {
+    Ok(run("date", &["-u", "+%Y-%m-%dT%H:%M:%S"])?
+        .trim()
+        .to_owned())
+}
+
+#[tokio::test]
+async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lost() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let (ns, alias, topic, flows) = ready_flow(&world, &client).await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod = pods.get("flow-0").await?;
@@ -134,9 +188,7 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
     tokio::time::sleep(Duration::from_millis(500)).await;
     run("kill", &["-9", &pid.to_string()])?;
     let killed = Instant::now();
-    let killed_at = run("date", &["-u", "+%Y-%m-%dT%H:%M:%S"])?
-        .trim()
-        .to_owned();
+    let killed_at = utc_now()?;
     let restarted = eventually(
         "kubelet to restart the replicator container",
         Duration::from_secs(120),
@@ -149,14 +201,7 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
     .await?;
     println!("restarted and ready {:?} after the kill", killed.elapsed());
     assert!(!process_alive(pid), "the killed process is gone");
-    let last = restarted
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.iter().find(|c| c.name == "replicator"))
-        .and_then(|c| c.last_state.as_ref())
-        .and_then(|s| s.terminated.as_ref())
-        .context("the container's last state is terminated")?;
+    let last = last_termination(&restarted).context("the container's last state is terminated")?;
     assert_eq!(last.exit_code, 137, "SIGKILL ended the last run: {last:?}");
     writer.await??;
 
@@ -182,24 +227,8 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
         source.len(),
         n - source.len()
     );
-    // Ready again on what the restarted container did: a heartbeat it wrote after the kill
-    // (RFC 3339 in UTC on both sides, so the strings compare as times).
-    let after = wait_for_flow(
-        &flows,
-        "flow",
-        "FailoverReady with a heartbeat written after the restart",
-        Duration::from_secs(120),
-        |mf| {
-            failover_ready(mf)
-                && mf
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.heartbeat.as_ref())
-                    .and_then(|h| h.last_heartbeat_time.as_deref())
-                    .is_some_and(|t| t > killed_at.as_str())
-        },
-    )
-    .await?;
+    // Ready again on what the restarted container did.
+    let after = ready_after(&flows, &killed_at).await?;
     println!(
         "FailoverReady again, heartbeat {:?}",
         after
@@ -207,6 +236,63 @@ async fn a_killed_replicator_container_is_restarted_by_kubelet_with_no_record_lo
             .and_then(|s| s.heartbeat)
             .and_then(|h| h.last_heartbeat_time)
     );
+    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
+    Ok(())
+}
+
+/// Liveness, as kubelet probes it: a replicator frozen with SIGSTOP (what a deadlocked process
+/// looks like from outside: no answer on /healthz) fails the probe, kubelet kills and restarts
+/// the container, and the flow is FailoverReady again on the new container's work. The probe
+/// is every 10 s with 6 failures allowed, so the restart comes after about a minute, not at once.
+#[tokio::test]
+async fn a_frozen_replicator_fails_its_liveness_probe_and_is_restarted() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let (ns, _, _, flows) = ready_flow(&world, &client).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pid = container_pid(&pods.get("flow-0").await?, "replicator")?;
+    run("kill", &["-STOP", &pid.to_string()])?;
+    let frozen = Instant::now();
+    let frozen_at = utc_now()?;
+    let restarted = eventually(
+        "kubelet to restart the frozen container",
+        Duration::from_secs(240),
+        || async {
+            let p = pods.get("flow-0").await?;
+            let new = container_pid(&p, "replicator").ok().filter(|n| *n != pid);
+            Ok((restarts(&p) >= 1 && new.is_some()).then_some(p))
+        },
+    )
+    .await?;
+    let took = frozen.elapsed();
+    println!("restarted {took:?} after the freeze");
+    assert!(
+        took >= Duration::from_secs(40),
+        "restarted after {took:?}: sooner than 6 failed probes 10 s apart allow, so not by the liveness probe"
+    );
+    assert!(!process_alive(pid), "the frozen process is gone");
+    assert!(
+        last_termination(&restarted).is_some(),
+        "the frozen run ended"
+    );
+    let events = run(
+        "kubectl",
+        &[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            "reason=Unhealthy",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    )?;
+    assert!(
+        events.contains("Liveness probe failed"),
+        "kubelet reported the failed liveness probe: {events:?}"
+    );
+    ready_after(&flows, &frozen_at).await?;
     run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
 }
