@@ -21,6 +21,27 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Resu
     create_topic_with(bootstrap, topic, partitions, &[]).await
 }
 
+/// Deletes `topic` and waits until the cluster's metadata no longer lists it, so a topic
+/// created under the same name afterwards is a new one.
+pub async fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
+    let results = admin(bootstrap)?
+        .delete_topics(&[topic], &AdminOptions::new())
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            bail!("deleting topic {name} failed: {code}");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while topics(bootstrap)?.contains(topic) {
+        if Instant::now() > deadline {
+            bail!("{topic} still listed 30 s after its deletion");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 /// Creates `topic` with topic `configs` (e.g. `max.message.bytes`); replication factor 1.
 pub async fn create_topic_with(
     bootstrap: &str,

@@ -93,18 +93,6 @@ async fn copied(bootstrap: &str, topic: &str, n: usize, timeout: Duration) -> Re
     .await
 }
 
-async fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
-    let results = kafka::admin(bootstrap)?
-        .delete_topics(&[topic], &AdminOptions::new())
-        .await?;
-    for r in results {
-        if let Err((name, code)) = r {
-            bail!("deleting topic {name} failed: {code}");
-        }
-    }
-    Ok(())
-}
-
 /// Deletes records before `offset` (what retention does to a partition's log start).
 async fn delete_records_before(bootstrap: &str, topic: &str, offset: i64) -> Result<()> {
     let mut tpl = TopicPartitionList::new();
@@ -283,7 +271,7 @@ spec:
     );
 
     // 2. The source topic is deleted and created again with new records.
-    delete_topic(&src, &recreated).await?;
+    kafka::delete_topic(&src, &recreated).await?;
     eventually("the source topic gone", Duration::from_secs(30), || async {
         if kafka::topics(&src)?.contains(&recreated) {
             bail!("still listed");
@@ -330,7 +318,7 @@ spec:
     // 2b. Deleted and created again at once, faster than discovery looks: the consumer may
     // meet the new log at its old position (stopped by auto.offset.reset=error, then moved)
     // rather than through a rebalance. Either way the new records must arrive once.
-    delete_topic(&src, &swapped).await?;
+    kafka::delete_topic(&src, &swapped).await?;
     eventually(
         "the swapped topic created again",
         Duration::from_secs(30),
@@ -363,7 +351,7 @@ spec:
     // depends on the machine's pace, and each adds a marker).
     let end = high_watermark(&tgt, &remote(&remote_deleted))?;
     let reached = if exactly_once { end - 1 } else { end };
-    delete_topic(&tgt, &remote(&remote_deleted)).await?;
+    kafka::delete_topic(&tgt, &remote(&remote_deleted)).await?;
     let mf = wait_for_flow(
         &flows,
         "flow",
@@ -533,7 +521,7 @@ spec:
     ready("FailoverReady True").await?;
 
     delete_records_before(&src, &topic, 30).await?;
-    delete_topic(&tgt, &remote).await?;
+    kafka::delete_topic(&tgt, &remote).await?;
     wait_for_flow(
         &flows,
         "flow",

@@ -470,6 +470,53 @@ async fn checkpoints_stay_monotonic_across_a_restart_and_a_rewind_emits_a_new_on
     Ok(())
 }
 
+/// The offset-syncs topic deleted and created again under the checkpoint loop: the follower's
+/// position lies past the new topic's end, and it reads the new topic from its start (counting
+/// the loss) where librdkafka's default would jump to the end and skip the syncs written there
+/// first. The commit after the recreation is only exact through those syncs.
+#[tokio::test]
+async fn a_recreated_offset_syncs_topic_is_followed_from_its_start() -> Result<()> {
+    let m = Mirror::new("cp-resync", 1).await?;
+    let r = m.start(NO_HEARTBEATS).await?;
+    let group = unique("app");
+    let mut end = 0;
+    // Eight syncs: the follower's position ends up well past the recreated topic's end.
+    for _ in 0..4 {
+        end = m.mirror(0, 5).await?.end;
+    }
+    commit(&m.world.source_bootstrap, &group, &m.topic, &[(0, end)])?;
+    m.wait_checkpoint(&group, 0, end).await?;
+    let syncs = format!("mm2-offset-syncs.{}.internal", m.target_alias);
+    kafka::delete_topic(&m.world.source_bootstrap, &syncs).await?;
+    kafka::create_topic(&m.world.source_bootstrap, &syncs, 1).await?;
+    // Written at once, before the follower's next fetch finds its position gone.
+    let range = m.mirror(0, 5).await?;
+    commit(
+        &m.world.source_bootstrap,
+        &group,
+        &m.topic,
+        &[(0, range.end)],
+    )?;
+    let cp = m
+        .wait_checkpoint(&group, 0, range.end)
+        .await
+        .with_context(|| r.log_text())?;
+    assert_eq!(
+        cp.downstream_offset,
+        range.end + SHIFT,
+        "exact, through the syncs of the recreated topic: {cp:?}"
+    );
+    let lost = r#"mirrorflow_errors_total{kind="position_lost",loop="checkpoint"}"#;
+    eventually(
+        "the lost position counted",
+        Duration::from_secs(20),
+        || async { Ok(metric_sample(&r, lost).filter(|n| *n >= 1.0).map(|_| ())) },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn no_checkpoint_for_offsets_no_sync_covers() -> Result<()> {
     let m = Mirror::new("cp-uncovered", 2).await?;
