@@ -96,6 +96,9 @@ enum Command {
     /// Move consumer groups back to the source after a failover (dry run unless --apply).
     #[command(long_about = mirrorflow::cli::failback::FAILBACK_HELP)]
     Failback(mirrorflow::cli::failback::FailbackArgs),
+    /// Rehearse a failover in drill groups on the target; no real group changes.
+    #[command(long_about = mirrorflow::cli::drill::DRILL_HELP)]
+    Drill(mirrorflow::cli::drill::DrillArgs),
     /// Show a flow's failover readiness: conditions, lags and the least-ready groups.
     Status(mirrorflow::cli::status::StatusArgs),
 }
@@ -127,6 +130,7 @@ fn main() -> anyhow::Result<()> {
         Command::Translate(_)
         | Command::Failover(_)
         | Command::Failback(_)
+        | Command::Drill(_)
         | Command::Status(_) => mirrorflow::cli::LOG_FILTER,
         _ => "info",
     };
@@ -208,6 +212,7 @@ fn main() -> anyhow::Result<()> {
         Command::Translate(args) => exit_with(mirrorflow::cli::translate::run(&args)),
         Command::Failover(args) => exit_with(mirrorflow::cli::failover::run(&args)),
         Command::Failback(args) => exit_with(mirrorflow::cli::failback::run(&args)),
+        Command::Drill(args) => exit_with(mirrorflow::cli::drill::run(&args)),
         Command::Status(args) => exit_with(mirrorflow::cli::status::run(&args)),
     }
     Ok(())

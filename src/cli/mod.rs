@@ -16,6 +16,7 @@
 mod aligned;
 pub mod apply;
 pub mod clusters;
+pub mod drill;
 pub mod failback;
 pub mod failover;
 pub mod status;

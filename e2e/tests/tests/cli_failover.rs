@@ -236,6 +236,15 @@ fn part<'a>(report: &'a Value, group: &str, partition: i64) -> Result<&'a Value>
         .with_context(|| format!("no {group}/{partition} in {report:#}"))
 }
 
+/// The consumer groups on a cluster, by name.
+fn target_groups(bootstrap: &str) -> Result<Vec<String>> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let list = c.fetch_group_list(None, Duration::from_secs(10))?;
+    Ok(list.groups().iter().map(|g| g.name().to_string()).collect())
+}
+
 fn group_of<'a>(report: &'a Value, group: &str) -> Result<&'a Value> {
     report["groups"]
         .as_array()
@@ -487,6 +496,46 @@ async fn scenario(s: &Scenario) -> Result<()> {
     );
     println!("{}", s.run("failover", &["--all-groups"])?.stdout);
 
+    // 3b. The same failover rehearsed in drill groups and checked record by record: nothing is
+    // skipped, g3 re-reads the 20 records it committed after its checkpoint, everything is
+    // copied; the real groups are untouched and the drill groups are gone afterwards.
+    let drill = s.run("drill", &["--all-groups", "-o", "json"])?;
+    ensure!(
+        drill.code == 0,
+        "drill exit {}: {}{}",
+        drill.code,
+        drill.stdout,
+        drill.stderr
+    );
+    let dj = drill.json()?;
+    for (g, p, _) in &want {
+        let dp = part(&dj, g, i64::from(*p))?;
+        let reread = if *g == g3 { 20 } else { 0 };
+        ensure!(
+            dp["skipped"] == 0 && dp["reread"] == reread && dp["notCopied"] == 0,
+            "{dp:#}"
+        );
+        ensure!(group_of(&dj, g)?["verdict"] == "pass", "{dj:#}");
+    }
+    println!(
+        "drill: {g3} re-reads {} records, first records read {} ms after the drill commit",
+        part(&dj, &g3, 0)?["reread"],
+        group_of(&dj, &g3)?["firstRecordsMs"]
+    );
+    ensure!(
+        committed(&tgt, &g1, &s.remote, 0)?.is_none()
+            && committed(&src, &g3, &s.topic, 0)? == Some(70),
+        "the drill changed a real group"
+    );
+    ensure!(
+        target_groups(&tgt)?
+            .iter()
+            .all(|g| !g.starts_with("mirrorflow-drill.")),
+        "drill groups left behind: {:?}",
+        target_groups(&tgt)?
+    );
+    println!("{}", s.run("drill", &["--group", &g1])?.stdout);
+
     // A source that does not answer: re-reads unknown, checkpoint ages still shown.
     let dead_source = s.flow_file.with_file_name("dead-source.yaml");
     std::fs::write(&dead_source, flow_yaml.replace(src.as_str(), "127.0.0.1:1"))?;
@@ -534,6 +583,15 @@ async fn scenario(s: &Scenario) -> Result<()> {
         "a refused skip was committed"
     );
     println!("rewound group: {}", sp["reason"]);
+    // The drill finds the same 10 records by reading them, and says so in its exit status.
+    let drill = s.run("drill", &["--group", &g3, "-o", "json"])?;
+    let dj = drill.json()?;
+    let dp = part(&dj, &g3, 0)?;
+    ensure!(
+        drill.code == 3 && dp["skipped"] == 10 && group_of(&dj, &g3)?["verdict"] == "skips",
+        "a drill of a group a failover would skip: exit {}, {dj:#}",
+        drill.code
+    );
 
     // 4. failover --apply: the target group resumes on the next record.
     let applied = s.run("failover", &["--group", &g1, "--apply", "-o", "json"])?;
