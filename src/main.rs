@@ -99,6 +99,9 @@ enum Command {
     /// Rehearse a failover in drill groups on the target; no real group changes.
     #[command(long_about = mirrorflow::cli::drill::DRILL_HELP)]
     Drill(mirrorflow::cli::drill::DrillArgs),
+    /// Start a flow where a MirrorMaker 2 stopped, instead of copying again (dry run unless --apply).
+    #[command(long_about = mirrorflow::cli::takeover::TAKEOVER_HELP)]
+    Takeover(mirrorflow::cli::takeover::TakeoverArgs),
     /// Show a flow's failover readiness: conditions, lags and the least-ready groups.
     Status(mirrorflow::cli::status::StatusArgs),
 }
@@ -131,6 +134,7 @@ fn main() -> anyhow::Result<()> {
         | Command::Failover(_)
         | Command::Failback(_)
         | Command::Drill(_)
+        | Command::Takeover(_)
         | Command::Status(_) => mirrorflow::cli::LOG_FILTER,
         _ => "info",
     };
@@ -213,6 +217,7 @@ fn main() -> anyhow::Result<()> {
         Command::Failover(args) => exit_with(mirrorflow::cli::failover::run(&args)),
         Command::Failback(args) => exit_with(mirrorflow::cli::failback::run(&args)),
         Command::Drill(args) => exit_with(mirrorflow::cli::drill::run(&args)),
+        Command::Takeover(args) => exit_with(mirrorflow::cli::takeover::run(&args)),
         Command::Status(args) => exit_with(mirrorflow::cli::status::run(&args)),
     }
     Ok(())

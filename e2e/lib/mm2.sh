@@ -45,7 +45,9 @@ refresh.groups.interval.seconds = 5
 emit.checkpoints.interval.seconds = 1
 emit.heartbeats.interval.seconds = 1
 sync.group.offsets.interval.seconds = 1
-offset.flush.interval.ms = 1000
+# Worker settings are taken from the target cluster's properties: unprefixed, this one would
+# be ignored and the source connector's progress flushed once a minute.
+$tgt.offset.flush.interval.ms = 1000
 EOF
   local kv
   for kv in "$@"; do

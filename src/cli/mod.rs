@@ -1,16 +1,18 @@
-//! The failover CLI: `mirrorflow translate`, `failover` and `failback`, also run as the kubectl
+//! The failover CLI: `mirrorflow translate`, `failover`, `failback`, `drill` and `takeover`, also run as the kubectl
 //! plugin `kubectl mirrorflow` (the same binary invoked as `kubectl-mirrorflow`).
 //!
 //! Each command reads a flow (a file, or a `MirrorFlow` and its Secrets from the apiserver),
 //! reads what it needs from the two clusters, computes its plan with pure functions (unit
-//! tested here) and prints it as a table or JSON. Only `--apply` writes anything, and only
-//! consumer group offsets.
+//! tested here) and prints it as a table or JSON. Only `--apply` writes anything (consumer group
+//! offsets; `takeover`: the flow's positions), and `drill` its own drill groups.
 //!
 //! | command | reads | writes with `--apply` |
 //! |---|---|---|
 //! | [`translate`] | the target's checkpoints topic | nothing |
 //! | [`failover`] | checkpoints, offset syncs, group offsets and members on both clusters | target group offsets |
 //! | [`failback`] | the forward flow's offset syncs, group offsets on both clusters | old source group offsets |
+//! | [`drill`] | what `failover` reads, then the first records of drill groups and the source's records around the groups | only `mirrorflow-drill.<group>` groups (always; deleted afterwards) |
+//! | [`takeover`] | MM2's Connect offsets, the remote partitions' newest records, the source's records after MM2's offsets | the flow's positions |
 //! | [`status`] | the `MirrorFlow`'s status, or (with a flow file) what the operator's probe reads | nothing |
 
 mod aligned;
@@ -19,8 +21,10 @@ pub mod clusters;
 pub mod drill;
 pub mod failback;
 pub mod failover;
+mod records;
 pub mod status;
 pub mod table;
+pub mod takeover;
 pub mod translate;
 
 use std::collections::BTreeMap;

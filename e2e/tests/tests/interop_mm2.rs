@@ -583,3 +583,215 @@ async fn mirrormaker_read_by_ours(world: &World, a: &str, b: &str, topic: &str) 
     );
     Ok(())
 }
+
+/// Runs the CLI; (exit status, stdout as JSON).
+fn cli_json(world: &World, args: &[&str]) -> Result<(i32, serde_json::Value)> {
+    let out = std::process::Command::new(mirrorflow_e2e::replicator::binary(&world.repo_root))
+        .args(args)
+        .output()
+        .context("running mirrorflow (cargo build -p mirrorflow)")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(&stdout).with_context(|| {
+        format!(
+            "mirrorflow {args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((out.status.code().unwrap_or(-1), json))
+}
+
+/// Values of every record of `topic`, per partition, read committed from the start.
+fn values_of(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<Vec<String>>> {
+    (0..partitions)
+        .map(|p| {
+            Ok(kafka::read_partition(bootstrap, topic, p)?
+                .into_iter()
+                .map(|(_, _, v)| String::from_utf8_lossy(&v.unwrap_or_default()).into_owned())
+                .collect())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn our_flow_takes_over_from_a_killed_mirrormaker_without_copying_again() -> Result<()> {
+    let world = World::from_env()?;
+    let (a, b) = (unique("ta"), unique("tb"));
+    let topic = unique("iopto");
+    let outcome = takeover(&world, &a, &b, &topic).await;
+    cleanup(&world, &[&a, &b, &topic]).await;
+    outcome
+}
+
+/// MirrorMaker replicates and is killed while records keep coming (so it copied records after
+/// its last offset flush); `mirrorflow takeover` positions the flow where MirrorMaker's copies
+/// end and the flow copies the rest: every source record on the target exactly once, the
+/// group's checkpoints never go back across the switch, and a drill of the group skips nothing.
+async fn takeover(world: &World, a: &str, b: &str, topic: &str) -> Result<()> {
+    let (source, target) = (&world.source_bootstrap, &world.target_bootstrap);
+    let partitions = 2;
+    let remote = format!("{a}_{topic}");
+    let cps_topic = format!("{a}_checkpoints_internal");
+    let group = unique("iopto-g");
+    kafka::create_topic(source, topic, partitions).await?;
+    produce(source, topic, partitions, 100, "t1").await?;
+    let mut mm = MirrorMaker::start(
+        &world.repo_root,
+        &[],
+        &unique("iopto"),
+        (a, source),
+        (b, target),
+        &[
+            format!("topics={topic}"),
+            format!("groups={group}"),
+            "replication.policy.separator=_".into(),
+            "emit.heartbeats.enabled=false".into(),
+        ],
+    )?;
+    eventually("MirrorMaker's copy", WAIT, || async {
+        Ok(kafka::topics(target)?
+            .contains(&remote)
+            .then(|| ends(target, &remote, partitions))
+            .transpose()?
+            .filter(|e| e.iter().all(|n| *n == 100)))
+    })
+    .await
+    .with_context(|| mm.log_text())?;
+    commit(source, &group, topic, &[(0, 60), (1, 80)], "")?;
+    let mut commits = BTreeMap::new();
+    commits.insert((group.clone(), remote.clone(), 0), 60);
+    commits.insert((group.clone(), remote.clone(), 1), 80);
+    wait_checkpointed(target, &cps_topic, &commits, false, || mm.log_text()).await?;
+
+    // Records keep coming; MirrorMaker dies in the middle, without a last offset flush.
+    let writer = {
+        let source = source.clone();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            for i in 0..40 {
+                produce(&source, &topic, partitions, 5, &format!("t2-{i}")).await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    mm.kill()?;
+    writer.await??;
+
+    let observe = format!(
+        "source: {{alias: {a}, bootstrapServers: '{source}'}}\n\
+         target: {{alias: {b}, bootstrapServers: '{target}'}}\n\
+         topics: ['{topic}']\n\
+         groups: ['{group}']\n\
+         replicationPolicy: {{type: Prefix, separator: '_'}}\n\
+         heartbeats: {{enabled: false}}\n"
+    );
+    let observe_file = write_flow(
+        &unique("iopto-observe"),
+        &format!("mode: Observe\n{observe}"),
+    )?;
+    let file = observe_file.display().to_string();
+    let (code, dry) = cli_json(world, &["takeover", "--flow-file", &file, "-o", "json"])?;
+    let rows = dry["partitions"].as_array().cloned().unwrap_or_default();
+    // Both partitions of the topic, and the heartbeats topic MirrorMaker copied as well.
+    ensure!(
+        code == 0
+            && rows.iter().filter(|r| r["topic"] == topic).count() == 2
+            && rows.iter().all(|r| r["action"] == "write"),
+        "takeover dry run: exit {code}, {dry:#}"
+    );
+    let (code, applied) = cli_json(
+        world,
+        &["takeover", "--flow-file", &file, "--apply", "-o", "json"],
+    )?;
+    let rows = applied["partitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        code == 0 && rows.iter().all(|r| r["action"] == "written"),
+        "takeover --apply: exit {code}, {applied:#}"
+    );
+    let bound: i64 = rows
+        .iter()
+        .filter_map(|r| r["duplicatesAtMost"].as_i64())
+        .sum();
+    for r in &rows {
+        println!(
+            "takeover {}[{}]: MirrorMaker's offset {}, resume at {}, {} records copied after its last flush not copied again",
+            r["topic"], r["partition"], r["mm2Offset"], r["resumeAt"], r["foundAfterFlush"]
+        );
+    }
+
+    // The flow replicates from there.
+    let replicate = format!("{observe}sourceLoop: {{topicsRefreshInterval: 1s}}\n");
+    let replicate_file = write_flow(&unique("iopto-replicate"), &replicate)?;
+    let port = free_port()?;
+    let mut r = Replicator::start(&world.repo_root, &unique("iopto-ours"), &replicate, port)?;
+    produce(source, topic, partitions, 20, "t3").await?;
+    let source_values = values_of(source, topic, partitions)?;
+    let want: Vec<i64> = source_values.iter().map(|v| v.len() as i64).collect();
+    eventually("the flow's copy", WAIT, || async {
+        let ends = ends(target, &remote, partitions)?;
+        Ok(ends
+            .iter()
+            .zip(&want)
+            .all(|(have, want)| have >= want)
+            .then_some(()))
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    let copied = values_of(target, &remote, partitions)?;
+    for (p, (src, tgt)) in source_values.iter().zip(&copied).enumerate() {
+        let distinct: std::collections::BTreeSet<&String> = tgt.iter().collect();
+        let lost = src.iter().filter(|v| !distinct.contains(v)).count();
+        let duplicates = tgt.len() - distinct.len();
+        println!(
+            "partition {p}: {} source records, {} on the target, {lost} lost, {duplicates} duplicates",
+            src.len(),
+            tgt.len()
+        );
+        ensure!(lost == 0, "records lost in partition {p}");
+        ensure!(
+            duplicates as i64 <= bound,
+            "{duplicates} duplicates in partition {p}, more than the {bound} the takeover allowed"
+        );
+    }
+
+    // Our checkpoints continue MirrorMaker's, never below them.
+    commit(source, &group, topic, &[(0, 250), (1, 270)], "")?;
+    let mut commits = BTreeMap::new();
+    commits.insert((group.clone(), remote.clone(), 0), 250);
+    commits.insert((group.clone(), remote.clone(), 1), 270);
+    wait_checkpointed(target, &cps_topic, &commits, true, || r.log_text()).await?;
+    let history = checkpoints(target, &cps_topic)?;
+    for p in 0..partitions {
+        let downs: Vec<i64> = history
+            .iter()
+            .filter(|c| c.group == group && c.topic_partition.partition == p)
+            .map(|c| c.downstream_offset)
+            .collect();
+        ensure!(
+            downs.windows(2).all(|w| w[0] <= w[1]),
+            "checkpoints of partition {p} went back: {downs:?}"
+        );
+    }
+    let (code, drill) = cli_json(
+        world,
+        &[
+            "drill",
+            "--flow-file",
+            &replicate_file.display().to_string(),
+            "--group",
+            &group,
+            "-o",
+            "json",
+        ],
+    )?;
+    ensure!(
+        code == 0 && drill["groups"][0]["verdict"] == "pass",
+        "a drill after the takeover: exit {code}, {drill:#}"
+    );
+    r.stop(Duration::from_secs(10));
+    Ok(())
+}

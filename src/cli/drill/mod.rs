@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use self::judge::{Around, Finding, Seen, fingerprint};
+use self::judge::{Around, Finding, Seen};
 use super::clusters::Partition;
 use super::failover::{self, Landing};
+use super::records::{kafka_error, newest_before, read_range, reader, seen};
 use super::table::Table;
 use super::{ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat};
 use crate::flow::Flow;
@@ -132,87 +132,6 @@ fn verdict(partitions: &[PartitionDrill]) -> &'static str {
     } else {
         "pass"
     }
-}
-
-fn kafka_error(what: String, cluster: &'static str) -> impl FnOnce(KafkaError) -> CliError {
-    move |source| CliError::Kafka {
-        what,
-        cluster,
-        source,
-    }
-}
-
-/// A reader of one partition's records, read committed, as no group.
-fn reader(client: &ClientConfig, cluster: &'static str) -> Result<BaseConsumer, CliError> {
-    client
-        .clone()
-        .set("group.id", "mirrorflow-drill-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .map_err(kafka_error("creating a reader".into(), cluster))
-}
-
-fn seen(m: &rdkafka::message::BorrowedMessage<'_>) -> Seen {
-    let headers: Vec<(&str, Option<&[u8]>)> = m
-        .headers()
-        .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-        .unwrap_or_default();
-    let fp = fingerprint(m.key(), m.payload(), m.timestamp().to_millis(), &headers);
-    (m.offset(), fp)
-}
-
-/// Records of `topic`/`partition` in `[from, to)` (clamped to the log), and whether that
-/// reached the partition's end.
-fn read_range(
-    consumer: &BaseConsumer,
-    topic: &str,
-    partition: i32,
-    from: i64,
-    to: i64,
-) -> Result<(Vec<Seen>, bool), KafkaError> {
-    let (low, high) = consumer.fetch_watermarks(topic, partition, TIMEOUT)?;
-    let (from, to) = (from.max(low), to.min(high));
-    if from >= to {
-        return Ok((Vec::new(), to >= high));
-    }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(from))?;
-    consumer.assign(&tpl)?;
-    let mut out = Vec::new();
-    let deadline = Instant::now() + TIMEOUT;
-    while Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                if m.offset() >= to {
-                    break;
-                }
-                out.push(seen(&m));
-                if m.offset() + 1 >= to {
-                    break;
-                }
-            }
-            // The end as read committed: markers and open transactions end it before `high`.
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => return Err(e),
-            None => {}
-        }
-    }
-    Ok((out, to >= high))
-}
-
-/// The newest record of a partition before `before`, looking back a few offsets (transaction
-/// markers take offsets).
-fn newest_before(
-    consumer: &BaseConsumer,
-    topic: &str,
-    partition: i32,
-    before: i64,
-) -> Result<Option<Seen>, KafkaError> {
-    let (records, _) = read_range(consumer, topic, partition, before.saturating_sub(8), before)?;
-    Ok(records.last().copied())
 }
 
 /// The first record the drill group read, by target partition (`None`: nothing to read there).
