@@ -235,7 +235,7 @@ image_input_hash() {
 # podman build with its output in a log; cargo's "Compiling" lines counted against the crates
 # mirrorflow depends on feed with_progress's heartbeat.
 image_podman_build() {
-  local tag="$1" log="$IMAGE_DIR/build.log" total=""
+  local tag="$1" log="$2" total=""
   # Best effort: without cargo or a local registry index the heartbeat shows no total.
   if command -v cargo >/dev/null 2>&1; then
     total="$(cd "$MF_ROOT" && { timeout 60 cargo tree --locked --offline -p mirrorflow -e normal,build \
@@ -318,11 +318,19 @@ image_prune_old() {
       *) rm -f "$f" ;;
     esac
   done
+  # Build logs of the images kept stay; a log of a build in progress is newer than any archive.
+  for f in "$IMAGE_DIR"/build-*.log "$IMAGE_DIR/build.log"; do
+    [ -e "$f" ] || continue
+    case " ${kept[*]/#mirrorflow-/build-} " in
+      *" $(basename "$f" .log) "*) ;;
+      *) [ "$f" -nt "$IMAGE_DIR/mirrorflow-$keep.oci.tar" ] || rm -f "$f" ;;
+    esac
+  done
   return 0
 }
 
 image_build() {
-  local start=$SECONDS hash tag archive size
+  local start=$SECONDS hash tag archive size build_log
   image_podman_env
   # Empty cgroups left by an earlier run that failed half-way go first; this run's at the end.
   image_cgroup_cleanup
@@ -333,8 +341,11 @@ image_build() {
   if podman image exists "$tag"; then
     log "image $tag is up to date (inputs unchanged)"
   else
-    : >"$IMAGE_DIR/build.log"
-    with_progress "building $tag (podman build; 10-20 min cold, log: $IMAGE_DIR/build.log)" image_podman_build "$tag"
+    # A log per input hash: two worlds building different trees at once (one MF_CACHE) keep
+    # their logs apart.
+    local build_log="$IMAGE_DIR/build-$hash.log"
+    : >"$build_log"
+    with_progress "building $tag (podman build; 10-20 min cold, log: $build_log)" image_podman_build "$tag" "$build_log"
   fi
   podman tag "$tag" "$IMAGE_NAME:dev"
   archive="$IMAGE_DIR/mirrorflow-$hash.oci.tar"

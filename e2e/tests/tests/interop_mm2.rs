@@ -447,6 +447,45 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
     Ok(())
 }
 
+/// MirrorMaker copying `topic` (2 partitions) from the world's source to its target with
+/// aliases `a` and `b` and the separator `_` (MirrorMaker copies every heartbeats topic
+/// regardless of the topic filter; with `.` it would copy any `<alias>.heartbeats` other tests
+/// left on the shared source), checkpointing `groups`; returns once the remote topic holds
+/// `records` in each partition.
+async fn start_mirrormaker(
+    world: &World,
+    (a, b): (&str, &str),
+    topic: &str,
+    groups: &str,
+    records: i64,
+) -> Result<MirrorMaker> {
+    let (source, target) = (&world.source_bootstrap, &world.target_bootstrap);
+    let remote = format!("{a}_{topic}");
+    let mm = MirrorMaker::start(
+        &world.repo_root,
+        &[],
+        &unique("iopmm"),
+        (a, source),
+        (b, target),
+        &[
+            format!("topics={topic}"),
+            format!("groups={groups}"),
+            "replication.policy.separator=_".into(),
+            "emit.heartbeats.enabled=false".into(),
+        ],
+    )?;
+    eventually("MirrorMaker's copy", WAIT, || async {
+        Ok(kafka::topics(target)?
+            .contains(&remote)
+            .then(|| ends(target, &remote, 2))
+            .transpose()?
+            .filter(|e| e.iter().all(|n| *n == records)))
+    })
+    .await
+    .with_context(|| mm.log_text())?;
+    Ok(mm)
+}
+
 #[tokio::test]
 async fn our_translate_reads_mirrormaker_checkpoints() -> Result<()> {
     let world = World::from_env()?;
@@ -460,8 +499,6 @@ async fn our_translate_reads_mirrormaker_checkpoints() -> Result<()> {
 async fn mirrormaker_read_by_ours(world: &World, a: &str, b: &str, topic: &str) -> Result<()> {
     let (source, target) = (&world.source_bootstrap, &world.target_bootstrap);
     let partitions = 2;
-    // `_`: MirrorMaker copies every heartbeats topic regardless of the topic filter; with `.`
-    // it would copy any `<alias>.heartbeats` other tests left on the shared source.
     let remote = format!("{a}_{topic}");
     let cps_topic = format!("{a}_checkpoints_internal");
     let prefix = unique("iopmm-g");
@@ -469,28 +506,7 @@ async fn mirrormaker_read_by_ours(world: &World, a: &str, b: &str, topic: &str) 
     let groups: Vec<&str> = groups_owned.iter().map(String::as_str).collect();
     kafka::create_topic(source, topic, partitions).await?;
     produce(source, topic, partitions, 50, "m1").await?;
-    let mut mm = MirrorMaker::start(
-        &world.repo_root,
-        &[],
-        &unique("iopmm"),
-        (a, source),
-        (b, target),
-        &[
-            format!("topics={topic}"),
-            format!("groups={prefix}-.*"),
-            "replication.policy.separator=_".into(),
-            "emit.heartbeats.enabled=false".into(),
-        ],
-    )?;
-    eventually("MirrorMaker's copy", WAIT, || async {
-        Ok(kafka::topics(target)?
-            .contains(&remote)
-            .then(|| ends(target, &remote, partitions))
-            .transpose()?
-            .filter(|e| e.iter().all(|n| *n == 50)))
-    })
-    .await
-    .with_context(|| mm.log_text())?;
+    let mut mm = start_mirrormaker(world, (a, b), topic, &format!("{prefix}-.*"), 50).await?;
 
     let mut commits = BTreeMap::new();
     for (g, offsets, meta) in [
@@ -634,28 +650,7 @@ async fn takeover(world: &World, a: &str, b: &str, topic: &str) -> Result<()> {
     let group = unique("iopto-g");
     kafka::create_topic(source, topic, partitions).await?;
     produce(source, topic, partitions, 100, "t1").await?;
-    let mut mm = MirrorMaker::start(
-        &world.repo_root,
-        &[],
-        &unique("iopto"),
-        (a, source),
-        (b, target),
-        &[
-            format!("topics={topic}"),
-            format!("groups={group}"),
-            "replication.policy.separator=_".into(),
-            "emit.heartbeats.enabled=false".into(),
-        ],
-    )?;
-    eventually("MirrorMaker's copy", WAIT, || async {
-        Ok(kafka::topics(target)?
-            .contains(&remote)
-            .then(|| ends(target, &remote, partitions))
-            .transpose()?
-            .filter(|e| e.iter().all(|n| *n == 100)))
-    })
-    .await
-    .with_context(|| mm.log_text())?;
+    let mut mm = start_mirrormaker(world, (a, b), topic, &group, 100).await?;
     commit(source, &group, topic, &[(0, 60), (1, 80)], "")?;
     let mut commits = BTreeMap::new();
     commits.insert((group.clone(), remote.clone(), 0), 60);
