@@ -1,7 +1,8 @@
 //! A replicator as the node runs it: a container whose root file system refuses writes, whose
 //! process runs as uid 65532 with no capabilities under seccomp, and which kubelet restarts
 //! after a `kill -9` with no record lost (at-least-once) and the flow FailoverReady again; and a
-//! replicator that stops answering, which kubelet's liveness probe finds and restarts.
+//! replicator that stops answering, which kubelet's liveness probe finds and restarts; and one
+//! over its memory limit, which the kernel kills and kubelet restarts.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -11,13 +12,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::node::{container_pid, process_alive};
-use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::producer::FutureRecord;
 
 const PARTITIONS: i32 = 3;
 const BEFORE: i32 = 200;
 const DURING: i32 = 300;
+/// Below what a replicator needs to start its clients (it idles at about 14 MiB in its memory
+/// cgroup, measured; 16Mi runs): the kernel kills it at once.
+const OOM_LIMIT: &str = "6Mi";
 
 /// The `Name:\tvalue` line of /proc/<pid>/status.
 fn proc_status(pid: i32, name: &str) -> Result<String> {
@@ -293,6 +297,71 @@ async fn a_frozen_replicator_fails_its_liveness_probe_and_is_restarted() -> Resu
         "kubelet reported the failed liveness probe: {events:?}"
     );
     ready_after(&flows, &frozen_at).await?;
+    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
+    Ok(())
+}
+
+/// A replicator over its memory limit is killed by the kernel (`OOMKilled`, as kubelet reports
+/// it) and restarted by kubelet, again and again while the limit stays too low; the flow says
+/// its replicas are not ready. With the limit raised the flow recovers. The operator does not
+/// read pods (no `list pods`), so the status cannot name the limit: kubectl shows the reason.
+#[tokio::test]
+async fn an_oom_killed_replicator_is_restarted_by_kubelet() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-oom");
+    install_operator(&world, &ns)?;
+    let alias = unique("oom");
+    let topic = unique("oomtopic");
+    kafka::create_topic(&world.source_bootstrap, &topic, PARTITIONS).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, BEFORE, PARTITIONS).await?;
+    let flow = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: flow, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{topic}\"]\n  resources: {{requests: {{memory: {OOM_LIMIT}}}, limits: {{memory: {OOM_LIMIT}}}}}\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let killed = eventually(
+        "the replicator container OOM-killed and restarted",
+        Duration::from_secs(180),
+        || async {
+            let Ok(p) = pods.get("flow-0").await else {
+                return Ok(None);
+            };
+            let oom =
+                last_termination(&p).is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"));
+            Ok((oom && restarts(&p) >= 1).then_some(p))
+        },
+    )
+    .await?;
+    let last = last_termination(&killed).context("terminated")?;
+    println!(
+        "OOMKilled (exit {}) with a {OOM_LIMIT} limit, {} restart(s) so far",
+        last.exit_code,
+        restarts(&killed)
+    );
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    wait_for_flow(
+        &flows,
+        "flow",
+        "Ready False: replicas not ready",
+        Duration::from_secs(60),
+        |mf| condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == "ReplicasNotReady"),
+    )
+    .await?;
+    patch_flow_spec(
+        &ns,
+        "flow",
+        r#"{"resources":{"requests":{"memory":"128Mi"},"limits":{"memory":"512Mi"}}}"#,
+    )?;
+    wait_for_flow(
+        &flows,
+        "flow",
+        "FailoverReady with the limit raised",
+        Duration::from_secs(180),
+        failover_ready,
+    )
+    .await?;
     run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
 }
