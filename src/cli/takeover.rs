@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -247,7 +248,7 @@ fn read_progress(
                         break;
                     }
                 }
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
                 Some(Err(e)) => {
                     return Err(kafka_error(format!("reading {topic}[{p}]"), "target")(e));
                 }
@@ -356,60 +357,35 @@ pub fn plan(flow: &Flow, args: &TakeoverArgs) -> Result<TakeoverReport, CliError
             });
             continue;
         }
-        let (_, remote_end) = target
-            .fetch_watermarks(&remote, *partition, TIMEOUT)
-            .map_err(kafka_error(
-                format!("reading the end of {remote}[{partition}]"),
-                "target",
-            ))?;
-        let newest = newest_before(&target, &remote, *partition, remote_end).map_err(
-            kafka_error(format!("reading {remote}[{partition}]"), "target"),
-        )?;
-        let from = mm2_offset.saturating_add(1);
-        let (from_mm2, _) = read_range(
-            &source,
-            topic,
-            *partition,
+        let placed = place(
+            (&source, &target),
+            (topic, *partition, &remote),
             *mm2_offset,
-            from.saturating_add(args.window),
-        )
-        .map_err(kafka_error(
-            format!("reading {topic}[{partition}]"),
-            "source",
-        ))?;
-        let (_, source_end) = source
-            .fetch_watermarks(topic, *partition, TIMEOUT)
-            .map_err(kafka_error(
-                format!("reading the end of {topic}[{partition}]"),
-                "source",
-            ))?;
-        let placed = resume_point(*mm2_offset, &from_mm2, newest.map(|(_, fp)| fp));
-        let unplaced = placed.is_none();
-        let (resume_at, found) = placed.unwrap_or((from, 0));
-        partitions.push(PartitionTakeover {
-            topic: topic.clone(),
-            partition: *partition,
-            mm2_offset: *mm2_offset,
-            resume_at,
-            remote_offset: match (placed, newest) {
-                (Some(_), Some((offset, _))) => offset,
-                _ => -1,
-            },
-            found_after_flush: found,
-            // Unplaced: everything after MM2's offset may already be on the target.
-            duplicates_at_most: if unplaced {
-                source_end.saturating_sub(from)
-            } else {
-                0
-            },
-            action: "write",
-            note: unplaced.then(|| {
-                format!(
-                    "the remote partition's newest record is not among the {} source records from MM2's offset on; resuming after MM2's offset",
-                    from_mm2.len()
-                )
+            args.window,
+        );
+        match placed {
+            Ok(row) => partitions.push(row),
+            // A topic deleted since MM2 copied it: nothing to resume there.
+            Err((cluster, e)) if is_gone(&e) => partitions.push(PartitionTakeover {
+                topic: topic.clone(),
+                partition: *partition,
+                mm2_offset: *mm2_offset,
+                resume_at: -1,
+                remote_offset: -1,
+                found_after_flush: 0,
+                duplicates_at_most: 0,
+                action: "skip",
+                note: Some(format!(
+                    "no longer on the {cluster} cluster ({e}); nothing is written for it"
+                )),
             }),
-        });
+            Err((cluster, e)) => {
+                return Err(kafka_error(
+                    format!("reading {topic}[{partition}] and {remote}[{partition}]"),
+                    cluster,
+                )(e));
+            }
+        }
     }
     Ok(TakeoverReport {
         source: flow.source_alias().to_string(),
@@ -419,6 +395,73 @@ pub fn plan(flow: &Flow, args: &TakeoverArgs) -> Result<TakeoverReport, CliError
         refused: None,
         partitions,
     })
+}
+
+/// Where one partition resumes after MM2's `mm2_offset` (the module docs say how); the error
+/// names the cluster that answered it.
+fn place(
+    (source, target): (&BaseConsumer, &BaseConsumer),
+    (topic, partition, remote): (&str, i32, &str),
+    mm2_offset: i64,
+    window: i64,
+) -> Result<PartitionTakeover, (&'static str, KafkaError)> {
+    let on_target = |e| ("target", e);
+    let on_source = |e| ("source", e);
+    let (_, remote_end) = target
+        .fetch_watermarks(remote, partition, TIMEOUT)
+        .map_err(on_target)?;
+    let newest = newest_before(target, remote, partition, remote_end).map_err(on_target)?;
+    let from = mm2_offset.saturating_add(1);
+    let (from_mm2, _) = read_range(
+        source,
+        topic,
+        partition,
+        mm2_offset,
+        from.saturating_add(window),
+    )
+    .map_err(on_source)?;
+    let (_, source_end) = source
+        .fetch_watermarks(topic, partition, TIMEOUT)
+        .map_err(on_source)?;
+    let placed = resume_point(mm2_offset, &from_mm2, newest.map(|(_, fp)| fp));
+    let unplaced = placed.is_none();
+    let (resume_at, found) = placed.unwrap_or((from, 0));
+    Ok(PartitionTakeover {
+        topic: topic.to_string(),
+        partition,
+        mm2_offset,
+        resume_at,
+        remote_offset: match (placed, newest) {
+            (Some(_), Some((offset, _))) => offset,
+            _ => -1,
+        },
+        found_after_flush: found,
+        // Unplaced: everything after MM2's offset may already be on the target.
+        duplicates_at_most: if unplaced {
+            source_end.saturating_sub(from)
+        } else {
+            0
+        },
+        action: "write",
+        note: unplaced.then(|| {
+            format!(
+                "the remote partition's newest record is not among the {} source records from MM2's offset on; resuming after MM2's offset",
+                from_mm2.len()
+            )
+        }),
+    })
+}
+
+/// A topic or partition that does not exist (any more).
+fn is_gone(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownPartition
+        )
+    )
 }
 
 /// Writes the planned positions into the flow's positions topic.

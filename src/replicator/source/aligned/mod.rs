@@ -365,7 +365,12 @@ impl Aligned {
             let (idx, generation, is_position) = unpack(ack.opaque);
             if is_position {
                 if ack.result.is_err() {
-                    self.count_error("positions");
+                    // The fill itself is checked afterwards by the remote partition's end.
+                    self.count_error(if ack.opaque == write::LOG_START_FILLER {
+                        "log_start_filler"
+                    } else {
+                        "positions"
+                    });
                 }
                 continue;
             }

@@ -223,7 +223,7 @@ impl Aligned {
         let headers = filler_headers();
         for _ in 0..count {
             let mut record = filler(&remote, partition, &headers, None);
-            record = record.set_opaque_unowned();
+            record = record.set_opaque_log_start();
             loop {
                 match send::offer(&self.producer, record) {
                     Offered::Queued => break,

@@ -275,10 +275,14 @@ pub(super) fn filler<'a>(
     }
 }
 
+/// The opaque of the fillers that align a remote partition's log start: no slot's, and told
+/// apart from the positions' [`UNOWNED`] so a failed one is counted as what it is.
+pub(super) const LOG_START_FILLER: usize = UNOWNED - 1;
+
 /// Opaques of records built without one.
 pub(super) trait SetOpaque {
     fn set_opaque(self, idx: usize, generation: u32) -> Self;
-    fn set_opaque_unowned(self) -> Self;
+    fn set_opaque_log_start(self) -> Self;
 }
 
 impl SetOpaque for send::Record<'_> {
@@ -286,8 +290,8 @@ impl SetOpaque for send::Record<'_> {
         self.delivery_opaque = opaque(idx, generation, false);
         self
     }
-    fn set_opaque_unowned(mut self) -> Self {
-        self.delivery_opaque = UNOWNED;
+    fn set_opaque_log_start(mut self) -> Self {
+        self.delivery_opaque = LOG_START_FILLER;
         self
     }
 }
