@@ -128,6 +128,23 @@ pub struct PartitionTakeover {
     pub note: Option<String>,
 }
 
+impl PartitionTakeover {
+    /// A partition nothing is written for, and why.
+    fn skipped(topic: &str, partition: i32, mm2_offset: i64, note: String) -> Self {
+        PartitionTakeover {
+            topic: topic.to_string(),
+            partition,
+            mm2_offset,
+            resume_at: -1,
+            remote_offset: -1,
+            found_after_flush: 0,
+            duplicates_at_most: 0,
+            action: "skip",
+            note: Some(note),
+        }
+    }
+}
+
 /// One progress entry of MM2's source connector: (connector, source alias, topic, partition)
 /// from the key `["<connector>",{"cluster":..,"partition":..,"topic":..}]`, and the offset from
 /// the value `{"offset":N}` (`None`: a tombstone).
@@ -344,17 +361,12 @@ pub fn plan(flow: &Flow, args: &TakeoverArgs) -> Result<TakeoverReport, CliError
         }
         let remote = flow.policy.format_remote_topic(flow.source_alias(), topic);
         if own.contains(&(topic.clone(), *partition)) {
-            partitions.push(PartitionTakeover {
-                topic: topic.clone(),
-                partition: *partition,
-                mm2_offset: *mm2_offset,
-                resume_at: -1,
-                remote_offset: -1,
-                found_after_flush: 0,
-                duplicates_at_most: 0,
-                action: "skip",
-                note: Some("the flow has a position of its own here; it is kept".into()),
-            });
+            partitions.push(PartitionTakeover::skipped(
+                topic,
+                *partition,
+                *mm2_offset,
+                "the flow has a position of its own here; it is kept".into(),
+            ));
             continue;
         }
         let placed = place(
@@ -366,19 +378,12 @@ pub fn plan(flow: &Flow, args: &TakeoverArgs) -> Result<TakeoverReport, CliError
         match placed {
             Ok(row) => partitions.push(row),
             // A topic deleted since MM2 copied it: nothing to resume there.
-            Err((cluster, e)) if is_gone(&e) => partitions.push(PartitionTakeover {
-                topic: topic.clone(),
-                partition: *partition,
-                mm2_offset: *mm2_offset,
-                resume_at: -1,
-                remote_offset: -1,
-                found_after_flush: 0,
-                duplicates_at_most: 0,
-                action: "skip",
-                note: Some(format!(
-                    "no longer on the {cluster} cluster ({e}); nothing is written for it"
-                )),
-            }),
+            Err((cluster, e)) if is_gone(&e) => partitions.push(PartitionTakeover::skipped(
+                topic,
+                *partition,
+                *mm2_offset,
+                format!("no longer on the {cluster} cluster ({e}); nothing is written for it"),
+            )),
             Err((cluster, e)) => {
                 return Err(kafka_error(
                     format!("reading {topic}[{partition}] and {remote}[{partition}]"),
