@@ -37,14 +37,14 @@ mod resume;
 mod tail;
 mod write;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use self::plan::Step;
@@ -504,6 +504,8 @@ impl Aligned {
         let Ok(position) = consumer.position() else {
             return;
         };
+        // (slot, the consumer's position) of each quiet partition read past its held record.
+        let mut due = Vec::new();
         for idx in quiet {
             let Some(slot) = self.slots.get(idx) else {
                 continue;
@@ -520,18 +522,24 @@ impl Aligned {
             // Only once the consumer has everything the partition holds: a position short of
             // the high watermark means an open transaction (or a fetch in progress) lies ahead,
             // and a jump of one after it would then find nothing held to wrap.
-            if next <= held {
-                continue;
+            if next > held {
+                due.push((idx, next));
             }
-            // One ListOffsets round trip; at most once per quiet period of each partition.
-            let high = self
-                .watermarks
-                .fetch_watermarks(&slot.topic, slot.partition, WATERMARK_TIMEOUT)
-                .map_or(i64::MAX, |(_, high)| high);
+        }
+        if due.is_empty() {
+            return;
+        }
+        let highs = self.high_watermarks(&due);
+        for (idx, next) in due {
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            let high = highs
+                .get(&(slot.topic.clone(), slot.partition))
+                .copied()
+                .unwrap_or(i64::MAX);
             if next < high {
-                if let Some(slot) = self.slots.get_mut(idx) {
-                    slot.read_at = Instant::now();
-                }
+                slot.read_at = Instant::now();
                 continue;
             }
             let timestamp = slot.held.as_ref().and_then(|h| h.timestamp().to_millis());
@@ -539,6 +547,34 @@ impl Aligned {
                 self.apply(idx, &steps, timestamp);
             }
         }
+    }
+
+    /// The source's high watermarks of the slots `due` names: one ListOffsets request per
+    /// broker for all of them, at most once per quiet period of each partition. Partitions
+    /// whose answer is missing are left out (their held records wait for the next round).
+    fn high_watermarks(&self, due: &[(usize, i64)]) -> HashMap<(String, i32), i64> {
+        let mut tpl = TopicPartitionList::new();
+        for (idx, _) in due {
+            if let Some(slot) = self.slots.get(*idx)
+                && tpl
+                    .add_partition_offset(&slot.topic, slot.partition, Offset::End)
+                    .is_err()
+            {
+                return HashMap::new();
+            }
+        }
+        let Ok(answer) = self.watermarks.offsets_for_times(tpl, WATERMARK_TIMEOUT) else {
+            return HashMap::new();
+        };
+        answer
+            .elements()
+            .iter()
+            .filter(|e| e.error().is_ok())
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(high) => Some(((e.topic().to_string(), e.partition()), high)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The partition's alignment broke at source offset `at` (the record landed at `landed`,

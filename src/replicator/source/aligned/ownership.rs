@@ -4,8 +4,6 @@
 
 use super::*;
 
-use rdkafka::TopicPartitionList;
-
 impl Owner for Aligned {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
         let keys: Vec<(String, i32)> = tpl
