@@ -78,6 +78,9 @@ pub struct ClusterObservation {
     pub groups: Vec<GroupObservation>,
     /// Breaks in continuity recorded in the positions topic; `None` when it was not read.
     pub gaps: Option<Vec<Gap>>,
+    /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not
+    /// compared.
+    pub topic_acls: Option<(super::acls::TopicAcls, String)>,
 }
 
 impl ClusterObservation {
@@ -95,6 +98,7 @@ impl ClusterObservation {
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
         obs.gaps = self.gaps;
+        obs.topic_acls = self.topic_acls;
     }
 }
 
@@ -399,6 +403,22 @@ pub fn observe_with(
         .flatten()
         .flatten()
         .unwrap_or_default();
+    let spec = &flow.spec;
+    let syncs_acls = spec.source_loop.enabled
+        && spec.source_loop.sync_topic_acls
+        && spec.mode == crate::api::FlowMode::Replicate;
+    if syncs_acls && source_md.is_ok() && !budget.spent() {
+        let seen = super::acls::observe(
+            source.client().client(),
+            target.client().client(),
+            |topic| {
+                replicates(flow, policy, topic)
+                    .then(|| policy.format_remote_topic(flow.source_alias(), topic))
+            },
+            || budget.next(TIMEOUT),
+        );
+        out.topic_acls = Some((seen, spec.source_loop.topics_refresh_interval.to_string()));
+    }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
         out.groups = group_observations(
