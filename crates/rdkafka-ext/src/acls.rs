@@ -424,7 +424,7 @@ mod tests {
     }
 
     #[test]
-    fn librdkafka_refuses_a_binding_with_a_nul_byte() {
+    fn a_name_with_a_nul_byte_is_refused_before_librdkafka_sees_it() {
         let e = new_binding(
             false,
             ResourceType::Topic,
