@@ -145,6 +145,16 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
         REFRESH.as_secs()
     );
     let name = unique("acl-sync");
+    // Before any replicator runs, the probe sees the source's binding missing on the target.
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&name);
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("probe-flow.yaml");
+    std::fs::write(&flow_file, &flow)?;
+    let condition = topic_acls_condition(&world, &flow_file)?;
+    ensure!(
+        condition["status"] == "False" && condition["reason"] == "TopicAclsMissing",
+        "before the replicator runs: {condition}"
+    );
     let replicator = Replicator::start(&world.repo_root, &name, &flow, free_port()?)?;
     let on_target = |wanted: AclBinding| {
         let target = target.clone();
@@ -238,10 +248,20 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
     );
 
     // The operator's probe, run by the CLI against the same clusters, agrees.
-    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&name);
+    let condition = topic_acls_condition(&world, &flow_file)?;
+    ensure!(
+        condition["status"] == "True",
+        "TopicAclsSynced is not True: {condition}"
+    );
+    Ok(())
+}
+
+/// The `TopicAclsSynced` condition `mirrorflow status --flow-file` (the operator's probe and
+/// condition rules, run from here) reports for the flow in `flow_file`.
+fn topic_acls_condition(world: &World, flow_file: &std::path::Path) -> Result<serde_json::Value> {
     let out = std::process::Command::new(binary(&world.repo_root))
         .args(["status", "--flow-file"])
-        .arg(dir.join("flow.yaml"))
+        .arg(flow_file)
         .args(["-o", "json"])
         .output()?;
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
@@ -250,14 +270,9 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
             String::from_utf8_lossy(&out.stderr)
         )
     })?;
-    let condition = status["conditions"]
+    status["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "TopicAclsSynced"))
         .cloned()
-        .with_context(|| format!("no TopicAclsSynced condition: {status}"))?;
-    ensure!(
-        condition["status"] == "True",
-        "TopicAclsSynced is not True: {condition}"
-    );
-    Ok(())
+        .with_context(|| format!("no TopicAclsSynced condition: {status}"))
 }
