@@ -24,9 +24,11 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::{ClusterFault, GroupObservation, Observation};
 use crate::flow::Flow;
+use crate::kafka::Side;
 use crate::kafka::checkpoints::CheckpointIndex;
 use crate::kafka::positions::{self, Gap};
 use crate::mm2::{ReplicationPolicy, TopicPartition};
@@ -80,7 +82,7 @@ pub struct ClusterObservation {
     pub gaps: Option<Vec<Gap>>,
     /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not
     /// compared.
-    pub topic_acls: Option<(super::acls::TopicAcls, String)>,
+    pub topic_acls: Option<(TopicAcls, String)>,
 }
 
 impl ClusterObservation {
@@ -287,6 +289,44 @@ pub fn observe_with(
     flow: &Flow,
     budget: Budget,
 ) -> ClusterObservation {
+    let mut out = observe_clusters(clients, namespace, flow, budget);
+    // A flow that syncs ACLs always has the condition: one the probe could not compare says
+    // so rather than vanishing from the status until the next probe.
+    if syncs_topic_acls(flow) && out.topic_acls.is_none() {
+        let side = match (&out.source_error, &out.target_error) {
+            (None, Some(_)) => Side::Target,
+            _ => Side::Source,
+        };
+        let error = if out.source_error.is_some() || out.target_error.is_some() {
+            "the cluster cannot be used (see the Ready condition)"
+        } else {
+            "the probe ran out of time before comparing them"
+        };
+        out.topic_acls = Some((
+            TopicAcls::Unreadable {
+                side,
+                error: error.into(),
+            },
+            flow.spec.source_loop.topics_refresh_interval.to_string(),
+        ));
+    }
+    out
+}
+
+/// `spec.sourceLoop.syncTopicAcls` applies: the flow's own source loop copies ACLs.
+fn syncs_topic_acls(flow: &Flow) -> bool {
+    let spec = &flow.spec;
+    spec.source_loop.enabled
+        && spec.source_loop.sync_topic_acls
+        && spec.mode == crate::api::FlowMode::Replicate
+}
+
+fn observe_clusters(
+    clients: &ProbeClients,
+    namespace: &str,
+    flow: &Flow,
+    budget: Budget,
+) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
@@ -403,11 +443,7 @@ pub fn observe_with(
         .flatten()
         .flatten()
         .unwrap_or_default();
-    let spec = &flow.spec;
-    let syncs_acls = spec.source_loop.enabled
-        && spec.source_loop.sync_topic_acls
-        && spec.mode == crate::api::FlowMode::Replicate;
-    if syncs_acls && source_md.is_ok() && !budget.spent() {
+    if syncs_topic_acls(flow) && source_md.is_ok() && !budget.spent() {
         let seen = super::acls::observe(
             source.client().client(),
             target.client().client(),
@@ -417,7 +453,10 @@ pub fn observe_with(
             },
             || budget.next(TIMEOUT),
         );
-        out.topic_acls = Some((seen, spec.source_loop.topics_refresh_interval.to_string()));
+        out.topic_acls = Some((
+            seen,
+            flow.spec.source_loop.topics_refresh_interval.to_string(),
+        ));
     }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
