@@ -56,7 +56,6 @@ fn reasons() -> Vec<&'static str> {
         reason::REPLICATION_LAG_HIGH,
         reason::REPLICATION_BEHIND,
         reason::TOPIC_ACLS_MISSING,
-        reason::TARGET_AUTHORIZER_MISSING,
         reason::TOPIC_ACLS_FORBIDDEN,
         reason::TOPIC_ACLS_UNKNOWN,
         reason::HEARTBEATS_DISABLED,

@@ -63,6 +63,25 @@ pub fn remote_bindings(
         .collect()
 }
 
+/// Of the cluster-resource operations sync needs (`needed`), those `granted` lacks; none when
+/// the brokers did not say (`None`). DescribeAcls itself cannot tell: librdkafka 2.12 drops
+/// its CLUSTER_AUTHORIZATION_FAILED (and SECURITY_DISABLED) and answers "no bindings".
+pub fn lacking(granted: Option<&[Operation]>, needed: &[Operation]) -> Vec<Operation> {
+    match granted {
+        None => Vec::new(),
+        Some(granted) => needed
+            .iter()
+            .filter(|o| !granted.contains(o) && !granted.contains(&Operation::All))
+            .copied()
+            .collect(),
+    }
+}
+
+/// What sync needs on the source's cluster resource: DESCRIBE, to read ACLs.
+pub const SOURCE_NEEDS: &[Operation] = &[Operation::Describe];
+/// What sync needs on the target's: DESCRIBE to read ACLs, ALTER to create them.
+pub const TARGET_NEEDS: &[Operation] = &[Operation::Describe, Operation::Alter];
+
 /// What of `desired` the target's bindings (`target`) lack, in a stable order.
 pub fn missing(desired: &BTreeSet<AclBinding>, target: &[AclBinding]) -> Vec<AclBinding> {
     let present: BTreeSet<&AclBinding> = target.iter().collect();
@@ -163,6 +182,16 @@ mod tests {
             allow("orders", "User:alice", Operation::Read),
         ];
         assert_eq!(remote_bindings(&source, remote_of).len(), 1);
+    }
+
+    #[test]
+    fn lacking_names_the_cluster_operations_not_granted() {
+        use Operation::*;
+        assert_eq!(lacking(Some(&[]), TARGET_NEEDS), [Describe, Alter]);
+        assert_eq!(lacking(Some(&[Describe, Create]), TARGET_NEEDS), [Alter]);
+        assert!(lacking(Some(&[Describe]), SOURCE_NEEDS).is_empty());
+        assert!(lacking(Some(&[All]), TARGET_NEEDS).is_empty());
+        assert!(lacking(None, TARGET_NEEDS).is_empty());
     }
 
     #[test]

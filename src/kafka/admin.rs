@@ -83,6 +83,11 @@ impl Admin {
         })
     }
 
+    /// The cluster this client talks to.
+    pub fn side(&self) -> Side {
+        self.cluster
+    }
+
     fn kafka(&self, what: impl Into<String>) -> impl FnOnce(KafkaError) -> AdminError {
         let (cluster, what) = (self.cluster, what.into());
         move |source| AdminError::Kafka {
@@ -278,6 +283,27 @@ impl Admin {
             })
         })?
         .map_err(acl)
+    }
+
+    /// The operations this client's principal may perform on the cluster resource; `None`
+    /// when the brokers did not say. A cluster without an authorizer allows all of them.
+    pub async fn cluster_operations(&self) -> Result<Option<Vec<acls::Operation>>, AdminError> {
+        let client = self.client.clone();
+        let cluster = self.cluster;
+        tokio::task::spawn_blocking(move || {
+            mirrorflow_rdkafka_ext::acls::cluster_operations(client.inner(), ADMIN_TIMEOUT)
+        })
+        .await
+        .map_err(|e| AclError {
+            code: RDKafkaErrorCode::Fail,
+            message: e.to_string(),
+        })
+        .and_then(|r| r)
+        .map_err(|source| AdminError::Acl {
+            cluster,
+            what: "describing the cluster's authorized operations".into(),
+            source,
+        })
     }
 
     /// Creates `bindings`; returns those that failed (an existing binding counts as created).

@@ -3,8 +3,9 @@
 //! copies them ([`crate::kafka::acls`]).
 //!
 //! The replicator has no channel to the status, so the condition is what anyone can check on
-//! the clusters: a binding the source loop could not create (target without an authorizer, a
-//! principal without ALTER on the target's cluster) stays missing, and the condition names it.
+//! the clusters: the principal's operations on each cluster resource (DESCRIBE on the source,
+//! DESCRIBE and ALTER on the target), and the bindings themselves: one the source loop could
+//! not create (a target without an authorizer) stays missing, and the condition says so.
 
 use std::time::Duration;
 
@@ -14,15 +15,15 @@ use rdkafka::error::RDKafkaErrorCode;
 use super::{Verdict, reason, verdict};
 use crate::kafka::Side;
 use crate::kafka::acls::{self, AclBinding, AclError};
+use mirrorflow_rdkafka_ext::acls as ext;
 
 pub const TOPIC_ACLS_SYNCED: &str = "TopicAclsSynced";
 
 /// What the probe saw of the topic ACLs of both clusters.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TopicAcls {
-    /// The source has no authorizer: there are no ACLs to copy.
-    NoSourceAuthorizer,
-    /// Every binding the source's ACLs call for is on the target (`desired` of them).
+    /// Every binding the source's ACLs call for is on the target (`desired` of them; 0 also
+    /// when the source has no authorizer).
     InSync { desired: usize },
     /// `missing` of `desired` bindings are not on the target; `example` is one of them.
     Missing {
@@ -30,59 +31,63 @@ pub enum TopicAcls {
         missing: usize,
         example: AclBinding,
     },
-    /// The source has ACLs to copy and the target has no authorizer.
-    TargetAuthorizerMissing { desired: usize },
-    /// The flow's principal may not describe ACLs on `side`'s cluster.
-    Forbidden { side: Side, error: String },
+    /// The flow's principal lacks `lacking` on `side`'s cluster resource.
+    Forbidden {
+        side: Side,
+        lacking: Vec<acls::Operation>,
+    },
     /// The ACLs of `side` could not be read for another reason (timeout, unreachable).
     Unreadable { side: Side, error: String },
 }
 
 /// Reads and compares the ACLs; blocking. `remote_of` names a replicated topic's remote topic.
+///
+/// A target without an authorizer cannot be told from one with no ACLs yet: librdkafka 2.12
+/// answers DescribeAcls with "no bindings" for both (it drops SECURITY_DISABLED), so such a
+/// target shows as `Missing` and the message says that this is the likely cause.
 pub fn observe<S: ClientContext, T: ClientContext>(
     source: &Client<S>,
     target: &Client<T>,
     remote_of: impl Fn(&str) -> Option<String>,
     timeout: impl Fn() -> Duration,
 ) -> TopicAcls {
-    let describe = |side: Side, result: Result<Vec<AclBinding>, AclError>| {
-        result.map_err(|e| match e.code {
-            RDKafkaErrorCode::ClusterAuthorizationFailed => TopicAcls::Forbidden {
-                side,
-                error: e.to_string(),
-            },
-            _ => TopicAcls::Unreadable {
-                side,
-                error: e.to_string(),
-            },
-        })
+    let unreadable = |side: Side, e: AclError| TopicAcls::Unreadable {
+        side,
+        error: e.to_string(),
+    };
+    // DescribeAcls answers "no bindings" to a principal without DESCRIBE on the cluster.
+    let allowed = |side: Side, granted: Result<Option<Vec<acls::Operation>>, AclError>, needed| {
+        let granted = granted.map_err(|e| unreadable(side, e))?;
+        let lacking = acls::lacking(granted.as_deref(), needed);
+        if lacking.is_empty() {
+            Ok(())
+        } else {
+            Err(TopicAcls::Forbidden { side, lacking })
+        }
     };
     let filter = acls::topic_allow_filter();
-    let source_acls = match mirrorflow_rdkafka_ext::acls::describe_acls(source, &filter, timeout())
-    {
-        Err(e) if e.code == RDKafkaErrorCode::SecurityDisabled => {
-            return TopicAcls::NoSourceAuthorizer;
-        }
-        other => match describe(Side::Source, other) {
-            Ok(b) => b,
-            Err(t) => return t,
-        },
+    let source_ops = ext::cluster_operations(source, timeout());
+    if let Err(t) = allowed(Side::Source, source_ops, acls::SOURCE_NEEDS) {
+        return t;
+    }
+    let source_acls = match ext::describe_acls(source, &filter, timeout()) {
+        Ok(b) => b,
+        // No authorizer on the source: nothing to copy (said by a librdkafka that reports it).
+        Err(e) if e.code == RDKafkaErrorCode::SecurityDisabled => Vec::new(),
+        Err(e) => return unreadable(Side::Source, e),
     };
     let desired = acls::remote_bindings(&source_acls, remote_of);
     if desired.is_empty() {
         return TopicAcls::InSync { desired: 0 };
     }
-    let target_acls = match mirrorflow_rdkafka_ext::acls::describe_acls(target, &filter, timeout())
-    {
-        Err(e) if e.code == RDKafkaErrorCode::SecurityDisabled => {
-            return TopicAcls::TargetAuthorizerMissing {
-                desired: desired.len(),
-            };
-        }
-        other => match describe(Side::Target, other) {
-            Ok(b) => b,
-            Err(t) => return t,
-        },
+    let target_ops = ext::cluster_operations(target, timeout());
+    if let Err(t) = allowed(Side::Target, target_ops, acls::TARGET_NEEDS) {
+        return t;
+    }
+    let target_acls = match ext::describe_acls(target, &filter, timeout()) {
+        Ok(b) => b,
+        Err(e) if e.code == RDKafkaErrorCode::SecurityDisabled => Vec::new(),
+        Err(e) => return unreadable(Side::Target, e),
     };
     let missing = acls::missing(&desired, &target_acls);
     match missing.first() {
@@ -101,17 +106,11 @@ pub fn observe<S: ClientContext, T: ClientContext>(
 pub(crate) fn topic_acls_synced(acls: &TopicAcls, refresh: &str) -> Verdict {
     let off = "or set spec.sourceLoop.syncTopicAcls to false";
     match acls {
-        TopicAcls::NoSourceAuthorizer => verdict(
-            TOPIC_ACLS_SYNCED,
-            true,
-            reason::OK,
-            "the source cluster has no authorizer: no topic ACLs to copy",
-        ),
         TopicAcls::InSync { desired: 0 } => verdict(
             TOPIC_ACLS_SYNCED,
             true,
             reason::OK,
-            "no ALLOW ACL on a replicated topic to copy",
+            "no ALLOW ACL on a replicated topic to copy (or the source has no authorizer)",
         ),
         TopicAcls::InSync { desired } => verdict(
             TOPIC_ACLS_SYNCED,
@@ -130,26 +129,30 @@ pub(crate) fn topic_acls_synced(acls: &TopicAcls, refresh: &str) -> Verdict {
             false,
             reason::TOPIC_ACLS_MISSING,
             format!(
-                "{missing} of {desired} ACL bindings copied from the source are not on the target (e.g. {} {:?} on topic {}); the replicator adds them every {refresh} (spec.sourceLoop.topicsRefreshInterval); if this lasts, the target refuses them: grant the principal of spec.target ALTER on the target's cluster resource (kafka-acls --add --allow-principal <it> --operation Alter --cluster), see the replicator's log, {off}",
+                "{missing} of {desired} ACL bindings copied from the source are not on the target (e.g. {} {:?} on topic {}); the replicator adds them every {refresh} (spec.sourceLoop.topicsRefreshInterval); if this lasts, the target refuses them, most likely because its brokers have no authorizer (SECURITY_DISABLED in the replicator's log: configure authorizer.class.name on them), {off}",
                 example.principal, example.operation, example.name
             ),
         ),
-        TopicAcls::TargetAuthorizerMissing { desired } => verdict(
-            TOPIC_ACLS_SYNCED,
-            false,
-            reason::TARGET_AUTHORIZER_MISSING,
-            format!(
-                "the source has {desired} ACL bindings to copy and the target cluster has no authorizer (SECURITY_DISABLED): its remote topics are open to every client; configure authorizer.class.name on the target's brokers, {off}"
-            ),
-        ),
-        TopicAcls::Forbidden { side, error } => verdict(
-            TOPIC_ACLS_SYNCED,
-            false,
-            reason::TOPIC_ACLS_FORBIDDEN,
-            format!(
-                "the {side} cluster does not let the principal of spec.{side} describe ACLs: {error}; grant it DESCRIBE on the {side}'s cluster resource (and ALTER on the target's, to create them), {off}"
-            ),
-        ),
+        TopicAcls::Forbidden { side, lacking } => {
+            let ops: Vec<String> = lacking
+                .iter()
+                .map(|o| format!("{o:?}").to_uppercase())
+                .collect();
+            let flags: Vec<String> = lacking
+                .iter()
+                .map(|o| format!("--operation {o:?}"))
+                .collect();
+            verdict(
+                TOPIC_ACLS_SYNCED,
+                false,
+                reason::TOPIC_ACLS_FORBIDDEN,
+                format!(
+                    "the principal of spec.{side} lacks {} on the {side} cluster's cluster resource (DESCRIBE to read ACLs, ALTER on the target to create them): grant it (kafka-acls --add --allow-principal <it> {} --cluster), {off}",
+                    ops.join(" and "),
+                    flags.join(" ")
+                ),
+            )
+        }
         TopicAcls::Unreadable { side, error } => verdict(
             TOPIC_ACLS_SYNCED,
             false,
@@ -176,8 +179,8 @@ mod tests {
             permission: Permission::Allow,
         };
         let cases = [
-            (TopicAcls::NoSourceAuthorizer, true, reason::OK),
-            (TopicAcls::InSync { desired: 3 }, true, reason::OK),
+            (TopicAcls::InSync { desired: 0 }, true, reason::OK, ""),
+            (TopicAcls::InSync { desired: 3 }, true, reason::OK, ""),
             (
                 TopicAcls::Missing {
                     desired: 3,
@@ -186,31 +189,44 @@ mod tests {
                 },
                 false,
                 reason::TOPIC_ACLS_MISSING,
-            ),
-            (
-                TopicAcls::TargetAuthorizerMissing { desired: 2 },
-                false,
-                reason::TARGET_AUTHORIZER_MISSING,
+                "authorizer.class.name",
             ),
             (
                 TopicAcls::Forbidden {
                     side: Side::Target,
-                    error: "denied".into(),
+                    lacking: vec![Operation::Alter],
                 },
                 false,
                 reason::TOPIC_ACLS_FORBIDDEN,
+                "spec.target lacks ALTER",
+            ),
+            (
+                TopicAcls::Unreadable {
+                    side: Side::Source,
+                    error: "timed out".into(),
+                },
+                false,
+                reason::TOPIC_ACLS_UNKNOWN,
+                "timed out",
             ),
         ];
-        for (acls, ok, why) in cases {
+        for (acls, ok, why, says) in cases {
             let v = topic_acls_synced(&acls, "10s");
             assert_eq!((v.ok, v.reason), (ok, why), "{acls:?}");
-            if !ok {
-                assert!(
-                    v.message.contains("spec.sourceLoop.syncTopicAcls"),
-                    "{}",
-                    v.message
-                );
-            }
+            assert!(v.message.contains(says), "{}", v.message);
         }
+        let v = topic_acls_synced(
+            &TopicAcls::Forbidden {
+                side: Side::Source,
+                lacking: vec![Operation::Describe],
+            },
+            "10s",
+        );
+        assert!(
+            v.message.contains("--operation Describe --cluster")
+                && v.message.contains("spec.sourceLoop.syncTopicAcls"),
+            "{}",
+            v.message
+        );
     }
 }

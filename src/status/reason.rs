@@ -61,10 +61,8 @@ pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
 /// `spec.sourceLoop.syncTopicAcls`: bindings copied from the source's topic ACLs are not on
 /// the target (yet, or the target refuses them).
 pub const TOPIC_ACLS_MISSING: &str = "TopicAclsMissing";
-/// `spec.sourceLoop.syncTopicAcls`: the source has topic ACLs to copy and the target has no
-/// authorizer.
-pub const TARGET_AUTHORIZER_MISSING: &str = "TargetAuthorizerMissing";
-/// `spec.sourceLoop.syncTopicAcls`: the flow's principal may not describe ACLs on a cluster.
+/// `spec.sourceLoop.syncTopicAcls`: the flow's principal lacks DESCRIBE (or, on the target,
+/// ALTER) on a cluster's cluster resource.
 pub const TOPIC_ACLS_FORBIDDEN: &str = "TopicAclsForbidden";
 /// `spec.sourceLoop.syncTopicAcls`: a cluster's ACLs could not be read this time.
 pub const TOPIC_ACLS_UNKNOWN: &str = "TopicAclsUnknown";

@@ -441,14 +441,17 @@ fn topic_acls_synced_is_reported_only_when_compared_and_never_holds_back_failove
 
     let mut obs = healthy();
     obs.topic_acls = Some((
-        acls::TopicAcls::TargetAuthorizerMissing { desired: 2 },
+        acls::TopicAcls::Forbidden {
+            side: crate::kafka::Side::Target,
+            lacking: vec![crate::kafka::acls::Operation::Alter],
+        },
         "10s".into(),
     ));
     let s = status(None, &obs, &limits, None, &now());
     let c = cond(&s, acls::TOPIC_ACLS_SYNCED);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("False", reason::TARGET_AUTHORIZER_MISSING)
+        ("False", reason::TOPIC_ACLS_FORBIDDEN)
     );
     assert!(c.message.contains("spec.sourceLoop.syncTopicAcls"));
     assert_eq!(cond(&s, FAILOVER_READY).status, "True");

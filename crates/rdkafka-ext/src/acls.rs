@@ -1,4 +1,5 @@
-//! librdkafka's `DescribeAcls` and `CreateAcls` (KIP-140), for topic ACL sync.
+//! librdkafka's `DescribeAcls` and `CreateAcls` (KIP-140), and the cluster operations a
+//! principal may perform (`DescribeCluster`), for topic ACL sync.
 //!
 //! Bindings cross the boundary as owned Rust values: a binding librdkafka returns is copied
 //! before its event is destroyed, and a binding made for a request is destroyed by a guard
@@ -408,6 +409,53 @@ pub fn create_acls<C: ClientContext>(
                 None => Ok(()),
             })
             .collect())
+    }
+}
+
+/// The operations the client's principal may perform on the cluster resource (DescribeCluster
+/// with authorized operations); blocking, at most `timeout`. `None` when the brokers did not
+/// say. DescribeAcls cannot tell that the principal lacks DESCRIBE on the cluster: librdkafka
+/// (2.12) drops that response's error code and answers "no bindings", so sync asks this first.
+pub fn cluster_operations<C: ClientContext>(
+    client: &Client<C>,
+    timeout: Duration,
+) -> Result<Option<Vec<Operation>>, AclError> {
+    let mut request = Request::new(
+        client,
+        sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER,
+        timeout,
+    )?;
+    // SAFETY: `options` is live; the returned error, if any, is ours to destroy.
+    unsafe {
+        let error =
+            sys::rd_kafka_AdminOptions_set_include_authorized_operations(request.options, 1);
+        if let Some(e) = error_of(error) {
+            sys::rd_kafka_error_destroy(error);
+            return Err(e);
+        }
+    }
+    // SAFETY: `rk`, `options` and `queue` are live.
+    unsafe {
+        sys::rd_kafka_DescribeCluster(request.rk, request.options, request.queue);
+    }
+    request.wait("DescribeCluster")?;
+    // SAFETY: `event` is live until `request` drops, after everything is copied out.
+    unsafe {
+        let result = sys::rd_kafka_event_DescribeCluster_result(request.event);
+        if result.is_null() {
+            return Err(invalid("not a DescribeCluster result"));
+        }
+        let mut count = 0usize;
+        let ops = sys::rd_kafka_DescribeCluster_result_authorized_operations(result, &mut count);
+        if ops.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(
+            std::slice::from_raw_parts(ops, count)
+                .iter()
+                .map(|&o| operation_from_sys(o))
+                .collect(),
+        ))
     }
 }
 

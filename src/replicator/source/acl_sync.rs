@@ -27,6 +27,24 @@ fn code(e: &AdminError) -> Option<RDKafkaErrorCode> {
     }
 }
 
+/// Fails as CLUSTER_AUTHORIZATION_FAILED when the principal lacks a `needed` operation on the
+/// cluster resource: DescribeAcls would answer "no bindings" instead ([`acls::lacking`]).
+async fn forbidden_unless(admin: &Admin, needed: &[acls::Operation]) -> Result<(), AdminError> {
+    let granted = admin.cluster_operations().await?;
+    let lacking = acls::lacking(granted.as_deref(), needed);
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    Err(AdminError::Acl {
+        cluster: admin.side(),
+        what: "checking the principal's operations on the cluster resource".into(),
+        source: acls::AclError {
+            code: RDKafkaErrorCode::ClusterAuthorizationFailed,
+            message: format!("not granted {lacking:?} on the cluster"),
+        },
+    })
+}
+
 impl AclSync {
     pub fn new(metrics: Metrics) -> Self {
         AclSync {
@@ -60,9 +78,13 @@ impl AclSync {
         target: &Admin,
         mirrored: &[Mirrored],
     ) -> Result<usize, (usize, AdminError)> {
+        forbidden_unless(source, acls::SOURCE_NEEDS)
+            .await
+            .map_err(|e| (0, e))?;
         let source_acls = match source.topic_acls().await {
             Ok(b) => b,
-            // No authorizer on the source (most clusters): no ACLs, nothing to copy.
+            // No authorizer on the source (most clusters): no ACLs, nothing to copy. (librdkafka
+            // 2.12 answers "no bindings" then; a later one may say SECURITY_DISABLED.)
             Err(e) if code(&e) == Some(RDKafkaErrorCode::SecurityDisabled) => return Ok(0),
             Err(e) => return Err((0, e)),
         };
@@ -75,6 +97,9 @@ impl AclSync {
         if desired.is_empty() {
             return Ok(0);
         }
+        forbidden_unless(target, acls::TARGET_NEEDS)
+            .await
+            .map_err(|e| (desired.len(), e))?;
         let target_acls = target.topic_acls().await.map_err(|e| (desired.len(), e))?;
         let missing = acls::missing(&desired, &target_acls);
         if missing.is_empty() {
@@ -113,7 +138,7 @@ impl AclSync {
                     "the target has no authorizer: enable one, or set spec.sourceLoop.syncTopicAcls to false"
                 }
                 Some(RDKafkaErrorCode::ClusterAuthorizationFailed) => {
-                    "grant the flow's principal DESCRIBE and ALTER on the cluster resource, or set spec.sourceLoop.syncTopicAcls to false"
+                    "grant the flow's principal DESCRIBE on the source's cluster resource and DESCRIBE and ALTER on the target's, or set spec.sourceLoop.syncTopicAcls to false"
                 }
                 _ => "retrying next round",
             };
