@@ -158,11 +158,11 @@ group.initial.rebalance.delay.ms=0
 # Replication tests must see exactly the topics that were created on purpose.
 auto.create.topics.enable=false
 # An authorizer, so topic ACL sync has ACLs to copy and to enforce. A resource without ACLs
-# stays open to everyone; the principals the world's clients and brokers use are super users,
-# so an ACL a test adds on its own topic binds only the principals it names (and the other
-# non-super users: a resource with any ACL is closed to principals it does not allow).
-# ANONYMOUS: PLAINTEXT and CONTROLLER listeners; mirrorflow: the SCRAM user and the OAuth
-# client's token subject; CN=mirrorflow-flow: the mTLS client certificate.
+# stays open to everyone. Any ACL on a resource (ALLOW or DENY, for anyone) closes it to every
+# principal it does not allow, so the principals the world's brokers and flows use are super
+# users and an ACL a test puts on its own topic restricts only ordinary ones (`reader`, OAuth
+# clients a test adds). ANONYMOUS: PLAINTEXT and CONTROLLER listeners; mirrorflow: the SCRAM
+# user and the OAuth client's token subject; CN=mirrorflow-flow: the mTLS client certificate.
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=true
 super.users=User:ANONYMOUS;User:mirrorflow;User:CN=mirrorflow-flow
