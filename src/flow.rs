@@ -8,6 +8,7 @@ use rdkafka::ClientConfig;
 
 use crate::api::rules::alias_contains_separator;
 use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
+use crate::kafka::writers::Writer;
 use crate::kafka::{self, ClientUse, SecretFiles};
 use crate::mm2::{
     FilterError, IdentityPolicy, NameFilter, PolicyError, PrefixPolicy, ReplicationPolicy,
@@ -74,6 +75,9 @@ pub struct Flow {
     /// the probe-safe part of `spec.<side>.config` ([`kafka::ClientUse::Probe`]).
     pub source_probe_client: ClientConfig,
     pub target_probe_client: ClientConfig,
+    /// Who this flow is in the internal topics it shares with other flows
+    /// ([`kafka::writers`]).
+    pub writer: Writer,
 }
 
 impl std::fmt::Debug for Flow {
@@ -97,9 +101,33 @@ impl Flow {
     }
 }
 
+/// A flow file as read: its name, spec and identity.
+#[derive(Debug)]
+pub struct FlowFile {
+    pub name: String,
+    pub spec: MirrorFlowSpec,
+    pub writer: Writer,
+}
+
+/// The identity of a flow resource: its uid and creation time when it has them (the operator
+/// renders both into the replicator's flow file), its name otherwise.
+pub fn writer_of(name: &str, metadata: &kube::api::ObjectMeta) -> Writer {
+    match &metadata.uid {
+        Some(uid) if !uid.is_empty() => Writer {
+            id: uid.clone(),
+            flow: name.to_string(),
+            created_ms: metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(i64::MAX, |t| t.0.as_millisecond()),
+        },
+        _ => Writer::unnamed(name),
+    }
+}
+
 /// Reads a flow file: a whole `MirrorFlow` resource (as `kubectl get -o yaml` prints it) or
 /// just its spec.
-pub fn load_file(path: &Path) -> Result<(String, MirrorFlowSpec), FlowError> {
+pub fn load_file(path: &Path) -> Result<FlowFile, FlowError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| FlowError::Read {
         path: shown.clone(),
@@ -145,9 +173,20 @@ pub fn load_file(path: &Path) -> Result<(String, MirrorFlowSpec), FlowError> {
                 (None, Some(n)) => n.to_string(),
                 _ => stem(path),
             };
-            Ok((name, spec))
+            Ok(FlowFile {
+                writer: writer_of(&name, &metadata),
+                name,
+                spec,
+            })
         }
-        spec => Ok((stem(path), parse_spec(spec, "spec.")?)),
+        spec => {
+            let name = stem(path);
+            Ok(FlowFile {
+                writer: Writer::unnamed(&name),
+                spec: parse_spec(spec, "spec.")?,
+                name,
+            })
+        }
     }
 }
 
@@ -193,6 +232,7 @@ pub fn resolve(
     let source_probe_client = client(source, "spec.source", ClientUse::Probe)?;
     let target_probe_client = client(target, "spec.target", ClientUse::Probe)?;
     Ok(Flow {
+        writer: Writer::unnamed(&name),
         name,
         spec,
         policy,
@@ -459,7 +499,7 @@ mod tests {
             ),
         )
         .unwrap();
-        assert_eq!(load_file(&good).unwrap().0, "n/f");
+        assert_eq!(load_file(&good).unwrap().name, "n/f");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -150,8 +150,10 @@ fn main() -> anyhow::Result<()> {
             listen,
             replica,
         } => {
-            let (name, spec) = mirrorflow::flow::load_file(&config)?;
-            let flow = mirrorflow::flow::resolve(name, spec, &SecretFiles::new(secrets_dir))?;
+            let file = mirrorflow::flow::load_file(&config)?;
+            let mut flow =
+                mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;
+            flow.writer = file.writer;
             let replica = replica.unwrap_or_else(|| {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
             });

@@ -192,12 +192,13 @@ pub const LOG_FILTER: &str = "warn,librdkafka=off,rdkafka=off";
 pub fn load_flow(args: &FlowArgs) -> Result<Flow, CliError> {
     match (&args.flow_file, &args.name) {
         (Some(file), _) => {
-            let (name, spec) = flow::load_file(file)?;
+            let file = flow::load_file(file)?;
             let dir = args
                 .secrets_dir
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SECRETS_DIR));
-            flow::resolve(name, spec, &SecretFiles::new(&dir)).map_err(|e| match e {
+            let resolved = flow::resolve(file.name, file.spec, &SecretFiles::new(&dir));
+            let mut resolved = resolved.map_err(|e| match e {
                 FlowError::Client(c) if c.reason() == "SecretMissing" => CliError::Usage {
                     flag: "--secrets-dir",
                     message: format!(
@@ -206,7 +207,9 @@ pub fn load_flow(args: &FlowArgs) -> Result<Flow, CliError> {
                     ),
                 },
                 other => other.into(),
-            })
+            })?;
+            resolved.writer = file.writer;
+            Ok(resolved)
         }
         (None, Some(name)) => {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -274,11 +277,14 @@ async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow
         // Values are credentials: kept in memory only, never printed.
         values.insert((r.name.clone(), r.key.clone()), bytes.0.clone());
     }
-    Ok(flow::resolve(
-        format!("{ns}/{name}"),
+    let full = format!("{ns}/{name}");
+    let mut resolved = flow::resolve(
+        full.clone(),
         mf.spec.clone(),
         &SecretFiles::from_values(values),
-    )?)
+    )?;
+    resolved.writer = flow::writer_of(&full, &mf.metadata);
+    Ok(resolved)
 }
 
 /// Prints a serializable report as pretty JSON on stdout.

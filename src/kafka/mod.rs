@@ -12,6 +12,7 @@ pub mod groups;
 pub mod log_bounds;
 pub mod positions;
 pub mod secrets;
+pub mod writers;
 
 pub use config::{ClientUse, ConfigError, check_cluster, client_config};
 pub use secrets::{DEFAULT_SECRETS_DIR, SecretFiles};

@@ -21,6 +21,9 @@
 //! - value: `version: u8 = 1`, `kind: u8` ([`GapKind`]), `from: i64`, `to: i64`; a
 //!   [`GapKind::RecordRejected`] appends `size: i64`, `limit: i64`. Readers of version 0 skip
 //!   these records as undecodable.
+//!
+//! And each running replicator's claim on the topic ([`super::writers`]): who writes it, so
+//! two flows sharing it find each other even when no operator sees both.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -29,6 +32,8 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::writers::{self, Claims};
 
 pub const POSITIONS_VERSION: u8 = 0;
 pub const GAP_VERSION: u8 = 1;
@@ -247,15 +252,22 @@ pub enum ReadError {
     Timeout { topic: String, waited: Duration },
 }
 
-/// Folds one record of a positions topic into `positions` and `gaps`: a position, a
-/// tombstone (the partition is no longer tracked) or a gap. False when this version cannot
+/// Folds one record of a positions topic into `positions`, `gaps` and `claims`: a position, a
+/// tombstone (the partition is no longer tracked), a gap or a writer's claim
+/// ([`super::writers`]). False when this version cannot
 /// decode it (skipped).
 pub fn apply_record(
     positions: &mut HashMap<(String, i32), Frontier>,
     gaps: &mut Vec<Gap>,
+    claims: &mut Claims,
     key: Option<&[u8]>,
     payload: Option<&[u8]>,
 ) -> bool {
+    if let Some(k) = key
+        && writers::is_claim_key(k)
+    {
+        return writers::apply(claims, k, payload);
+    }
     if let (Some(k), Some(v)) = (key, payload)
         && v.first() == Some(&GAP_VERSION)
     {
@@ -297,6 +309,7 @@ pub struct PositionReader {
     next: i64,
     positions: HashMap<(String, i32), Frontier>,
     gaps: Vec<Gap>,
+    claims: Claims,
     undecodable: u64,
 }
 
@@ -360,6 +373,7 @@ impl PositionReader {
             next: 0,
             positions: HashMap::new(),
             gaps: Vec::new(),
+            claims: Claims::new(),
             undecodable: 0,
         })
     }
@@ -376,6 +390,11 @@ impl PositionReader {
     /// Every break in continuity recorded so far, in the order they were written.
     pub fn gaps(&self) -> &[Gap] {
         &self.gaps
+    }
+
+    /// The writers' claims read so far ([`super::writers`]).
+    pub fn claims(&self) -> &Claims {
+        &self.claims
     }
 
     /// Records that were not positions this version understands (skipped).
@@ -412,7 +431,13 @@ impl PositionReader {
             match self.consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     self.next = m.offset() + 1;
-                    if !apply_record(&mut self.positions, &mut self.gaps, m.key(), m.payload()) {
+                    if !apply_record(
+                        &mut self.positions,
+                        &mut self.gaps,
+                        &mut self.claims,
+                        m.key(),
+                        m.payload(),
+                    ) {
                         self.undecodable += 1;
                     }
                 }

@@ -102,11 +102,16 @@ fn meta(flow: &MirrorFlow, name: String) -> Result<ObjectMeta, BuildError> {
     })
 }
 
-/// The flow as the replicator reads it: the resource with its spec, without status or
-/// server-set metadata. Secrets appear only as references.
+/// The flow as the replicator reads it: the resource with its spec, its uid and creation time
+/// (its identity), without status or other server-set metadata. Secrets appear only as
+/// references.
 pub fn render_flow(flow: &MirrorFlow) -> Result<String, BuildError> {
     let mut clean = MirrorFlow::new(&flow.name_any(), flow.spec.clone());
     clean.metadata.namespace = flow.namespace();
+    // The flow's identity in the internal topics it may share with flows this operator
+    // cannot see (`kafka::writers`): stable for the resource's life.
+    clean.metadata.uid = flow.metadata.uid.clone();
+    clean.metadata.creation_timestamp = flow.metadata.creation_timestamp.clone();
     Ok(serde_yaml::to_string(&clean)?)
 }
 
@@ -432,6 +437,33 @@ mod tests {
         assert!(text.contains("passwordSecretRef") && text.contains("name: creds"));
         let reparsed: MirrorFlow = serde_yaml::from_str(text).unwrap();
         assert_eq!(reparsed.spec, flow("").spec);
+    }
+
+    #[test]
+    fn the_flow_file_carries_the_flows_identity_for_the_replicator() {
+        let mut f = flow("");
+        let created = k8s_openapi::jiff::Timestamp::from_millisecond(1_700_000_000_123).unwrap();
+        f.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            created,
+        ));
+        f.metadata.resource_version = Some("42".into());
+        let text = render_flow(&f).unwrap();
+        assert!(!text.contains("resourceVersion"), "{text}");
+        let dir = std::env::temp_dir().join(format!("mf-render-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("flow.yaml");
+        std::fs::write(&path, &text).unwrap();
+        let read = crate::flow::load_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(read.name, "apps/orders");
+        assert_eq!(
+            read.writer,
+            crate::kafka::writers::Writer {
+                id: "uid-1".into(),
+                flow: "apps/orders".into(),
+                created_ms: 1_700_000_000_000,
+            }
+        );
     }
 
     #[test]

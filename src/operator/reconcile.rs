@@ -230,14 +230,16 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
         Err(SecretRefusal::NotShared(b)) => return Ok(Check::Stop(b)),
     };
     let name = mf.name_any();
-    let resolved = match flow::resolve(
-        format!("{ns}/{name}"),
+    let full = format!("{ns}/{name}");
+    let mut resolved = match flow::resolve(
+        full.clone(),
         mf.spec.clone(),
         &SecretFiles::from_values(values),
     ) {
         Ok(f) => f,
         Err(e) => return Ok(Check::Hold(Blocked::new(e.reason(), e.to_string()))),
     };
+    resolved.writer = flow::writer_of(&full, &mf.metadata);
     let key = Context::flow_key(mf);
     let ids = cluster_ids(ctx, &key, mf, &resolved).await;
     if let Some(b) = guards::same_cluster(&ids) {

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub heartbeat_lag: Gauge,
     pub heartbeats_emitted: IntCounter,
     pub assigned_partitions: IntGauge,
+    /// 1 while this flow waits for an older flow that writes the same internal topics.
+    pub writer_yielding: IntGauge,
     /// Errors by loop (`source`, `checkpoint`, `heartbeat`) and kind (`unreachable`, ...).
     pub errors: IntCounterVec,
     /// 1 while the named cluster (`source`, `target`) cannot be reached.
@@ -95,6 +97,10 @@ impl Metrics {
                 "assigned_partitions",
                 "Source partitions this replica copies",
             )?,
+            writer_yielding: IntGauge::new(
+                "writer_yielding",
+                "1 while an older flow writes this flow's internal topics on the target and this replicator copies nothing",
+            )?,
             errors: IntCounterVec::new(
                 Opts::new("errors_total", "Errors by loop and kind"),
                 &["loop", "kind"],
@@ -148,6 +154,7 @@ impl Metrics {
             .register(Box::new(m.heartbeats_emitted.clone()))?;
         m.registry
             .register(Box::new(m.assigned_partitions.clone()))?;
+        m.registry.register(Box::new(m.writer_yielding.clone()))?;
         m.registry.register(Box::new(m.errors.clone()))?;
         m.registry
             .register(Box::new(m.cluster_unreachable.clone()))?;

@@ -11,6 +11,7 @@
 
 pub mod backoff;
 pub mod checkpoint;
+pub mod claim;
 pub mod health;
 pub mod heartbeat;
 pub mod metrics;
@@ -55,6 +56,14 @@ pub async fn run(
     refuse_own_source_as_target(&ctx).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(serve_health(ctx.clone(), listen, shutdown.clone()));
+    // Nothing is written to the target before the flow holds its claim on the internal topics.
+    let Some(keeper) = claim::hold(&ctx, &shutdown).await? else {
+        shutdown.cancel();
+        return join_all(tasks, &shutdown).await;
+    };
+    // Released only once the loops stopped: their last positions are written by then.
+    let loops_done = CancellationToken::new();
+    let kept = tokio::spawn(claim::keep(keeper, shutdown.clone(), loops_done.clone()));
     if spec.source_loop.enabled {
         tasks.spawn(source::run(ctx.clone(), shutdown.clone()));
     }
@@ -64,6 +73,16 @@ pub async fn run(
     if spec.heartbeats.enabled {
         tasks.spawn(heartbeat::run(ctx.clone(), shutdown.clone()));
     }
+    let result = join_all(tasks, &shutdown).await;
+    loops_done.cancel();
+    let kept = kept.await.map_err(anyhow::Error::from).and_then(|r| r);
+    result.and(kept)
+}
+
+async fn join_all(
+    mut tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     let mut result = Ok(());
     while let Some(joined) = tasks.join_next().await {
         let outcome = joined.map_err(anyhow::Error::from).and_then(|r| r);

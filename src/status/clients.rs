@@ -26,6 +26,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use super::probe::ProbeContext;
 use crate::kafka::checkpoints::{self, CheckpointIndex};
 use crate::kafka::positions::{self, Frontier, Gap};
+use crate::kafka::writers::Claims;
 use crate::mm2::Heartbeat;
 
 pub type ProbeConsumer = BaseConsumer<ProbeContext>;
@@ -152,6 +153,7 @@ pub enum TailState {
     Positions {
         positions: Arc<HashMap<(String, i32), Frontier>>,
         gaps: Arc<Vec<Gap>>,
+        claims: Arc<Claims>,
     },
     /// The checkpoints topic: the newest checkpoint per group-partition.
     Checkpoints(Arc<CheckpointIndex>),
@@ -174,6 +176,7 @@ impl TailKind {
             TailKind::Positions => TailState::Positions {
                 positions: Arc::default(),
                 gaps: Arc::default(),
+                claims: Arc::default(),
             },
             TailKind::Checkpoints => TailState::Checkpoints(Arc::default()),
             TailKind::Heartbeats => TailState::Heartbeat(None),
@@ -198,10 +201,15 @@ impl Tail {
         }
         self.next = m.offset() + 1;
         match &mut self.state {
-            TailState::Positions { positions, gaps } => {
+            TailState::Positions {
+                positions,
+                gaps,
+                claims,
+            } => {
                 positions::apply_record(
                     Arc::make_mut(positions),
                     Arc::make_mut(gaps),
+                    Arc::make_mut(claims),
                     m.key(),
                     m.payload(),
                 );

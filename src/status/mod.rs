@@ -38,6 +38,14 @@ pub const HEARTBEATS_FLOWING: &str = "HeartbeatsFlowing";
 pub const FAILOVER_READY: &str = "FailoverReady";
 /// No unacknowledged break in continuity (see `status.gaps`).
 pub const GAPLESS: &str = "Gapless";
+/// The conditions [`evaluate`] judges (the others come from gaps and alignment).
+pub(crate) const EVALUATED: [&str; 5] = [
+    READY,
+    REPLICATING,
+    CHECKPOINTS_FRESH,
+    HEARTBEATS_FLOWING,
+    FAILOVER_READY,
+];
 /// `spec.offsets: Aligned` holds on every remote partition.
 pub const OFFSETS_ALIGNED: &str = "OffsetsAligned";
 /// The annotation whose RFC 3339 time acknowledges every gap detected at or before it.
@@ -219,6 +227,9 @@ pub struct Observation {
     /// `spec.sourceLoop.topicsRefreshInterval` for messages; `None` when not compared (sync
     /// off, a cluster unreachable).
     pub topic_acls: Option<(acls::TopicAcls, String)>,
+    /// An older flow that this operator cannot see writes this flow's internal topics, so
+    /// this flow's replicators wait and copy nothing: the message naming it.
+    pub conflict: Option<String>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -247,15 +258,15 @@ pub(crate) fn verdict(
 }
 
 fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
+    let all_false = |reason: &'static str, message: &str| {
+        EVALUATED.map(|t| verdict(t, false, reason, message)).into()
+    };
     if let Some(b) = &obs.blocked {
-        let v = |t| verdict(t, false, b.reason, b.message.clone());
-        return vec![
-            v(READY),
-            v(REPLICATING),
-            v(CHECKPOINTS_FRESH),
-            v(HEARTBEATS_FLOWING),
-            v(FAILOVER_READY),
-        ];
+        return all_false(b.reason, &b.message);
+    }
+    if let Some(message) = &obs.conflict {
+        // The replicators run but write nothing while the older flow does.
+        return all_false(reason::CONFLICTING_FLOW, message);
     }
     let unreachable = match (&obs.source_error, &obs.target_error) {
         (Some(e), _) => Some(e.describe("source")),

@@ -27,10 +27,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::{ClusterFault, GroupObservation, Observation};
+use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
 use crate::kafka::checkpoints::CheckpointIndex;
 use crate::kafka::positions::{self, Gap};
+use crate::kafka::writers;
 use crate::mm2::{ReplicationPolicy, TopicPartition};
 
 pub const MAX_PROBED_GROUPS: usize = 50;
@@ -83,6 +85,8 @@ pub struct ClusterObservation {
     /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not
     /// compared.
     pub topic_acls: Option<(TopicAcls, String)>,
+    /// An older flow this one yields to ([`writers`]): the message naming it.
+    pub conflict: Option<String>,
 }
 
 impl ClusterObservation {
@@ -101,6 +105,7 @@ impl ClusterObservation {
         obs.groups = self.groups;
         obs.gaps = self.gaps;
         obs.topic_acls = self.topic_acls;
+        obs.conflict = self.conflict;
     }
 }
 
@@ -387,25 +392,38 @@ fn observe_clusters(
             TailKind::Positions,
             budget.next(2 * TIMEOUT),
             |state| match state {
-                TailState::Positions { positions, gaps } => Some((
+                TailState::Positions {
+                    positions,
+                    gaps,
+                    claims,
+                } => Some((
                     positions
                         .iter()
                         .map(|(k, f)| (k.clone(), f.next))
                         .collect::<Positions>(),
                     gaps.as_ref().clone(),
+                    // Only a flow that writes yields; an Observe flow reads whoever writes.
+                    (flow.spec.mode == FlowMode::Replicate)
+                        .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
+                        .flatten()
+                        .map(|older| writers::yield_message(older, flow.source_alias())),
                 )),
                 _ => None,
             },
         );
         let read = read.flatten();
-        out.gaps = read.as_ref().map(|(_, gaps)| gaps.clone());
-        read.map(|(positions, _)| positions)
+        out.gaps = read.as_ref().map(|(_, gaps, _)| gaps.clone());
+        out.conflict = read.as_ref().and_then(|(_, _, conflict)| conflict.clone());
+        read.map(|(positions, _, _)| positions)
     } else {
         // Nothing copied yet (or another tool replicates): nothing can have been skipped.
         out.gaps = Some(Vec::new());
         None
     };
-    if let (Ok(md), Some(copied)) = (&source_md, &positions) {
+    // A replicating flow with its source loop off copies nothing: the topic holds only its
+    // claim (or another tool's positions), no replication lag of its own.
+    let copies = flow.spec.mode == FlowMode::Observe || flow.spec.source_loop.enabled;
+    if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
         out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
     }
 
@@ -465,7 +483,7 @@ fn observe_clusters(
             &source,
             md,
             &checkpoints,
-            positions.as_ref(),
+            positions.as_ref().filter(|_| copies),
             &recreated,
             budget,
         );

@@ -100,13 +100,7 @@ fn a_healthy_flow_is_failover_ready() {
         Some(3),
         &now(),
     );
-    for t in [
-        READY,
-        REPLICATING,
-        CHECKPOINTS_FRESH,
-        HEARTBEATS_FLOWING,
-        FAILOVER_READY,
-    ] {
+    for t in EVALUATED {
         assert_eq!(cond(&s, t).status, "True", "{t}: {}", cond(&s, t).message);
     }
     assert_eq!(s.observed_generation, Some(3));
@@ -244,6 +238,38 @@ fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message(
             .all(|c| c.status == "False" && c.reason == reason::SECRET_MISSING)
     );
     assert!(cond(&s, READY).message.contains("'creds'"));
+}
+
+#[test]
+fn a_flow_yielding_to_one_the_operator_cannot_see_says_so_everywhere() {
+    let o = Observation {
+        conflict: Some("spec.source.alias: flow 'other/first' (older; ...".into()),
+        ..healthy()
+    };
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    for t in EVALUATED {
+        let c = cond(&s, t);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::CONFLICTING_FLOW),
+            "{t}"
+        );
+        assert!(c.message.contains("'other/first'"), "{t}");
+    }
+    assert_eq!(
+        cond(
+            &status(
+                None,
+                &healthy(),
+                &FailoverReadinessSpec::default(),
+                None,
+                &now()
+            ),
+            READY
+        )
+        .status,
+        "True"
+    );
 }
 
 fn gap(topic: &str, kind: GapKind, detected_ms: i64) -> Gap {

@@ -802,3 +802,105 @@ async fn an_invalid_flow_exits_non_zero_naming_the_field() -> Result<()> {
     );
     Ok(())
 }
+
+/// Two flows with one source alias into one target that no operator sees both of (each run
+/// from its own resource file, with its own uid and creation time, as another namespace's or
+/// another cluster's operator would render it) share the positions and checkpoints topics
+/// there. The later one copies nothing while the older one runs, says why in its status, goes
+/// on once the older stops, and stops when the older comes back.
+#[tokio::test]
+async fn a_later_flow_sharing_internal_topics_waits_while_the_older_one_runs() -> Result<()> {
+    let s = Setup::new("claims")?;
+    let (older_topic, newer_topic) = (unique("own"), unique("shared"));
+    for t in [&older_topic, &newer_topic] {
+        kafka::create_topic(&s.world.source_bootstrap, t, 1).await?;
+        kafka::produce_values(&s.world.source_bootstrap, t, 100, 1).await?;
+    }
+    let resource = |name: &str, uid: &str, created: &str, topic: &str| {
+        let spec: String = s
+            .flow(&[topic], FAST)
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect();
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: team-{name}, uid: {uid}, creationTimestamp: '{created}'}}\nspec:\n{spec}"
+        )
+    };
+    let older_flow = resource("older", "uid-older", "2026-01-01T00:00:00Z", &older_topic);
+    let newer_flow = resource("newer", "uid-newer", "2026-06-01T00:00:00Z", &newer_topic);
+    let (tb, older_remote, newer_remote) = (
+        s.world.target_bootstrap.clone(),
+        s.remote(&older_topic),
+        s.remote(&newer_topic),
+    );
+
+    let mut older = s.start("older", &older_flow)?;
+    wait_for_count(&tb, &older_remote, 100)
+        .await
+        .with_context(|| older.log_text())?;
+
+    let mut newer = s.start("newer", &newer_flow)?;
+    eventually("the later flow yields", WAIT, || {
+        let v = newer.metric("mirrorflow_writer_yielding");
+        async move { Ok((v == Some(1.0)).then_some(())) }
+    })
+    .await
+    .with_context(|| newer.log_text())?;
+    // Its status names the older flow, from the clusters alone (no operator sees both).
+    let file = std::env::temp_dir()
+        .join("mirrorflow-e2e")
+        .join(format!("{}-newer", s.name))
+        .join("flow.yaml");
+    let out = Command::new(binary(&s.world.repo_root))
+        .args(["status", "-o", "json", "--flow-file"])
+        .arg(&file)
+        .output()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "False", "{status:#}");
+    assert_eq!(ready["reason"], "ConflictingFlow", "{status:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("'team-older/older'"), "{message}");
+    // Nothing of it written: not even its remote topic exists.
+    assert!(
+        !kafka::topics(&tb)?.contains(&newer_remote),
+        "the waiting flow created {newer_remote}"
+    );
+
+    // The older flow stops cleanly: its claim is released and the later one goes on.
+    let stopped = Instant::now();
+    assert_eq!(older.stop(Duration::from_secs(30)), Some(0));
+    wait_for_count(&tb, &newer_remote, 100)
+        .await
+        .with_context(|| newer.log_text())?;
+    eprintln!(
+        "the later flow copied its topic {:.1}s after the older one stopped",
+        stopped.elapsed().as_secs_f64()
+    );
+    assert_eq!(newer.metric("mirrorflow_writer_yielding"), Some(0.0));
+
+    // The older flow comes back: it goes on, and the later one stops (its pod would restart
+    // and wait).
+    let older = s.start("older", &older_flow)?;
+    eventually("the later flow stops for the older one", WAIT, || {
+        let running = newer.running();
+        async move { Ok((!running).then_some(())) }
+    })
+    .await
+    .with_context(|| newer.log_text())?;
+    let log = newer.log_text();
+    assert!(
+        log.contains("flow 'team-older/older' (older"),
+        "the later flow's log does not name the older one:\n{log}"
+    );
+    kafka::produce_values(&s.world.source_bootstrap, &older_topic, 50, 1).await?;
+    wait_for_count(&tb, &older_remote, 150)
+        .await
+        .with_context(|| older.log_text())?;
+    Ok(())
+}
