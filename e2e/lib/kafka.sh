@@ -87,15 +87,20 @@ kafka_client_tls_material() {
 
 kafka_add_scram_user() {
   # SCRAM credentials live in the cluster metadata: added once per data dir through the
-  # plaintext listener (no authorizer, so any client may).
-  local name="$1" dir
+  # plaintext listener (its principal, ANONYMOUS, is a super user). `mirrorflow` is the flows'
+  # user (a super user); `reader` is an ordinary consumer that only ACLs let read a topic
+  # someone put ACLs on (the topic ACL sync test), with the same password.
+  local name="$1" dir user
   dir="$(kafka_dir "$name")"
-  [ -f "$dir/scram.done" ] && return 0
-  kafka_java kafka.admin.ConfigCommand --bootstrap-server "$(kafka_bootstrap "$name")" \
-    --alter --entity-type users --entity-name mirrorflow \
-    --add-config "SCRAM-SHA-512=[password=$(cat "$(kafka_tls_dir)/scram-password")]" \
-    >"$dir/scram.log" 2>&1 || die "adding the SCRAM user to kafka $name failed: $(tail -n 5 "$dir/scram.log")"
-  touch "$dir/scram.done"
+  for user in mirrorflow reader; do
+    [ -f "$dir/scram-$user.done" ] && continue
+    [ "$user" = mirrorflow ] && [ -f "$dir/scram.done" ] && continue
+    kafka_java kafka.admin.ConfigCommand --bootstrap-server "$(kafka_bootstrap "$name")" \
+      --alter --entity-type users --entity-name "$user" \
+      --add-config "SCRAM-SHA-512=[password=$(cat "$(kafka_tls_dir)/scram-password")]" \
+      >"$dir/scram.log" 2>&1 || die "adding the SCRAM user $user to kafka $name failed: $(tail -n 5 "$dir/scram.log")"
+    touch "$dir/scram-$user.done"
+  done
 }
 kafka_pidfile() { echo "$(kafka_dir "$1")/broker.pid"; }
 kafka_bootstrap() { echo "127.0.0.1:$(kafka_port "$1")"; }
@@ -152,6 +157,15 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 # Replication tests must see exactly the topics that were created on purpose.
 auto.create.topics.enable=false
+# An authorizer, so topic ACL sync has ACLs to copy and to enforce. A resource without ACLs
+# stays open to everyone. Any ACL on a resource (ALLOW or DENY, for anyone) closes it to every
+# principal it does not allow, so the principals the world's brokers and flows use are super
+# users and an ACL a test puts on its own topic restricts only ordinary ones (`reader`, OAuth
+# clients a test adds). ANONYMOUS: PLAINTEXT and CONTROLLER listeners; mirrorflow: the SCRAM
+# user and the OAuth client's token subject; CN=mirrorflow-flow: the mTLS client certificate.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=true
+super.users=User:ANONYMOUS;User:mirrorflow;User:CN=mirrorflow-flow
 EOF
 }
 

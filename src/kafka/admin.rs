@@ -17,6 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::Side;
+use super::acls::{self, AclBinding, AclError};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -36,12 +37,22 @@ pub enum AdminError {
         topic: String,
         code: RDKafkaErrorCode,
     },
+    /// An ACL request (topic ACL sync), or one binding of it, failed.
+    #[error("{cluster} cluster: {what}: {source}")]
+    Acl {
+        cluster: Side,
+        what: String,
+        #[source]
+        source: AclError,
+    },
 }
 
 impl AdminError {
     pub fn cluster(&self) -> Side {
         match self {
-            AdminError::Kafka { cluster, .. } | AdminError::Refused { cluster, .. } => *cluster,
+            AdminError::Kafka { cluster, .. }
+            | AdminError::Refused { cluster, .. }
+            | AdminError::Acl { cluster, .. } => *cluster,
         }
     }
 
@@ -70,6 +81,11 @@ impl Admin {
             cluster,
             client: Arc::new(client),
         })
+    }
+
+    /// The cluster this client talks to.
+    pub fn side(&self) -> Side {
+        self.cluster
     }
 
     fn kafka(&self, what: impl Into<String>) -> impl FnOnce(KafkaError) -> AdminError {
@@ -238,6 +254,95 @@ impl Admin {
                     other => format!("{other:?}"),
                 },
                 code,
+            })
+            .collect())
+    }
+
+    /// The ALLOW bindings on literal topic names ([`acls::topic_allow_filter`]). A cluster
+    /// without an authorizer fails with `SecurityDisabled`.
+    pub async fn topic_acls(&self) -> Result<Vec<AclBinding>, AdminError> {
+        let client = self.client.clone();
+        let cluster = self.cluster;
+        let acl = move |source| AdminError::Acl {
+            cluster,
+            what: "describing topic ACLs".into(),
+            source,
+        };
+        tokio::task::spawn_blocking(move || {
+            mirrorflow_rdkafka_ext::acls::describe_acls(
+                client.inner(),
+                &acls::topic_allow_filter(),
+                ADMIN_TIMEOUT,
+            )
+        })
+        .await
+        .map_err(|e| {
+            acl(AclError {
+                code: RDKafkaErrorCode::Fail,
+                message: e.to_string(),
+            })
+        })?
+        .map_err(acl)
+    }
+
+    /// The operations this client's principal may perform on the cluster resource; `None`
+    /// when the brokers did not say. A cluster without an authorizer allows all of them.
+    pub async fn cluster_operations(&self) -> Result<Option<Vec<acls::Operation>>, AdminError> {
+        let client = self.client.clone();
+        let cluster = self.cluster;
+        tokio::task::spawn_blocking(move || {
+            mirrorflow_rdkafka_ext::acls::cluster_operations(client.inner(), ADMIN_TIMEOUT)
+        })
+        .await
+        .map_err(|e| AclError {
+            code: RDKafkaErrorCode::Fail,
+            message: e.to_string(),
+        })
+        .and_then(|r| r)
+        .map_err(|source| AdminError::Acl {
+            cluster,
+            what: "describing the cluster's authorized operations".into(),
+            source,
+        })
+    }
+
+    /// Creates `bindings`; returns those that failed (an existing binding counts as created).
+    pub async fn create_acls(
+        &self,
+        bindings: Vec<AclBinding>,
+    ) -> Result<Vec<AdminError>, AdminError> {
+        if bindings.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.client.clone();
+        let cluster = self.cluster;
+        let made = bindings.clone();
+        let results = tokio::task::spawn_blocking(move || {
+            mirrorflow_rdkafka_ext::acls::create_acls(client.inner(), &made, ADMIN_TIMEOUT)
+        })
+        .await
+        .map_err(|e| AclError {
+            code: RDKafkaErrorCode::Fail,
+            message: e.to_string(),
+        })
+        .and_then(|r| r)
+        .map_err(|source| AdminError::Acl {
+            cluster,
+            what: "creating topic ACLs".into(),
+            source,
+        })?;
+        Ok(bindings
+            .iter()
+            .zip(results)
+            .filter_map(|(b, r)| {
+                r.err().map(|source| AdminError::Acl {
+                    cluster,
+                    what: format!(
+                        "creating the ACL {} {:?} on topic {}",
+                        b.principal, b.operation, b.name
+                    ),
+                    source,
+                })
             })
             .collect())
     }

@@ -1,6 +1,7 @@
 //! Kafka client glue shared by the replicator, the operator's status probe and the CLI:
 //! client configuration from a cluster spec, and small admin helpers.
 
+pub mod acls;
 pub mod admin;
 pub mod checkpoints;
 pub mod client_cert;

@@ -38,6 +38,11 @@ pub struct Metrics {
     pub continuity_breaks: IntCounterVec,
     /// Records the target refused as too large and the source loop skipped, by source topic.
     pub records_rejected: IntCounterVec,
+    /// Topic ACL bindings the source loop created on the target (`spec.sourceLoop.syncTopicAcls`).
+    pub topic_acls_created: IntCounter,
+    /// Bindings the target should have for the source's ACLs and lacked after the latest round
+    /// (0 when in sync; stays above 0 while the target refuses them).
+    pub topic_acls_missing: IntGauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -121,6 +126,14 @@ impl Metrics {
                 ),
                 &["topic"],
             )?,
+            topic_acls_created: IntCounter::new(
+                "topic_acls_created_total",
+                "Topic ACL bindings copied from the source and created on the target",
+            )?,
+            topic_acls_missing: IntGauge::new(
+                "topic_acls_missing",
+                "Bindings for the source's topic ACLs the target lacked after the latest round",
+            )?,
             registry,
         };
         m.registry
@@ -147,6 +160,10 @@ impl Metrics {
             .register(Box::new(m.cluster_unreachable.clone()))?;
         m.registry.register(Box::new(m.continuity_breaks.clone()))?;
         m.registry.register(Box::new(m.records_rejected.clone()))?;
+        m.registry
+            .register(Box::new(m.topic_acls_created.clone()))?;
+        m.registry
+            .register(Box::new(m.topic_acls_missing.clone()))?;
         Ok(m)
     }
 

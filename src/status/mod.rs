@@ -8,11 +8,13 @@
 //! | condition reasons | [`reason`] |
 //! | per-group readiness | [`groups`] |
 //! | breaks in continuity, `Gapless` | [`gaps`] |
+//! | topic ACL sync, `TopicAclsSynced` | [`acls`] |
 //! | the other conditions and the whole status (pure) | here |
 //!
 //! Kubernetes conventions: one condition per `type`, a CamelCase `reason`, a message that says
 //! what to do, and `lastTransitionTime` that moves only when `status` flips.
 
+pub mod acls;
 pub mod clients;
 pub mod gaps;
 pub mod groups;
@@ -221,6 +223,10 @@ pub struct Observation {
     pub gaps_acknowledged: Option<Result<i64, String>>,
     /// The flow's name, for the acknowledge command in messages.
     pub name: String,
+    /// `spec.sourceLoop.syncTopicAcls`: the source's topic ACLs against the target's, with
+    /// `spec.sourceLoop.topicsRefreshInterval` for messages; `None` when not compared (sync
+    /// off, a cluster unreachable).
+    pub topic_acls: Option<(acls::TopicAcls, String)>,
     /// An older flow that this operator cannot see writes this flow's internal topics, so
     /// this flow's replicators wait and copy nothing: the message naming it.
     pub conflict: Option<String>,
@@ -498,6 +504,9 @@ pub fn status(
     verdicts.push(gaps::gapless(&gaps, unacknowledged, obs));
     if obs.aligned {
         verdicts.push(gaps::offsets_aligned(obs, prev_conditions));
+    }
+    if let (None, Some((seen, refresh))) = (&obs.blocked, &obs.topic_acls) {
+        verdicts.push(acls::topic_acls_synced(seen, refresh));
     }
     let conditions = merge(prev_conditions, verdicts, generation, now);
     let ages: Vec<Duration> = obs.groups.iter().filter_map(|g| g.checkpoint_age).collect();

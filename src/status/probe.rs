@@ -24,10 +24,12 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::{ClusterFault, GroupObservation, Observation};
 use crate::api::FlowMode;
 use crate::flow::Flow;
+use crate::kafka::Side;
 use crate::kafka::checkpoints::CheckpointIndex;
 use crate::kafka::positions::{self, Gap};
 use crate::kafka::writers;
@@ -80,6 +82,9 @@ pub struct ClusterObservation {
     pub groups: Vec<GroupObservation>,
     /// Breaks in continuity recorded in the positions topic; `None` when it was not read.
     pub gaps: Option<Vec<Gap>>,
+    /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not
+    /// compared.
+    pub topic_acls: Option<(TopicAcls, String)>,
     /// An older flow this one yields to ([`writers`]): the message naming it.
     pub conflict: Option<String>,
 }
@@ -99,6 +104,7 @@ impl ClusterObservation {
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
         obs.gaps = self.gaps;
+        obs.topic_acls = self.topic_acls;
         obs.conflict = self.conflict;
     }
 }
@@ -288,6 +294,44 @@ pub fn observe_with(
     flow: &Flow,
     budget: Budget,
 ) -> ClusterObservation {
+    let mut out = observe_clusters(clients, namespace, flow, budget);
+    // A flow that syncs ACLs always has the condition: one the probe could not compare says
+    // so rather than vanishing from the status until the next probe.
+    if syncs_topic_acls(flow) && out.topic_acls.is_none() {
+        let side = match (&out.source_error, &out.target_error) {
+            (None, Some(_)) => Side::Target,
+            _ => Side::Source,
+        };
+        let error = if out.source_error.is_some() || out.target_error.is_some() {
+            "the cluster cannot be used (see the Ready condition)"
+        } else {
+            "the probe ran out of time before comparing them"
+        };
+        out.topic_acls = Some((
+            TopicAcls::Unreadable {
+                side,
+                error: error.into(),
+            },
+            flow.spec.source_loop.topics_refresh_interval.to_string(),
+        ));
+    }
+    out
+}
+
+/// `spec.sourceLoop.syncTopicAcls` applies: the flow's own source loop copies ACLs.
+fn syncs_topic_acls(flow: &Flow) -> bool {
+    let spec = &flow.spec;
+    spec.source_loop.enabled
+        && spec.source_loop.sync_topic_acls
+        && spec.mode == crate::api::FlowMode::Replicate
+}
+
+fn observe_clusters(
+    clients: &ProbeClients,
+    namespace: &str,
+    flow: &Flow,
+    budget: Budget,
+) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
@@ -417,6 +461,21 @@ pub fn observe_with(
         .flatten()
         .flatten()
         .unwrap_or_default();
+    if syncs_topic_acls(flow) && source_md.is_ok() && !budget.spent() {
+        let seen = super::acls::observe(
+            source.client().client(),
+            target.client().client(),
+            |topic| {
+                replicates(flow, policy, topic)
+                    .then(|| policy.format_remote_topic(flow.source_alias(), topic))
+            },
+            || budget.next(TIMEOUT),
+        );
+        out.topic_acls = Some((
+            seen,
+            flow.spec.source_loop.topics_refresh_interval.to_string(),
+        ));
+    }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
         out.groups = group_observations(

@@ -58,3 +58,11 @@ pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.
 pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
+/// `spec.sourceLoop.syncTopicAcls`: bindings copied from the source's topic ACLs are not on
+/// the target (yet, or the target refuses them).
+pub const TOPIC_ACLS_MISSING: &str = "TopicAclsMissing";
+/// `spec.sourceLoop.syncTopicAcls`: the flow's principal lacks DESCRIBE (or, on the target,
+/// ALTER) on a cluster's cluster resource.
+pub const TOPIC_ACLS_FORBIDDEN: &str = "TopicAclsForbidden";
+/// `spec.sourceLoop.syncTopicAcls`: a cluster's ACLs could not be read this time.
+pub const TOPIC_ACLS_UNKNOWN: &str = "TopicAclsUnknown";

@@ -454,3 +454,39 @@ fn unread_positions_keep_the_last_alignment_verdict() {
     assert_eq!(cond(&again, OFFSETS_ALIGNED).status, "True");
     assert_eq!(cond(&again, OFFSETS_ALIGNED).reason, reason::OFFSETS_MATCH);
 }
+
+#[test]
+fn topic_acls_synced_is_reported_only_when_compared_and_never_holds_back_failover() {
+    let limits = FailoverReadinessSpec::default();
+    let s = status(None, &healthy(), &limits, None, &now());
+    assert!(
+        !s.conditions
+            .iter()
+            .any(|c| c.type_ == acls::TOPIC_ACLS_SYNCED)
+    );
+
+    let mut obs = healthy();
+    obs.topic_acls = Some((
+        acls::TopicAcls::Forbidden {
+            side: crate::kafka::Side::Target,
+            lacking: vec![crate::kafka::acls::Operation::Alter],
+        },
+        "10s".into(),
+    ));
+    let s = status(None, &obs, &limits, None, &now());
+    let c = cond(&s, acls::TOPIC_ACLS_SYNCED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::TOPIC_ACLS_FORBIDDEN)
+    );
+    assert!(c.message.contains("spec.sourceLoop.syncTopicAcls"));
+    assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+
+    obs.blocked = Some(Blocked::new(reason::INVALID_SPEC, "bad"));
+    let s = status(None, &obs, &limits, None, &now());
+    assert!(
+        !s.conditions
+            .iter()
+            .any(|c| c.type_ == acls::TOPIC_ACLS_SYNCED)
+    );
+}

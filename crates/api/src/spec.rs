@@ -366,6 +366,13 @@ pub struct SourceLoopSpec {
     /// 2 never copies.
     #[serde(default = "defaults::yes")]
     pub sync_topic_configs: bool,
+    /// Copy the source's ALLOW ACLs on replicated topics (literal names) to their remote topics,
+    /// as MirrorMaker 2 does: WRITE is never copied (only the flow writes remote topics) and ALL
+    /// becomes READ. Re-read every topicsRefreshInterval. ACLs are only added on the target,
+    /// never removed. Needs DESCRIBE on the source's cluster resource, DESCRIBE and ALTER on
+    /// the target's, and an authorizer on the target once the source has ACLs to copy.
+    #[serde(default = "defaults::yes")]
+    pub sync_topic_acls: bool,
     /// Where offset syncs go.
     #[serde(default)]
     pub offset_syncs_location: OffsetSyncsLocation,

@@ -1,4 +1,5 @@
-//! librdkafka's `DescribeConsumerGroups`, which rust-rdkafka does not wrap.
+//! librdkafka admin calls rust-rdkafka does not wrap: `DescribeConsumerGroups` (here) and the
+//! ACL calls `DescribeAcls` and `CreateAcls` ([`acls`]).
 //!
 //! It is the only call that describes groups of the consumer protocol (KIP-848,
 //! `group.protocol=consumer`): the classic DescribeGroups that rust-rdkafka's
@@ -10,6 +11,8 @@
 //! This is the workspace's only unsafe code. Every pointer read comes from librdkafka and is
 //! copied into owned values before the event that owns it is destroyed; every object created
 //! here is destroyed on every path by a guard.
+
+pub mod acls;
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::time::Duration;
@@ -74,7 +77,7 @@ fn protocol_name(kind: sys::rd_kafka_consumer_group_type_t) -> &'static str {
 
 /// # Safety
 /// `s` is null or a NUL-terminated string that lives for the call.
-unsafe fn owned(s: *const c_char) -> String {
+pub(crate) unsafe fn owned(s: *const c_char) -> String {
     if s.is_null() {
         return String::new();
     }
@@ -83,10 +86,12 @@ unsafe fn owned(s: *const c_char) -> String {
 }
 
 /// Destroys what librdkafka allocated for one request, whichever way the call returns.
-struct Request {
-    queue: *mut sys::rd_kafka_queue_t,
-    options: *mut sys::rd_kafka_AdminOptions_t,
-    event: *mut sys::rd_kafka_event_t,
+pub(crate) struct Request {
+    pub(crate) rk: *mut sys::rd_kafka_t,
+    pub(crate) queue: *mut sys::rd_kafka_queue_t,
+    pub(crate) options: *mut sys::rd_kafka_AdminOptions_t,
+    pub(crate) event: *mut sys::rd_kafka_event_t,
+    timeout_ms: c_int,
 }
 
 impl Drop for Request {
@@ -107,6 +112,97 @@ impl Drop for Request {
     }
 }
 
+pub(crate) fn invalid(message: &str) -> DescribeError {
+    DescribeError {
+        code: RDKafkaErrorCode::InvalidArgument,
+        message: message.to_string(),
+    }
+}
+
+impl Request {
+    /// A queue and options for one `op` request on `client`'s handle, with `timeout`.
+    pub(crate) fn new<C: ClientContext>(
+        client: &Client<C>,
+        op: sys::rd_kafka_admin_op_t,
+        timeout: Duration,
+    ) -> Result<Request, DescribeError> {
+        let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        let rk = client.native_ptr();
+        // SAFETY: `rk` is the live client `client` borrows; the request does not outlive the
+        // caller's borrow of it.
+        let request = unsafe {
+            Request {
+                rk,
+                queue: sys::rd_kafka_queue_new(rk),
+                options: sys::rd_kafka_AdminOptions_new(rk, op),
+                event: std::ptr::null_mut(),
+                timeout_ms,
+            }
+        };
+        if request.queue.is_null() || request.options.is_null() {
+            return Err(invalid("librdkafka could not create the request"));
+        }
+        let mut errstr = [0 as c_char; 256];
+        // SAFETY: `options` is live; `errstr` is writable for its stated length.
+        let set = unsafe {
+            sys::rd_kafka_AdminOptions_set_request_timeout(
+                request.options,
+                timeout_ms,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            )
+        };
+        if set != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            // SAFETY: librdkafka wrote a NUL-terminated message into `errstr`.
+            return Err(invalid(&unsafe { owned(errstr.as_ptr()) }));
+        }
+        Ok(request)
+    }
+
+    /// Waits for the answer to the request sent on `queue`; the request-level error (timeout,
+    /// cluster unreachable, SECURITY_DISABLED...) is returned as the error.
+    pub(crate) fn wait(&mut self, what: &str) -> Result<(), DescribeError> {
+        // The request's own timeout answers first; the margin only covers a late event.
+        let wait_ms = self.timeout_ms.saturating_add(1_000);
+        // SAFETY: `queue` is live.
+        self.event = unsafe { sys::rd_kafka_queue_poll(self.queue, wait_ms) };
+        if self.event.is_null() {
+            return Err(DescribeError {
+                code: RDKafkaErrorCode::OperationTimedOut,
+                message: format!("no answer to {what}"),
+            });
+        }
+        // SAFETY: `event` is live until `self` drops.
+        unsafe {
+            let err = sys::rd_kafka_event_error(self.event);
+            if err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                return Err(DescribeError {
+                    code: err.into(),
+                    message: owned(sys::rd_kafka_event_error_string(self.event)),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The code and message of a librdkafka error object (null: none).
+///
+/// # Safety
+/// `error` is null or a live `rd_kafka_error_t`.
+pub(crate) unsafe fn error_of(error: *const sys::rd_kafka_error_t) -> Option<DescribeError> {
+    if error.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and live by the caller's contract.
+    unsafe {
+        Some(DescribeError {
+            code: sys::rd_kafka_error_code(error).into(),
+            message: owned(sys::rd_kafka_error_string(error)),
+        })
+    }
+}
+
 /// Describes `groups` through `client` (any consumer, producer or admin client of the cluster),
 /// waiting at most `timeout`. The outer error is the request's (timeout, cluster unreachable);
 /// each group has its own result (e.g. `NotCoordinator` while its coordinator moves).
@@ -115,10 +211,6 @@ pub fn describe_groups<C: ClientContext>(
     groups: &[&str],
     timeout: Duration,
 ) -> Result<Vec<GroupResult>, DescribeError> {
-    let invalid = |message: &str| DescribeError {
-        code: RDKafkaErrorCode::InvalidArgument,
-        message: message.to_string(),
-    };
     if groups.is_empty() {
         return Ok(Vec::new());
     }
@@ -127,57 +219,23 @@ pub fn describe_groups<C: ClientContext>(
         .map(|g| CString::new(*g).map_err(|_| invalid("a group name holds a NUL byte")))
         .collect::<Result<_, _>>()?;
     let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
-    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
-    let rk = client.native_ptr();
-    // SAFETY: `rk` is the live client `client` borrows for the whole call.
-    let mut request = unsafe {
-        Request {
-            queue: sys::rd_kafka_queue_new(rk),
-            options: sys::rd_kafka_AdminOptions_new(
-                rk,
-                sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
-            ),
-            event: std::ptr::null_mut(),
-        }
-    };
-    if request.queue.is_null() || request.options.is_null() {
-        return Err(invalid("librdkafka could not create the request"));
-    }
-    let mut errstr = [0 as c_char; 256];
-    // SAFETY: `options` is live; `errstr` is writable for its stated length.
-    let set = unsafe {
-        sys::rd_kafka_AdminOptions_set_request_timeout(
-            request.options,
-            timeout_ms,
-            errstr.as_mut_ptr(),
-            errstr.len(),
-        )
-    };
-    if set != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-        // SAFETY: librdkafka wrote a NUL-terminated message into `errstr`.
-        return Err(invalid(&unsafe { owned(errstr.as_ptr()) }));
-    }
+    let mut request = Request::new(
+        client,
+        sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS,
+        timeout,
+    )?;
     // SAFETY: `pointers` holds `names.len()` NUL-terminated strings that outlive the call
-    // (librdkafka copies them); `options` and `queue` are live.
+    // (librdkafka copies them); `rk`, `options` and `queue` are live.
     unsafe {
         sys::rd_kafka_DescribeConsumerGroups(
-            rk,
+            request.rk,
             pointers.as_mut_ptr(),
             pointers.len(),
             request.options,
             request.queue,
         );
     }
-    // The request's own timeout answers first; the margin only covers a late event.
-    let wait_ms = timeout_ms.saturating_add(1_000);
-    // SAFETY: `queue` is live.
-    request.event = unsafe { sys::rd_kafka_queue_poll(request.queue, wait_ms) };
-    if request.event.is_null() {
-        return Err(DescribeError {
-            code: RDKafkaErrorCode::OperationTimedOut,
-            message: "no answer to DescribeConsumerGroups".into(),
-        });
-    }
+    request.wait("DescribeConsumerGroups")?;
     // SAFETY: `event` is live until `request` drops, after everything is copied out.
     unsafe { read_result(request.event) }
 }
@@ -189,13 +247,6 @@ unsafe fn read_result(
 ) -> Result<Vec<GroupResult>, DescribeError> {
     // SAFETY: the caller's contract; everything read below is owned by `event`.
     unsafe {
-        let err = sys::rd_kafka_event_error(event);
-        if err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(DescribeError {
-                code: err.into(),
-                message: owned(sys::rd_kafka_event_error_string(event)),
-            });
-        }
         let result = sys::rd_kafka_event_DescribeConsumerGroups_result(event);
         if result.is_null() {
             return Err(DescribeError {
@@ -211,12 +262,7 @@ unsafe fn read_result(
         let mut out = Vec::with_capacity(count);
         for &d in std::slice::from_raw_parts(descriptions, count) {
             let group = owned(sys::rd_kafka_ConsumerGroupDescription_group_id(d));
-            let error = sys::rd_kafka_ConsumerGroupDescription_error(d);
-            if !error.is_null() {
-                let failed = DescribeError {
-                    code: sys::rd_kafka_error_code(error).into(),
-                    message: owned(sys::rd_kafka_error_string(error)),
-                };
+            if let Some(failed) = error_of(sys::rd_kafka_ConsumerGroupDescription_error(d)) {
                 out.push(Err((group, failed)));
                 continue;
             }

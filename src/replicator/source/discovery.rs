@@ -2,13 +2,15 @@
 //!
 //! Each round lists both clusters, creates missing remote topics with the source's partition
 //! count and synced configs, grows partition counts, re-syncs configs when asked to, and
-//! returns the source topics the consumer may subscribe to. Topics are created on the target
+//! returns the source topics the consumer may subscribe to; it also copies the source's topic
+//! ACLs when asked to ([`super::acl_sync`]). Topics are created on the target
 //! before they are subscribed to, so the producer never writes to a missing topic.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::kafka::admin::{Admin, AdminError};
 
+use super::acl_sync::AclSync;
 use super::limits::RemoteLimits;
 use super::topics::{self, Mirrored};
 use crate::mm2::Filters;
@@ -33,10 +35,17 @@ pub struct Discovery {
     cycles_logged: BTreeSet<String>,
     /// Filled each round for the copier, which keeps batches under them.
     limits: RemoteLimits,
+    acls: AclSync,
 }
 
 impl Discovery {
-    pub fn new(flow: Flow, source: Admin, target: Admin, limits: RemoteLimits) -> Self {
+    pub fn new(
+        flow: Flow,
+        source: Admin,
+        target: Admin,
+        limits: RemoteLimits,
+        metrics: crate::replicator::metrics::Metrics,
+    ) -> Self {
         let filters = Filters {
             topics: flow.topics.clone(),
             groups: flow.groups.clone(),
@@ -49,6 +58,7 @@ impl Discovery {
             known: BTreeSet::new(),
             cycles_logged: BTreeSet::new(),
             limits,
+            acls: AclSync::new(metrics),
         }
     }
 
@@ -111,6 +121,11 @@ impl Discovery {
                 tracing::info!(topic = %topic, "syncing topic configs from the source");
             }
             refused.extend(self.target.alter(&updates).await?);
+        }
+        if self.flow.spec.source_loop.sync_topic_acls {
+            self.acls
+                .round(&self.source, &self.target, &plan.mirrored)
+                .await;
         }
         // After creation and config sync, so the copier sees the limits records will meet.
         let remotes: Vec<&str> = plan.mirrored.iter().map(|m| m.remote.as_str()).collect();

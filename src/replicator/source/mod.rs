@@ -5,6 +5,7 @@
 //! |---|---|
 //! | which topics, what the target needs (pure) | [`topics`] |
 //! | listing, creating, growing, config sync (I/O) | [`discovery`] |
+//! | topic ACL sync (I/O; the pure part is [`crate::kafka::acls`]) | [`acl_sync`] |
 //! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
 //! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`] |
 //! | what may be committed per partition (pure) | [`progress`] |
@@ -39,6 +40,7 @@
 //! partition puts records, offset syncs (on the target) and the position in one transaction,
 //! and fences the partition's previous writer.
 
+pub mod acl_sync;
 pub mod aligned;
 pub mod at_least_once;
 pub mod clients;
@@ -278,7 +280,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         })
     };
 
-    let mut discovery = Discovery::new(flow.clone(), source_admin, target_admin, limits);
+    let mut discovery = Discovery::new(
+        flow.clone(),
+        source_admin,
+        target_admin,
+        limits,
+        ctx.metrics.clone(),
+    );
     let discover = async {
         let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
         loop {
