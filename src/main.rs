@@ -102,6 +102,10 @@ enum Command {
     /// Start a flow where a MirrorMaker 2 stopped, instead of copying again (dry run unless --apply).
     #[command(long_about = mirrorflow::cli::takeover::TAKEOVER_HELP)]
     Takeover(mirrorflow::cli::takeover::TakeoverArgs),
+    /// Move producers and consumers to the target with nothing lost, skipped or read twice
+    /// (dry run unless --apply).
+    #[command(long_about = mirrorflow::cli::switchover::SWITCHOVER_HELP)]
+    Switchover(mirrorflow::cli::switchover::SwitchoverArgs),
     /// Show a flow's failover readiness: conditions, lags and the least-ready groups.
     Status(mirrorflow::cli::status::StatusArgs),
 }
@@ -135,6 +139,7 @@ fn main() -> anyhow::Result<()> {
         | Command::Failback(_)
         | Command::Drill(_)
         | Command::Takeover(_)
+        | Command::Switchover(_)
         | Command::Status(_) => mirrorflow::cli::LOG_FILTER,
         _ => "info",
     };
@@ -220,6 +225,7 @@ fn main() -> anyhow::Result<()> {
         Command::Failback(args) => exit_with(mirrorflow::cli::failback::run(&args)),
         Command::Drill(args) => exit_with(mirrorflow::cli::drill::run(&args)),
         Command::Takeover(args) => exit_with(mirrorflow::cli::takeover::run(&args)),
+        Command::Switchover(args) => exit_with(mirrorflow::cli::switchover::run(&args)),
         Command::Status(args) => exit_with(mirrorflow::cli::status::run(&args)),
     }
     Ok(())

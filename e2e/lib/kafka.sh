@@ -160,7 +160,7 @@ auto.create.topics.enable=false
 # An authorizer, so topic ACL sync has ACLs to copy and to enforce. A resource without ACLs
 # stays open to everyone. Any ACL on a resource (ALLOW or DENY, for anyone) closes it to every
 # principal it does not allow, so the principals the world's brokers and flows use are super
-# users and an ACL a test puts on its own topic restricts only ordinary ones (`reader`, OAuth
+# users and an ACL a test puts on its own topic restricts only ordinary ones (reader, OAuth
 # clients a test adds). ANONYMOUS: PLAINTEXT and CONTROLLER listeners; mirrorflow: the SCRAM
 # user and the OAuth client's token subject; CN=mirrorflow-flow: the mTLS client certificate.
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer

@@ -13,6 +13,7 @@
 //! | [`failback`] | the forward flow's offset syncs, group offsets on both clusters | old source group offsets |
 //! | [`drill`] | what `failover` reads, then the first records of drill groups and the source's records around the groups | only `mirrorflow-drill.<group>` groups (always; deleted afterwards) |
 //! | [`takeover`] | MM2's Connect offsets, the remote partitions' newest records, the source's records after MM2's offsets | the flow's positions |
+//! | [`switchover`] | what `failover` reads, the flow's positions, the source's records after them and its ACLs | DENY WRITE ACLs on the source, target group offsets, the reverse flow (`--abort`: deletes the ACLs) |
 //! | [`status`] | the `MirrorFlow`'s status, or (with a flow file) what the operator's probe reads | nothing |
 
 mod aligned;
@@ -23,6 +24,7 @@ pub mod failback;
 pub mod failover;
 mod records;
 pub mod status;
+pub mod switchover;
 pub mod table;
 pub mod takeover;
 pub mod translate;
@@ -285,6 +287,47 @@ async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow
     )?;
     resolved.writer = flow::writer_of(&full, &mf.metadata);
     Ok(resolved)
+}
+
+/// Applies the MirrorFlow in `path` on the apiserver of the kubeconfig (server-side apply, in
+/// its own namespace or `namespace`); returns its `namespace/name`.
+pub fn apply_flow_file(path: &Path, namespace: Option<&str>) -> Result<String, CliError> {
+    use kube::ResourceExt;
+    let usage = |message: String| CliError::Usage {
+        flag: "--reverse-flow-file",
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+    let mut mf: MirrorFlow = serde_yaml::from_str(&text)
+        .map_err(|e| usage(format!("{} is not a MirrorFlow: {e}", path.display())))?;
+    flow::validate(&mf.spec)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|source| CliError::Kubeconfig { source })?;
+        let ns = mf
+            .namespace()
+            .or(namespace.map(str::to_string))
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let name = mf.name_any();
+        mf.metadata.namespace = Some(ns.clone());
+        mf.metadata.managed_fields = None;
+        mf.metadata.resource_version = None;
+        mf.status = None;
+        let api = kube::Api::<MirrorFlow>::namespaced(client, &ns);
+        let params = kube::api::PatchParams::apply("mirrorflow-switchover").force();
+        api.patch(&name, &params, &kube::api::Patch::Apply(&mf))
+            .await
+            .map_err(|source| CliError::Api {
+                what: format!("applying MirrorFlow {ns}/{name}"),
+                source,
+            })?;
+        Ok(format!("{ns}/{name}"))
+    })
 }
 
 /// Prints a serializable report as pretty JSON on stdout.

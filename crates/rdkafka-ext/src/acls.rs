@@ -1,4 +1,4 @@
-//! librdkafka's `DescribeAcls` and `CreateAcls` (KIP-140), and the cluster operations a
+//! librdkafka's `DescribeAcls`, `CreateAcls` and `DeleteAcls` (KIP-140), and the cluster operations a
 //! principal may perform (`DescribeCluster`), for topic ACL sync.
 //!
 //! Bindings cross the boundary as owned Rust values: a binding librdkafka returns is copied
@@ -288,6 +288,80 @@ fn new_binding(
     Ok(made)
 }
 
+/// What a batch request sends: bindings (CreateAcls) or filters (DeleteAcls).
+trait Made {
+    fn made(&self) -> Result<*mut sys::rd_kafka_AclBinding_t, AclError>;
+}
+
+impl Made for AclBinding {
+    fn made(&self) -> Result<*mut sys::rd_kafka_AclBinding_t, AclError> {
+        new_binding(
+            false,
+            self.resource_type,
+            Some(&self.name),
+            self.pattern,
+            Some(&self.principal),
+            Some(&self.host),
+            self.operation,
+            self.permission,
+        )
+    }
+}
+
+impl Made for AclFilter {
+    fn made(&self) -> Result<*mut sys::rd_kafka_AclBinding_t, AclError> {
+        new_binding(
+            true,
+            self.resource_type,
+            self.name.as_deref(),
+            self.pattern,
+            self.principal.as_deref(),
+            self.host.as_deref(),
+            self.operation,
+            self.permission,
+        )
+    }
+}
+
+/// librdkafka's CreateAcls and DeleteAcls take the same arguments.
+type BatchCall = unsafe extern "C" fn(
+    *mut sys::rd_kafka_t,
+    *mut *mut sys::rd_kafka_AclBinding_t,
+    usize,
+    *const sys::rd_kafka_AdminOptions_t,
+    *mut sys::rd_kafka_queue_t,
+);
+
+/// Sends one batch request of `items` (bindings or filters) and waits for its answer.
+fn batch<C: ClientContext, T: Made>(
+    client: &Client<C>,
+    op: sys::rd_kafka_admin_op_t,
+    what: &'static str,
+    items: &[T],
+    call: BatchCall,
+    timeout: Duration,
+) -> Result<Request, AclError> {
+    // Pushed one by one: those made before a refused one are still destroyed.
+    let mut made = Bindings(Vec::with_capacity(items.len()));
+    for item in items {
+        made.0.push(item.made()?);
+    }
+    let mut request = Request::new(client, op, timeout)?;
+    // SAFETY: `made` holds `made.0.len()` live bindings that outlive the call (librdkafka
+    // copies them); `rk`, `options` and `queue` are live.
+    unsafe {
+        call(
+            request.rk,
+            made.0.as_mut_ptr(),
+            made.0.len(),
+            request.options,
+            request.queue,
+        );
+    }
+    request.wait(what)?;
+    Ok(request)
+}
+
 /// # Safety
 /// `b` is a live binding.
 unsafe fn read_binding(b: *const sys::rd_kafka_AclBinding_t) -> AclBinding {
@@ -312,16 +386,7 @@ pub fn describe_acls<C: ClientContext>(
     filter: &AclFilter,
     timeout: Duration,
 ) -> Result<Vec<AclBinding>, AclError> {
-    let made = Bindings(vec![new_binding(
-        true,
-        filter.resource_type,
-        filter.name.as_deref(),
-        filter.pattern,
-        filter.principal.as_deref(),
-        filter.host.as_deref(),
-        filter.operation,
-        filter.permission,
-    )?]);
+    let made = Bindings(vec![filter.made()?]);
     let mut request = Request::new(
         client,
         sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBEACLS,
@@ -361,36 +426,14 @@ pub fn create_acls<C: ClientContext>(
     if bindings.is_empty() {
         return Ok(Vec::new());
     }
-    let mut made = Bindings(Vec::with_capacity(bindings.len()));
-    for b in bindings {
-        made.0.push(new_binding(
-            false,
-            b.resource_type,
-            Some(&b.name),
-            b.pattern,
-            Some(&b.principal),
-            Some(&b.host),
-            b.operation,
-            b.permission,
-        )?);
-    }
-    let mut request = Request::new(
+    let request = batch(
         client,
         sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
+        "CreateAcls",
+        bindings,
+        sys::rd_kafka_CreateAcls,
         timeout,
     )?;
-    // SAFETY: `made` holds `made.0.len()` live bindings that outlive the call (librdkafka
-    // copies them); `rk`, `options` and `queue` are live.
-    unsafe {
-        sys::rd_kafka_CreateAcls(
-            request.rk,
-            made.0.as_mut_ptr(),
-            made.0.len(),
-            request.options,
-            request.queue,
-        );
-    }
-    request.wait("CreateAcls")?;
     // SAFETY: `event` is live until `request` drops, after everything is copied out.
     unsafe {
         let result = sys::rd_kafka_event_CreateAcls_result(request.event);
@@ -409,6 +452,55 @@ pub fn create_acls<C: ClientContext>(
                 None => Ok(()),
             })
             .collect())
+    }
+}
+
+/// Deletes every binding that matches one of `filters` on the cluster `client` talks to;
+/// blocking, at most `timeout`. Returns the bindings deleted; the first filter's error fails
+/// the whole call (a partial delete is reported by what was deleted before it, not hidden).
+pub fn delete_acls<C: ClientContext>(
+    client: &Client<C>,
+    filters: &[AclFilter],
+    timeout: Duration,
+) -> Result<Vec<AclBinding>, AclError> {
+    if filters.is_empty() {
+        return Ok(Vec::new());
+    }
+    let request = batch(
+        client,
+        sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
+        "DeleteAcls",
+        filters,
+        sys::rd_kafka_DeleteAcls,
+        timeout,
+    )?;
+    // SAFETY: `event` is live until `request` drops, after everything is copied out.
+    unsafe {
+        let result = sys::rd_kafka_event_DeleteAcls_result(request.event);
+        if result.is_null() {
+            return Err(invalid("not a DeleteAcls result"));
+        }
+        let mut count = 0usize;
+        let responses = sys::rd_kafka_DeleteAcls_result_responses(result, &mut count);
+        if responses.is_null() {
+            return Ok(Vec::new());
+        }
+        let mut deleted = Vec::new();
+        for &response in std::slice::from_raw_parts(responses, count) {
+            if let Some(e) = error_of(sys::rd_kafka_DeleteAcls_result_response_error(response)) {
+                return Err(e);
+            }
+            let mut n = 0usize;
+            let matching = sys::rd_kafka_DeleteAcls_result_response_matching_acls(response, &mut n);
+            if !matching.is_null() {
+                deleted.extend(
+                    std::slice::from_raw_parts(matching, n)
+                        .iter()
+                        .map(|&b| read_binding(b)),
+                );
+            }
+        }
+        Ok(deleted)
     }
 }
 
