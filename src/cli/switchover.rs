@@ -38,6 +38,9 @@ use crate::mm2::TopicDecision;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_EVERY: Duration = Duration::from_millis(500);
+/// What the fence needs on the source's cluster resource: DESCRIBE to read ACLs, ALTER to
+/// create and delete them.
+const FENCE_NEEDS: &[Operation] = &[Operation::Describe, Operation::Alter];
 
 /// `mirrorflow switchover`.
 #[derive(Args, Debug, Clone)]
@@ -362,8 +365,29 @@ fn acl_client(flow: &Flow) -> Result<rdkafka::consumer::BaseConsumer, CliError> 
     clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")
 }
 
+/// Fails naming what to grant when the command's principal lacks DESCRIBE or ALTER on the
+/// source cluster: DescribeAcls would answer "no bindings" instead of refusing (librdkafka
+/// drops that error), and the fence would be planned on a wrong picture.
+fn may_manage_acls(client: &rdkafka::consumer::BaseConsumer) -> Result<(), String> {
+    let granted = mirrorflow_rdkafka_ext::acls::cluster_operations(client.client(), CALL_TIMEOUT)
+        .map_err(|e| {
+        acl_failure(
+            "reading the principal's operations on the source cluster",
+            &e,
+        )
+    })?;
+    let lacking = crate::kafka::acls::lacking(granted.as_deref(), FENCE_NEEDS);
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the principal running this command lacks {lacking:?} on the source cluster, needed to read and create the fence's ACLs; grant them (kafka-acls --add --allow-principal <principal> --operation Describe --operation Alter --cluster), or use --fence-command"
+    ))
+}
+
 fn existing_fences(flow: &Flow, principals: &[String]) -> Result<Vec<AclBinding>, String> {
     let client = acl_client(flow).map_err(|e| e.to_string())?;
+    may_manage_acls(&client)?;
     let mut out = Vec::new();
     for principal in principals {
         let filter = AclFilter {

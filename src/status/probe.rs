@@ -420,9 +420,12 @@ fn observe_clusters(
         out.gaps = Some(Vec::new());
         None
     };
-    // A replicating flow with its source loop off copies nothing: the topic holds only its
-    // claim (or another tool's positions), no replication lag of its own.
-    let copies = flow.spec.mode == FlowMode::Observe || flow.spec.source_loop.enabled;
+    // A flow whose source loop was never on has a positions topic for its claim only: no
+    // position in it is no copy of its own (another tool may copy), so no lag from it. Once it
+    // copied, its positions say how far, also while copying is turned off.
+    let copies = flow.spec.mode == FlowMode::Observe
+        || flow.spec.source_loop.enabled
+        || positions.as_ref().is_some_and(|p| !p.is_empty());
     if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
         out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
     }
