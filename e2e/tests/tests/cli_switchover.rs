@@ -406,7 +406,17 @@ async fn a_switchover_by_name_applies_the_reverse_flow_the_operator_runs() -> Re
         "0 re-read, 0 skipped on the target"
     );
 
+    let millis: Vec<u64> = report["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|s| s["millis"].as_u64().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    println!("switchover --name: steps fence, drain, commit, reverse (ms): {millis:?}");
     // The reverse flow runs: the producers' new topic on the target flows back.
+    let applied = Instant::now();
     wait_for_flow(
         &flows,
         "back",
@@ -429,6 +439,10 @@ async fn a_switchover_by_name_applies_the_reverse_flow_the_operator_runs() -> Re
         },
     )
     .await?;
+    println!(
+        "the reverse flow ready and its first records on the source {:.1}s after the switchover applied it",
+        applied.elapsed().as_secs_f64()
+    );
 
     let (code, report, stderr) = run_switchover(
         &world,
