@@ -6,6 +6,7 @@
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
 #   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman]
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
+#                                 (--kafka-only: only the Kafka clusters, and only their jars set up)
 #   e2e/world.sh down             stop everything and delete the world's state
 #   e2e/world.sh status           what runs (`running` exits 0 when the whole world is alive)
 #   e2e/world.sh env              shell exports for the running world (eval "$(e2e/world.sh env)")
@@ -52,6 +53,13 @@ setup() {
   image_build
 }
 
+# What a Kafka-only world needs: the Kafka jars (no Kubernetes, node or image build).
+kafka_setup() {
+  need java "install a Java 17+ JDK"
+  mkdir -p "$MF_CACHE"
+  with_progress "fetching Kafka $KAFKA_VERSION, its tools and MirrorMaker 2 (Maven Central)" fetch_kafka
+}
+
 write_env() {
   cat >"$MF_STATE/env" <<EOF
 export MF_STATE='$MF_STATE'
@@ -94,7 +102,7 @@ EOF
 up() {
   local kafka_only=false
   [ "${1:-}" = "--kafka-only" ] && kafka_only=true
-  setup
+  if $kafka_only; then kafka_setup; else setup; fi
   mkdir -p "$MF_STATE"
   # A half-started world is worse than none: tear down what this call started if a step fails.
   trap 'log "start-up failed; tearing the world down"; down_quiet' ERR

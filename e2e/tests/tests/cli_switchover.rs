@@ -97,6 +97,18 @@ fn outcomes(report: &serde_json::Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The steps' durations in the report, in order.
+fn step_millis(report: &serde_json::Value) -> Vec<u64> {
+    report["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|s| s["millis"].as_u64().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<i64>> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -241,14 +253,7 @@ async fn a_switchover_fences_producers_and_moves_groups_with_nothing_lost_skippe
     .map(|(n, o)| (n.to_string(), o.to_string()))
     .collect();
     assert_eq!(names, want, "{report:#}");
-    let millis: Vec<u64> = report["steps"]
-        .as_array()
-        .map(|s| {
-            s.iter()
-                .map(|s| s["millis"].as_u64().unwrap_or_default())
-                .collect()
-        })
-        .unwrap_or_default();
+    let millis = step_millis(&report);
     println!("switchover took {took:?}; steps fence, drain, commit (ms): {millis:?}");
 
     // The producer was fenced: refused after the fence, every acknowledged record copied.
@@ -406,14 +411,7 @@ async fn a_switchover_by_name_applies_the_reverse_flow_the_operator_runs() -> Re
         "0 re-read, 0 skipped on the target"
     );
 
-    let millis: Vec<u64> = report["steps"]
-        .as_array()
-        .map(|s| {
-            s.iter()
-                .map(|s| s["millis"].as_u64().unwrap_or_default())
-                .collect()
-        })
-        .unwrap_or_default();
+    let millis = step_millis(&report);
     println!("switchover --name: steps fence, drain, commit, reverse (ms): {millis:?}");
     // The reverse flow runs: the producers' new topic on the target flows back.
     let applied = Instant::now();
