@@ -2,8 +2,7 @@
 //! (`e2e/lib/kafka.sh`): a producer writing as the ordinary SCRAM user `reader` is fenced by
 //! DENY WRITE ACLs, the copy and the group's checkpoints catch up, the group is committed on
 //! the target where its consumers re-read and skip nothing, and `--abort` lets the producer
-//! write to the source again. Then the same through the operator (`--name`), which also applies
-//! the reverse flow: records written on the target after the switchover reach the source.
+//! write to the source again.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -12,11 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
 use mirrorflow_e2e::replicator::{Replicator, binary};
 use mirrorflow_e2e::secure::SecureKafka;
-use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use mirrorflow_e2e::{World, kafka, unique};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -326,135 +323,5 @@ async fn a_switchover_fences_producers_and_moves_groups_with_nothing_lost_skippe
         }
     }
     ensure!(written, "the producer cannot write after --abort");
-    Ok(())
-}
-
-/// The operator's way: the forward flow is a MirrorFlow its replicator pods run; `switchover
-/// --name` reads it from the apiserver, moves the group, and applies the reverse flow, which
-/// the operator then runs: a record produced on the target afterwards reaches the source.
-#[tokio::test]
-async fn a_switchover_by_name_applies_the_reverse_flow_the_operator_runs() -> Result<()> {
-    let world = World::from_env()?;
-    let client = world.kube_client().await?;
-    let ns = unique("e2e-sw");
-    install_operator(&world, &ns)?;
-    let (a, b) = (unique("swa"), unique("swb"));
-    let topic = unique("swop");
-    let group = unique("swop-app");
-    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    kafka::produce_values(&world.source_bootstrap, &topic, 50, 1).await?;
-    // The group read everything before the switchover.
-    kafka::commit(&world.source_bootstrap, &group, &topic, &[(0, 50)])?;
-    let resource = |name: &str, (src, sb): (&str, &str), (tgt, tb): (&str, &str)| {
-        format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {src}, bootstrapServers: '{sb}'}}\n  target: {{alias: {tgt}, bootstrapServers: '{tb}'}}\n  topics: ['{topic}']\n  groups: ['{group}']\n  sourceLoop: {{topicsRefreshInterval: 1s}}\n  checkpoints: {{interval: 500ms}}\n"
-        )
-    };
-    let forward = resource(
-        "forward",
-        (&a, &world.source_bootstrap),
-        (&b, &world.target_bootstrap),
-    );
-    let back = resource(
-        "back",
-        (&b, &world.target_bootstrap),
-        (&a, &world.source_bootstrap),
-    );
-    run_with_input("kubectl", &["apply", "-f", "-"], &forward)?;
-    let flows: kube::Api<MirrorFlow> = kube::Api::namespaced(client, &ns);
-    let ready = |mf: &MirrorFlow| condition(mf, "FailoverReady").is_some_and(|c| c.0 == "True");
-    wait_for_flow(
-        &flows,
-        "forward",
-        "forward FailoverReady",
-        Duration::from_secs(180),
-        ready,
-    )
-    .await?;
-
-    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&ns);
-    std::fs::create_dir_all(&dir)?;
-    let back_file = dir.join("back.yaml");
-    std::fs::write(&back_file, &back)?;
-    let back_path = back_file.to_string_lossy().into_owned();
-    let (code, report, stderr) = run_switchover(
-        &world,
-        &[
-            "--name",
-            "forward",
-            "-n",
-            &ns,
-            "--group",
-            &group,
-            "--deny-principal",
-            "User:reader",
-            "--timeout",
-            "120",
-            "--apply",
-            "--reverse-flow-file",
-            &back_path,
-        ],
-    )?;
-    ensure!(code == 0, "switchover exited {code}: {report:#}\n{stderr}");
-    let steps = outcomes(&report);
-    let want: Vec<(String, String)> = ["fence", "drain", "commit", "reverse"]
-        .iter()
-        .map(|s| (s.to_string(), "done".to_string()))
-        .collect();
-    assert_eq!(steps, want, "{report:#}");
-    let remote = format!("{a}.{topic}");
-    let target_end = end_offsets(&world.target_bootstrap, &remote, 1)?;
-    let target_commit = committed(&world.target_bootstrap, &group, &remote, 1)?;
-    assert_eq!(
-        target_commit[0],
-        Some(target_end[0]),
-        "0 re-read, 0 skipped on the target"
-    );
-
-    let millis = step_millis(&report);
-    println!("switchover --name: steps fence, drain, commit, reverse (ms): {millis:?}");
-    // The reverse flow runs: the producers' new topic on the target flows back.
-    let applied = Instant::now();
-    wait_for_flow(
-        &flows,
-        "back",
-        "back FailoverReady",
-        Duration::from_secs(180),
-        ready,
-    )
-    .await?;
-    kafka::create_topic(&world.target_bootstrap, &topic, 1).await?;
-    kafka::produce_values(&world.target_bootstrap, &topic, 10, 1).await?;
-    let returned = format!("{b}.{topic}");
-    eventually(
-        "records written on the target reach the source",
-        Duration::from_secs(90),
-        || async {
-            let n = kafka::read_partition(&world.source_bootstrap, &returned, 0)
-                .map(|r| r.len())
-                .unwrap_or(0);
-            Ok((n >= 10).then_some(()))
-        },
-    )
-    .await?;
-    println!(
-        "the reverse flow ready and its first records on the source {:.1}s after the switchover applied it",
-        applied.elapsed().as_secs_f64()
-    );
-
-    let (code, report, stderr) = run_switchover(
-        &world,
-        &[
-            "--name",
-            "forward",
-            "-n",
-            &ns,
-            "--deny-principal",
-            "User:reader",
-            "--abort",
-        ],
-    )?;
-    ensure!(code == 0, "abort exited {code}: {report:#}\n{stderr}");
-    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
 }
