@@ -92,9 +92,13 @@ pub fn missing(desired: &BTreeSet<AclBinding>, target: &[AclBinding]) -> Vec<Acl
         .collect()
 }
 
-/// `User:alice` may READ `topic` from `*`.
-#[cfg(test)]
-fn allow(topic: &str, principal: &str, operation: Operation) -> AclBinding {
+/// A binding on the literal topic name `topic` for `principal` from any host.
+pub fn topic_binding(
+    topic: &str,
+    principal: &str,
+    operation: Operation,
+    permission: Permission,
+) -> AclBinding {
     AclBinding {
         resource_type: ResourceType::Topic,
         name: topic.into(),
@@ -102,8 +106,14 @@ fn allow(topic: &str, principal: &str, operation: Operation) -> AclBinding {
         principal: principal.into(),
         host: "*".into(),
         operation,
-        permission: Permission::Allow,
+        permission,
     }
+}
+
+/// `principal` may do `operation` on `topic` from `*`.
+#[cfg(test)]
+fn allow(topic: &str, principal: &str, operation: Operation) -> AclBinding {
+    topic_binding(topic, principal, operation, Permission::Allow)
 }
 
 #[cfg(test)]

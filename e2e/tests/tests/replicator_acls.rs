@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::kafka::Side;
-use mirrorflow::kafka::acls::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use mirrorflow::kafka::acls::{AclBinding, Operation, Permission, topic_binding};
 use mirrorflow::kafka::admin::Admin;
 use mirrorflow_e2e::replicator::{Replicator, binary};
 use mirrorflow_e2e::secure::SecureKafka;
@@ -34,15 +34,7 @@ fn free_port() -> Result<u16> {
 }
 
 fn allow(topic: &str, principal: &str, operation: Operation) -> AclBinding {
-    AclBinding {
-        resource_type: ResourceType::Topic,
-        name: topic.into(),
-        pattern: PatternType::Literal,
-        principal: principal.into(),
-        host: "*".into(),
-        operation,
-        permission: Permission::Allow,
-    }
+    topic_binding(topic, principal, operation, Permission::Allow)
 }
 
 fn admin(side: Side, bootstrap: &str) -> Result<Admin> {

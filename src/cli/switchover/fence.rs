@@ -29,15 +29,7 @@ fn fenced(bindings: &[AclBinding]) -> Vec<FencedTopic> {
 
 /// The DENY WRITE binding of `principal` on `topic`.
 pub fn deny_write(topic: &str, principal: &str) -> AclBinding {
-    AclBinding {
-        resource_type: ResourceType::Topic,
-        name: topic.to_string(),
-        pattern: PatternType::Literal,
-        principal: principal.to_string(),
-        host: "*".into(),
-        operation: Operation::Write,
-        permission: Permission::Deny,
-    }
+    crate::kafka::acls::topic_binding(topic, principal, Operation::Write, Permission::Deny)
 }
 
 /// The fence's bindings for `topics` and `principals`, refused when one exists already (then
