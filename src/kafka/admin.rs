@@ -258,52 +258,51 @@ impl Admin {
             .collect())
     }
 
+    /// Runs one of the blocking ACL calls on a blocking thread; its failure (or the thread's)
+    /// is an [`AdminError::Acl`] saying `what` was done.
+    async fn acl_call<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        call: impl FnOnce(&rdkafka::client::Client<DefaultClientContext>) -> Result<T, AclError>
+        + Send
+        + 'static,
+    ) -> Result<T, AdminError> {
+        let client = self.client.clone();
+        let cluster = self.cluster;
+        tokio::task::spawn_blocking(move || call(client.inner()))
+            .await
+            .map_err(|e| AclError {
+                code: RDKafkaErrorCode::Fail,
+                message: e.to_string(),
+            })
+            .and_then(|r| r)
+            .map_err(|source| AdminError::Acl {
+                cluster,
+                what: what.into(),
+                source,
+            })
+    }
+
     /// The ALLOW bindings on literal topic names ([`acls::topic_allow_filter`]). A cluster
     /// without an authorizer fails with `SecurityDisabled`.
     pub async fn topic_acls(&self) -> Result<Vec<AclBinding>, AdminError> {
-        let client = self.client.clone();
-        let cluster = self.cluster;
-        let acl = move |source| AdminError::Acl {
-            cluster,
-            what: "describing topic ACLs".into(),
-            source,
-        };
-        tokio::task::spawn_blocking(move || {
+        self.acl_call("describing topic ACLs", |client| {
             mirrorflow_rdkafka_ext::acls::describe_acls(
-                client.inner(),
+                client,
                 &acls::topic_allow_filter(),
                 ADMIN_TIMEOUT,
             )
         })
         .await
-        .map_err(|e| {
-            acl(AclError {
-                code: RDKafkaErrorCode::Fail,
-                message: e.to_string(),
-            })
-        })?
-        .map_err(acl)
     }
 
     /// The operations this client's principal may perform on the cluster resource; `None`
     /// when the brokers did not say. A cluster without an authorizer allows all of them.
     pub async fn cluster_operations(&self) -> Result<Option<Vec<acls::Operation>>, AdminError> {
-        let client = self.client.clone();
-        let cluster = self.cluster;
-        tokio::task::spawn_blocking(move || {
-            mirrorflow_rdkafka_ext::acls::cluster_operations(client.inner(), ADMIN_TIMEOUT)
+        self.acl_call("describing the cluster's authorized operations", |client| {
+            mirrorflow_rdkafka_ext::acls::cluster_operations(client, ADMIN_TIMEOUT)
         })
         .await
-        .map_err(|e| AclError {
-            code: RDKafkaErrorCode::Fail,
-            message: e.to_string(),
-        })
-        .and_then(|r| r)
-        .map_err(|source| AdminError::Acl {
-            cluster,
-            what: "describing the cluster's authorized operations".into(),
-            source,
-        })
     }
 
     /// Creates `bindings`; returns those that failed (an existing binding counts as created).
@@ -314,23 +313,13 @@ impl Admin {
         if bindings.is_empty() {
             return Ok(Vec::new());
         }
-        let client = self.client.clone();
         let cluster = self.cluster;
         let made = bindings.clone();
-        let results = tokio::task::spawn_blocking(move || {
-            mirrorflow_rdkafka_ext::acls::create_acls(client.inner(), &made, ADMIN_TIMEOUT)
-        })
-        .await
-        .map_err(|e| AclError {
-            code: RDKafkaErrorCode::Fail,
-            message: e.to_string(),
-        })
-        .and_then(|r| r)
-        .map_err(|source| AdminError::Acl {
-            cluster,
-            what: "creating topic ACLs".into(),
-            source,
-        })?;
+        let results = self
+            .acl_call("creating topic ACLs", move |client| {
+                mirrorflow_rdkafka_ext::acls::create_acls(client, &made, ADMIN_TIMEOUT)
+            })
+            .await?;
         Ok(bindings
             .iter()
             .zip(results)
