@@ -136,3 +136,4 @@ pub mod oauth;
 pub mod operator;
 pub mod replicator;
 pub mod secure;
+pub mod switchover;

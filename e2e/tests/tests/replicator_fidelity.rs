@@ -553,6 +553,118 @@ async fn transactional_source_fails_over_onto_the_next_record() -> Result<()> {
     Ok(())
 }
 
+/// Translated mode far behind the head: a long transactional history (hundreds of
+/// transactions of 1-5 records, every tenth aborted, so hundreds of runs where the store's run
+/// list keeps 64) is copied first; then groups commit where lagging consumers are: rewound to
+/// ~2% of it, on a marker in the middle, on one partition only at ~70%, and at the head. Each
+/// checkpoint must land on the record the group reads next on the source (0 skipped, 0 re-read),
+/// which takes the store's exact history (`mirrorflow-core`'s `sync::history`).
+#[tokio::test]
+async fn translated_checkpoints_are_exact_far_behind_a_long_transactional_history() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("fid-hist")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let partitions = 2;
+    let topic = unique("txhist");
+    let remote = format!("{}.{topic}", s.a);
+    let prefix = unique("fid-hist-app");
+    let cps_topic = format!("{}.checkpoints.internal", s.a);
+    kafka::create_topic(&source, &topic, partitions).await?;
+    let r = s
+        .start(
+            "r",
+            &s.flow(false, &[&topic], &[&format!("{prefix}-.*")], ""),
+        )
+        .await?;
+    let producer = transactional(&source)?;
+    let transactions = 300;
+    for i in 0..transactions {
+        let n = 1 + (i * 7 + i / 3) % 5;
+        transaction(
+            &producer,
+            &topic,
+            partitions,
+            &format!("h{i}"),
+            n,
+            i % 10 != 9,
+        )
+        .await?;
+    }
+    let mut visible = Vec::new();
+    for p in 0..partitions {
+        visible.push(
+            wait_copied(&source, &topic, &target, &remote, p)
+                .await
+                .with_context(|| r.log_text())?,
+        );
+    }
+    let at = |p: usize, share: usize| visible[p][visible[p].len() * share / 100].offset;
+    // The offset just past a visible record whose next offset holds no visible record: a
+    // commit marker or the start of aborted records.
+    let marker_near = |p: usize, share: usize| {
+        let v = &visible[p];
+        (v.len() * share / 100..v.len() - 1)
+            .find(|&i| v[i + 1].offset > v[i].offset + 1)
+            .map_or(at(p, share), |i| v[i].offset + 1)
+    };
+    let end = |p: usize| visible[p].last().map_or(0, |v| v.offset + 1);
+    let groups: Vec<(String, Vec<(i32, i64)>)> = vec![
+        (
+            format!("{prefix}-rewound"),
+            vec![(0, at(0, 2)), (1, at(1, 2))],
+        ),
+        (
+            format!("{prefix}-middle"),
+            vec![(0, marker_near(0, 50)), (1, marker_near(1, 50))],
+        ),
+        (format!("{prefix}-one"), vec![(1, at(1, 70))]),
+        (format!("{prefix}-head"), vec![(0, end(0)), (1, end(1))]),
+    ];
+    for (g, commits) in &groups {
+        commit(&source, g, &topic, commits)?;
+    }
+    let (mut skipped, mut reread) = (0, 0);
+    for (g, commits) in &groups {
+        for &(p, c) in commits {
+            let cp = eventually(
+                &format!("checkpoint of {g} p{p} at upstream {c}"),
+                WAIT,
+                || async {
+                    Ok(latest(&checkpoints(&target, &cps_topic, g)?, &remote, p)
+                        .filter(|cp| cp.upstream_offset == c))
+                },
+            )
+            .await
+            .with_context(|| r.log_text())?;
+            let v = &visible[p as usize];
+            let first = first_from(&target, &remote, p, cp.downstream_offset)?;
+            let l = landing(v, next_index(v, c), first.as_ref())?;
+            println!(
+                "{g} p{p}: committed {c} of {} -> checkpoint {}->{}: skipped {}, re-read {}",
+                end(p as usize),
+                cp.upstream_offset,
+                cp.downstream_offset,
+                l.skipped,
+                l.reread
+            );
+            skipped += l.skipped;
+            reread += l.reread;
+        }
+    }
+    println!(
+        "translated, {transactions} transactions per partition: skipped {skipped}, re-read {reread}"
+    );
+    ensure!(
+        skipped == 0 && reread == 0,
+        "skipped {skipped}, re-read {reread}\n{}",
+        r.log_text()
+    );
+    Ok(())
+}
+
 /// Creates a topic with configs; returns whether `segment.bytes` had to be left out (Kafka 4
 /// rejects values under 1 MiB).
 async fn create_compacted(bootstrap: &str, topic: &str) -> Result<bool> {

@@ -2,6 +2,7 @@
 //! loop translates committed offsets with them ([`OffsetSyncStore`]); failback reads them
 //! backwards ([`InverseSyncs`]).
 
+mod history;
 mod inverse;
 mod policy;
 mod store;
@@ -11,6 +12,6 @@ mod tests;
 pub use inverse::InverseSyncs;
 pub use policy::{Coverage, SyncPolicy, SyncPolicyConfig, SyncReason};
 pub use store::{
-    DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs, SYNC_ORIGIN_DENSE,
-    SYNC_ORIGIN_HEADER, StoreConfig, SyncOrigin, Translation, UnknownReason,
+    DEFAULT_HISTORY_BYTES, DEFAULT_MAX_RUNS, InvalidSync, OffsetSyncStore, PartitionSyncs,
+    SYNC_ORIGIN_DENSE, SYNC_ORIGIN_HEADER, StoreConfig, SyncOrigin, Translation, UnknownReason,
 };

@@ -25,9 +25,11 @@
 //! partition are always a contiguous suffix of what the writer wrote.
 //!
 //! # Bounded memory
-//! At most `max_runs` runs per partition (64 by default, as MM2 keeps 64 syncs). When full,
-//! the run whose removal opens the smallest uncovered span *relative to its distance from the
-//! head* is dropped, never the oldest nor the newest. This keeps runs log-spaced: recent
+//! At most `max_runs` runs per partition (64 by default, as MM2 keeps 64 syncs), plus every run
+//! that left the head in a byte budget ([`super::history`], 32 KiB by default), so offsets
+//! since the oldest run that fits translate as if nothing had been dropped. When full,
+//! the run list drops the run whose removal opens the smallest uncovered span *relative to its
+//! distance from the head*, never the oldest nor the newest. This keeps runs log-spaced: recent
 //! offsets translate finely and old ones still translate, coarsely, as MM2's exponential
 //! buckets do. Each new sync drops at most one run.
 //!
@@ -44,11 +46,16 @@ use std::mem::size_of;
 
 use thiserror::Error;
 
+use super::history::History;
 use super::policy::Coverage;
 use crate::records::{OffsetSync, TopicPartition};
 
 /// MM2 keeps 64 syncs per partition; the same budget here holds 64 runs.
 pub const DEFAULT_MAX_RUNS: usize = 64;
+
+/// Bytes of exact history per partition ([`StoreConfig::history_bytes`]): about 6,000 runs of
+/// irregular transactions or compaction holes, any number of regular ones.
+pub const DEFAULT_HISTORY_BYTES: usize = 32 * 1024;
 
 /// Whether a sync comes from a writer that syncs on every delta change (see module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,26 +143,30 @@ pub struct InvalidSync {
 pub struct StoreConfig {
     /// Runs kept per partition, at least 2 (the oldest and the newest are always kept).
     pub max_runs: usize,
+    /// Bytes per partition for every run since the oldest one that fits, encoded compactly
+    /// (see [`super::history`]); offsets older than that translate with the runs above.
+    pub history_bytes: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             max_runs: DEFAULT_MAX_RUNS,
+            history_bytes: DEFAULT_HISTORY_BYTES,
         }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    up: i64,
-    down: i64,
-    end_up: i64,
-    end_down: i64,
+pub(super) struct Run {
+    pub(super) up: i64,
+    pub(super) down: i64,
+    pub(super) end_up: i64,
+    pub(super) end_down: i64,
     /// Offsets in `(up, end_up]` translate exactly by `min(c + delta, end_down)`.
-    exact: bool,
+    pub(super) exact: bool,
     /// The starting sync came from a dense writer (kept to restore exactness after loading).
-    dense: bool,
+    pub(super) dense: bool,
 }
 
 impl Run {
@@ -179,8 +190,10 @@ impl Run {
 /// Known syncs of one source partition.
 #[derive(Debug, Clone, Default)]
 pub struct PartitionSyncs {
-    /// Sorted by `up`; runs do not overlap (`end_up <= next.up`).
+    /// Sorted by `up`; runs do not overlap (`end_up <= next.up`). Log-spaced once full.
     runs: Vec<Run>,
+    /// Every run before the head since the oldest that fits its budget, exactly.
+    history: History,
     /// The most recently applied sync, to accept only [`Coverage`] that extends it.
     last_sync: Option<(i64, i64)>,
 }
@@ -188,7 +201,14 @@ pub struct PartitionSyncs {
 impl PartitionSyncs {
     /// `trusted`: dense and read in order after the initial load, so it may extend exactness.
     /// Returns whether the target log restarted (see [`OffsetSyncStore::update`]).
-    fn update(&mut self, up: i64, down: i64, dense: bool, trusted: bool, max_runs: usize) -> bool {
+    fn update(
+        &mut self,
+        up: i64,
+        down: i64,
+        dense: bool,
+        trusted: bool,
+        config: StoreConfig,
+    ) -> bool {
         // A writer appends: every copy, repeated ones too, lands after the previous one. A
         // sync whose target offset goes back is most likely about a new remote log (the
         // remote topic was deleted and created again, or truncated), where none of the old
@@ -206,6 +226,7 @@ impl PartitionSyncs {
             // A new remote log, or an upstream rewind (topic recreated or truncated on the
             // source): history is void.
             self.runs.clear();
+            self.history.clear();
             self.runs.push(new);
             return restarted;
         }
@@ -242,12 +263,16 @@ impl PartitionSyncs {
                 head.end_down = down;
             }
         }
-        self.push(new, max_runs);
+        self.push(new, config);
         false
     }
 
-    fn push(&mut self, run: Run, max_runs: usize) {
-        let max_runs = max_runs.max(2);
+    fn push(&mut self, run: Run, config: StoreConfig) {
+        // The head is final once a run follows it (only the newest run ever changes).
+        if let Some(head) = self.runs.last() {
+            self.history.push(head, config.history_bytes);
+        }
+        let max_runs = config.max_runs.max(2);
         if self.runs.len() == self.runs.capacity() && self.runs.len() <= max_runs {
             // Grow in small exact steps so the buffer never exceeds `max_runs + 1`.
             let extra = self
@@ -314,26 +339,13 @@ impl PartitionSyncs {
                 None => UnknownReason::NoSyncs,
             });
         };
-        let c = committed;
-        if c == run.up {
-            return Translation::Exact(run.down);
+        if let Some(head) = self.runs.last()
+            && committed < head.up
+            && let Some((run, next)) = self.history.around(committed)
+        {
+            return translate_in(&run, next.as_ref().or(Some(head)), committed);
         }
-        if c <= run.end_up {
-            if c == run.end_up {
-                return Translation::Exact(run.end_down);
-            }
-            if run.exact {
-                return Translation::Exact(c.saturating_add(run.delta()).min(run.end_down));
-            }
-            // MM2's rule from the run start; records before `end` sit below `end_down`.
-            return conservative(run.down, c - run.up - 1, Some(run.end_down - run.down - 1));
-        }
-        let next_bound = self
-            .runs
-            .get(idx)
-            .filter(|next| next.down > run.end_down)
-            .map(|next| next.down - run.end_down - 1);
-        conservative(run.end_down, c - run.end_up - 1, next_bound)
+        translate_in(run, self.runs.get(idx), committed)
     }
 
     /// Runs currently retained.
@@ -350,10 +362,39 @@ impl PartitionSyncs {
         self.runs.first().map(|r| r.up)
     }
 
+    /// Oldest upstream offset that translates as if every run had been kept.
+    pub fn exact_history_from(&self) -> Option<i64> {
+        self.history
+            .first_up()
+            .or_else(|| self.runs.last().map(|r| r.up))
+    }
+
     /// Heap plus inline bytes used by this partition's state.
     pub fn memory_bytes(&self) -> usize {
-        size_of::<Self>() + self.runs.capacity() * size_of::<Run>()
+        size_of::<Self>() + self.runs.capacity() * size_of::<Run>() + self.history.heap_bytes()
     }
+}
+
+/// Translates `c` with `run`, the newest run starting at or before it, and `next`, the run
+/// after it if any.
+fn translate_in(run: &Run, next: Option<&Run>, c: i64) -> Translation {
+    if c == run.up {
+        return Translation::Exact(run.down);
+    }
+    if c <= run.end_up {
+        if c == run.end_up {
+            return Translation::Exact(run.end_down);
+        }
+        if run.exact {
+            return Translation::Exact(c.saturating_add(run.delta()).min(run.end_down));
+        }
+        // MM2's rule from the run start; records before `end` sit below `end_down`.
+        return conservative(run.down, c - run.up - 1, Some(run.end_down - run.down - 1));
+    }
+    let next_bound = next
+        .filter(|next| next.down > run.end_down)
+        .map(|next| next.down - run.end_down - 1);
+    conservative(run.end_down, c - run.end_up - 1, next_bound)
 }
 
 /// `down + 1` past a known record, re-reading at most the smaller of the two bounds.
@@ -414,12 +455,12 @@ impl OffsetSyncStore {
         // Compaction leaves a contiguous suffix of each partition's syncs (module docs), so
         // dense syncs read during the initial load are as consecutive as live ones.
         let trusted = dense;
-        let max_runs = self.config.max_runs;
+        let config = self.config;
         let restarted = match self.partitions.get_mut(&sync.topic_partition) {
-            Some(syncs) => syncs.update(up, down, dense, trusted, max_runs),
+            Some(syncs) => syncs.update(up, down, dense, trusted, config),
             None => {
                 let mut syncs = PartitionSyncs::default();
-                syncs.update(up, down, dense, trusted, max_runs);
+                syncs.update(up, down, dense, trusted, config);
                 self.partitions.insert(sync.topic_partition.clone(), syncs);
                 false
             }

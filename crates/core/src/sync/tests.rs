@@ -12,8 +12,16 @@ fn tp() -> TopicPartition {
     TopicPartition::new("topic1", 2)
 }
 
+/// A loaded store of `max_runs` runs and no byte budget for history (its newest entry only).
 fn loaded_store(max_runs: usize) -> OffsetSyncStore {
-    let mut store = OffsetSyncStore::new(StoreConfig { max_runs });
+    loaded_store_with(max_runs, 0)
+}
+
+fn loaded_store_with(max_runs: usize, history_bytes: usize) -> OffsetSyncStore {
+    let mut store = OffsetSyncStore::new(StoreConfig {
+        max_runs,
+        history_bytes,
+    });
     store.finish_initial_load();
     store
 }
@@ -306,6 +314,14 @@ fn negative_inputs_are_refused_not_translated() {
     );
 }
 
+/// The stated bound: `max_runs + 1` runs of 40 bytes, the history's budget and half again
+/// for its anchors' spare capacity, and the struct.
+fn memory_bound(config: StoreConfig) -> usize {
+    std::mem::size_of::<PartitionSyncs>()
+        + (config.max_runs + 1) * 40
+        + config.history_bytes * 3 / 2
+}
+
 #[test]
 fn memory_per_partition_is_bounded() {
     let mut store = loaded_store(DEFAULT_MAX_RUNS);
@@ -314,9 +330,12 @@ fn memory_per_partition_is_bounded() {
     }
     let syncs = store.partition(&tp()).unwrap();
     assert_eq!(syncs.len(), DEFAULT_MAX_RUNS);
-    // 64 runs of 40 bytes, plus one slot of slack for insert-then-evict, plus the header.
+    let no_history = StoreConfig {
+        max_runs: DEFAULT_MAX_RUNS,
+        history_bytes: 0,
+    };
     assert!(
-        syncs.memory_bytes() <= 65 * 40 + 64,
+        syncs.memory_bytes() <= memory_bound(no_history),
         "{}",
         syncs.memory_bytes()
     );
@@ -327,7 +346,92 @@ fn memory_per_partition_is_bounded() {
         }
         s.partition(&tp()).unwrap().memory_bytes()
     };
-    assert!(dense_constant <= 4 * 40 + 64, "one run: {dense_constant}");
+    assert!(
+        dense_constant <= std::mem::size_of::<PartitionSyncs>() + 4 * 40,
+        "one run: {dense_constant}"
+    );
+}
+
+/// A transactional partition copied without its markers: a new run at every transaction of
+/// 1-20 records, every tenth aborted, 200,000 transactions (2.1 M offsets). With the default
+/// budget every offset of the newest ~6,000 transactions translates exactly, older ones as the
+/// run list does, and memory stays within the bound.
+#[test]
+fn irregular_transactions_translate_exactly_within_the_history_budget() {
+    let config = StoreConfig::default();
+    let mut store = loaded_store_with(config.max_runs, config.history_bytes);
+    let (mut up, mut down, mut seed) = (0_i64, 0_i64, 7_u64);
+    let mut records = Vec::new();
+    for i in 0..200_000_u64 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let n = 1 + (seed >> 33) as i64 % 20;
+        if i % 10 == 9 {
+            up += n + 1; // aborted: its records and marker are not copied
+            continue;
+        }
+        sync(&mut store, up, down, SyncOrigin::Dense);
+        records.push((up, down, n));
+        up += n + 1;
+        down += n;
+    }
+    let syncs = store.partition(&tp()).unwrap();
+    let from = syncs.exact_history_from().unwrap();
+    let exact_transactions = records.iter().filter(|r| r.0 >= from).count();
+    println!(
+        "{} bytes for 200,000 transactions; exact over the newest {exact_transactions}",
+        syncs.memory_bytes()
+    );
+    assert!(
+        syncs.memory_bytes() <= memory_bound(config),
+        "{}",
+        syncs.memory_bytes()
+    );
+    assert!(exact_transactions >= 5_000, "{exact_transactions}");
+    // Every committed offset inside a transaction's records, and on its marker, lands on the
+    // next record the target holds. (The newest transaction's end is known only from its
+    // successor's sync or coverage, so it is left out.)
+    for &(u, d, n) in records.iter().filter(|r| r.0 >= from).rev().skip(1) {
+        for k in 0..n {
+            assert_eq!(
+                store.translate(&tp(), u + k),
+                Translation::Exact(d + k),
+                "c={}",
+                u + k
+            );
+        }
+        assert_eq!(
+            store.translate(&tp(), u + n),
+            Translation::Exact(d + n),
+            "marker {}",
+            u + n
+        );
+    }
+    // Older offsets still translate (coarsely), and never past the true position.
+    let (u, d, _) = records[1_000];
+    let t = store.translate(&tp(), u + 1);
+    assert!(t.offset().is_some_and(|o| o <= d + 1), "{t:?}");
+}
+
+/// Fixed-size transactions are one shape: the whole history fits in a few bytes.
+#[test]
+fn a_regular_marker_pattern_translates_exactly_in_constant_space() {
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    for i in 0..1_000_000_i64 {
+        sync(&mut store, i * 10, i * 9, SyncOrigin::Dense);
+    }
+    let syncs = store.partition(&tp()).unwrap();
+    assert_eq!(syncs.exact_history_from(), Some(0));
+    assert!(
+        syncs.memory_bytes()
+            <= memory_bound(StoreConfig {
+                max_runs: DEFAULT_MAX_RUNS,
+                history_bytes: 0
+            })
+    );
+    for c in [1, 9, 10, 4_567_893, 9_999_979] {
+        let want = c / 10 * 9 + (c % 10).min(9);
+        assert_eq!(store.translate(&tp(), c), Translation::Exact(want), "c={c}");
+    }
 }
 
 // ---- properties against a simulated replicated log ----
@@ -585,6 +689,45 @@ proptest! {
         // The newest sync always translates exactly.
         let (u, d) = syncs[syncs.len() - 1];
         prop_assert_eq!(store.translate(&tp(), u), Translation::Exact(d));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// With history, a store that keeps a few runs translates every offset since its oldest
+    /// history entry exactly as one that keeps every run; and within a small budget it never
+    /// skips and bounds its replay.
+    #[test]
+    fn history_translates_as_if_every_run_were_kept(
+        start in (0_i64..1_000, 0_i64..1_000),
+        steps in steps(),
+        config in sync_config(),
+        max_runs in 2_usize..8,
+        history_bytes in prop_oneof![Just(1_usize << 20), 0_usize..300],
+        dense in any::<bool>(),
+    ) {
+        let log = Log::build(start.0, start.1, &steps);
+        let (syncs, origin) = if dense {
+            (our_writer(&log, config).0, SyncOrigin::Dense)
+        } else {
+            (mm2_writer(&log), SyncOrigin::Sparse)
+        };
+        let mut every_run = loaded_store_with(100_000, 0);
+        let mut bounded = loaded_store_with(max_runs, history_bytes);
+        for &(u, d) in &syncs {
+            every_run.update(&OffsetSync::new(tp(), u, d), origin).unwrap();
+            bounded.update(&OffsetSync::new(tp(), u, d), origin).unwrap();
+        }
+        check_against_truth(&log, &bounded, None)?;
+        let from = bounded.partition(&tp()).unwrap().exact_history_from().unwrap();
+        if history_bytes >= 1 << 20 {
+            prop_assert_eq!(from, syncs[0].0);
+        }
+        let (last_up, _) = log.last();
+        for c in from..=last_up + 3 {
+            prop_assert_eq!(bounded.translate(&tp(), c), every_run.translate(&tp(), c), "c={}", c);
+        }
     }
 }
 
