@@ -1082,6 +1082,25 @@ fn other_world_tests() -> Vec<String> {
         .collect()
 }
 
+/// Waits until no other world test binary runs: the world is shared, and a broker must never
+/// stop under another test.
+async fn wait_alone() -> Result<()> {
+    let waited = Instant::now();
+    loop {
+        let others = other_world_tests();
+        if others.is_empty() {
+            return Ok(());
+        }
+        if waited.elapsed() > Duration::from_secs(600) {
+            bail!(
+                "other world tests kept running for 10 minutes; not stopping the target: {others:?}"
+            );
+        }
+        println!("waiting for other world tests to finish: {others:?}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
 /// Value of `name{label}` on the replicator's /metrics.
 fn labelled(r: &Replicator, name: &str, label: &str) -> Option<f64> {
     let body = http_get(&r.metrics_addr, "/metrics").ok()?;
@@ -1181,21 +1200,9 @@ async fn target_outage_is_reported_and_nothing_is_lost() -> Result<()> {
     .await
     .with_context(|| r.log_text())?;
 
-    // The world is shared: never stop a broker under another test.
-    let waited = Instant::now();
-    loop {
-        let others = other_world_tests();
-        if others.is_empty() {
-            break;
-        }
-        if waited.elapsed() > Duration::from_secs(600) {
-            stop.store(true, Ordering::Relaxed);
-            bail!(
-                "other world tests kept running for 10 minutes; not stopping the target: {others:?}"
-            );
-        }
-        println!("waiting for other world tests to finish: {others:?}");
-        tokio::time::sleep(Duration::from_secs(5)).await;
+    if let Err(e) = wait_alone().await {
+        stop.store(true, Ordering::Relaxed);
+        return Err(e);
     }
 
     let mut guard = TargetBack {
@@ -1586,6 +1593,132 @@ fn misalignments(target: &str, alias: &str, topic: &str) -> Result<Vec<(i32, i64
         .collect())
 }
 
+/// Transactions (one in ten aborted) on both partitions until `stop`; returns how many.
+fn produce_transactions(
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Result<u32>> {
+    let (source, topic) = (source.to_string(), topic.to_string());
+    tokio::spawn(async move {
+        let producer = transactional(&source)?;
+        let mut n = 0_u32;
+        while !stop.load(Ordering::Relaxed) {
+            producer.begin_transaction()?;
+            for p in 0..partitions {
+                let values: Vec<String> = (0..3).map(|i| format!("k{n}-p{p}-{i}")).collect();
+                send_in(&producer, &topic, p, &values).await?;
+            }
+            if n % 10 == 7 {
+                producer.abort_transaction(Duration::from_secs(30))?;
+            } else {
+                producer.commit_transaction(Duration::from_secs(30))?;
+            }
+            n += 1;
+        }
+        anyhow::Ok(n)
+    })
+}
+
+/// Per partition: the target holds every visible source record, and either each at its source
+/// offset or with a break of alignment recorded. Returns a verdict line per partition.
+async fn aligned_or_break_recorded(
+    s: &Setup,
+    r: &Replicator,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<String>> {
+    let (source, target) = (&s.world.source_bootstrap, &s.world.target_bootstrap);
+    let remote = format!("{}.{topic}", s.a);
+    let mut verdicts = Vec::new();
+    for p in 0..partitions {
+        let visible = wait_covered(source, topic, target, &remote, p)
+            .await
+            .with_context(|| r.log_text())?;
+        let copied = read_visible(target, &remote, p)?;
+        let aligned = visible == copied;
+        let found: Vec<_> = misalignments(target, &s.a, topic)?
+            .into_iter()
+            .filter(|g| g.0 == p)
+            .collect();
+        ensure!(
+            aligned || !found.is_empty(),
+            "p{p}: misaligned without a recorded break:\nsource {visible:?}\ntarget {copied:?}"
+        );
+        verdicts.push(format!(
+            "p{p}: {} records, {}",
+            visible.len(),
+            if aligned {
+                "aligned record by record".to_string()
+            } else {
+                format!("break recorded: {found:?}")
+            }
+        ));
+    }
+    Ok(verdicts)
+}
+
+/// Aligned copying while the target broker restarts: transactions keep coming on the source;
+/// when the broker is back every record is on the target, and every partition is aligned record
+/// by record or has its break recorded (the test prints which).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aligned_offsets_hold_or_break_visibly_across_a_target_broker_restart() -> Result<()> {
+    let _brokers = BROKERS.write().await;
+    let s = Setup::new("fid-alr")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let partitions = 2;
+    let topic = unique("alignedr");
+    let remote = format!("{}.{topic}", s.a);
+    kafka::create_topic(&source, &topic, partitions).await?;
+    let r = s
+        .start(
+            "r",
+            &s.flow(false, &[&topic], &["none"], "offsets: Aligned\n"),
+        )
+        .await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = produce_transactions(&source, &topic, partitions, stop.clone());
+    let flowing = eventually("records flowing to the target", WAIT, || async {
+        let c = reader(&target)?;
+        let n: i64 = (0..partitions)
+            .map(|p| Ok(c.fetch_watermarks(&remote, p, Duration::from_secs(5))?.1))
+            .sum::<Result<i64>>()?;
+        Ok((n > 30).then_some(()))
+    })
+    .await;
+    if let Err(e) = async {
+        flowing?;
+        wait_alone().await
+    }
+    .await
+    {
+        stop.store(true, Ordering::Relaxed);
+        return Err(e.context(r.log_text()));
+    }
+    let mut guard = TargetBack {
+        world: &s.world,
+        armed: true,
+    };
+    let stopped_at = Instant::now();
+    s.world.world_sh(&["kafka", "stop", "target"])?;
+    tokio::time::sleep(Duration::from_secs(5)).await; // the copy waits, transactions pile up
+    guard.start_now()?;
+    let down = stopped_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await; // and go on after the restart
+    stop.store(true, Ordering::Relaxed);
+    let transactions = producing.await??;
+    let verdicts = aligned_or_break_recorded(&s, &r, &topic, partitions).await?;
+    println!(
+        "aligned across a target broker restart (down {down:?}), {transactions} transactions: {}",
+        verdicts.join("; ")
+    );
+    Ok(())
+}
+
 /// Aligned copying through kill -9 of the replicator every few seconds while transactions
 /// (one in ten aborted) are produced: every partition ends either aligned record by record, or
 /// with its break recorded (the test prints which). Then a foreign writer on the remote topic
@@ -1600,7 +1733,6 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     );
     let partitions = 2;
     let topic = unique("alignedk");
-    let remote = format!("{}.{topic}", s.a);
     kafka::create_topic(&source, &topic, partitions).await?;
     // Quiet during the kills (nothing in flight to break it), for the foreign writer.
     let quiet = unique("alignedq");
@@ -1618,27 +1750,7 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     let mut r = s.start("r0", &flow).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let producing = {
-        let (source, topic, stop) = (source.clone(), topic.clone(), stop.clone());
-        tokio::spawn(async move {
-            let producer = transactional(&source)?;
-            let mut n = 0_u32;
-            while !stop.load(Ordering::Relaxed) {
-                producer.begin_transaction()?;
-                for p in 0..partitions {
-                    let values: Vec<String> = (0..3).map(|i| format!("k{n}-p{p}-{i}")).collect();
-                    send_in(&producer, &topic, p, &values).await?;
-                }
-                if n % 10 == 7 {
-                    producer.abort_transaction(Duration::from_secs(30))?;
-                } else {
-                    producer.commit_transaction(Duration::from_secs(30))?;
-                }
-                n += 1;
-            }
-            anyhow::Ok(n)
-        })
-    };
+    let producing = produce_transactions(&source, &topic, partitions, stop.clone());
     for round in 1..=4 {
         tokio::time::sleep(Duration::from_millis(2500)).await;
         r.kill();
@@ -1647,29 +1759,7 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     stop.store(true, Ordering::Relaxed);
     let transactions = producing.await??;
 
-    let broken = |found: &[(i32, i64, i64)], p: i32| found.iter().any(|g| g.0 == p);
-    let mut verdicts = Vec::new();
-    for p in 0..partitions {
-        let visible = wait_covered(&source, &topic, &target, &remote, p)
-            .await
-            .with_context(|| r.log_text())?;
-        let copied = read_visible(&target, &remote, p)?;
-        let aligned = visible == copied;
-        let found = misalignments(&target, &s.a, &topic)?;
-        ensure!(
-            aligned || broken(&found, p),
-            "p{p}: misaligned without a recorded break ({found:?}):\nsource {visible:?}\ntarget {copied:?}"
-        );
-        verdicts.push(format!(
-            "p{p}: {} records, {}",
-            visible.len(),
-            if aligned {
-                "aligned record by record".to_string()
-            } else {
-                format!("break recorded: {found:?}")
-            }
-        ));
-    }
+    let verdicts = aligned_or_break_recorded(&s, &r, &topic, partitions).await?;
     println!(
         "aligned through 4 kills, {transactions} transactions: {}",
         verdicts.join("; ")
