@@ -66,6 +66,7 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_TOPIC_RECREATED,
         reason::TARGET_TOPIC_RECREATED,
         reason::RECORD_REJECTED,
+        reason::FILLERS_NOT_DELETED,
         reason::OFFSETS_MATCH,
         reason::OFFSETS_MISALIGNED,
         reason::ALIGNMENT_UNKNOWN,

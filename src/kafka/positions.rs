@@ -61,6 +61,10 @@ pub enum GapKind {
     /// aligned at all, e.g. it held records of another writer). Nothing was skipped; later
     /// offsets of the partition are translated through offset syncs.
     Misaligned,
+    /// Aligned copying: the fillers at target offsets `from..to` that align a new remote
+    /// partition's log start with the source's could not be deleted (DeleteRecords refused),
+    /// so consumers reading the remote topic from its beginning see them. Offsets are aligned.
+    FillersNotDeleted,
 }
 
 impl GapKind {
@@ -79,6 +83,7 @@ impl GapKind {
             GapKind::TargetRewound => 2,
             GapKind::RecordRejected { .. } => 3,
             GapKind::Misaligned => 4,
+            GapKind::FillersNotDeleted => 5,
         }
     }
 
@@ -93,6 +98,7 @@ impl GapKind {
                 limit: i64::from_be_bytes(extra.get(8..16)?.try_into().ok()?),
             },
             4 => GapKind::Misaligned,
+            5 => GapKind::FillersNotDeleted,
             _ => return None,
         })
     }
@@ -105,6 +111,7 @@ impl GapKind {
             GapKind::TargetRewound => "TargetTopicRecreated",
             GapKind::RecordRejected { .. } => "RecordRejected",
             GapKind::Misaligned => "OffsetsMisaligned",
+            GapKind::FillersNotDeleted => "FillersNotDeleted",
         }
     }
 }
@@ -152,6 +159,10 @@ impl Gap {
             ),
             GapKind::Misaligned => format!(
                 "{t}[{p}]: the record at source offset {from} landed at target offset {to} (another writer on the remote partition?); offsets from there on are translated through offset syncs"
+            ),
+            GapKind::FillersNotDeleted => format!(
+                "{t}[{p}]: the {} filler records at target offsets {from}..{to} that align the remote partition with the source's log start could not be deleted (DeleteRecords refused), so consumers reading the remote topic from its beginning see them (header mirrorflow.filler); offsets are aligned. Grant the flow's target principal DELETE on the remote topic and delete records before offset {to} (kafka-delete-records.sh), or let retention remove them",
+                to.saturating_sub(from)
             ),
         }
     }
@@ -486,6 +497,22 @@ mod tests {
                 downstream: -1
             })
         );
+    }
+
+    #[test]
+    fn undeleted_fillers_round_trip() {
+        let gap = Gap {
+            topic: "orders".into(),
+            partition: 2,
+            kind: GapKind::FillersNotDeleted,
+            from: 0,
+            to: 500,
+            detected_ms: 1_800_000_000_000,
+        };
+        let (key, value) = gap.encode();
+        assert_eq!((value.len(), value[1]), (18, 5));
+        assert_eq!(Gap::decode(&key, &value), Some(gap.clone()));
+        assert_eq!(gap.kind.reason(), "FillersNotDeleted");
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub(super) fn gapless(gaps: &[GapStatus], unacknowledged: usize, obs: &Observati
         reason::SOURCE_TRUNCATED => reason::SOURCE_TRUNCATED,
         reason::SOURCE_TOPIC_RECREATED => reason::SOURCE_TOPIC_RECREATED,
         reason::RECORD_REJECTED => reason::RECORD_REJECTED,
+        reason::FILLERS_NOT_DELETED => reason::FILLERS_NOT_DELETED,
         _ => reason::TARGET_TOPIC_RECREATED,
     };
     verdict(

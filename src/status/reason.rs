@@ -42,6 +42,8 @@ pub const SOURCE_TOPIC_RECREATED: &str = "SourceTopicRecreated";
 pub const TARGET_TOPIC_RECREATED: &str = "TargetTopicRecreated";
 /// The target refused a record as too large; the replicator skipped it.
 pub const RECORD_REJECTED: &str = "RecordRejected";
+/// Aligned mode: fillers below a new remote partition's log start could not be deleted.
+pub const FILLERS_NOT_DELETED: &str = "FillersNotDeleted";
 /// `spec.offsets: Aligned`: every remote partition holds its records at their source offsets.
 pub const OFFSETS_MATCH: &str = "OffsetsMatch";
 /// `spec.offsets: Aligned` broke on a partition; its later offsets are translated.

@@ -358,6 +358,35 @@ fn gaps_make_gapless_false_with_the_newest_reason_until_acknowledged() {
 }
 
 #[test]
+fn undeleted_fillers_are_a_gap_that_names_the_grant_and_leaves_alignment_alone() {
+    let limits = FailoverReadinessSpec::default();
+    let o = Observation {
+        aligned: true,
+        gaps: Some(vec![gap(
+            "orders",
+            GapKind::FillersNotDeleted,
+            1_800_000_000_000,
+        )]),
+        ..healthy()
+    };
+    let s = status(None, &o, &limits, None, &now());
+    let c = cond(&s, GAPLESS);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::FILLERS_NOT_DELETED)
+    );
+    assert!(
+        c.message
+            .contains("30 filler records at target offsets 10..40")
+            && c.message.contains("DELETE on the remote topic"),
+        "{}",
+        c.message
+    );
+    assert_eq!(s.gaps[0].reason, reason::FILLERS_NOT_DELETED);
+    assert_eq!(cond(&s, OFFSETS_ALIGNED).reason, reason::OFFSETS_MATCH);
+}
+
+#[test]
 fn only_the_newest_gaps_are_listed() {
     let many: Vec<Gap> = (0..30)
         .map(|i| gap(&format!("t{i:02}"), GapKind::TargetRewound, 1_000 + i))

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use mirrorflow::kafka::positions::GapKind;
 use mirrorflow::mm2::Checkpoint;
 use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, http_get};
@@ -1584,11 +1585,16 @@ async fn wait_covered(
 
 /// The breaks of alignment recorded in the flow's positions topic, per source partition.
 fn misalignments(target: &str, alias: &str, topic: &str) -> Result<Vec<(i32, i64, i64)>> {
-    use mirrorflow::kafka::positions::{Gap, GapKind, positions_topic};
+    gaps_of(target, alias, topic, GapKind::Misaligned)
+}
+
+/// The gaps of `kind` recorded in the flow's positions topic: (partition, from, to).
+fn gaps_of(target: &str, alias: &str, topic: &str, kind: GapKind) -> Result<Vec<(i32, i64, i64)>> {
+    use mirrorflow::kafka::positions::{Gap, positions_topic};
     Ok(kafka::read_partition(target, &positions_topic(alias), 0)?
         .into_iter()
         .filter_map(|(_, k, v)| Gap::decode(&k?, &v?))
-        .filter(|g| g.kind == GapKind::Misaligned && g.topic == topic)
+        .filter(|g| g.kind == kind && g.topic == topic)
         .map(|g| (g.partition, g.from, g.to))
         .collect())
 }
@@ -1879,16 +1885,65 @@ async fn aligned_offsets_hold_on_a_compacted_topic() -> Result<()> {
         },
     )
     .await?;
-    let holes = after
-        .windows(2)
-        .filter(|w| w[1].offset > w[0].offset + 1)
-        .count();
+    let holes = |recs: &[Rec]| {
+        recs.windows(2)
+            .filter(|w| w[1].offset > w[0].offset + 1)
+            .count()
+    };
+    at_source_offsets(&source, &topic, &target, &remote, &r).await?;
+    // Compacted while the flow is stopped: records it never read are gone when it resumes.
+    let mut r = r;
+    r.stop(Duration::from_secs(15));
+    compactable_rounds(&source, &topic, 8..12).await?;
+    let stopped = eventually(
+        "compaction while the flow is stopped",
+        Duration::from_secs(120),
+        || async {
+            let recs = read_visible(&source, &topic, 0)?;
+            let old = recs
+                .iter()
+                .filter(|r| r.value.starts_with("round7"))
+                .count();
+            let repeated = recs.iter().filter(|r| r.value.starts_with("round")).count();
+            Ok((old == 0 && repeated == 10).then_some(recs))
+        },
+    )
+    .await?;
+    let r = s
+        .start(
+            "r2",
+            &s.flow(false, &[&topic], &["fid-alc-.*"], "offsets: Aligned\n"),
+        )
+        .await?;
+    at_source_offsets(&source, &topic, &target, &remote, &r).await?;
+    let misaligned = misalignments(&target, &s.a, &topic)?;
+    ensure!(misaligned.is_empty(), "alignment broke: {misaligned:?}");
+    println!(
+        "aligned compacted: {} records before the flow, {} after compaction while it ran ({} holes), {} after compaction while it was stopped ({} holes), each at its source offset on the target",
+        before.len(),
+        after.len(),
+        holes(&after),
+        stopped.len(),
+        holes(&stopped)
+    );
+    Ok(())
+}
+
+/// Waits until every visible record of the source's partition 0 is at its offset on the
+/// target.
+async fn at_source_offsets(
+    source: &str,
+    topic: &str,
+    target: &str,
+    remote: &str,
+    r: &Replicator,
+) -> Result<()> {
     eventually(
         "every source record at its offset on the target",
         WAIT,
         || async {
-            let visible = read_visible(&source, &topic, 0)?;
-            let copied: HashMap<i64, Rec> = read_visible(&target, &remote, 0)?
+            let visible = read_visible(source, topic, 0)?;
+            let copied: HashMap<i64, Rec> = read_visible(target, remote, 0)?
                 .into_iter()
                 .map(|r| (r.offset, r))
                 .collect();
@@ -1901,13 +1956,76 @@ async fn aligned_offsets_hold_on_a_compacted_topic() -> Result<()> {
     )
     .await
     .with_context(|| {
-        let copied = read_visible(&target, &remote, 0).unwrap_or_default();
+        let copied = read_visible(target, remote, 0).unwrap_or_default();
         format!("target {copied:?}\n{}", r.log_text())
-    })?;
+    })
+}
+
+/// Retention truncation of an aligned source: while the flow runs (below what it copied),
+/// then while it is stopped, past what it copied. The remote log starts where the source's
+/// does again, every visible record is at its source offset, and the records deleted before
+/// they were copied are recorded as a gap.
+#[tokio::test]
+async fn aligned_offsets_hold_when_the_source_is_truncated() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("fid-alt")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let topic = unique("alignedt");
+    let remote = format!("{}.{topic}", s.a);
+    kafka::create_topic(&source, &topic, 1).await?;
+    let plain = kafka::producer(&source, Duration::from_secs(30))?;
+    let values =
+        |from: usize, to: usize| -> Vec<String> { (from..to).map(|i| format!("t-{i}")).collect() };
+    send_in(&plain, &topic, 0, &values(0, 20)).await?;
+    let flow = s.flow(false, &[&topic], &["none"], "offsets: Aligned\n");
+    let mut r = s.start("r", &flow).await?;
+    wait_copied(&source, &topic, &target, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    let truncate = |to: i64| {
+        let source = source.clone();
+        let topic = topic.clone();
+        async move {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&topic, 0, Offset::Offset(to))?;
+            kafka::admin(&source)?
+                .delete_records(&tpl, &AdminOptions::new())
+                .await?;
+            anyhow::Ok(())
+        }
+    };
+    // While it runs, below what was copied: nothing to do on the target.
+    truncate(10).await?;
+    send_in(&plain, &topic, 0, &values(20, 30)).await?;
+    at_source_offsets(&source, &topic, &target, &remote, &r).await?;
+    // While it is stopped, past what was copied (30): offsets 30..40 are gone unread.
+    r.stop(Duration::from_secs(15));
+    send_in(&plain, &topic, 0, &values(30, 50)).await?;
+    truncate(40).await?;
+    let r = s.start("r2", &flow).await?;
+    at_source_offsets(&source, &topic, &target, &remote, &r).await?;
+    let ends = |bootstrap: &str, t: &str| -> Result<(i64, i64)> {
+        Ok(reader(bootstrap)?.fetch_watermarks(t, 0, Duration::from_secs(10))?)
+    };
+    let (source_start, _) = ends(&source, &topic)?;
+    let (target_start, _) = eventually("the remote log start moved", WAIT, || async {
+        let t = ends(&target, &remote)?;
+        Ok((t.0 == source_start).then_some(t))
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    let truncated = gaps_of(&target, &s.a, &topic, GapKind::SourceTruncated)?;
+    ensure!(
+        truncated.contains(&(0, 30, 40)),
+        "no gap recorded for 30..40: {truncated:?}"
+    );
+    let misaligned = misalignments(&target, &s.a, &topic)?;
+    ensure!(misaligned.is_empty(), "alignment broke: {misaligned:?}");
     println!(
-        "aligned compacted: {} records before the flow, {} after compaction while it ran ({holes} holes), each at its source offset on the target",
-        before.len(),
-        after.len()
+        "aligned truncated: log start {source_start} on both (target {target_start}), gap {truncated:?} recorded, every visible record at its source offset"
     );
     Ok(())
 }

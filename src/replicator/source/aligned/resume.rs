@@ -263,9 +263,12 @@ impl Aligned {
             .block_on(async move { admin.delete_before(&remote, partition, start).await });
         if let Err(e) = deleted {
             // Offsets are aligned; the fillers stay visible below the log start until a
-            // retention pass removes them.
+            // retention pass removes them, which consumers reading from the start must hear.
             tracing::warn!(%topic, partition, error = %e, "deleting the fillers failed");
             self.count_error("delete_records");
+            let gap =
+                continuity::found_now(&topic, partition, (GapKind::FillersNotDeleted, end, start));
+            self.write_gap(&gap);
         }
         if copied && end < start {
             let gap =
