@@ -1083,6 +1083,19 @@ fn other_world_tests() -> Vec<String> {
         .collect()
 }
 
+/// Waits until the remote topic's partitions hold more than `n` records in all.
+async fn flowing(target: &str, remote: &str, partitions: i32, n: i64) -> Result<()> {
+    eventually("records flowing to the target", WAIT, || async {
+        // Watermarks: a reader never reaches the end of a partition that keeps growing.
+        let c = reader(target)?;
+        let total: i64 = (0..partitions)
+            .map(|p| Ok(c.fetch_watermarks(remote, p, Duration::from_secs(5))?.1))
+            .sum::<Result<i64>>()?;
+        Ok((total > n).then_some(()))
+    })
+    .await
+}
+
 /// Waits until no other world test binary runs: the world is shared, and a broker must never
 /// stop under another test.
 async fn wait_alone() -> Result<()> {
@@ -1190,16 +1203,9 @@ async fn target_outage_is_reported_and_nothing_is_lost() -> Result<()> {
             sent
         })
     };
-    eventually("records flowing to the target", WAIT, || async {
-        // Watermarks: a reader never reaches the end of a partition that keeps growing.
-        let c = reader(&target)?;
-        let n: i64 = (0..partitions)
-            .map(|p| Ok(c.fetch_watermarks(&remote, p, Duration::from_secs(5))?.1))
-            .sum::<Result<i64>>()?;
-        Ok((n > 50).then_some(()))
-    })
-    .await
-    .with_context(|| r.log_text())?;
+    flowing(&target, &remote, partitions, 50)
+        .await
+        .with_context(|| r.log_text())?;
 
     if let Err(e) = wait_alone().await {
         stop.store(true, Ordering::Relaxed);
@@ -1688,14 +1694,7 @@ async fn aligned_offsets_hold_or_break_visibly_across_a_target_broker_restart() 
         .await?;
     let stop = Arc::new(AtomicBool::new(false));
     let producing = produce_transactions(&source, &topic, partitions, stop.clone());
-    let flowing = eventually("records flowing to the target", WAIT, || async {
-        let c = reader(&target)?;
-        let n: i64 = (0..partitions)
-            .map(|p| Ok(c.fetch_watermarks(&remote, p, Duration::from_secs(5))?.1))
-            .sum::<Result<i64>>()?;
-        Ok((n > 30).then_some(()))
-    })
-    .await;
+    let flowing = flowing(&target, &remote, partitions, 30).await;
     if let Err(e) = async {
         flowing?;
         wait_alone().await

@@ -525,6 +525,15 @@ fn our_writer_idling(
     (syncs, policy.coverage())
 }
 
+/// The syncs our writer (`dense`) or MM2's writes for `log`, and their origin.
+fn syncs_of(log: &Log, config: SyncPolicyConfig, dense: bool) -> (Vec<(i64, i64)>, SyncOrigin) {
+    if dense {
+        (our_writer(log, config).0, SyncOrigin::Dense)
+    } else {
+        (mm2_writer(log), SyncOrigin::Sparse)
+    }
+}
+
 fn steps() -> impl Strategy<Value = Vec<(i64, i64)>> {
     let step = prop_oneof![
         8 => Just((1_i64, 1_i64)),
@@ -675,11 +684,7 @@ proptest! {
         dense in any::<bool>(),
     ) {
         let log = Log::build(start.0, start.1, &steps);
-        let (syncs, origin) = if dense {
-            (our_writer(&log, config).0, SyncOrigin::Dense)
-        } else {
-            (mm2_writer(&log), SyncOrigin::Sparse)
-        };
+        let (syncs, origin) = syncs_of(&log, config, dense);
         let mut store = loaded_store(max_runs);
         for &(u, d) in &syncs {
             store.update(&OffsetSync::new(tp(), u, d), origin).unwrap();
@@ -708,11 +713,7 @@ proptest! {
         dense in any::<bool>(),
     ) {
         let log = Log::build(start.0, start.1, &steps);
-        let (syncs, origin) = if dense {
-            (our_writer(&log, config).0, SyncOrigin::Dense)
-        } else {
-            (mm2_writer(&log), SyncOrigin::Sparse)
-        };
+        let (syncs, origin) = syncs_of(&log, config, dense);
         let mut every_run = loaded_store_with(100_000, 0);
         let mut bounded = loaded_store_with(max_runs, history_bytes);
         for &(u, d) in &syncs {
