@@ -53,7 +53,7 @@ use crate::records::{OffsetSync, TopicPartition};
 /// MM2 keeps 64 syncs per partition; the same budget here holds 64 runs.
 pub const DEFAULT_MAX_RUNS: usize = 64;
 
-/// Bytes of exact history per partition ([`StoreConfig::history_bytes`]): about 6,000 runs of
+/// Bytes of exact history per partition ([`StoreConfig::history_bytes`]): about 5,700 runs of
 /// irregular transactions or compaction holes, any number of regular ones.
 pub const DEFAULT_HISTORY_BYTES: usize = 32 * 1024;
 
