@@ -18,7 +18,7 @@ mkdir -p "$LOGS"
 
 # These stop or restart the shared world's brokers, or (operator_switchover) write onto the
 # shared source what the other tests' flows would copy: run alone, after the others.
-EXCLUSIVE=" world_kafka_restart operator_faults replicator_fidelity operator_switchover "
+EXCLUSIVE=" world_kafka_restart operator_faults replicator_fidelity replicator_aligned operator_switchover "
 
 # name<TAB>executable for every test binary of the crate, built once.
 cargo test -p mirrorflow-e2e --no-run --message-format=json 2>/dev/null |

@@ -226,15 +226,19 @@ pub fn load_flow(args: &FlowArgs) -> Result<Flow, CliError> {
     }
 }
 
-async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow, CliError> {
+/// The MirrorFlow `name` from the apiserver of the kubeconfig, in `namespace` or the
+/// kubeconfig's default; with the client and the namespace it came from.
+pub(crate) async fn fetch_flow(
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<(kube::Client, String, MirrorFlow), CliError> {
     let client = kube::Client::try_default()
         .await
         .map_err(|source| CliError::Kubeconfig { source })?;
     let ns = namespace
         .map(str::to_string)
         .unwrap_or_else(|| client.default_namespace().to_string());
-    let flows = kube::Api::<MirrorFlow>::namespaced(client.clone(), &ns);
-    let mf = flows
+    let mf = kube::Api::<MirrorFlow>::namespaced(client.clone(), &ns)
         .get_opt(name)
         .await
         .map_err(|source| CliError::Api {
@@ -248,6 +252,11 @@ async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow
                  --namespace picks another namespace"
             ),
         })?;
+    Ok((client, ns, mf))
+}
+
+async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow, CliError> {
+    let (client, ns, mf) = fetch_flow(name, namespace).await?;
     let secrets = kube::Api::<Secret>::namespaced(client, &ns);
     let mut values = BTreeMap::new();
     for (field, r) in crate::operator::desired::secret_refs(&mf) {

@@ -97,25 +97,7 @@ fn measure(args: &StatusArgs) -> Result<(String, MirrorFlowStatus), CliError> {
 }
 
 async fn fetch(name: &str, namespace: Option<&str>) -> Result<(String, MirrorFlow), CliError> {
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|source| CliError::Kubeconfig { source })?;
-    let ns = namespace
-        .map(str::to_string)
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let mf = kube::Api::<MirrorFlow>::namespaced(client, &ns)
-        .get_opt(name)
-        .await
-        .map_err(|source| CliError::Api {
-            what: format!("MirrorFlow {ns}/{name}"),
-            source,
-        })?
-        .ok_or_else(|| CliError::Usage {
-            flag: "--name",
-            message: format!(
-                "no MirrorFlow '{name}' in namespace '{ns}'; `kubectl get mf -A` lists them"
-            ),
-        })?;
+    let (_, ns, mf) = super::fetch_flow(name, namespace).await?;
     Ok((ns, mf))
 }
 

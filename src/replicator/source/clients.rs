@@ -1,9 +1,10 @@
 //! Kafka client settings of the source loop: what correctness requires (forced) and what
 //! throughput and memory want (defaults a flow's `config` may override).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 
 /// Sets `key` unless the flow's own client properties already did.
 fn default(config: &mut ClientConfig, key: &str, value: impl Into<String>) {
@@ -12,9 +13,72 @@ fn default(config: &mut ClientConfig, key: &str, value: impl Into<String>) {
     }
 }
 
+/// How much the source consumer fetches at once and keeps queued. librdkafka keeps one fetch
+/// in flight per broker, so copies run at most at a fetch per round trip: with 4 MiB fetches
+/// a 50 ms round trip held 1 KiB copies to 42 k records/s, and 8 MiB fetches with a 16 MiB
+/// queue doubled that (bench/results/2026-12-01-wan-fetch-trial). Near the source the small
+/// window keeps RSS low; far from it the window grows with the round trip, to a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchWindow {
+    /// `fetch.max.bytes`: one fetch response.
+    pub fetch_bytes: usize,
+    /// `max.partition.fetch.bytes`: one partition's share of it.
+    pub partition_bytes: usize,
+    /// `queued.max.messages.kbytes`: the prefetch queue, which must hold a whole response or
+    /// the next fetch waits for the loop.
+    pub queued_kbytes: usize,
+}
+
+impl FetchWindow {
+    const MIB: usize = 1 << 20;
+    /// The window near the source (and when the round trip is unknown).
+    const BASE: usize = 4 * Self::MIB;
+    /// One more base window per this much round trip...
+    const STEP: Duration = Duration::from_micros(12_500);
+    /// ...up to this: 16 MiB fetches and queue add about 25 MiB of RSS.
+    const MAX: usize = 16 * Self::MIB;
+
+    pub fn for_round_trip(round_trip: Option<Duration>) -> Self {
+        let steps = round_trip
+            .map(|rtt| rtt.as_micros() / Self::STEP.as_micros())
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .unwrap_or(0)
+            .max(1);
+        let fetch_bytes = Self::BASE.saturating_mul(steps).min(Self::MAX);
+        FetchWindow {
+            fetch_bytes,
+            // A few partitions must be able to fill a response on their own.
+            partition_bytes: (fetch_bytes / 4).max(Self::MIB),
+            queued_kbytes: fetch_bytes / 1024,
+        }
+    }
+}
+
+/// The round trip to the source cluster: the fastest of three metadata requests on an open
+/// connection (the first request pays for connecting, TLS and authentication and is not
+/// counted). `None` when the cluster does not answer; the copy then starts with the base
+/// window.
+pub fn round_trip(source: &ClientConfig) -> Option<Duration> {
+    const TIMEOUT: Duration = Duration::from_secs(10);
+    let client: BaseConsumer = watermarks(source).create().ok()?;
+    client.fetch_metadata(None, TIMEOUT).ok()?;
+    (0..3)
+        .filter_map(|_| {
+            let start = Instant::now();
+            client.fetch_metadata(None, TIMEOUT).ok()?;
+            Some(start.elapsed())
+        })
+        .min()
+}
+
 /// The source consumer: a group member for partition assignment only. Offsets are never
 /// committed to the source; positions live on the target.
-pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) -> ClientConfig {
+pub fn consumer(
+    source: &ClientConfig,
+    group: &str,
+    metadata_refresh: Duration,
+    window: FetchWindow,
+) -> ClientConfig {
     let mut c = source.clone();
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -41,9 +105,17 @@ pub fn consumer(source: &ClientConfig, group: &str, metadata_refresh: Duration) 
     // capped 1 KiB copies at ~15 k records/s. With a short backoff a small queue keeps the loop
     // busy, and the small queue and fetches keep RSS low (bench/results/2026-11-30-run3).
     default(&mut c, "fetch.queue.backoff.ms", "10");
-    default(&mut c, "fetch.max.bytes", "4194304");
-    default(&mut c, "max.partition.fetch.bytes", "1048576");
-    default(&mut c, "queued.max.messages.kbytes", "4096");
+    default(&mut c, "fetch.max.bytes", window.fetch_bytes.to_string());
+    default(
+        &mut c,
+        "max.partition.fetch.bytes",
+        window.partition_bytes.to_string(),
+    );
+    default(
+        &mut c,
+        "queued.max.messages.kbytes",
+        window.queued_kbytes.to_string(),
+    );
     default(&mut c, "queued.min.messages", "10000");
     default(&mut c, "fetch.wait.max.ms", "100");
     c
@@ -124,7 +196,12 @@ mod tests {
             producer(&none, Duration::from_secs(10)).get("compression.type"),
             Some("none")
         );
-        let c = consumer(&user, "g", Duration::from_secs(10));
+        let c = consumer(
+            &user,
+            "g",
+            Duration::from_secs(10),
+            FetchWindow::for_round_trip(None),
+        );
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("auto.offset.reset"), Some("error"));
         assert_eq!(c.get("topic.metadata.refresh.interval.ms"), Some("10000"));
@@ -132,8 +209,49 @@ mod tests {
         assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
         let mut tuned = user.clone();
         tuned.set("fetch.queue.backoff.ms", "100");
-        let c = consumer(&tuned, "g", Duration::from_secs(10));
+        let c = consumer(
+            &tuned,
+            "g",
+            Duration::from_secs(10),
+            FetchWindow::for_round_trip(None),
+        );
         assert_eq!(c.get("fetch.queue.backoff.ms"), Some("100"));
         assert_eq!(sync_producer(&user).get("message.timeout.ms"), Some("0"));
+    }
+
+    #[test]
+    fn the_fetch_window_grows_with_the_round_trip_to_a_cap() {
+        let window = |ms: u64| FetchWindow::for_round_trip(Some(Duration::from_millis(ms)));
+        let mib = 1 << 20;
+        let base = FetchWindow {
+            fetch_bytes: 4 * mib,
+            partition_bytes: mib,
+            queued_kbytes: 4096,
+        };
+        // Loopback, a data centre, or unknown: the window the LAN benchmarks were tuned with.
+        assert_eq!(FetchWindow::for_round_trip(None), base);
+        assert_eq!(window(0), base);
+        assert_eq!(window(12), base);
+        assert_eq!(window(25).fetch_bytes, 8 * mib);
+        assert_eq!(window(25).partition_bytes, 2 * mib);
+        assert_eq!(window(25).queued_kbytes, 8192);
+        assert_eq!(window(50).fetch_bytes, 16 * mib);
+        assert_eq!(window(50).partition_bytes, 4 * mib);
+        assert_eq!(window(100), window(50));
+        assert_eq!(
+            FetchWindow::for_round_trip(Some(Duration::MAX)).fetch_bytes,
+            16 * mib
+        );
+    }
+
+    #[test]
+    fn a_flows_own_fetch_settings_win_over_the_window() {
+        let mut user = ClientConfig::new();
+        user.set("fetch.max.bytes", "1000000");
+        let far = FetchWindow::for_round_trip(Some(Duration::from_millis(80)));
+        let c = consumer(&user, "g", Duration::from_secs(10), far);
+        assert_eq!(c.get("fetch.max.bytes"), Some("1000000"));
+        assert_eq!(c.get("max.partition.fetch.bytes"), Some("4194304"));
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("16384"));
     }
 }

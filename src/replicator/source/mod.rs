@@ -68,7 +68,7 @@ use self::aligned::Aligned;
 use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
-use self::engine::{Delivery, SourceContext};
+use self::engine::{Delivery, Shared, SourceContext};
 use self::exactly_once::ExactlyOnce;
 use super::{Context, Flow};
 use crate::api::{OffsetSyncsLocation, OffsetsMode};
@@ -166,6 +166,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
 
     let group = source_group_id(flow);
     let refresh = spec.topics_refresh_interval.as_duration();
+    let source_client = flow.source_client.clone();
+    let round_trip = tokio::task::spawn_blocking(move || clients::round_trip(&source_client))
+        .await
+        .ok()
+        .flatten();
+    let window = clients::FetchWindow::for_round_trip(round_trip);
+    tracing::info!(
+        ?round_trip,
+        fetch_max_bytes = window.fetch_bytes,
+        queued_max_kbytes = window.queued_kbytes,
+        "source fetch window"
+    );
+    let source_consumer = || clients::consumer(&flow.source_client, &group, refresh, window);
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
     let copy_ctx = ctx.clone();
     let copy_shutdown = shutdown.clone();
@@ -175,56 +188,56 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         producer_config.get("batch.size"),
         producer_config.get("message.max.bytes"),
     );
+    let positions = if flow.spec.exactly_once {
+        PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
+    } else {
+        PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
+    }
+    .context("creating the positions reader")?;
+    let shared = Shared {
+        sync_config: Shared::sync_config_of(&ctx),
+        started: std::time::Instant::now(),
+        ctx: ctx.clone(),
+        syncs_topic,
+        positions_topic,
+        positions,
+        probe: LogProbe::new(&flow.source_client, &flow.target_client)
+            .context("creating the log probe")?,
+        shutdown: shutdown.clone(),
+        source_health: source_health.clone(),
+        target_health: target_health.clone(),
+    };
     let mut copy = if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
             syncs_cluster == Side::Target,
             "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
         );
-        let reader =
-            PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
-                .context("creating the positions reader")?;
-        let probe = LogProbe::new(&flow.source_client, &flow.target_client)
-            .context("creating the log probe")?;
         let policy = ExactlyOnce::new(exactly_once::Parts {
-            ctx: ctx.clone(),
+            shared,
             producer_base: producer_config,
             limits: limits.clone(),
-            syncs_topic,
-            positions_topic,
-            positions: reader,
-            probe,
-            shutdown: shutdown.clone(),
-            source_health: source_health.clone(),
-            target_health: target_health.clone(),
         });
-        let consumer: BaseConsumer<SourceContext<ExactlyOnce>> =
-            clients::consumer(&flow.source_client, &group, refresh)
-                .create_with_context(SourceContext::new(policy, source_health.clone()))
-                .context("creating the source consumer")?;
+        let consumer: BaseConsumer<SourceContext<ExactlyOnce>> = source_consumer()
+            .create_with_context(SourceContext::new(policy, source_health.clone()))
+            .context("creating the source consumer")?;
         tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
         tokio::task::spawn_blocking(move || {
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else if flow.spec.offsets == OffsetsMode::Aligned {
-        let (producer, syncs, reader, probe) = plain_clients(
+        let (producer, syncs) = plain_producers(
             flow,
             &producer_config,
             (syncs_cluster, health(syncs_cluster)),
             &target_health,
-            &positions_topic,
-            &group,
         )?;
         let policy = Aligned::new(aligned::Parts {
-            ctx: ctx.clone(),
+            shared,
             producer,
             syncs,
             producer_base: producer_config,
-            syncs_topic,
-            positions_topic,
-            positions: reader,
-            probe,
             watermarks: clients::watermarks(&flow.source_client)
                 .create()
                 .context("creating the source watermark client")?,
@@ -233,12 +246,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 .context("creating the target watermark client")?,
             target_admin: target_admin.clone(),
             runtime: tokio::runtime::Handle::current(),
-            shutdown: shutdown.clone(),
-            source_health: source_health.clone(),
-            target_health: target_health.clone(),
         });
         // Only visible records are read: everything else is a jump the policy fills.
-        let mut consumer_config = clients::consumer(&flow.source_client, &group, refresh);
+        let mut consumer_config = source_consumer();
         consumer_config.set("isolation.level", "read_committed");
         let consumer: BaseConsumer<SourceContext<Aligned>> = consumer_config
             .create_with_context(SourceContext::new(policy, source_health.clone()))
@@ -248,32 +258,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
         })
     } else {
-        let (producer, syncs, reader, probe) = plain_clients(
+        let (producer, syncs) = plain_producers(
             flow,
             &producer_config,
             (syncs_cluster, health(syncs_cluster)),
             &target_health,
-            &positions_topic,
-            &group,
         )?;
         let policy = AtLeastOnce::new(at_least_once::Parts {
-            ctx: ctx.clone(),
+            shared,
             producer,
             syncs,
-            syncs_topic,
-            positions_topic,
-            positions: reader,
-            probe,
-            shutdown: shutdown.clone(),
-            source_health: source_health.clone(),
-            target_health: target_health.clone(),
             limits: limits.clone(),
             batch_cap,
         });
-        let consumer: BaseConsumer<SourceContext<AtLeastOnce>> =
-            clients::consumer(&flow.source_client, &group, refresh)
-                .create_with_context(SourceContext::new(policy, source_health.clone()))
-                .context("creating the source consumer")?;
+        let consumer: BaseConsumer<SourceContext<AtLeastOnce>> = source_consumer()
+            .create_with_context(SourceContext::new(policy, source_health.clone()))
+            .context("creating the source consumer")?;
         tracing::info!(%group, "source loop starting");
         tokio::task::spawn_blocking(move || {
             engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
@@ -332,22 +332,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     Ok(())
 }
 
-/// The clients of the policies that write records outside transactions (at-least-once and
-/// aligned): the records' producer, the offset syncs' producer, the positions reader and the
-/// log probe.
-fn plain_clients(
+/// The producers of the policies that write records outside transactions (at-least-once and
+/// aligned): the records' producer on the target, and the offset syncs' where they live.
+fn plain_producers(
     flow: &crate::replicator::Flow,
     producer_config: &ClientConfig,
     (syncs_cluster, syncs_health): (Side, &Arc<Reachability>),
     target_health: &Arc<Reachability>,
-    positions_topic: &str,
-    group: &str,
-) -> anyhow::Result<(
-    BaseProducer<AckContext>,
-    BaseProducer<AckContext>,
-    PositionReader,
-    LogProbe,
-)> {
+) -> anyhow::Result<(BaseProducer<AckContext>, BaseProducer<AckContext>)> {
     let producer = producer_config
         .create_with_context(AckContext::new(target_health.clone()))
         .context("creating the target producer")?;
@@ -358,11 +350,7 @@ fn plain_clients(
     let syncs = clients::sync_producer(syncs_client)
         .create_with_context(AckContext::new(syncs_health.clone()))
         .context("creating the offset-sync producer")?;
-    let reader = PositionReader::new(&flow.target_client, positions_topic.to_string(), group)
-        .context("creating the positions reader")?;
-    let probe = LogProbe::new(&flow.source_client, &flow.target_client)
-        .context("creating the log probe")?;
-    Ok((producer, syncs, reader, probe))
+    Ok((producer, syncs))
 }
 
 fn note_admin_error(e: &AdminError, health: &Reachability, count: &impl Fn(&str)) {

@@ -36,6 +36,19 @@ pub trait Owner {
     /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
     /// next owner's fencing settles open transactions) or in good order (positions stored).
     const FAILED_REBALANCE_IS_LOST: bool;
+    /// The delivery mode, as log lines name it.
+    const MODE: &str;
+
+    /// Publishes how many partitions this replica copies now.
+    fn report_assignment(&self) {
+        let n = self.slots().len();
+        self.context().metrics.assigned_partitions.set(n as i64);
+        tracing::info!(
+            partitions = n,
+            mode = Self::MODE,
+            "source partitions assigned to this replica"
+        );
+    }
 }
 
 pub fn rebalance<C: ConsumerContext, O: Owner>(

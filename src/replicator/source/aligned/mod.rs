@@ -38,27 +38,24 @@ mod tail;
 mod write;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio_util::sync::CancellationToken;
 
 use self::plan::Step;
-use super::continuity::{self, LogProbe};
+use super::continuity::{self};
 use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
 use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, unpack};
-use super::engine::{self, Delivery, Source};
+use super::engine::{Delivery, Shared, Source};
 use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
-use crate::kafka::positions::{self, Frontier, Gap, GapKind, PositionReader};
-use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+use crate::kafka::positions::{self, Frontier, Gap, GapKind};
+use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
-use crate::replicator::reach::Reachability;
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
 /// key.
@@ -145,37 +142,24 @@ impl AlignedSlot {
 
 /// The aligned policy: what the copy thread mutates.
 pub struct Aligned {
-    ctx: Arc<Context>,
+    shared: Shared,
     producer: BaseProducer<AckContext>,
     syncs: BaseProducer<AckContext>,
     producer_base: ClientConfig,
-    syncs_topic: String,
-    positions_topic: String,
-    positions: PositionReader,
-    probe: LogProbe,
     watermarks: BaseConsumer,
     target_watermarks: BaseConsumer,
     target_admin: Admin,
     runtime: tokio::runtime::Handle,
     slots: SlotTable<AlignedSlot>,
-    sync_config: SyncPolicyConfig,
-    started: Instant,
-    shutdown: CancellationToken,
-    source_health: Arc<Reachability>,
-    target_health: Arc<Reachability>,
     acks: Vec<Ack>,
 }
 
 pub struct Parts {
-    pub ctx: Arc<Context>,
+    pub shared: Shared,
     pub producer: BaseProducer<AckContext>,
     pub syncs: BaseProducer<AckContext>,
     /// The target producer's settings, for the partitions' transactional producers.
     pub producer_base: ClientConfig,
-    pub syncs_topic: String,
-    pub positions_topic: String,
-    pub positions: PositionReader,
-    pub probe: LogProbe,
     /// A `read_uncommitted` client of the source: its high watermarks include open
     /// transactions (a `read_committed` one answers the last stable offset instead).
     pub watermarks: BaseConsumer,
@@ -183,9 +167,6 @@ pub struct Parts {
     pub target_watermarks: BaseConsumer,
     pub target_admin: Admin,
     pub runtime: tokio::runtime::Handle,
-    pub shutdown: CancellationToken,
-    pub source_health: Arc<Reachability>,
-    pub target_health: Arc<Reachability>,
 }
 
 impl Delivery for Aligned {
@@ -193,11 +174,7 @@ impl Delivery for Aligned {
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        self.source_health.ok();
-        let Some(idx) = self.slots.index(m.topic(), m.partition()) else {
-            return;
-        };
-        let Some(slot) = self.slots.get(idx) else {
+        let Some((idx, slot)) = self.slots.lookup(m.topic(), m.partition()) else {
             return;
         };
         match slot.state {
@@ -242,7 +219,7 @@ impl Delivery for Aligned {
     }
 
     fn idle_syncs(&mut self) {
-        let now = self.now();
+        let now = self.shared.now();
         let mut due = Vec::new();
         for (idx, slot) in self.slots.iter_mut() {
             if slot.copying()
@@ -270,7 +247,7 @@ impl Delivery for Aligned {
             return;
         }
         let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
-        let ends = self.probe.target_ends(&keys);
+        let ends = self.shared.probe.target_ends(&keys);
         for (idx, remote, partition, next_target) in idle {
             let Some(&end) = ends.get(&(remote, partition)) else {
                 continue;
@@ -312,30 +289,17 @@ impl Delivery for Aligned {
 impl Aligned {
     pub fn new(p: Parts) -> Self {
         Aligned {
-            sync_config: engine::sync_config(&p.ctx),
-            ctx: p.ctx,
+            shared: p.shared,
             producer: p.producer,
             syncs: p.syncs,
             producer_base: p.producer_base,
-            syncs_topic: p.syncs_topic,
-            positions_topic: p.positions_topic,
-            positions: p.positions,
-            probe: p.probe,
             watermarks: p.watermarks,
             target_watermarks: p.target_watermarks,
             target_admin: p.target_admin,
             runtime: p.runtime,
             slots: SlotTable::default(),
-            started: Instant::now(),
-            shutdown: p.shutdown,
-            source_health: p.source_health,
-            target_health: p.target_health,
             acks: Vec::with_capacity(4096),
         }
-    }
-
-    fn now(&self) -> Duration {
-        self.started.elapsed()
     }
 
     fn copy_translated(&mut self, idx: usize, m: &BorrowedMessage<'_>) {
@@ -357,7 +321,7 @@ impl Aligned {
     fn process_acks(&mut self) {
         let mut acks = std::mem::take(&mut self.acks);
         self.producer.context().take(&mut acks);
-        let now = self.now();
+        let now = self.shared.now();
         let mut syncs = Vec::new();
         let mut broken = Vec::new();
         let mut failed = Vec::new();
@@ -385,7 +349,7 @@ impl Aligned {
             };
             match &ack.result {
                 Ok(landed) => {
-                    self.target_health.ok();
+                    self.shared.target_health.ok();
                     if sent.expected >= 0 && landed.offset != sent.expected {
                         broken.push((idx, sent.expected, landed.offset));
                     }
@@ -397,8 +361,8 @@ impl Aligned {
                             next,
                             downstream: landed.offset,
                         });
-                        self.ctx.metrics.records_replicated.inc();
-                        self.ctx.metrics.bytes_replicated.inc_by(sent.bytes);
+                        self.shared.ctx.metrics.records_replicated.inc();
+                        self.shared.ctx.metrics.bytes_replicated.inc_by(sent.bytes);
                         if let Some(sync) = slot.sync.observe(sent.source, landed.offset, now) {
                             syncs.push((idx, generation, sync));
                         }
@@ -425,10 +389,10 @@ impl Aligned {
         for ack in acks {
             if let Err(e) = ack.result {
                 let (idx, _, _) = unpack(ack.opaque);
-                tracing::warn!(error = %e, topic = %self.syncs_topic, "an offset sync failed");
+                tracing::warn!(error = %e, topic = %self.shared.syncs_topic, "an offset sync failed");
                 self.fault(idx, "offset sync failed");
             } else {
-                self.ctx.metrics.offset_syncs.inc();
+                self.shared.ctx.metrics.offset_syncs.inc();
             }
         }
     }
@@ -439,12 +403,12 @@ impl Aligned {
             return;
         };
         let record = send::offset_sync(
-            &self.syncs_topic,
+            &self.shared.syncs_topic,
             &encoded.key,
             &encoded.value,
             opaque(idx, generation, false),
         );
-        if let Err(e) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {
+        if let Err(e) = send::send_waiting(&self.syncs, record, &self.shared.shutdown, None) {
             let reason = format!("offset sync: {e}");
             self.fault(idx, &reason);
         }
@@ -463,7 +427,7 @@ impl Aligned {
                 }
                 _ => return false,
             }
-            if self.shutdown.is_cancelled() {
+            if self.shared.shutdown.is_cancelled() {
                 return false;
             }
             if Instant::now() >= deadline {
@@ -647,7 +611,7 @@ impl Aligned {
             let key = positions::encode_key(&slot.topic, slot.partition);
             let value = positions::encode_value(position);
             let record = send::internal(
-                &self.positions_topic,
+                &self.shared.positions_topic,
                 &key,
                 &value,
                 opaque(idx, slot.generation, true),
@@ -661,21 +625,12 @@ impl Aligned {
 
     /// Records a break in the positions topic (where the status finds it).
     fn write_gap(&mut self, gap: &Gap) {
-        let (producer, topic) = (&self.producer, &self.positions_topic);
-        continuity::record(gap, &self.ctx.metrics, |key, value| {
+        let (producer, topic) = (&self.producer, &self.shared.positions_topic);
+        continuity::record(gap, &self.shared.ctx.metrics, |key, value| {
             producer
                 .send(send::internal(topic, key, value, UNOWNED))
                 .map_err(|(e, _)| e)?;
             producer.flush(Duration::from_secs(10))
         });
-    }
-
-    fn report_assignment(&self) {
-        let n = self.slots.len();
-        self.ctx.metrics.assigned_partitions.set(n as i64);
-        tracing::info!(
-            partitions = n,
-            "source partitions assigned to this replica (aligned)"
-        );
     }
 }

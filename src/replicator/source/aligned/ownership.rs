@@ -18,7 +18,7 @@ impl Owner for Aligned {
                 self.prepare_again(idx, Duration::ZERO);
                 continue;
             }
-            let flow = &self.ctx.flow;
+            let flow = &self.shared.ctx.flow;
             let remote = flow.policy.format_remote_topic(flow.source_alias(), topic);
             let group = super::super::source_group_id(flow);
             let base = group.strip_suffix(".source").unwrap_or(&group);
@@ -38,7 +38,7 @@ impl Owner for Aligned {
                 in_flight: VecDeque::new(),
                 sync: SyncPolicy::new(
                     TopicPartition::new(topic.clone(), *partition),
-                    self.sync_config,
+                    self.shared.sync_config,
                 ),
                 latest: None,
                 stored: None,
@@ -69,9 +69,10 @@ impl Owner for Aligned {
     }
 
     fn context(&self) -> &Context {
-        &self.ctx
+        &self.shared.ctx
     }
 
     // The next owner fences the partition's transactions and resumes where the target ends.
     const FAILED_REBALANCE_IS_LOST: bool = true;
+    const MODE: &str = "aligned";
 }

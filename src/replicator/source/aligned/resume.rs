@@ -6,7 +6,7 @@ use super::*;
 
 impl Aligned {
     pub(super) fn retry_unready(&mut self, consumer: &Source<Self>) {
-        if self.shutdown.is_cancelled() {
+        if self.shared.shutdown.is_cancelled() {
             return;
         }
         let now = Instant::now();
@@ -45,7 +45,7 @@ impl Aligned {
                     None,
                 );
                 let created: Result<BaseProducer<AckContext>, _> =
-                    config.create_with_context(AckContext::new(self.target_health.clone()));
+                    config.create_with_context(AckContext::new(self.shared.target_health.clone()));
                 let ready = created.and_then(|p| p.init_transactions(CALL_TIMEOUT).map(|()| p));
                 match ready {
                     Ok(p) => slot.txn = Some(p),
@@ -64,7 +64,7 @@ impl Aligned {
         if fenced.is_empty() {
             return Vec::new();
         }
-        if let Err(e) = self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+        if let Err(e) = self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
             tracing::warn!(error = %e, "reading the positions topic failed; retrying");
             self.count_error("positions");
             for (topic, partition) in &fenced {
@@ -78,10 +78,10 @@ impl Aligned {
             .iter()
             .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
             .collect();
-        let sources = self.probe.source(&fenced);
-        let ends = self.probe.target_ends(&remotes);
+        let sources = self.shared.probe.source(&fenced);
+        let ends = self.shared.probe.target_ends(&remotes);
         let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
-        let aborted = match tail::aborted_wraps(&self.ctx.flow.target_client, &tails) {
+        let aborted = match tail::aborted_wraps(&self.shared.ctx.flow.target_client, &tails) {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
@@ -108,10 +108,11 @@ impl Aligned {
                 self.prepare_again(idx, Duration::from_secs(1));
                 continue;
             };
-            let stored = self.positions.get(&topic, partition);
-            let broke_before = self.positions.gaps().iter().any(|g| {
+            let stored = self.shared.positions.get(&topic, partition);
+            let broke_before = self.shared.positions.gaps().iter().any(|g| {
                 g.kind == GapKind::Misaligned && g.topic == topic && g.partition == partition
             });
+            let mut recorded = broke_before;
             if aborted.contains(&(slot.remote.clone(), partition)) && !broke_before {
                 // The previous writer died inside the transaction wrapping the record at
                 // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
@@ -126,6 +127,10 @@ impl Aligned {
                 if let Some(slot) = self.slots.get_mut(idx) {
                     slot.wrap_failed = Some(end.saturating_sub(2));
                 }
+                recorded = true;
+            }
+            if !recorded {
+                self.settle_failed_wrap(idx, &topic, partition, end);
             }
             let Some(slot) = self.slots.get(idx) else {
                 continue;
@@ -150,8 +155,31 @@ impl Aligned {
         ready
     }
 
+    /// A transaction wrapping the record at `o` failed (`wrap_failed`), and the previous
+    /// writer's fencing left no aborted wrap at the end. If nothing of it reached the target
+    /// (the end is still `o`: a timeout while the broker was away), the partition is aligned
+    /// as before and the wrap is written again. Otherwise its offsets are taken: the
+    /// partition goes on translated, and the break is recorded (it was not before: a
+    /// partition must never be misaligned without its `Misaligned` gap).
+    fn settle_failed_wrap(&mut self, idx: usize, topic: &str, partition: i32, end: i64) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let Some(at) = slot.wrap_failed else {
+            return;
+        };
+        if end == at {
+            slot.wrap_failed = None;
+            return;
+        }
+        tracing::warn!(%topic, partition, offset = at, target_end = end,
+            "a failed transaction of the aligned copy took offsets on the target; copying on, translated");
+        let gap = continuity::found_now(topic, partition, (GapKind::Misaligned, at, end));
+        self.write_gap(&gap);
+    }
+
     pub(super) fn resume_aligned(&mut self, idx: usize, next: i64) -> Option<Offset> {
-        let config = self.sync_config;
+        let config = self.shared.sync_config;
         let slot = self.slots.get_mut(idx)?;
         slot.state = State::Aligned;
         slot.next_target = next;
@@ -176,7 +204,7 @@ impl Aligned {
         bounds: crate::kafka::log_bounds::LogBounds,
         end: i64,
     ) -> Option<Offset> {
-        let config = self.sync_config;
+        let config = self.shared.sync_config;
         let slot = self.slots.get_mut(idx)?;
         let resume = continuity::resume(stored, Some(bounds), Some(end));
         let offset = match (slot.wrap_failed.take(), resume.offset) {
@@ -230,7 +258,7 @@ impl Aligned {
                     Offered::Full(back) => {
                         record = back;
                         self.producer.poll(QUEUE_FULL_WAIT);
-                        if self.shutdown.is_cancelled() {
+                        if self.shared.shutdown.is_cancelled() {
                             return None;
                         }
                     }
@@ -248,6 +276,7 @@ impl Aligned {
             return None;
         }
         let landed = self
+            .shared
             .probe
             .target_ends(&[(remote.clone(), partition)])
             .get(&(remote.clone(), partition))

@@ -35,7 +35,8 @@ impl Aligned {
                 Step::Visible(n) => {
                     // A record at the target's end was deleted (compaction) before it was read:
                     // the numbers stay right, a marked filler is visible there.
-                    self.ctx
+                    self.shared
+                        .ctx
                         .metrics
                         .errors
                         .with_label_values(&["source", "visible_filler"])
@@ -100,7 +101,7 @@ impl Aligned {
             let count = match (step, &held) {
                 (Step::Wrapped, Some(h)) => {
                     let (record, _) = send::forward(h, &remote, 0);
-                    send::send_waiting(txn, record, &self.shutdown, None)
+                    send::send_waiting(txn, record, &self.shared.shutdown, None)
                         .map_err(|e| e.to_string())?;
                     1
                 }
@@ -108,7 +109,7 @@ impl Aligned {
                     let headers = filler_headers();
                     for _ in 0..n {
                         let record = filler(&remote, partition, &headers, timestamp);
-                        send::send_waiting(txn, record, &self.shutdown, None)
+                        send::send_waiting(txn, record, &self.shared.shutdown, None)
                             .map_err(|e| e.to_string())?;
                     }
                     n
@@ -174,18 +175,22 @@ impl Aligned {
                     _ => slot.latest.map_or(-1, |l| l.downstream),
                 };
                 slot.latest = Some(Frontier { next, downstream });
-                let now = self.started.elapsed();
+                let now = self.shared.started.elapsed();
                 let mut sync = None;
                 if let (Step::Wrapped, Some(h)) = (step, &held) {
                     let bytes = h.key().map_or(0, <[u8]>::len) + h.payload().map_or(0, <[u8]>::len);
-                    self.ctx.metrics.records_replicated.inc();
-                    self.ctx.metrics.bytes_replicated.inc_by(bytes as u64);
+                    self.shared.ctx.metrics.records_replicated.inc();
+                    self.shared
+                        .ctx
+                        .metrics
+                        .bytes_replicated
+                        .inc_by(bytes as u64);
                     sync = slot.sync.observe(h.offset(), first, now);
                 }
                 if let Some(sync) = sync {
                     self.write_sync(idx, generation, &sync);
                 }
-                self.target_health.ok();
+                self.shared.target_health.ok();
                 true
             }
             Err(reason) => {
@@ -228,7 +233,7 @@ impl Aligned {
                         .slots
                         .get(idx)
                         .is_some_and(|s| s.generation == generation && s.copying());
-                    if !live || self.shutdown.is_cancelled() {
+                    if !live || self.shared.shutdown.is_cancelled() {
                         return false;
                     }
                 }

@@ -10,7 +10,6 @@
 pub mod acks;
 mod ownership;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::local::{LocalHistogram, LocalIntCounter};
@@ -18,21 +17,19 @@ use rdkafka::consumer::Consumer;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tokio_util::sync::CancellationToken;
 
 use self::acks::{Cause, Fault, InFlight, Slot, Tally, UNOWNED, opaque, settle};
-use super::continuity::{self, LogProbe, Resume};
+use super::continuity::{self, Resume};
 use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
 use super::engine::slots::SlotTable;
-use super::engine::{self, Delivery, Source};
+use super::engine::{Delivery, Shared, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
 use super::rebalance::{self, Owner};
-use crate::kafka::positions::{self, Gap, PositionReader};
-use crate::mm2::{OffsetSync, SyncPolicyConfig, TopicPartition};
+use crate::kafka::positions::{self, Gap};
+use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
-use crate::replicator::reach::Reachability;
 
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).
@@ -76,19 +73,10 @@ impl Meters {
 
 /// Everything the copy thread mutates in at-least-once mode.
 pub struct AtLeastOnce {
-    ctx: Arc<Context>,
+    shared: Shared,
     producer: BaseProducer<AckContext>,
     syncs: BaseProducer<AckContext>,
-    syncs_topic: String,
-    positions_topic: String,
-    positions: PositionReader,
-    probe: LogProbe,
     slots: SlotTable<Slot>,
-    sync_config: SyncPolicyConfig,
-    started: Instant,
-    shutdown: CancellationToken,
-    source_health: Arc<Reachability>,
-    target_health: Arc<Reachability>,
     acks: Vec<Ack>,
     meters: Meters,
     limits: RemoteLimits,
@@ -97,16 +85,9 @@ pub struct AtLeastOnce {
 }
 
 pub struct Parts {
-    pub ctx: Arc<Context>,
+    pub shared: Shared,
     pub producer: BaseProducer<AckContext>,
     pub syncs: BaseProducer<AckContext>,
-    pub syncs_topic: String,
-    pub positions_topic: String,
-    pub positions: PositionReader,
-    pub probe: LogProbe,
-    pub shutdown: CancellationToken,
-    pub source_health: Arc<Reachability>,
-    pub target_health: Arc<Reachability>,
     pub limits: RemoteLimits,
     pub batch_cap: usize,
 }
@@ -118,12 +99,8 @@ impl Delivery for AtLeastOnce {
 
     /// Copies one source record.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        self.source_health.ok();
-        let Some(idx) = self.slots.index(m.topic(), m.partition()) else {
+        let Some((idx, slot)) = self.slots.lookup(m.topic(), m.partition()) else {
             // Not ours (any more): a rebalance moved it; its new owner copies it.
-            return;
-        };
-        let Some(slot) = self.slots.get(idx) else {
             return;
         };
         if slot.fault.is_some() {
@@ -147,7 +124,7 @@ impl Delivery for AtLeastOnce {
                     serve_reports(&self.producer);
                     self.service_acks();
                     let still_valid = self.slots.get(idx).is_some_and(|s| s.live(generation));
-                    if !still_valid || self.shutdown.is_cancelled() {
+                    if !still_valid || self.shared.shutdown.is_cancelled() {
                         return;
                     }
                 }
@@ -205,7 +182,7 @@ impl Delivery for AtLeastOnce {
     /// Writes the tail sync of every owned partition that went idle with acknowledged records
     /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
     fn idle_syncs(&mut self) {
-        let now = self.now();
+        let now = self.shared.now();
         let mut syncs = Vec::new();
         for (idx, slot) in self.slots.iter_mut() {
             if slot.fault.is_some() {
@@ -240,7 +217,7 @@ impl Delivery for AtLeastOnce {
             return;
         }
         let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
-        let ends = self.probe.target_ends(&keys);
+        let ends = self.shared.probe.target_ends(&keys);
         for (idx, remote, partition, downstream) in idle {
             if let Some(&end) = ends.get(&(remote, partition))
                 && end <= downstream
@@ -261,7 +238,7 @@ impl Delivery for AtLeastOnce {
             .filter(|(_, s)| s.fault.is_none())
             .map(|(_, s)| (s.topic.clone(), s.partition))
             .collect();
-        let bounds = self.probe.source(&owned);
+        let bounds = self.shared.probe.source(&owned);
         let reading = consumer.position().ok();
         for (topic, partition) in owned {
             let Some(idx) = self.slots.index(&topic, partition) else {
@@ -295,7 +272,7 @@ impl Delivery for AtLeastOnce {
             let gap = continuity::found_now(&topic, partition, (kind, from, to));
             self.write_gap(&gap, Some(start));
             let generation = self.slots.next_generation();
-            let config = self.sync_config;
+            let config = self.shared.sync_config;
             if let Some(slot) = self.slots.get_mut(idx) {
                 slot.generation = generation;
                 slot.clear_in_flight();
@@ -343,7 +320,7 @@ impl Delivery for AtLeastOnce {
 
 impl AtLeastOnce {
     pub fn new(p: Parts) -> Self {
-        let m = &p.ctx.metrics;
+        let m = &p.shared.ctx.metrics;
         let meters = Meters {
             records: m.records_replicated.local(),
             bytes: m.bytes_replicated.local(),
@@ -352,19 +329,10 @@ impl AtLeastOnce {
             wall_ms: 0,
         };
         AtLeastOnce {
-            sync_config: engine::sync_config(&p.ctx),
-            ctx: p.ctx,
+            shared: p.shared,
             producer: p.producer,
             syncs: p.syncs,
-            syncs_topic: p.syncs_topic,
-            positions_topic: p.positions_topic,
-            positions: p.positions,
-            probe: p.probe,
             slots: SlotTable::default(),
-            started: Instant::now(),
-            shutdown: p.shutdown,
-            source_health: p.source_health,
-            target_health: p.target_health,
             acks: Vec::with_capacity(4096),
             meters,
             limits: p.limits,
@@ -417,7 +385,7 @@ impl AtLeastOnce {
                 }
                 _ => return false,
             }
-            if self.shutdown.is_cancelled() {
+            if self.shared.shutdown.is_cancelled() {
                 return false;
             }
             std::thread::sleep(QUEUE_FULL_WAIT);
@@ -440,7 +408,8 @@ impl AtLeastOnce {
         let start = slot.progress.committable();
         let topic = slot.topic.clone();
         let partition = slot.partition;
-        self.ctx
+        self.shared
+            .ctx
             .metrics
             .records_rejected
             .with_label_values(&[&topic])
@@ -463,10 +432,6 @@ impl AtLeastOnce {
         self.process_acks();
     }
 
-    fn now(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     fn process_acks(&mut self) {
         let mut acks = std::mem::take(&mut self.acks);
         self.producer.context().take(&mut acks);
@@ -478,14 +443,14 @@ impl AtLeastOnce {
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        let now = self.now();
+        let now = self.shared.now();
         let settled = settle(&mut acks, &mut self.slots, now, &mut self.meters);
         self.acks = acks;
         for _ in 0..settled.positions_failed {
             self.count_error("positions");
         }
         if settled.delivered {
-            self.target_health.ok();
+            self.shared.target_health.ok();
         }
         for (idx, generation, sync) in settled.syncs {
             self.write_sync(idx, generation, &sync);
@@ -510,7 +475,7 @@ impl AtLeastOnce {
     /// again from the source's earliest record.
     fn target_rewound(&mut self, idx: usize, from: i64, to: i64) {
         let generation = self.slots.next_generation();
-        let config = self.sync_config;
+        let config = self.shared.sync_config;
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
         };
@@ -518,7 +483,7 @@ impl AtLeastOnce {
         slot.generation = generation;
         slot.clear_in_flight();
         let key = (slot.topic.clone(), slot.partition);
-        let bounds = self.probe.source(std::slice::from_ref(&key));
+        let bounds = self.shared.probe.source(std::slice::from_ref(&key));
         let start = bounds.get(&key).map(|b| Frontier {
             next: b.start,
             downstream: -1,
@@ -550,10 +515,10 @@ impl AtLeastOnce {
             match ack.result {
                 Ok(_) => {
                     slot.progress.sync_acknowledged();
-                    self.ctx.metrics.offset_syncs.inc();
+                    self.shared.ctx.metrics.offset_syncs.inc();
                 }
                 Err(e) => {
-                    let topic = self.syncs_topic.clone();
+                    let topic = self.shared.syncs_topic.clone();
                     self.fault(
                         idx,
                         Cause::Sync {
@@ -577,15 +542,15 @@ impl AtLeastOnce {
             }
         };
         let record = send::offset_sync(
-            &self.syncs_topic,
+            &self.shared.syncs_topic,
             &encoded.key,
             &encoded.value,
             opaque(idx, generation, false),
         );
         // Never dropped: waits for room. Record acks are not served meanwhile, so this cannot
         // recurse.
-        if let Err(error) = send::send_waiting(&self.syncs, record, &self.shutdown, None) {
-            let topic = self.syncs_topic.clone();
+        if let Err(error) = send::send_waiting(&self.syncs, record, &self.shared.shutdown, None) {
+            let topic = self.shared.syncs_topic.clone();
             self.fault(idx, Cause::Sync { topic, error });
         }
     }
@@ -658,18 +623,21 @@ impl AtLeastOnce {
             let key = positions::encode_key(&slot.topic, slot.partition);
             let value = positions::encode_value(position);
             let record = send::internal(
-                &self.positions_topic,
+                &self.shared.positions_topic,
                 &key,
                 &value,
                 opaque(idx, slot.generation, true),
             );
             let deadline = Some(Instant::now() + POSITION_SEND_TIMEOUT);
             // Serves callbacks, which only queue acks: `slot` stays valid.
-            if let Err(e) = send::send_waiting(&self.producer, record, &self.shutdown, deadline) {
+            if let Err(e) =
+                send::send_waiting(&self.producer, record, &self.shared.shutdown, deadline)
+            {
                 tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
                     "cannot store the source position now; retrying");
                 slot.progress.store_failed();
-                self.ctx
+                self.shared
+                    .ctx
                     .metrics
                     .errors
                     .with_label_values(&["source", "positions"])
@@ -712,17 +680,18 @@ impl AtLeastOnce {
     }
 
     fn remote_name(&self, topic: &str) -> String {
-        self.ctx
+        self.shared
+            .ctx
             .flow
             .policy
-            .format_remote_topic(self.ctx.flow.source_alias(), topic)
+            .format_remote_topic(self.shared.ctx.flow.source_alias(), topic)
     }
 
     /// Records a break and, with it, the position copying resumes from (so a restart before
     /// the next stored position does not find the same break again).
     fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) {
-        let (producer, topic) = (&self.producer, &self.positions_topic);
-        continuity::record(gap, &self.ctx.metrics, |key, value| {
+        let (producer, topic) = (&self.producer, &self.shared.positions_topic);
+        continuity::record(gap, &self.shared.ctx.metrics, |key, value| {
             let send = |k: &[u8], v: &[u8]| {
                 producer
                     .send(send::internal(topic, k, v, UNOWNED))
@@ -737,11 +706,5 @@ impl AtLeastOnce {
             }
             producer.flush(Duration::from_secs(10))
         });
-    }
-
-    fn report_assignment(&self) {
-        let n = self.slots.len();
-        self.ctx.metrics.assigned_partitions.set(n as i64);
-        tracing::info!(partitions = n, "source partitions assigned to this replica");
     }
 }

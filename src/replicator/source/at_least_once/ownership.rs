@@ -9,16 +9,17 @@ impl Owner for AtLeastOnce {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
         let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
         loop {
-            match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+            match self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
                 Ok(()) => {
-                    self.target_health.ok();
+                    self.shared.target_health.ok();
                     break;
                 }
                 Err(e) => {
                     self.count_error("positions");
-                    self.target_health
+                    self.shared
+                        .target_health
                         .unreachable("reading the positions topic", &e);
-                    if self.shutdown.is_cancelled() {
+                    if self.shared.shutdown.is_cancelled() {
                         // Shutting down: nothing will be copied, the offsets do not matter.
                         return;
                     }
@@ -26,8 +27,8 @@ impl Owner for AtLeastOnce {
                 }
             }
         }
-        if self.positions.undecodable() > 0 {
-            tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
+        if self.shared.positions.undecodable() > 0 {
+            tracing::warn!(count = self.shared.positions.undecodable(), topic = %self.shared.positions_topic,
                 "ignored records the positions topic should not hold");
         }
         let assigned: Vec<(String, i32)> = tpl
@@ -65,7 +66,7 @@ impl Owner for AtLeastOnce {
                 (t, p, remote)
             })
             .collect();
-        let resumes = continuity::resume_all(&self.positions, &self.probe, &fresh);
+        let resumes = continuity::resume_all(&self.shared.positions, &self.shared.probe, &fresh);
         for ((topic, partition, remote), r) in fresh.into_iter().zip(resumes) {
             if let Some((kind, from, to)) = r.gap {
                 let gap = continuity::found_now(&topic, partition, (kind, from, to));
@@ -80,7 +81,7 @@ impl Owner for AtLeastOnce {
             let limit = self.limits.get(&remote);
             let progress = Progress::new(
                 TopicPartition::new(topic.clone(), partition),
-                self.sync_config,
+                self.shared.sync_config,
                 start,
             );
             self.slots.insert(Slot::new(
@@ -135,8 +136,9 @@ impl Owner for AtLeastOnce {
     }
 
     fn context(&self) -> &Context {
-        &self.ctx
+        &self.shared.ctx
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = false;
+    const MODE: &str = "at-least-once";
 }

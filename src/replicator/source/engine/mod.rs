@@ -29,8 +29,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use super::continuity::LogProbe;
 use super::lock;
 use super::rebalance::{self, Owner};
+use crate::kafka::positions::PositionReader;
 use crate::mm2::SyncPolicyConfig;
 use crate::replicator::Context;
 use crate::replicator::reach::Reachability;
@@ -120,12 +122,36 @@ pub fn count_error(ctx: &Context, kind: &str) {
         .inc();
 }
 
-/// The dense sync policy of a flow's partitions: a sync on every delta change, and at least
-/// every `sourceLoop.offsetSyncInterval`.
-pub fn sync_config(ctx: &Context) -> SyncPolicyConfig {
-    SyncPolicyConfig {
-        max_interval: Some(ctx.flow.spec.source_loop.offset_sync_interval.as_duration()),
-        ..SyncPolicyConfig::default()
+/// What every delivery policy holds besides its slots and producers: the flow, where its
+/// positions and offset syncs go, what resumes a partition, and the two clusters' health.
+pub struct Shared {
+    pub ctx: Arc<Context>,
+    pub syncs_topic: String,
+    pub positions_topic: String,
+    pub positions: PositionReader,
+    pub probe: LogProbe,
+    /// The dense sync policy of every partition: a sync on every delta change, and at least
+    /// every `sourceLoop.offsetSyncInterval`.
+    pub sync_config: SyncPolicyConfig,
+    /// The origin of the sync policies' clock ([`Shared::now`]).
+    pub started: Instant,
+    pub shutdown: CancellationToken,
+    pub source_health: Arc<Reachability>,
+    pub target_health: Arc<Reachability>,
+}
+
+impl Shared {
+    /// The dense sync policy of a flow's partitions.
+    pub fn sync_config_of(ctx: &Context) -> SyncPolicyConfig {
+        SyncPolicyConfig {
+            max_interval: Some(ctx.flow.spec.source_loop.offset_sync_interval.as_duration()),
+            ..SyncPolicyConfig::default()
+        }
+    }
+
+    /// Time since the loop started: the clock of the sync policies.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
     }
 }
 
@@ -211,6 +237,7 @@ pub fn run<P: Delivery>(
         last_turn = Instant::now();
         match polled {
             Some(Ok(m)) => {
+                consumer.context().health.ok();
                 let mut p = lock(&policy);
                 p.copy(&m);
                 since_service += 1;

@@ -79,6 +79,12 @@ impl<S: Keyed> SlotTable<S> {
         self.get(self.index(topic, partition)?)
     }
 
+    /// The slot of a partition with its index (what opaques and later calls name it by).
+    pub fn lookup(&self, topic: &str, partition: i32) -> Option<(usize, &S)> {
+        let idx = self.index(topic, partition)?;
+        Some((idx, self.get(idx)?))
+    }
+
     pub fn find_mut(&mut self, topic: &str, partition: i32) -> Option<&mut S> {
         let idx = self.index(topic, partition)?;
         self.get_mut(idx)

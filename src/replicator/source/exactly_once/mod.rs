@@ -40,7 +40,6 @@
 mod ownership;
 pub mod txn;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -50,17 +49,16 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use self::txn::{NOT_A_RECORD, Phase, TxFailure, absorb, producer_config, transactional_id};
-use super::continuity::{self, LogProbe};
+use super::continuity::{self};
 use super::engine::send::{self, AckContext};
 use super::engine::slots::{Keyed, SlotTable};
-use super::engine::{self, Delivery, Source};
+use super::engine::{Delivery, Shared, Source};
 use super::limits::{self, RemoteLimits};
 use super::rebalance::{self, Owner};
-use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
-use crate::mm2::{OffsetSync, SyncPolicy, SyncPolicyConfig, TopicPartition};
+use crate::kafka::positions::{self, Frontier, Gap};
+use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::Context;
 use crate::replicator::backoff::{Backoff, Retry};
-use crate::replicator::reach::Reachability;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -142,32 +140,16 @@ enum Ended {
 
 /// The exactly-once policy: what the copy thread mutates.
 pub struct ExactlyOnce {
-    ctx: Arc<Context>,
+    shared: Shared,
     producer_base: ClientConfig,
-    syncs_topic: String,
-    positions_topic: String,
-    positions: PositionReader,
-    probe: LogProbe,
     slots: SlotTable<TxSlot>,
-    sync_config: SyncPolicyConfig,
-    started: Instant,
-    shutdown: CancellationToken,
-    source_health: Arc<Reachability>,
-    target_health: Arc<Reachability>,
     limits: RemoteLimits,
 }
 
 pub struct Parts {
-    pub ctx: Arc<Context>,
+    pub shared: Shared,
     /// The target producer's settings without a transactional id.
     pub producer_base: ClientConfig,
-    pub syncs_topic: String,
-    pub positions_topic: String,
-    pub positions: PositionReader,
-    pub probe: LogProbe,
-    pub shutdown: CancellationToken,
-    pub source_health: Arc<Reachability>,
-    pub target_health: Arc<Reachability>,
     pub limits: RemoteLimits,
 }
 
@@ -178,7 +160,6 @@ impl Delivery for ExactlyOnce {
 
     /// Copies one source record into its partition's open transaction.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        self.source_health.ok();
         let Some(slot) = self.slots.find_mut(m.topic(), m.partition()) else {
             return;
         };
@@ -218,7 +199,7 @@ impl Delivery for ExactlyOnce {
             }
         }
         let (record, bytes) = send::forward(m, &slot.remote, opaque);
-        if let Err(error) = send::send_waiting(producer, record, &self.shutdown, None) {
+        if let Err(error) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
             slot.failed = Some(TxFailure::Produce {
                 remote: slot.remote.clone(),
                 error,
@@ -247,8 +228,8 @@ impl Delivery for ExactlyOnce {
 
     /// Tail syncs of partitions idle for the sync interval, each in a transaction of its own.
     fn idle_syncs(&mut self) {
-        let now = self.now();
-        let syncs_topic = self.syncs_topic.clone();
+        let now = self.shared.now();
+        let syncs_topic = self.shared.syncs_topic.clone();
         for (topic, partition) in self.slots.keys() {
             let Some(slot) = self.slots.find_mut(&topic, partition) else {
                 continue;
@@ -266,11 +247,11 @@ impl Delivery for ExactlyOnce {
                 continue;
             }
             slot.phase = Phase::Open;
-            if let Err(e) = send_sync(producer, &syncs_topic, &sync, &self.shutdown) {
+            if let Err(e) = send_sync(producer, &syncs_topic, &sync, &self.shared.shutdown) {
                 slot.failed = Some(e);
             }
             let ended = self.end(&topic, partition, true);
-            let config = self.sync_config;
+            let config = self.shared.sync_config;
             if !matches!(ended, Ended::Committed)
                 && let Some(slot) = self.slots.find_mut(&topic, partition)
             {
@@ -300,7 +281,7 @@ impl Delivery for ExactlyOnce {
             return;
         }
         let keys: Vec<(String, i32)> = idle.iter().map(|(_, p, r, _)| (r.clone(), *p)).collect();
-        let ends = self.probe.target_ends(&keys);
+        let ends = self.shared.probe.target_ends(&keys);
         for (topic, partition, remote, downstream) in idle {
             if ends
                 .get(&(remote, partition))
@@ -341,32 +322,19 @@ impl Delivery for ExactlyOnce {
 impl ExactlyOnce {
     pub fn new(p: Parts) -> Self {
         ExactlyOnce {
-            sync_config: engine::sync_config(&p.ctx),
-            ctx: p.ctx,
+            shared: p.shared,
             producer_base: p.producer_base,
-            syncs_topic: p.syncs_topic,
-            positions_topic: p.positions_topic,
-            positions: p.positions,
-            probe: p.probe,
             slots: SlotTable::default(),
-            started: Instant::now(),
-            shutdown: p.shutdown,
-            source_health: p.source_health,
-            target_health: p.target_health,
             limits: p.limits,
         }
-    }
-
-    fn now(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// Ends the open transaction of a partition: commit (after its syncs and position) unless
     /// a write failed or `commit` is false, abort otherwise.
     fn end(&mut self, topic: &str, partition: i32, commit: bool) -> Ended {
-        let now = self.now();
-        let syncs_topic = self.syncs_topic.clone();
-        let positions_topic = self.positions_topic.clone();
+        let now = self.shared.now();
+        let syncs_topic = self.shared.syncs_topic.clone();
+        let positions_topic = self.shared.positions_topic.clone();
         let Some(slot) = self.slots.find_mut(topic, partition) else {
             return Ended::Lost;
         };
@@ -410,7 +378,9 @@ impl ExactlyOnce {
             match absorb(&mut slot.policy, &mut slot.latest, acks, now) {
                 Ok(syncs) => {
                     for sync in syncs {
-                        if let Err(e) = send_sync(producer, &syncs_topic, &sync, &self.shutdown) {
+                        if let Err(e) =
+                            send_sync(producer, &syncs_topic, &sync, &self.shared.shutdown)
+                        {
                             slot.failed = Some(e);
                             break;
                         }
@@ -420,7 +390,7 @@ impl ExactlyOnce {
             }
         }
         if delivered {
-            self.target_health.ok();
+            self.shared.target_health.ok();
         }
         let mut rejected = None;
         if let Some(r) = slot.refused.filter(|r| r.passed)
@@ -445,7 +415,7 @@ impl ExactlyOnce {
                     r.offset.saturating_add(1),
                 ),
             );
-            let written = continuity::record(&gap, &self.ctx.metrics, |key, value| {
+            let written = continuity::record(&gap, &self.shared.ctx.metrics, |key, value| {
                 producer
                     .send(send::internal(&positions_topic, key, value, NOT_A_RECORD))
                     .map_err(|(e, _)| e)
@@ -464,7 +434,7 @@ impl ExactlyOnce {
             let key = positions::encode_key(topic, partition);
             let value = positions::encode_value(position);
             let record = send::internal(&positions_topic, &key, &value, NOT_A_RECORD);
-            if let Err(e) = send::send_waiting(producer, record, &self.shutdown, None) {
+            if let Err(e) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
                 slot.failed = Some(TxFailure::Position(e));
             }
         }
@@ -492,7 +462,7 @@ impl ExactlyOnce {
         slot.phase = Phase::Ready;
         // Delivery reports of the syncs and the position.
         producer.context().discard();
-        let m = &self.ctx.metrics;
+        let m = &self.shared.ctx.metrics;
         match outcome {
             Ended::Committed => {
                 m.records_replicated.inc_by(slot.records);
@@ -521,7 +491,7 @@ impl ExactlyOnce {
                 slot.latest = slot.committed;
                 slot.policy = SyncPolicy::new(
                     TopicPartition::new(topic.to_string(), partition),
-                    self.sync_config,
+                    self.shared.sync_config,
                 );
             }
         }
@@ -604,7 +574,7 @@ impl ExactlyOnce {
     fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
         let mut inited = Vec::new();
         for (topic, partition) in keys {
-            let health = self.target_health.clone();
+            let health = self.shared.target_health.clone();
             let limit = self
                 .slots
                 .find(topic, *partition)
@@ -641,7 +611,7 @@ impl ExactlyOnce {
             return Vec::new();
         }
         // After fencing: every position a previous writer committed is in the topic now.
-        if let Err(e) = self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+        if let Err(e) = self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
             self.count_error("positions");
             tracing::warn!(error = %e, "reading the positions topic failed; retrying");
             for (topic, partition) in &inited {
@@ -651,7 +621,7 @@ impl ExactlyOnce {
             }
             return Vec::new();
         }
-        self.target_health.ok();
+        self.shared.target_health.ok();
         // Stored positions are checked against both logs before anything is read.
         let inited: Vec<(String, i32, String)> = inited
             .into_iter()
@@ -660,7 +630,7 @@ impl ExactlyOnce {
                 Some((t, p, remote))
             })
             .collect();
-        let resumes = continuity::resume_all(&self.positions, &self.probe, &inited);
+        let resumes = continuity::resume_all(&self.shared.positions, &self.shared.probe, &inited);
         let mut ready = Vec::new();
         for ((topic, partition, _), r) in inited.into_iter().zip(resumes) {
             if let Some((kind, from, to)) = r.gap {
@@ -675,7 +645,7 @@ impl ExactlyOnce {
                 }
             }
             let start = r.start;
-            let config = self.sync_config;
+            let config = self.shared.sync_config;
             let Some(slot) = self.slots.find_mut(&topic, partition) else {
                 continue;
             };
@@ -693,8 +663,8 @@ impl ExactlyOnce {
     /// Records a break and the position past it in one transaction of the partition's
     /// producer, so neither is visible without the other.
     fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) -> bool {
-        let topic = self.positions_topic.clone();
-        let ctx = self.ctx.clone();
+        let topic = self.shared.positions_topic.clone();
+        let ctx = self.shared.ctx.clone();
         let Some(producer) = self
             .slots
             .find(&gap.topic, gap.partition)
@@ -736,7 +706,7 @@ impl ExactlyOnce {
             .filter(|(_, s)| s.phase.due(now))
             .map(|(_, s)| (s.topic.clone(), s.partition))
             .collect();
-        if due.is_empty() || self.shutdown.is_cancelled() {
+        if due.is_empty() || self.shared.shutdown.is_cancelled() {
             return;
         }
         for (topic, partition, offset) in self.prepare(&due) {
@@ -747,15 +717,6 @@ impl ExactlyOnce {
                 }
             }
         }
-    }
-
-    fn report_assignment(&self) {
-        let n = self.slots.len();
-        self.ctx.metrics.assigned_partitions.set(n as i64);
-        tracing::info!(
-            partitions = n,
-            "source partitions assigned to this replica (exactly-once)"
-        );
     }
 }
 

@@ -29,11 +29,12 @@ impl Owner for ExactlyOnce {
                 topic: topic.clone(),
                 partition: *partition,
                 remote: self
+                    .shared
                     .ctx
                     .flow
                     .policy
-                    .format_remote_topic(self.ctx.flow.source_alias(), topic),
-                transactional_id: transactional_id(&self.ctx.flow, topic, *partition),
+                    .format_remote_topic(self.shared.ctx.flow.source_alias(), topic),
+                transactional_id: transactional_id(&self.shared.ctx.flow, topic, *partition),
                 producer: None,
                 phase: Phase::Preparing {
                     retry_at: Instant::now(),
@@ -43,7 +44,7 @@ impl Owner for ExactlyOnce {
                 latest: None,
                 policy: SyncPolicy::new(
                     TopicPartition::new(topic.clone(), *partition),
-                    self.sync_config,
+                    self.shared.sync_config,
                 ),
                 records: 0,
                 bytes: 0,
@@ -81,8 +82,9 @@ impl Owner for ExactlyOnce {
     }
 
     fn context(&self) -> &Context {
-        &self.ctx
+        &self.shared.ctx
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = true;
+    const MODE: &str = "exactly-once";
 }
