@@ -8,6 +8,7 @@
 //! - [`lease`]: leader election, so the chart can run two operators.
 //! - [`triggers`]: which watch events start a reconcile (not the operator's own status writes).
 
+pub mod applied;
 pub mod desired;
 #[cfg(test)]
 pub mod fake_apiserver;
@@ -265,6 +266,13 @@ pub struct Context {
     /// The clusters' ids per flow and the spec generation they were asked for.
     pub cluster_ids:
         std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, guards::ClusterIds)>>,
+    /// The last apply of each flow's children (`namespace/name`), to apply only on change.
+    pub applied: std::sync::Mutex<std::collections::HashMap<String, applied::Applied>>,
+    /// When each flow without replicators last had its children removed.
+    pub removed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The children this operator manages, as the watches see them.
+    pub stateful_sets: reflector::Store<StatefulSet>,
+    pub config_maps: reflector::Store<ConfigMap>,
 }
 
 impl Context {
@@ -313,6 +321,12 @@ impl Context {
             m.remove(key);
         }
         if let Ok(mut m) = self.failures.lock() {
+            m.remove(key);
+        }
+        if let Ok(mut m) = self.applied.lock() {
+            m.remove(key);
+        }
+        if let Ok(mut m) = self.removed.lock() {
             m.remove(key);
         }
     }
@@ -406,6 +420,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         watcher::Config::default().labels("app.kubernetes.io/managed-by=mirrorflow-operator");
     tracing::info!("operator running");
     let (store, writer) = reflector::store();
+    let (stateful_sets, sts_writer) = reflector::store();
+    let (config_maps, cm_writer) = reflector::store();
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
@@ -419,6 +435,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         probes: Default::default(),
         probe_clients: Default::default(),
         cluster_ids: Default::default(),
+        applied: Default::default(),
+        removed: Default::default(),
+        stateful_sets,
+        config_maps,
     });
     tokio::spawn(evict_idle_clients(ctx.probe_clients.clone()));
     let flow_changes = watcher(flows, watcher::Config::default())
@@ -428,11 +448,16 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .predicate_filter(triggers::flow_change, Default::default());
     let replica_changes = watcher(stses, owned.clone())
         .default_backoff()
+        .reflect(sts_writer)
         .applied_objects()
         .predicate_filter(triggers::replicas_change, Default::default());
+    let config_changes = watcher(cms, owned)
+        .default_backoff()
+        .reflect(cm_writer)
+        .applied_objects();
     let controller = Controller::for_stream(flow_changes, store)
         .owns_stream(replica_changes)
-        .owns(cms, owned)
+        .owns_stream(config_changes)
         .shutdown_on_signal();
     tokio::spawn(prune_gone_flows(controller.store(), ctx.clone()));
     controller

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -13,11 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::desired::{self, BuildInputs};
-use super::{Context, Error, FIELD_MANAGER, guards, rejections};
+use super::{Context, Error, FIELD_MANAGER, applied, guards, rejections};
 use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
 use crate::flow;
 use crate::kafka::SecretFiles;
@@ -119,12 +120,31 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
 /// A flow switched to `mode: Observe` keeps no replicator: its children go (only objects this
 /// flow owns are deleted).
 async fn remove_workload(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<(), Error> {
+    let key = Context::flow_key(mf);
+    let cached = ctx
+        .stateful_sets
+        .get(&ObjectRef::new(&mf.name_any()).within(ns))
+        .is_some()
+        || ctx
+            .config_maps
+            .get(&ObjectRef::new(&desired::config_map_name(mf)).within(ns))
+            .is_some();
+    let last = ctx.removed.lock().ok().and_then(|m| m.get(&key).copied());
+    if !applied::removal_needed(last, cached, Instant::now()) {
+        return Ok(());
+    }
     let uid = mf.meta().uid.clone().unwrap_or_default();
     let c = &ctx.client;
     delete_owned::<StatefulSet>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<PodDisruptionBudget>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<Service>(c, ns, &desired::service_name(mf), &uid).await?;
     delete_owned::<ConfigMap>(c, ns, &desired::config_map_name(mf), &uid).await?;
+    if let Ok(mut m) = ctx.applied.lock() {
+        m.remove(&key);
+    }
+    if let Ok(mut m) = ctx.removed.lock() {
+        m.insert(key, Instant::now());
+    }
     Ok(())
 }
 
@@ -297,9 +317,34 @@ async fn apply_children(
         secret_versions: versions.clone(),
     };
     let objects = desired::build(mf, &inputs).map_err(Error::Build)?;
+    let name = mf.name_any();
+    let cm = desired::config_map_name(mf);
+    let key = Context::flow_key(mf);
+    let digest = applied::digest(&objects);
+    let cached_sts = ctx.stateful_sets.get(&ObjectRef::new(&name).within(ns));
+    let cached_cm = ctx.config_maps.get(&ObjectRef::new(&cm).within(ns));
+    let last = ctx.applied.lock().ok().and_then(|m| m.get(&key).cloned());
+    tracing::debug!(flow = %key, digest, last = ?last,
+        cached_config_map = ?cached_cm.as_ref().and_then(|c| c.resource_version()),
+        cached_stateful_set = ?cached_sts.as_ref().and_then(|s| s.resource_version()),
+        "children: apply or not");
+    if applied::unchanged(
+        last.as_ref(),
+        digest,
+        cached_cm
+            .as_ref()
+            .and_then(|c| c.resource_version())
+            .as_deref(),
+        cached_sts
+            .as_ref()
+            .and_then(|s| s.resource_version())
+            .as_deref(),
+        Instant::now(),
+    ) {
+        return Ok(Ok(ready_replicas(cached_sts.as_deref())));
+    }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let client = ctx.client.clone();
-    let name = mf.name_any();
     let refused = |kind: &str, name: &str, e: kube::Error| match &e {
         kube::Error::Api(status) => match rejections::describe(kind, name, status) {
             Some(msg) => Ok(Blocked::new(reason::CHILD_REJECTED, msg)),
@@ -307,13 +352,13 @@ async fn apply_children(
         },
         _ => Err(Error::Kube(e)),
     };
-    let cm = desired::config_map_name(mf);
-    if let Err(e) = Api::<ConfigMap>::namespaced(client.clone(), ns)
+    let applied_cm = match Api::<ConfigMap>::namespaced(client.clone(), ns)
         .patch(&cm, &pp, &Patch::Apply(&objects.config_map))
         .await
     {
-        return refused("ConfigMap", &cm, e).map(Err);
-    }
+        Ok(applied) => applied,
+        Err(e) => return refused("ConfigMap", &cm, e).map(Err),
+    };
     let svc = desired::service_name(mf);
     if let Err(e) = Api::<Service>::namespaced(client.clone(), ns)
         .patch(&svc, &pp, &Patch::Apply(&objects.service))
@@ -334,11 +379,27 @@ async fn apply_children(
     {
         return refused("PodDisruptionBudget", &name, e).map(Err);
     }
-    Ok(Ok(sts
-        .status
-        .as_ref()
+    if let Ok(mut m) = ctx.removed.lock() {
+        m.remove(&key);
+    }
+    if let Ok(mut m) = ctx.applied.lock() {
+        m.insert(
+            key,
+            applied::Applied {
+                digest,
+                config_map: applied_cm.resource_version(),
+                stateful_set: sts.resource_version(),
+                at: Instant::now(),
+            },
+        );
+    }
+    Ok(Ok(ready_replicas(Some(&sts))))
+}
+
+fn ready_replicas(sts: Option<&StatefulSet>) -> i32 {
+    sts.and_then(|s| s.status.as_ref())
         .and_then(|s| s.ready_replicas)
-        .unwrap_or(0)))
+        .unwrap_or(0)
 }
 
 enum SecretRefusal {
@@ -544,6 +605,10 @@ mod tests {
             probes: Default::default(),
             probe_clients: Default::default(),
             cluster_ids: Default::default(),
+            applied: Default::default(),
+            removed: Default::default(),
+            stateful_sets: reflector::store().0,
+            config_maps: reflector::store().0,
         })
     }
 

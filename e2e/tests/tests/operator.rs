@@ -244,6 +244,35 @@ spec:
         "the Secret's value leaked into ConfigMaps, status, events or logs"
     );
 
+    // Children edited behind the operator's back are put back although the flow did not
+    // change: the watches see the edit and the next reconcile applies again.
+    let stses: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let replicas = stses
+        .get("flow")
+        .await?
+        .spec
+        .and_then(|s| s.replicas)
+        .context("the StatefulSet has replicas")?;
+    run(
+        "kubectl",
+        &["scale", "statefulset", "flow", "-n", &ns, "--replicas=0"],
+    )?;
+    run("kubectl", &["delete", "configmap", "flow-flow", "-n", &ns])?;
+    let edited = std::time::Instant::now();
+    eventually(
+        "the operator to restore the StatefulSet and the ConfigMap",
+        Duration::from_secs(60),
+        || async {
+            let sts = stses.get_opt("flow").await?;
+            let cm = cms.get_opt("flow-flow").await?;
+            let restored = sts.and_then(|s| s.spec).and_then(|s| s.replicas) == Some(replicas);
+            Ok((restored && cm.is_some()).then_some(()))
+        },
+    )
+    .await?;
+    println!("edited children restored after {:?}", edited.elapsed());
+
     // An invalid flow is refused by the apiserver, naming the field.
     let same_alias =
         flow_yaml(&ns, "bad", "same", &world, &topic, "").replace("alias: same-t", "alias: same");
@@ -264,7 +293,6 @@ spec:
             "--timeout=60s",
         ],
     )?;
-    let stses: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     eventually(
         "the flow's StatefulSet and pods to be gone",
         Duration::from_secs(90),
