@@ -112,6 +112,37 @@ def summarise(raw):
         ordered = sorted(runs, key=lambda r: r["result"]["latency_ms"]["p99"] or float("inf"))
         pick = ordered[(len(ordered) - 1) // 2]
         out["steady"][arm] = dict(pick["result"], load_average=pick.get("load_average"))
+    out["parts"] = summarise_partitions(raw)
+    out["parts_loads"] = raw.get("parts_load", [])
+    return out
+
+
+def summarise_partitions(raw):
+    """The many-partitions scenario: per partition count and arm, medians over repetitions."""
+    rows = {}
+    for r in raw.get("partitions", []):
+        rows.setdefault(r["partitions"], {}).setdefault(r["arm"], []).append(r)
+    out = {}
+    for count in sorted(rows):
+        out[count] = {}
+        for arm in ARM_ORDER:
+            runs = rows[count].get(arm)
+            if not runs:
+                continue
+            res = [r["result"] for r in runs]
+            groups = [r["groups"] for r in runs if r.get("groups")]
+            g = groups[len(groups) // 2] if groups else None
+            out[count][arm] = {
+                "runs": runs,
+                "topics": runs[0]["topics"],
+                # A copy complete at the first look has no rate (a smoke run's few records).
+                "rps": median([x["records_per_s"] for x in res if x.get("window_records", 1) > 0]),
+                "cpu_per_m": median([x["cpu_s_per_million"] for x in res if x.get("window_records", 1) > 0]),
+                "rss_mib": max(x["peak_rss_kib"] / 1024 for x in res),
+                "startup_s": median([x["startup_s"] for x in res]),
+                "groups": g,
+                "load": load_text(runs),
+            }
     return out
 
 
@@ -174,6 +205,7 @@ def targets(summary):
             ok = all(po is not None and pm is not None and po <= pm for _, po, pm in pairs) if pairs else None
             rows.append((f"p99 latency no worse than {NAMES[base]}'s, every repetition",
                          ", ".join(f"{fmt(po, 1)} vs {fmt(pm, 1)} ms" for _, po, pm in pairs), verdict(ok)))
+    rows += partition_targets(summary["parts"], verdict)
     if o:
         fp = o["freshness_ms"]["p99"]
         rows.append(("checkpoint freshness p99 <= 2 s (defaults)", fmt(None if fp is None else fp / 1000, 2, " s"),
@@ -181,6 +213,38 @@ def targets(summary):
         rr = o["reread_after_failover"]["total"]
         rows.append(("zero records re-read after failover (steady state)", str(rr),
                      verdict(rr == 0 and o["final_checkpoint_exact"])))
+    return rows
+
+
+def partition_targets(parts, verdict):
+    rows = []
+    counts = [c for c in parts if "ours" in parts[c]]
+    if len(counts) >= 2:
+        # The whole run's peak (VmHWM after the groups phase, when there was one): the copy and
+        # the groups' checkpoints both count.
+        def peak(c):
+            o = parts[c]["ours"]
+            g = o["groups"]
+            return max(o["rss_mib"], (g["peak_rss_kib"] or 0) / 1024 if g else 0)
+
+        lo, hi = counts[0], counts[-1]
+        g = peak(hi) / peak(lo)
+        rows.append((f"peak RSS grows <= 1.5x from {lo} to {hi} partitions (copy and groups)",
+                     f"{g:.2f}x ({fmt(peak(lo))} -> {fmt(peak(hi))} MiB)", verdict(g <= 1.5)))
+    for c in counts:
+        theirs = [parts[c][a]["rss_mib"] for a in ("mm2", "mm2t") if a in parts[c]]
+        if theirs:
+            r = min(theirs) / parts[c]["ours"]["rss_mib"]
+            rows.append((f"{c} partitions: peak RSS of the copy <= 1/8 of MM2's (smallest MM2)", f"1/{r:.1f}",
+                         verdict(r >= 8)))
+    if counts:
+        c = counts[-1]
+        g = parts[c]["ours"]["groups"]
+        if g:
+            fp = g["freshness_ms"]["p99"]
+            rows.append((f"checkpoint freshness p99 <= 2 s with {g['groups']} groups and {c} partitions",
+                         fmt(None if fp is None else fp / 1000, 2, " s"),
+                         verdict(None if fp is None else fp <= 2000 and g["commits_without_checkpoint"] == 0)))
     return rows
 
 
@@ -233,12 +297,15 @@ def markdown(summary):
         "target broker stored (read from its log segments), and their size. Settings of each arm: "
         "bench/README.md.",
         "",
-        "## Throughput, CPU, memory",
-        "",
-        "| data set | | records/s | MB/s | of pipe limit | CPU s / M records | CPU s / GB | peak RSS MiB "
-        "| start-up s | target codec, stored MB | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
+    if sets:
+        lines += [
+            "## Throughput, CPU, memory",
+            "",
+            "| data set | | records/s | MB/s | of pipe limit | CPU s / M records | CPU s / GB | peak RSS MiB "
+            "| start-up s | target codec, stored MB | load |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        ]
     for s, e in sets.items():
         label = set_label(c, s, e)
         if e["pipe_rps"]:
@@ -308,11 +375,97 @@ def markdown(summary):
                 f"{fmt(st.get('cpu_s_per_s_during_traffic'), 3)} | {st.get('load_average', '?')} |")
         if len(summary["steady_runs"].get("ours", [])) > 1:
             lines += ["", f"Rows: each arm's run with the median p99 of its {len(summary['steady_runs']['ours'])} runs."]
+    lines += partitions_markdown(c, summary["parts"], summary["parts_loads"])
     lines += ["", "## Targets (issues 7 and 20)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t, v, ok in targets(summary):
         lines.append(f"| {t} | {v} | {ok} |")
     lines += ["", "![chart](chart.png)", ""]
     return "\n".join(lines)
+
+
+def partitions_markdown(c, parts, loads):
+    if not parts:
+        return []
+    lines = [
+        "",
+        f"## Many partitions: {c['parts_n']:,} JSON-like 1 KiB records (lz4 batches) over each partition count",
+        "",
+        "One topic of 8 partitions, or topics of 10. Copy: as above, over all the topics together. Groups: "
+        f"{c['parts_groups']} groups without members, group g owning every partition of topic g mod topics, each "
+        f"committing every {c['parts_commit_ms'] / 1000:g} s (spread over the interval) for {c['parts_fresh_s']} s "
+        "with the arm still running after its copy; freshness of a commit = time until every partition it set has "
+        "a checkpoint at or past it, visible on the target. Peak RSS with groups: VmHWM after the groups phase.",
+        "",
+        "| partitions (topics) | | records/s | CPU s / M records | peak RSS MiB | start-up s | "
+        "group-partitions committed | freshness p50 / p99 s | commits never checkpointed | peak RSS with groups MiB "
+        "| CPU s/s with groups | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for count, arms in parts.items():
+        label = f"{count:,} ({next(iter(arms.values()))['topics']})"
+        for arm, a in arms.items():
+            g = a["groups"]
+            if g:
+                fr = g["freshness_ms"]
+                f = (f"{fmt(None if fr['p50'] is None else fr['p50'] / 1000, 2)} / "
+                     f"{fmt(None if fr['p99'] is None else fr['p99'] / 1000, 2)}")
+                gcols = (f"{g['group_partitions']:,} | {f} | {g['commits_without_checkpoint']} of {g['commits']} | "
+                         f"{fmt(None if g['peak_rss_kib'] is None else g['peak_rss_kib'] / 1024)} | "
+                         f"{fmt(g['cpu_s_per_s'], 3)}")
+            else:
+                gcols = " | | | | "
+            lines.append(f"| {label} | {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['cpu_per_m'], 1)} | "
+                         f"{fmt(a['rss_mib'])} | {fmt(a['startup_s'], 1)} | {gcols} | {a['load']} |")
+            label = ""
+        o = arms.get("ours")
+        for base in ("mm2", "mm2t"):
+            b = arms.get(base)
+            if o and b:
+                lines.append(f"| | **ours / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** | "
+                             f"{fmt(ratio(b['cpu_per_m'], o['cpu_per_m']), 1, 'x less')} | "
+                             f"{fmt(ratio(b['rss_mib'], o['rss_mib']), 1, 'x less')} | | | | | | | |")
+    if loads:
+        lines += ["", "Loaded: " + "; ".join(
+            f"{l['partitions']} partitions: {l['result']['records']:,} records in {l['result']['seconds']:.1f} s"
+            for l in loads) + "."]
+    return lines
+
+
+def chart_partitions(summary, path):
+    """Throughput, peak RSS and freshness against the partition count (chart-partitions.png)."""
+    parts = summary["parts"]
+    if not parts:
+        return
+    import matplotlib.pyplot as plt
+
+    counts = list(parts)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for arm in ARM_ORDER:
+        xs = [c for c in counts if arm in parts[c]]
+        if not xs:
+            continue
+        axes[0].plot(xs, [parts[c][arm]["rps"] for c in xs], marker="o", label=NAMES[arm], color=COLORS[arm])
+        axes[1].plot(xs, [parts[c][arm]["rss_mib"] for c in xs], marker="o", label=NAMES[arm], color=COLORS[arm])
+        fresh = [(c, parts[c][arm]["groups"]) for c in xs if parts[c][arm]["groups"]]
+        for q, style in (("p50", "--"), ("p99", "-")):
+            pts = [(c, g["freshness_ms"][q] / 1000) for c, g in fresh if g["freshness_ms"][q] is not None]
+            if pts:
+                axes[2].plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o",
+                             label=f"{NAMES[arm]} {q}", color=COLORS[arm])
+    for ax, title, unit in ((axes[0], "Throughput", "records/s"), (axes[1], "Peak RSS", "MiB (log)"),
+                            (axes[2], "Checkpoint freshness, groups committing", "s")):
+        ax.set_xscale("log")
+        ax.set_xticks(counts)
+        ax.set_xticklabels([str(c) for c in counts])
+        ax.set_xlabel("source partitions")
+        ax.set_title(title)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    axes[1].set_yscale("log")
+    axes[2].axhline(2, color="black", linestyle="--", linewidth=1)
+    fig.suptitle(f"Many partitions ({summary['config']['date']}, {summary['config']['nproc']} shared cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 def chart(summary, path):
@@ -381,6 +534,7 @@ def chart(summary, path):
     fig.suptitle(f"MirrorFlow vs MirrorMaker 2 ({summary['config']['date']}, {summary['config']['nproc']} shared cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    chart_partitions(summary, path.with_name("chart-partitions.png"))
 
 
 def check(raw, summary):
@@ -410,7 +564,14 @@ def check(raw, summary):
             problems.append("steady: no latency or freshness figure")
     if "compressed" in phases and len(raw.get("load", [])) < 2:
         problems.append("compressed data sets: not loaded")
-    if len(summary["sets"]) < 1:
+    if "partitions" in phases:
+        for count in map(int, summary["config"]["parts_counts"].split()):
+            o = summary["parts"].get(count, {}).get("ours")
+            if not o or not o["rss_mib"]:
+                problems.append(f"copy over {count} partitions: no copy or RSS")
+            elif not o["groups"] or o["groups"]["freshness_ms"]["p99"] is None:
+                problems.append(f"groups over {count} partitions: no freshness figure")
+    if len(summary["sets"]) < 1 and not summary["parts"]:
         problems.append("no copy at all")
     for p in problems:
         print(f"smoke: {p}", file=sys.stderr)

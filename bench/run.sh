@@ -3,7 +3,7 @@
 # two local Kafka clusters of the bench's own (not the world's), against what the clusters
 # allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--compressed | --wan] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan | --partitions] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
 #                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
@@ -15,16 +15,21 @@
 #                   trip between the arms and the source cluster (the source broker advertises
 #                   the proxy's address on a listener of its own); 300 k x 1 KiB copied by each
 #                   arm at each RTT
+#   --partitions    the many-partitions scenario instead: 300 k JSON-like 1 KiB records (lz4)
+#                   over 8, 200 and 2,000 source partitions (1 topic x 8, 20 and 200 topics x
+#                   10), copied by each arm (throughput, peak RSS); then, with our replicator
+#                   still running, 500 groups committing every 5 s (checkpoint freshness)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
 #                   mm2, mm2t)
-#   --smoke         every phase of both scenarios with a few seconds each (e2e/test.sh, so CI);
+#   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
+#                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
 #                   the tests built), so its figures show that a phase works, not how fast
 #   --profile       after the measured runs, one more copy of the 1 KiB set by our replicator
 #                   under `perf record`; top symbols to profile.txt (not part of the figures)
 #   --no-build      use the release binaries as they are (default: cargo build --release first)
-#   --out DIR       results folder (default bench/results/<UTC date>[-compressed][-quick|-smoke])
+#   --out DIR       results folder (default bench/results/<UTC date>[-compressed|-wan|-partitions][-quick][-smoke])
 #
 # Writes DIR/results.md (table, ratios, targets), DIR/chart.png, DIR/raw.jsonl (every
 # measurement) and DIR/logs/. Every arm's settings: bench/README.md.
@@ -49,18 +54,19 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false SMOKE=false COMPRESSED=false WAN=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
     --smoke) SMOKE=true ;;
     --compressed) COMPRESSED=true ;;
     --wan) WAN=true ;;
+    --partitions) PARTS=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
     --out) OUT="$2"; shift ;;
-    *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
   esac
   shift
 done
@@ -73,21 +79,29 @@ RATE=1000 # records/s of 1 KiB in the steady phase: ~1 MB/s, well under every ar
 # Pipe limit: seconds per client count, most clients tried.
 PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
 WAN_RTTS="0 25 50 100" WAN_N=300000
+# Many partitions: source partition counts, records over them, groups committing, how often
+# each commits (Kafka's auto-commit default), for how long.
+PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60
 if $SMOKE; then
   BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
   WAN_RTTS="0 50" WAN_N=20000
+  PARTS_COUNTS="8 200" PARTS_N=4000 PARTS_GROUPS=20 PARTS_COMMIT_MS=1000 PARTS_FRESH_S=4
 elif $QUICK; then
   BIG_N=100000 SMALL_N=200000 JSON_N=100000 STEADY_S=20 SETTLE_S=15 PIPE_STEP_S=3 WAN_N=50000
+  PARTS_N=100000 PARTS_FRESH_S=20
 else
   BIG_N=1000000 SMALL_N=1000000 JSON_N=500000 STEADY_S=90 SETTLE_S=75
 fi
-# Which phases run: the base scenario, the compressed one, or (smoke) every phase once.
-if $SMOKE; then
-  PHASES="base compressed wan"
+# Which phases run: the scenario asked for, the base one, or (smoke without a scenario) every
+# phase once.
+if $PARTS; then
+  PHASES="partitions"
 elif $WAN; then
   PHASES="wan"
 elif $COMPRESSED; then
   PHASES="compressed"
+elif $SMOKE; then
+  PHASES="base compressed wan partitions"
 else
   PHASES="base"
 fi
@@ -95,8 +109,9 @@ has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 SUFFIX=""
 $COMPRESSED && SUFFIX=-compressed
 $WAN && SUFFIX=-wan
+$PARTS && SUFFIX=-partitions
 $QUICK && SUFFIX=$SUFFIX-quick
-$SMOKE && SUFFIX=-smoke
+$SMOKE && SUFFIX=$SUFFIX-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
 # The WAN listener of the source broker and the proxy in front of it (port+5 is the token
 # endpoint).
@@ -136,7 +151,7 @@ MM2_DEFAULTS=(
 mm2_tuned() {
   local s="$1" t="$2"
   printf '%s\n' \
-    "tasks.max=$PARTITIONS" \
+    "tasks.max=$MM2_TASKS" \
     "$t.producer.batch.size=327680" \
     "$t.producer.linger.ms=100" \
     "$t.producer.compression.type=lz4" \
@@ -146,6 +161,9 @@ mm2_tuned() {
 }
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
 declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [mm2]=m [mm2t]=t)
+# Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
+# partitions too, since more tasks than that only compete for this machine's 2 cores.
+MM2_TASKS=$PARTITIONS
 
 blog() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -391,6 +409,69 @@ wan() {
   done
 }
 
+# parts_topics COUNT: the source topics holding COUNT partitions (8: one topic of 8; otherwise
+# topics of 10), and parts_per_topic COUNT their partition count.
+parts_per_topic() { if [ "$1" -le 8 ]; then echo "$1"; else echo 10; fi; }
+parts_topics() {
+  local count="$1" per i
+  per="$(parts_per_topic "$count")"
+  for ((i = 0; i < count / per; i++)); do printf 'mp%s-%s\n' "$count" "$i"; done
+}
+
+# parts_copy ARM COUNT REP: one arm copies the many-partitions data set of COUNT partitions;
+# ours then also checkpoints PARTS_GROUPS groups committing (freshness), still running.
+parts_copy() {
+  local arm="$1" count="$2" rep="$3" alias out fresh="null" t
+  alias="${ARM_LETTER[$arm]}p${count}r$rep"
+  local topics=() remote=() remote_flags=() topic_flags=() group_prefix="mpg-$alias-"
+  mapfile -t topics < <(parts_topics "$count")
+  for t in "${topics[@]}"; do
+    topic_flags+=(--topic "$t")
+    remote+=("$alias.$t")
+    remote_flags+=(--topic "$alias.$t")
+  done
+  # The groups exist before the arm starts (MirrorMaker lists groups every 10 min by default).
+  "$DRIVER" init-groups --bootstrap "$SRC" "${topic_flags[@]}" --groups "$PARTS_GROUPS" \
+    --group-prefix "$group_prefix" >/dev/null
+  blog "partitions: $arm copies $PARTS_N records over $count partitions (alias $alias)"
+  arm_start "$arm" "$alias" "mp$count-.*" "mpg-$alias-.*"
+  out="$("$DRIVER" watch-copy --bootstrap "$TGT" "${remote_flags[@]}" --expect "$PARTS_N" --pid "$ARM_PID")"
+  blog "partitions: $arm $count: $out"
+  if [[ " ${PARTS_FRESH_ARMS:-ours} " == *" $arm "* ]]; then
+    blog "partitions: $PARTS_GROUPS groups commit every $PARTS_COMMIT_MS ms for $PARTS_FRESH_S s through $arm"
+    fresh="$("$DRIVER" groups --source "$SRC" --target "$TGT" "${topic_flags[@]}" --remote-prefix "$alias." \
+      --checkpoints "$alias.checkpoints.internal" --groups "$PARTS_GROUPS" --group-prefix "$group_prefix" \
+      --duration-s "$PARTS_FRESH_S" --commit-every-ms "$PARTS_COMMIT_MS" --settle-s "$SETTLE_S" --pid "$ARM_PID")"
+    blog "partitions: $arm $count groups: $fresh"
+  fi
+  arm_stop
+  record "{\"phase\":\"partitions\",\"arm\":\"$arm\",\"partitions\":$count,\"topics\":${#topics[@]},\"rep\":$rep,\"result\":$out,\"groups\":$fresh}"
+  "$DRIVER" delete-topics --bootstrap "$TGT" "${remote[@]}"
+}
+
+# The many-partitions scenario: for each partition count, the data set spread over its topics,
+# copied by each arm.
+partitions() {
+  local arms=(ours mm2 mm2t) rep arm count out
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  if $SMOKE; then arms=(ours); fi
+  for count in $PARTS_COUNTS; do
+    local topics=()
+    mapfile -t topics < <(parts_topics "$count")
+    "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$(parts_per_topic "$count")" "${topics[@]}"
+    local flags=()
+    for t in "${topics[@]}"; do flags+=(--topic "$t"); done
+    out="$("$DRIVER" load-json --bootstrap "$SRC" "${flags[@]}" --n "$PARTS_N" --size "$JSON_SIZE" --codec lz4)"
+    record "{\"phase\":\"parts_load\",\"partitions\":$count,\"result\":$out}"
+    blog "partitions: loaded $count partitions: $out"
+    for rep in $(seq 1 "$REPS"); do
+      for arm in $(arms_for "$rep" "${arms[@]}"); do parts_copy "$arm" "$count" "$rep"; done
+    done
+    # 300 MB a count on a tight disk.
+    "$DRIVER" delete-topics --bootstrap "$SRC" "${topics[@]}"
+  done
+}
+
 # --- run -------------------------------------------------------------------------------------
 
 main() {
@@ -416,11 +497,12 @@ main() {
   rm -rf "$MF_STATE"
   kafka_start source
   kafka_start target
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed
   has_phase wan && wan
+  has_phase partitions && partitions
 
   if $PROFILE && has_phase base; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"

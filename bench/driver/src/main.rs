@@ -2,7 +2,7 @@
 //! replicator (ours or MirrorMaker 2) from outside through the clusters, so both arms are
 //! measured the same way.
 //!
-//! - `watch-copy`: waits until a target topic holds a pre-loaded data set; copy window, CPU
+//! - `watch-copy`: waits until target topics hold a pre-loaded data set; copy window, CPU
 //!   seconds and peak RSS of the replicator process.
 //! - `create-topics`: topics of the data sets (the brokers do not create topics on use).
 //! - `init-group`: commits offset 0 for a group so it exists before a replicator lists groups.
@@ -14,9 +14,12 @@
 //! - `steady` (`steady.rs`): traffic at a fixed rate with a send stamp in a header; latency read on
 //!   the target, checkpoint freshness (source commit -> checkpoint visible on the target) and the
 //!   records a consumer would read again after failing over on the latest checkpoint.
+//! - `init-groups`, `groups` (`groups.rs`): many groups committing on many partitions, and the
+//!   freshness of their checkpoints.
 //!
 //! Every figure is printed as one JSON object on stdout.
 
+mod groups;
 mod pipe;
 mod records;
 mod steady;
@@ -45,13 +48,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Waits until `topic` on `bootstrap` holds `expect` records; prints the copy window and the
-    /// CPU seconds and peak RSS of process `pid`.
+    /// Waits until the topics on `bootstrap` hold `expect` records together; prints the copy
+    /// window and the CPU seconds and peak RSS of process `pid`.
     WatchCopy {
         #[arg(long)]
         bootstrap: String,
-        #[arg(long)]
-        topic: String,
+        /// Each topic of the copy (repeat the flag).
+        #[arg(long = "topic", required = true)]
+        topics: Vec<String>,
         #[arg(long)]
         expect: i64,
         #[arg(long)]
@@ -76,12 +80,14 @@ enum Cmd {
         #[arg(long)]
         group: String,
     },
-    /// Produces `n` JSON-like records of `size` bytes in `codec` batches.
+    /// Produces `n` JSON-like records of `size` bytes in `codec` batches, the topics taking
+    /// turns.
     LoadJson {
         #[arg(long)]
         bootstrap: String,
-        #[arg(long)]
-        topic: String,
+        /// Each topic (repeat the flag).
+        #[arg(long = "topic", required = true)]
+        topics: Vec<String>,
         #[arg(long)]
         n: u64,
         #[arg(long, default_value_t = 1024)]
@@ -130,6 +136,45 @@ enum Cmd {
         #[arg(long)]
         topic: String,
     },
+    /// Commits offset 0 for `groups` groups, group g on every partition of topic g mod topics.
+    InitGroups {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long = "topic", required = true)]
+        topics: Vec<String>,
+        #[arg(long)]
+        groups: usize,
+        #[arg(long)]
+        group_prefix: String,
+    },
+    /// Many groups committing (`groups.rs`); freshness of their checkpoints on the target.
+    Groups {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        target: String,
+        /// The source topics, in the order `init-groups` was given them.
+        #[arg(long = "topic", required = true)]
+        topics: Vec<String>,
+        /// What a source topic's name gets before it on the target (`<alias>.`).
+        #[arg(long)]
+        remote_prefix: String,
+        #[arg(long)]
+        checkpoints: String,
+        #[arg(long)]
+        groups: usize,
+        #[arg(long)]
+        group_prefix: String,
+        #[arg(long, default_value_t = 60)]
+        duration_s: u64,
+        /// How often each group commits (Kafka's `auto.commit.interval.ms` default: 5 s).
+        #[arg(long, default_value_t = 5000)]
+        commit_every_ms: u64,
+        #[arg(long, default_value_t = 75)]
+        settle_s: u64,
+        #[arg(long)]
+        pid: Option<u32>,
+    },
     /// Fixed-rate traffic; latency, checkpoint freshness and failover re-reads.
     Steady {
         #[arg(long)]
@@ -169,11 +214,11 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::WatchCopy {
             bootstrap,
-            topic,
+            topics,
             expect,
             pid,
             timeout_s,
-        } => watch_copy(&bootstrap, &topic, expect, pid, timeout_s),
+        } => watch_copy(&bootstrap, &topics, expect, pid, timeout_s),
         Cmd::CreateTopics {
             bootstrap,
             partitions,
@@ -186,11 +231,42 @@ fn main() -> Result<()> {
         } => init_group(&bootstrap, &topic, &group),
         Cmd::LoadJson {
             bootstrap,
-            topic,
+            topics,
             n,
             size,
             codec,
-        } => records::load_json(&bootstrap, &topic, n, size, &codec),
+        } => records::load_json(&bootstrap, &topics, n, size, &codec),
+        Cmd::InitGroups {
+            bootstrap,
+            topics,
+            groups,
+            group_prefix,
+        } => groups::init_groups(&bootstrap, &topics, groups, &group_prefix),
+        Cmd::Groups {
+            source,
+            target,
+            topics,
+            remote_prefix,
+            checkpoints,
+            groups,
+            group_prefix,
+            duration_s,
+            commit_every_ms,
+            settle_s,
+            pid,
+        } => groups::groups(&groups::Groups {
+            source,
+            target,
+            topics,
+            remote_prefix,
+            checkpoints,
+            groups,
+            group_prefix,
+            duration: Duration::from_secs(duration_s),
+            commit_every: Duration::from_millis(commit_every_ms),
+            settle: Duration::from_secs(settle_s),
+            pid,
+        }),
         Cmd::Pipe {
             source,
             target,
@@ -299,6 +375,29 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str, n: i32) -> Result<Vec<i64>>
         .collect()
 }
 
+/// The end offsets of every partition of `topics` (name, partition count) together, in one
+/// ListOffsets request per broker (a request per partition would take seconds at 2,000).
+fn end_offsets_of(consumer: &BaseConsumer, topics: &[(&str, i32)]) -> Result<i64> {
+    let mut tpl = TopicPartitionList::new();
+    for &(topic, n) in topics {
+        for p in 0..n {
+            // Offsets-for-times at the "latest" timestamp (-1) answers each end offset.
+            tpl.add_partition_offset(topic, p, Offset::End)?;
+        }
+    }
+    let answer = consumer.offsets_for_times(tpl, Duration::from_secs(5))?;
+    let mut sum = 0_i64;
+    for e in answer.elements() {
+        e.error()
+            .with_context(|| format!("{}-{}", e.topic(), e.partition()))?;
+        match e.offset() {
+            Offset::Offset(o) => sum = sum.saturating_add(o),
+            other => bail!("{}-{}: end offset {other:?}", e.topic(), e.partition()),
+        }
+    }
+    Ok(sum)
+}
+
 /// utime + stime of `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -332,20 +431,36 @@ fn peak_rss_kib(pid: u32) -> Result<u64> {
         .parse()?)
 }
 
-fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u64) -> Result<()> {
+fn watch_copy(
+    bootstrap: &str,
+    topics: &[String],
+    expect: i64,
+    pid: u32,
+    timeout_s: u64,
+) -> Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(timeout_s);
     let consumer = plain_consumer(bootstrap)?;
-    let n = loop {
-        match partitions(&consumer, topic, Duration::from_secs(2)) {
-            Ok(n) => break n,
-            Err(_) if !running(pid) => {
-                bail!("{topic}: process {pid} exited before the topic appeared")
-            }
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => {}
-        }
+    let what = match topics {
+        [one] => one.clone(),
+        [first, ..] => format!("{first} and {} more topics", topics.len() - 1),
+        [] => bail!("no topic to watch"),
     };
+    let mut sizes = Vec::with_capacity(topics.len());
+    for topic in topics {
+        let n = loop {
+            match partitions(&consumer, topic, Duration::from_secs(2)) {
+                Ok(n) => break n,
+                Err(_) if !running(pid) => {
+                    bail!("{topic}: process {pid} exited before the topic appeared")
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {}
+            }
+        };
+        sizes.push((topic.as_str(), n));
+    }
+    let topic = &what;
     let mut first: Option<(Instant, i64, f64)> = None;
     // A tool that exits once it has written everything (ProducerPerformance) can be gone, or a
     // zombie without memory figures, by the time the copy is seen complete: keep the last
@@ -363,8 +478,8 @@ fn watch_copy(bootstrap: &str, topic: &str, expect: i64, pid: u32, timeout_s: u6
                 .context("no CPU time: the process was gone before it was read")
         };
         // Right after the replicator creates the topic, leaders may not be known yet.
-        let copied: i64 = match end_offsets(&consumer, topic, n) {
-            Ok(ends) => ends.iter().sum(),
+        let copied: i64 = match end_offsets_of(&consumer, &sizes) {
+            Ok(ends) => ends,
             Err(_) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;

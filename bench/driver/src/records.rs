@@ -102,7 +102,16 @@ fn event(rng: &mut Rng, seq: u64, size: usize) -> Vec<u8> {
 }
 
 /// Produces `n` records of `size` bytes over every partition of `topic`, in `codec` batches.
-pub fn load_json(bootstrap: &str, topic: &str, n: u64, size: usize, codec: &str) -> Result<()> {
+pub fn load_json(
+    bootstrap: &str,
+    topics: &[String],
+    n: u64,
+    size: usize,
+    codec: &str,
+) -> Result<()> {
+    if topics.is_empty() {
+        bail!("no topic to load");
+    }
     let mut c = client(bootstrap);
     c.set("acks", "all")
         .set("enable.idempotence", "true")
@@ -118,6 +127,7 @@ pub fn load_json(bootstrap: &str, topic: &str, n: u64, size: usize, codec: &str)
         let value = event(&mut rng, seq, size);
         bytes += value.len() as u64;
         let key = format!("user-{}", seq % 10_000);
+        let topic = &topics[(seq % topics.len() as u64) as usize];
         let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(&value);
         loop {
             match producer.send(record) {

@@ -86,7 +86,7 @@ fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[idx])
 }
 
-fn summary(mut v: Vec<f64>) -> serde_json::Value {
+pub(crate) fn summary(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
     json!({
         "count": v.len(),
@@ -372,7 +372,10 @@ fn read_latencies(s: &Steady, shared: &Shared) -> Result<()> {
 /// the bench observes both arms independently of the code under test: key = group, topic
 /// (int16-length strings), partition (int32); value = version (int16), upstream offset, offset
 /// (int64), metadata.
-fn decode_checkpoint(key: &[u8], value: &[u8]) -> Option<(String, String, i32, i64, i64)> {
+pub(crate) fn decode_checkpoint(
+    key: &[u8],
+    value: &[u8],
+) -> Option<(String, String, i32, i64, i64)> {
     fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         let (head, tail) = (b.get(..n)?, b.get(n..)?);
         *b = tail;

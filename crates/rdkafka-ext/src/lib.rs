@@ -1,5 +1,6 @@
-//! librdkafka admin calls rust-rdkafka does not wrap: `DescribeConsumerGroups` (here) and the
-//! ACL calls `DescribeAcls` and `CreateAcls` ([`acls`]).
+//! librdkafka admin calls rust-rdkafka does not wrap: `DescribeConsumerGroups` (here), the
+//! ACL calls `DescribeAcls` and `CreateAcls` ([`acls`]) and `AlterConsumerGroupOffsets`
+//! ([`offsets`]).
 //!
 //! It is the only call that describes groups of the consumer protocol (KIP-848,
 //! `group.protocol=consumer`): the classic DescribeGroups that rust-rdkafka's
@@ -13,6 +14,7 @@
 //! here is destroyed on every path by a guard.
 
 pub mod acls;
+pub mod offsets;
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::time::Duration;
