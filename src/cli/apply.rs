@@ -84,22 +84,39 @@ impl GroupAction {
     }
 }
 
+/// A group's outcome as its report shows it, and whether `--apply` writes the group's
+/// `Commit` partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub action: GroupAction,
+    pub message: String,
+    #[serde(skip)]
+    pub write: bool,
+}
+
+impl Verdict {
+    pub fn refused(message: String) -> Self {
+        Self {
+            action: GroupAction::Refused,
+            message,
+            write: false,
+        }
+    }
+}
+
 /// Decides a group before any write: refused when it has no partitions to act on at all or
-/// has members (unless forced); otherwise what the dry run or apply does. The flag says
-/// whether `--apply` writes the group's `Commit` partitions.
+/// has members (unless forced); otherwise what the dry run or apply does.
 pub fn decide_group(
     members: Option<&Membership>,
     actions: &[PartitionAction],
     apply: bool,
     o: Overrides,
-) -> (GroupAction, String, bool) {
+) -> Verdict {
     if actions.is_empty() {
-        return (
-            GroupAction::Refused,
+        return Verdict::refused(
             "no checkpoints for this group: nothing to fail over (is it in spec.groups, and has \
              it committed on a replicated topic?)"
                 .into(),
-            false,
         );
     }
     let refused = actions
@@ -113,15 +130,11 @@ pub fn decide_group(
     if to_commit > 0
         && let Some(m) = blocking_members(members, o)
     {
-        return (
-            GroupAction::Refused,
-            format!(
-                "{} member(s) active on the target (state {}): committing would race them; stop \
-                 its consumers there first (--force tries anyway)",
-                m.members, m.state
-            ),
-            false,
-        );
+        return Verdict::refused(format!(
+            "{} member(s) active on the target (state {}): committing would race them; stop its \
+             consumers there first (--force tries anyway)",
+            m.members, m.state
+        ));
     }
     let refused_text = if refused > 0 {
         format!("; {refused} partition(s) refused")
@@ -151,7 +164,11 @@ pub fn decide_group(
             format!("committed {n} partition(s){refused_text}"),
         ),
     };
-    (action, message, to_commit > 0)
+    Verdict {
+        action,
+        message,
+        write: to_commit > 0,
+    }
 }
 
 /// The groups to plan: the named ones (sorted, once each), or with `--all-groups` those `all`
@@ -187,10 +204,9 @@ pub fn plan_groups<G: Send>(
 /// One group of a plan, as `--apply` sees it.
 pub trait PlannedGroup {
     fn group(&self) -> &str;
-    /// The offsets (with their metadata) to commit: none unless the plan decided to write.
+    fn verdict_mut(&mut self) -> &mut Verdict;
+    /// The offsets (with their metadata) of the partitions the plan commits.
     fn commits(&self) -> Vec<(Partition, i64, String)>;
-    /// Records that the commit failed.
-    fn fail(&mut self, message: String);
 }
 
 /// Commits what the plan decided, group by group; a failed group does not stop the others.
@@ -201,11 +217,13 @@ pub fn commit_groups(
 ) {
     for g in groups {
         let offsets = g.commits();
-        if offsets.is_empty() {
+        if !g.verdict_mut().write || offsets.is_empty() {
             continue;
         }
         if let Err(e) = clusters::commit(client, cluster, g.group(), &offsets) {
-            g.fail(format!("commit failed, nothing may have changed: {e}"));
+            let verdict = g.verdict_mut();
+            verdict.action = GroupAction::Failed;
+            verdict.message = format!("commit failed, nothing may have changed: {e}");
         }
     }
 }
@@ -303,18 +321,19 @@ mod tests {
             members: 2,
         };
         let commit = [PartitionAction::Commit];
-        let (a, msg, write) = decide_group(Some(&active), &commit, true, Overrides::default());
-        assert_eq!((a, write), (GroupAction::Refused, false));
+        let v = decide_group(Some(&active), &commit, true, Overrides::default());
+        assert_eq!((v.action, v.write), (GroupAction::Refused, false));
         assert!(
-            msg.contains("2 member(s)") && msg.contains("--force"),
-            "{msg}"
+            v.message.contains("2 member(s)") && v.message.contains("--force"),
+            "{}",
+            v.message
         );
         let force = Overrides {
             force: true,
             ..Overrides::default()
         };
         assert_eq!(
-            decide_group(Some(&active), &commit, true, force).0,
+            decide_group(Some(&active), &commit, true, force).action,
             GroupAction::Committed
         );
         // Nothing to commit: an active group is no problem.
@@ -325,7 +344,7 @@ mod tests {
                 true,
                 Overrides::default()
             )
-            .0,
+            .action,
             GroupAction::Unchanged
         );
     }
@@ -333,19 +352,22 @@ mod tests {
     #[test]
     fn group_outcomes() {
         let o = Overrides::default();
-        assert_eq!(decide_group(None, &[], false, o).0, GroupAction::Refused);
         assert_eq!(
-            decide_group(None, &[PartitionAction::Commit], false, o).0,
+            decide_group(None, &[], false, o).action,
+            GroupAction::Refused
+        );
+        assert_eq!(
+            decide_group(None, &[PartitionAction::Commit], false, o).action,
             GroupAction::WouldCommit
         );
-        let (a, msg, _) = decide_group(
+        let v = decide_group(
             None,
             &[PartitionAction::Commit, PartitionAction::Refused],
             true,
             o,
         );
-        assert_eq!(a, GroupAction::Refused);
-        assert!(msg.contains("committed 1") && msg.contains("1 partition(s) refused"));
+        assert_eq!(v.action, GroupAction::Refused);
+        assert!(v.message.contains("committed 1") && v.message.contains("1 partition(s) refused"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use rdkafka::consumer::Consumer;
 use serde::Serialize;
 
 use super::apply::{
-    self, GroupAction, Overrides, PartitionAction, PlannedGroup, Report, against_commit,
+    self, Overrides, PartitionAction, PlannedGroup, Report, Verdict, against_commit,
     blocking_members, commit_groups, decide_group, group_names, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition, TIMEOUT};
@@ -91,7 +91,7 @@ impl Report for FailbackReport {
     }
 
     fn failed(&self) -> bool {
-        self.groups.iter().any(|g| g.action.is_failure())
+        self.groups.iter().any(|g| g.verdict.action.is_failure())
     }
 }
 
@@ -103,14 +103,12 @@ pub struct GroupBack {
     pub to_group: Option<Membership>,
     /// The group on the cluster it runs on now.
     pub from_group: Option<Membership>,
-    pub action: GroupAction,
-    pub message: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
     pub partitions: Vec<PartitionBack>,
     /// Topics the group committed on that are not remote topics of this flow (e.g. written
     /// on the target after the failover): they need a reverse flow, see the help.
     pub other_topics: Vec<String>,
-    #[serde(skip)]
-    pub write: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -241,8 +239,8 @@ pub fn render_table(r: &FailbackReport) -> String {
             g.group.clone(),
             members(&g.from_group),
             members(&g.to_group),
-            serde_plain(&g.action),
-            g.message.clone(),
+            serde_plain(&g.verdict.action),
+            g.verdict.message.clone(),
         ]);
     }
     render(
@@ -363,35 +361,32 @@ pub fn plan(
             });
         }
         let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let (mut action, mut message, mut write) =
-            decide_group(to_group.as_ref(), &actions, args.apply, overrides);
+        let mut verdict = decide_group(to_group.as_ref(), &actions, args.apply, overrides);
         if actions.is_empty() {
-            message = format!(
+            verdict.message = format!(
                 "no commit on a remote topic of this flow ({}.*) on {}",
                 flow.source_alias(),
                 flow.target_alias()
             );
         }
-        if write && let Some(m) = blocking_members(from_group.as_ref(), overrides) {
-            action = GroupAction::Refused;
-            write = false;
-            message = format!(
+        if verdict.write
+            && let Some(m) = blocking_members(from_group.as_ref(), overrides)
+        {
+            verdict = Verdict::refused(format!(
                 "{} member(s) still active on {} (state {}): their commits would move on after \
                  this; stop them first (--force ignores them)",
                 m.members,
                 flow.target_alias(),
                 m.state
-            );
+            ));
         }
         Ok(Some(GroupBack {
             group,
             to_group,
             from_group,
-            action,
-            message,
+            verdict,
             partitions,
             other_topics,
-            write,
         }))
     })?;
     Ok(FailbackReport {
@@ -407,10 +402,11 @@ impl PlannedGroup for GroupBack {
         &self.group
     }
 
+    fn verdict_mut(&mut self) -> &mut Verdict {
+        &mut self.verdict
+    }
+
     fn commits(&self) -> Vec<(Partition, i64, String)> {
-        if !self.write {
-            return Vec::new();
-        }
         self.partitions
             .iter()
             .filter(|p| p.action == PartitionAction::Commit)
@@ -419,11 +415,6 @@ impl PlannedGroup for GroupBack {
                     .map(|o| ((p.topic.clone(), p.partition), o, String::new()))
             })
             .collect()
-    }
-
-    fn fail(&mut self, message: String) {
-        self.action = GroupAction::Failed;
-        self.message = message;
     }
 }
 
@@ -502,8 +493,11 @@ mod tests {
                 group: "g".into(),
                 to_group: None,
                 from_group: None,
-                action: GroupAction::WouldCommit,
-                message: "dry run".into(),
+                verdict: Verdict {
+                    action: apply::GroupAction::WouldCommit,
+                    message: "dry run".into(),
+                    write: true,
+                },
                 partitions: vec![PartitionBack {
                     remote_topic: "a.t".into(),
                     partition: 0,
@@ -517,7 +511,6 @@ mod tests {
                     reason: None,
                 }],
                 other_topics: vec!["t".into()],
-                write: true,
             }],
         };
         let text = render_table(&r);

@@ -21,8 +21,8 @@ use serde::Serialize;
 
 use super::aligned::{as_is, misaligned_partitions};
 use super::apply::{
-    self, GroupAction, Overrides, PartitionAction, PlannedGroup, Report, against_commit,
-    commit_groups, decide_group, group_names, plan_groups, render, title,
+    self, Overrides, PartitionAction, PlannedGroup, Report, Verdict, against_commit, commit_groups,
+    decide_group, group_names, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
 use super::table::{Table, age, serde_plain};
@@ -255,7 +255,7 @@ impl Report for FailoverReport {
     }
 
     fn failed(&self) -> bool {
-        self.groups.iter().any(|g| g.action.is_failure())
+        self.groups.iter().any(|g| g.verdict.action.is_failure())
     }
 }
 
@@ -265,12 +265,9 @@ pub struct GroupPlan {
     pub group: String,
     /// The group on the target: state and members, `None` when it could not be described.
     pub target_group: Option<Membership>,
-    pub action: GroupAction,
-    pub message: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
     pub partitions: Vec<PartitionPlan>,
-    /// `--apply` writes this group's `Commit` partitions.
-    #[serde(skip)]
-    pub write: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -347,8 +344,8 @@ pub fn render_table(r: &FailoverReport) -> String {
             g.target_group
                 .as_ref()
                 .map_or("-".into(), |m| m.members.to_string()),
-            serde_plain(&g.action),
-            g.message.clone(),
+            serde_plain(&g.verdict.action),
+            g.verdict.message.clone(),
         ]);
     }
     let mut head = title("failover", &r.source, &r.target, r.dry_run);
@@ -500,15 +497,12 @@ pub fn plan(
             });
         }
         let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let (action, message, write) =
-            decide_group(membership.as_ref(), &actions, args.apply, overrides);
+        let verdict = decide_group(membership.as_ref(), &actions, args.apply, overrides);
         Ok(Some(GroupPlan {
             group,
             target_group: membership,
-            action,
-            message,
+            verdict,
             partitions,
-            write,
         }))
     })?;
     Ok(FailoverReport {
@@ -525,20 +519,16 @@ impl PlannedGroup for GroupPlan {
         &self.group
     }
 
+    fn verdict_mut(&mut self) -> &mut Verdict {
+        &mut self.verdict
+    }
+
     fn commits(&self) -> Vec<(Partition, i64, String)> {
-        if !self.write {
-            return Vec::new();
-        }
         self.partitions
             .iter()
             .filter(|p| p.action == PartitionAction::Commit)
             .map(|p| ((p.topic.clone(), p.partition), p.offset, p.metadata.clone()))
             .collect()
-    }
-
-    fn fail(&mut self, message: String) {
-        self.action = GroupAction::Failed;
-        self.message = message;
     }
 }
 
@@ -696,9 +686,7 @@ mod tests {
                     protocol: "classic".into(),
                     members: 0,
                 }),
-                action: GroupAction::Refused,
-                message: "dry run".into(),
-                write: false,
+                verdict: Verdict::refused("dry run".into()),
                 partitions: vec![
                     p(0, None, None, PartitionAction::Commit, None),
                     p(

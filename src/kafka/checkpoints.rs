@@ -146,6 +146,20 @@ pub fn read_offset_syncs(
     Ok(out)
 }
 
+/// Client settings of a reader that assigns partitions itself: `group` is never joined nor
+/// committed to, and partition ends are reported so the reader knows it caught up.
+pub fn assign_only_config(client: &ClientConfig, group: &str) -> ClientConfig {
+    let mut config = client.clone();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "100")
+        // An end reached under read_committed is an end a consumer would see too.
+        .set("isolation.level", "read_committed");
+    config
+}
+
 /// Calls `on_record` for every record of partition 0 of `topic`, from its start up to the end
 /// it had when the read began.
 pub fn read_to_end(
@@ -160,15 +174,7 @@ pub fn read_to_end(
         topic: topic.to_string(),
         source,
     };
-    let consumer: BaseConsumer = client
-        .clone()
-        .set("group.id", READER_GROUP)
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "100")
-        // Our writers are not transactional, but an end reached under read_committed is an end
-        // a consumer would see too.
-        .set("isolation.level", "read_committed")
+    let consumer: BaseConsumer = assign_only_config(client, READER_GROUP)
         .create()
         .map_err(unreachable)?;
     let deadline = Instant::now() + timeout;

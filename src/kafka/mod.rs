@@ -7,7 +7,6 @@ pub mod checkpoints;
 pub mod client_cert;
 pub mod cluster_id;
 pub mod config;
-pub mod consumer_offsets;
 pub mod groups;
 pub mod log_bounds;
 pub mod positions;

@@ -7,6 +7,7 @@
 //! | concern | items |
 //! |---|---|
 //! | records on MM2's internal topics | [`Checkpoint`], [`Heartbeat`], [`OffsetSync`] |
+//! | offset commits on `__consumer_offsets` | [`consumer_offsets::decode`] |
 //! | topic naming, cycles | [`ReplicationPolicy`], [`PrefixPolicy`], [`IdentityPolicy`] |
 //! | which topics and groups | [`Filters`], [`NameFilter`] |
 //! | when to write an offset sync | [`SyncPolicy`] |
@@ -15,6 +16,7 @@
 //! | target offset -> source offset (failback) | [`InverseSyncs`] |
 
 mod checkpoint;
+pub mod consumer_offsets;
 mod filter;
 mod policy;
 mod records;

@@ -73,7 +73,7 @@ impl Checkpoint {
         let topic = k.string("topic")?;
         let partition = k.non_negative_i32("partition")?;
         let mut v = Reader::new(value);
-        v.version0("version")?;
+        v.version("version", 0)?;
         let upstream_offset = v.offset("upstreamOffset")?;
         let downstream_offset = v.offset("offset")?;
         let metadata = v.string("metadata")?;
@@ -114,7 +114,7 @@ impl Heartbeat {
         let source_alias = k.string("sourceClusterAlias")?;
         let target_alias = k.string("targetClusterAlias")?;
         let mut v = Reader::new(value);
-        v.version0("version")?;
+        v.version("version", 0)?;
         let timestamp_ms = v.non_negative_i64("timestamp")?;
         Ok(Self {
             source_alias,
@@ -330,7 +330,8 @@ mod tests {
             Checkpoint::decode(&unhex(CHECKPOINT_KEY), &value),
             Err(DecodeError::UnsupportedVersion {
                 field: "version",
-                version: 1
+                version: 1,
+                newest: 0
             })
         );
     }

@@ -1,7 +1,10 @@
-//! Kafka `protocol.types` primitives as MirrorMaker 2 uses them for its internal records.
+//! Kafka `protocol.types` primitives: those MirrorMaker 2 uses for its internal records, and
+//! those the group coordinator's `__consumer_offsets` records add.
 //!
-//! Big-endian integers and `STRING` = int16 byte length + UTF-8 bytes. There are no tags, no
-//! struct length prefix and no nullable strings, so a record is just its fields back to back.
+//! MM2's records: big-endian integers and `STRING` = int16 byte length + UTF-8 bytes. There are
+//! no tags, no struct length prefix and no nullable strings, so a record is just its fields
+//! back to back. `__consumer_offsets` adds nullable strings and, in its flexible versions,
+//! unsigned varints, `COMPACT_STRING` and tagged fields; only [`Reader`] knows those.
 
 use thiserror::Error;
 
@@ -19,12 +22,18 @@ pub enum DecodeError {
         needed: usize,
         remaining: usize,
     },
-    #[error("field `{field}`: negative string length {len} (null strings are not valid here)")]
+    #[error("field `{field}`: negative string length {len} (not a null this field allows)")]
     NegativeLength { field: &'static str, len: i16 },
     #[error("field `{field}`: string is not valid UTF-8")]
     InvalidUtf8 { field: &'static str },
-    #[error("field `{field}`: unsupported version {version} (only 0 is known)")]
-    UnsupportedVersion { field: &'static str, version: i16 },
+    #[error("field `{field}`: unsupported version {version} (the newest known is {newest})")]
+    UnsupportedVersion {
+        field: &'static str,
+        version: i16,
+        newest: i16,
+    },
+    #[error("field `{field}`: malformed varint")]
+    BadVarint { field: &'static str },
     #[error("field `{field}`: negative value {value}")]
     Negative { field: &'static str, value: i64 },
     #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
@@ -44,6 +53,7 @@ impl DecodeError {
             DecodeError::NegativeLength { .. } => "negative_length",
             DecodeError::InvalidUtf8 { .. } => "invalid_utf8",
             DecodeError::UnsupportedVersion { .. } => "unsupported_version",
+            DecodeError::BadVarint { .. } => "bad_varint",
             DecodeError::Negative { .. } => "negative_value",
             DecodeError::OffsetTooLarge { .. } => "offset_too_large",
         }
@@ -135,7 +145,8 @@ impl Writer {
     }
 }
 
-/// Reads fields from the front of a byte slice; trailing bytes are left unread, as MM2 does.
+/// Reads fields from the front of a byte slice; trailing bytes are left unread, as MM2 and the
+/// group coordinator do.
 #[derive(Debug)]
 pub(crate) struct Reader<'a> {
     rest: &'a [u8],
@@ -146,32 +157,58 @@ impl<'a> Reader<'a> {
         Self { rest: bytes }
     }
 
+    fn truncated(&self, field: &'static str, needed: usize) -> DecodeError {
+        DecodeError::Truncated {
+            field,
+            needed,
+            remaining: self.rest.len(),
+        }
+    }
+
     fn take<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
         let (head, tail) = self
             .rest
             .split_first_chunk::<N>()
-            .ok_or(DecodeError::Truncated {
-                field,
-                needed: N,
-                remaining: self.rest.len(),
-            })?;
+            .ok_or_else(|| self.truncated(field, N))?;
         self.rest = tail;
         Ok(*head)
+    }
+
+    fn bytes(&mut self, field: &'static str, len: usize) -> Result<&'a [u8], DecodeError> {
+        let (head, tail) = self
+            .rest
+            .split_at_checked(len)
+            .ok_or_else(|| self.truncated(field, len))?;
+        self.rest = tail;
+        Ok(head)
     }
 
     pub(crate) fn i16(&mut self, field: &'static str) -> Result<i16, DecodeError> {
         self.take::<2>(field).map(i16::from_be_bytes)
     }
 
-    pub(crate) fn version0(&mut self, field: &'static str) -> Result<(), DecodeError> {
+    pub(crate) fn i32(&mut self, field: &'static str) -> Result<i32, DecodeError> {
+        self.take::<4>(field).map(i32::from_be_bytes)
+    }
+
+    pub(crate) fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        self.take::<8>(field).map(i64::from_be_bytes)
+    }
+
+    /// A version field: the version when it is 0 to `newest`.
+    pub(crate) fn version(&mut self, field: &'static str, newest: i16) -> Result<i16, DecodeError> {
         match self.i16(field)? {
-            0 => Ok(()),
-            version => Err(DecodeError::UnsupportedVersion { field, version }),
+            version if (0..=newest).contains(&version) => Ok(version),
+            version => Err(DecodeError::UnsupportedVersion {
+                field,
+                version,
+                newest,
+            }),
         }
     }
 
     pub(crate) fn non_negative_i32(&mut self, field: &'static str) -> Result<i32, DecodeError> {
-        let v = self.take::<4>(field).map(i32::from_be_bytes)?;
+        let v = self.i32(field)?;
         if v < 0 {
             return Err(DecodeError::Negative {
                 field,
@@ -182,7 +219,7 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn non_negative_i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
-        let v = self.take::<8>(field).map(i64::from_be_bytes)?;
+        let v = self.i64(field)?;
         if v < 0 {
             return Err(DecodeError::Negative { field, value: v });
         }
@@ -198,19 +235,76 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
+    /// `STRING`; null (length -1) is refused.
     pub(crate) fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
         let len = self.i16(field)?;
-        let len = usize::try_from(len).map_err(|_| DecodeError::NegativeLength { field, len })?;
-        if self.rest.len() < len {
-            return Err(DecodeError::Truncated {
-                field,
-                needed: len,
-                remaining: self.rest.len(),
-            });
+        self.string_of_len(field, len)
+    }
+
+    /// Nullable `STRING`; null reads as "" since callers treat null and empty alike.
+    pub(crate) fn nullable_string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        match self.i16(field)? {
+            -1 => Ok(String::new()),
+            len => self.string_of_len(field, len),
         }
-        let (bytes, tail) = self.rest.split_at(len);
-        self.rest = tail;
+    }
+
+    fn string_of_len(&mut self, field: &'static str, len: i16) -> Result<String, DecodeError> {
+        let len = usize::try_from(len).map_err(|_| DecodeError::NegativeLength { field, len })?;
+        self.utf8(field, len)
+    }
+
+    fn utf8(&mut self, field: &'static str, len: usize) -> Result<String, DecodeError> {
+        let bytes = self.bytes(field, len)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::InvalidUtf8 { field })
+    }
+
+    /// Unsigned LEB128 varint of at most 5 bytes (32 bits), as Kafka writes them.
+    pub(crate) fn uvarint(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        let mut value: u32 = 0;
+        for i in 0..5 {
+            let [b] = self.take::<1>(field)?;
+            let part = u32::from(b & 0x7f);
+            if i == 4 && part > 0x0f {
+                return Err(DecodeError::BadVarint { field });
+            }
+            value |= part << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(DecodeError::BadVarint { field })
+    }
+
+    /// A varint length. One beyond `usize` (only where `usize` is under 32 bits) saturates:
+    /// no input holds that many bytes, so reading them reports a truncation.
+    fn uvarint_len(&mut self, field: &'static str) -> Result<usize, DecodeError> {
+        let v = self.uvarint(field)?;
+        Ok(usize::try_from(v).unwrap_or(usize::MAX))
+    }
+
+    /// Nullable `COMPACT_STRING`: unsigned varint length + 1; 0 is null, read as "".
+    pub(crate) fn compact_nullable_string(
+        &mut self,
+        field: &'static str,
+    ) -> Result<String, DecodeError> {
+        match self.uvarint_len(field)?.checked_sub(1) {
+            None => Ok(String::new()),
+            Some(len) => self.utf8(field, len),
+        }
+    }
+
+    /// Tagged fields: a count, then per field a tag, a size and that many bytes. Skipped: no
+    /// reader here needs one. Each field takes at least two bytes, so a huge count ends in a
+    /// truncation, not a long loop.
+    pub(crate) fn skip_tagged_fields(&mut self) -> Result<(), DecodeError> {
+        let count = self.uvarint("taggedFields")?;
+        for _ in 0..count {
+            self.uvarint("tag")?;
+            let size = self.uvarint_len("tagSize")?;
+            self.bytes("tagData", size)?;
+        }
+        Ok(())
     }
 }
 
@@ -243,6 +337,37 @@ mod tests {
             }
         );
         assert_eq!(err.metric_label(), "negative_length");
+    }
+
+    #[test]
+    fn only_minus_one_is_a_null_string_and_only_where_nullable() {
+        assert_eq!(
+            Reader::new(&[0xff, 0xff]).nullable_string("s"),
+            Ok(String::new())
+        );
+        assert_eq!(
+            Reader::new(&[0xff, 0xfe]).nullable_string("s"),
+            Err(DecodeError::NegativeLength {
+                field: "s",
+                len: -2
+            })
+        );
+        assert_eq!(
+            Reader::new(&[0x00]).compact_nullable_string("s"),
+            Ok(String::new())
+        );
+    }
+
+    #[test]
+    fn a_varint_beyond_32_bits_is_malformed() {
+        let max = [0xff, 0xff, 0xff, 0xff, 0x0f];
+        assert_eq!(Reader::new(&max).uvarint("n"), Ok(u32::MAX));
+        for bytes in [&[0xff, 0xff, 0xff, 0xff, 0x10][..], &[0x80; 6]] {
+            assert_eq!(
+                Reader::new(bytes).uvarint("n"),
+                Err(DecodeError::BadVarint { field: "n" })
+            );
+        }
     }
 
     #[test]

@@ -178,8 +178,8 @@ impl SwitchoverReport {
 pub fn not_exact(report: &FailoverReport) -> Vec<String> {
     let mut out = Vec::new();
     for g in &report.groups {
-        if g.action.is_failure() {
-            out.push(format!("{}: {}", g.group, g.message));
+        if g.verdict.action.is_failure() {
+            out.push(format!("{}: {}", g.group, g.verdict.message));
             continue;
         }
         for p in &g.partitions {
@@ -394,13 +394,18 @@ fn commit(
     let failed: Vec<String> = plan
         .groups
         .iter()
-        .filter(|g| g.action.is_failure())
-        .map(|g| format!("{}: {}", g.group, g.message))
+        .filter(|g| g.verdict.action.is_failure())
+        .map(|g| format!("{}: {}", g.group, g.verdict.message))
         .collect();
     let committed = plan
         .groups
         .iter()
-        .filter(|g| matches!(g.action, GroupAction::Committed | GroupAction::Unchanged))
+        .filter(|g| {
+            matches!(
+                g.verdict.action,
+                GroupAction::Committed | GroupAction::Unchanged
+            )
+        })
         .count();
     if failed.is_empty() {
         report.step(
@@ -536,10 +541,12 @@ mod tests {
             groups: vec![failover::GroupPlan {
                 group: "app".into(),
                 target_group: None,
-                action,
-                message: "refused: members on the target".into(),
+                verdict: super::super::apply::Verdict {
+                    action,
+                    message: "refused: members on the target".into(),
+                    write: false,
+                },
                 partitions,
-                write: false,
             }],
         }
     }

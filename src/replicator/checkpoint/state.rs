@@ -395,28 +395,18 @@ mod tests {
                 ..
             })
         ));
-        assert_eq!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                "g",
-                &tp("secret-x", 0),
-                &commit(1)
+        for (topic, why) in [
+            ("secret-x", "the topic filter excludes it"),
+            (
+                "B.orders",
+                "a topic that came from the target would be a cycle",
             ),
-            Evaluation::NotMirrored
-        );
-        assert_eq!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                "g",
-                &tp("B.orders", 0),
-                &commit(1)
-            ),
-            Evaluation::NotMirrored,
-            "a topic that came from the target would be a cycle"
-        );
+        ] {
+            assert_eq!(
+                evaluate(&naming, &store, &tracker, "g", &tp(topic, 0), &commit(1)),
+                Evaluation::NotMirrored,
+                "{why}"
+            );
+        }
     }
 }

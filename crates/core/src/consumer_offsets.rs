@@ -18,7 +18,7 @@
 //! Readers ignore trailing bytes (later versions may append), and nothing here panics on
 //! arbitrary input: every read is bounds-checked and returns a [`DecodeError`].
 
-use thiserror::Error;
+use crate::wire::{DecodeError, Reader};
 
 /// One decoded `__consumer_offsets` record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,37 +51,6 @@ pub struct OffsetCommitValue {
     pub commit_timestamp_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum DecodeError {
-    #[error("field `{field}`: needs {needed} bytes, {remaining} left")]
-    Truncated {
-        field: &'static str,
-        needed: usize,
-        remaining: usize,
-    },
-    #[error("field `{field}`: string is not valid UTF-8")]
-    InvalidUtf8 { field: &'static str },
-    #[error("field `{field}`: invalid length {len}")]
-    InvalidLength { field: &'static str, len: i64 },
-    #[error("field `{field}`: malformed varint")]
-    BadVarint { field: &'static str },
-    #[error("offset commit value version {version} is not known (0 to 4 are)")]
-    UnsupportedValueVersion { version: i16 },
-}
-
-impl DecodeError {
-    /// A low-cardinality label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            DecodeError::Truncated { .. } => "truncated",
-            DecodeError::InvalidUtf8 { .. } => "invalid_utf8",
-            DecodeError::InvalidLength { .. } => "invalid_length",
-            DecodeError::BadVarint { .. } => "bad_varint",
-            DecodeError::UnsupportedValueVersion { .. } => "unsupported_version",
-        }
-    }
-}
-
 /// Decodes one record of `__consumer_offsets`. `value` is `None` for a tombstone.
 pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Record, DecodeError> {
     let mut k = Reader::new(key);
@@ -90,8 +59,8 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Record, DecodeError> {
         return Ok(Record::Other { key_version });
     }
     let key = OffsetCommitKey {
-        group: k.string("group")?,
-        topic: k.string("topic")?,
+        group: k.nullable_string("group")?,
+        topic: k.nullable_string("topic")?,
         partition: k.i32("partition")?,
     };
     let value = match value {
@@ -103,10 +72,7 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Record, DecodeError> {
 
 fn decode_value(bytes: &[u8]) -> Result<OffsetCommitValue, DecodeError> {
     let mut v = Reader::new(bytes);
-    let version = v.i16("version")?;
-    if !(0..=4).contains(&version) {
-        return Err(DecodeError::UnsupportedValueVersion { version });
-    }
+    let version = v.version("valueVersion", 4)?;
     let offset = v.i64("offset")?;
     let leader_epoch = if version >= 3 {
         Some(v.i32("leaderEpoch")?).filter(|e| *e >= 0)
@@ -114,9 +80,9 @@ fn decode_value(bytes: &[u8]) -> Result<OffsetCommitValue, DecodeError> {
         None
     };
     let metadata = if version >= 4 {
-        v.compact_string("metadata")?
+        v.compact_nullable_string("metadata")?
     } else {
-        v.string("metadata")?
+        v.nullable_string("metadata")?
     };
     let commit_timestamp_ms = v.i64("commitTimestamp")?;
     if version == 1 {
@@ -131,118 +97,6 @@ fn decode_value(bytes: &[u8]) -> Result<OffsetCommitValue, DecodeError> {
         metadata,
         commit_timestamp_ms,
     })
-}
-
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Reader { rest: bytes }
-    }
-
-    fn bytes(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.rest.len() < n {
-            return Err(DecodeError::Truncated {
-                field,
-                needed: n,
-                remaining: self.rest.len(),
-            });
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
-        let (head, tail) = self
-            .rest
-            .split_first_chunk::<N>()
-            .ok_or(DecodeError::Truncated {
-                field,
-                needed: N,
-                remaining: self.rest.len(),
-            })?;
-        self.rest = tail;
-        Ok(*head)
-    }
-
-    fn i16(&mut self, field: &'static str) -> Result<i16, DecodeError> {
-        self.array::<2>(field).map(i16::from_be_bytes)
-    }
-
-    fn i32(&mut self, field: &'static str) -> Result<i32, DecodeError> {
-        self.array::<4>(field).map(i32::from_be_bytes)
-    }
-
-    fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
-        self.array::<8>(field).map(i64::from_be_bytes)
-    }
-
-    fn utf8(&mut self, field: &'static str, len: usize) -> Result<String, DecodeError> {
-        let bytes = self.bytes(field, len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::InvalidUtf8 { field })
-    }
-
-    /// STRING: INT16 length; -1 (null) reads as "" since callers treat null and empty alike.
-    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
-        let len = self.i16(field)?;
-        match len {
-            -1 => Ok(String::new()),
-            l if l < 0 => Err(DecodeError::InvalidLength {
-                field,
-                len: i64::from(l),
-            }),
-            // Non-negative i16 always fits in usize.
-            l => self.utf8(field, l.unsigned_abs().into()),
-        }
-    }
-
-    /// Unsigned LEB128 varint of at most 5 bytes (32 bits), as Kafka writes them.
-    fn uvarint(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let [b] = self.array::<1>(field)?;
-            let part = u32::from(b & 0x7f);
-            if i == 4 && part > 0x0f {
-                return Err(DecodeError::BadVarint { field });
-            }
-            value |= part << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(DecodeError::BadVarint { field })
-    }
-
-    fn usize_varint(&mut self, field: &'static str) -> Result<usize, DecodeError> {
-        let v = self.uvarint(field)?;
-        usize::try_from(v).map_err(|_| DecodeError::InvalidLength {
-            field,
-            len: i64::from(v),
-        })
-    }
-
-    /// COMPACT_STRING: unsigned varint length + 1; 0 is null (read as "").
-    fn compact_string(&mut self, field: &'static str) -> Result<String, DecodeError> {
-        match self.usize_varint(field)? {
-            0 => Ok(String::new()),
-            n => self.utf8(field, n - 1),
-        }
-    }
-
-    /// Tagged fields: a count, then per field a tag, a size and that many bytes. Skipped:
-    /// none are needed for offsets.
-    fn skip_tagged_fields(&mut self) -> Result<(), DecodeError> {
-        let count = self.uvarint("taggedFields")?;
-        for _ in 0..count {
-            self.uvarint("tag")?;
-            let size = self.usize_varint("tagSize")?;
-            self.bytes("tagData", size)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -440,7 +294,11 @@ mod tests {
         let v9 = W::default().i16(9).i64(1).0;
         assert_eq!(
             decode(&key(1), Some(&v9)),
-            Err(DecodeError::UnsupportedValueVersion { version: 9 })
+            Err(DecodeError::UnsupportedVersion {
+                field: "valueVersion",
+                version: 9,
+                newest: 4
+            })
         );
         let short = W::default().i16(3).i64(1).0;
         assert!(matches!(
@@ -451,10 +309,13 @@ mod tests {
             })
         ));
         let bad_len = W::default().i16(1).i16(-2).0;
-        assert!(matches!(
+        assert_eq!(
             decode(&bad_len, None),
-            Err(DecodeError::InvalidLength { field: "group", .. })
-        ));
+            Err(DecodeError::NegativeLength {
+                field: "group",
+                len: -2
+            })
+        );
     }
 
     #[test]
