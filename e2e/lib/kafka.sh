@@ -209,7 +209,9 @@ kafka_start() {
     -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$(oidc_jwks_url)" \
     -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 &
   echo $! >"$pidfile"
-  if ! wait_until 90 "kafka $name to serve requests" kafka_serves "$name"; then
+  # 180 s: on two cores with three world tests at once, a restarted broker has been seen to
+  # take 48 s before its controller activated and each probe's JVM tens of seconds more.
+  if ! wait_until 180 "kafka $name to serve requests" kafka_serves "$name"; then
     tail -n 20 "$dir/broker.log" >&2
     die "kafka $name did not come up (log: $dir/broker.log)"
   fi

@@ -6,14 +6,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::secure::SecureKafka;
 use mirrorflow_e2e::switchover::{committed, end_offsets, outcomes, run_switchover, step_millis};
-use mirrorflow_e2e::{World, kafka, unique};
+use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -91,15 +91,22 @@ async fn a_switchover_fences_producers_and_moves_groups_with_nothing_lost_skippe
 
     // Producing as `reader` until the fence refuses it; consuming as the group meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
+    // Acknowledged records per partition, so the switchover starts only once both hold some.
+    let acked_on: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
     let producing = {
         let (producer, topic, stop) = (fenced_producer(&secure)?, topic.clone(), stop.clone());
+        let acked_on = acked_on.clone();
         tokio::spawn(async move {
             let (mut acked, mut refused) = (Vec::new(), 0u32);
             let mut i = 0u32;
             while !stop.load(Ordering::Relaxed) && refused < 3 {
                 let value = format!("v{i}");
-                match send(&producer, &topic, (i % 2) as i32, &value).await {
-                    Ok(()) => acked.push(value),
+                let partition = (i % 2) as usize;
+                match send(&producer, &topic, partition as i32, &value).await {
+                    Ok(()) => {
+                        acked_on[partition].fetch_add(1, Ordering::Relaxed);
+                        acked.push(value)
+                    }
                     // Refused by the fence (TOPIC_AUTHORIZATION_FAILED).
                     Err(KafkaError::MessageProduction(
                         RDKafkaErrorCode::TopicAuthorizationFailed,
@@ -138,7 +145,19 @@ async fn a_switchover_fences_producers_and_moves_groups_with_nothing_lost_skippe
             Ok(read)
         })
     };
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Not a fixed pause: on a loaded machine the SASL_SSL producer's first answers have come
+    // after the fence, leaving a partition empty and the test without the reads it checks.
+    eventually(
+        "records acknowledged on both partitions",
+        Duration::from_secs(60),
+        || async {
+            Ok(acked_on
+                .iter()
+                .all(|n| n.load(Ordering::Relaxed) >= 5)
+                .then_some(()))
+        },
+    )
+    .await?;
 
     let file = flow_file.to_string_lossy().into_owned();
     let started = Instant::now();
