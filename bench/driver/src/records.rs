@@ -126,8 +126,11 @@ pub fn load_json(
     for seq in 0..n {
         let value = event(&mut rng, seq, size);
         bytes += value.len() as u64;
-        let key = format!("user-{}", seq % 10_000);
-        let topic = &topics[(seq % topics.len() as u64) as usize];
+        // Keys cycle per topic, so each topic sees up to 10,000 of them: keyed by `seq` alone,
+        // 200 topics got 50 keys each, and 50 keys hashed over 10 partitions left some empty.
+        let per_topic = topics.len() as u64;
+        let key = format!("user-{}", (seq / per_topic) % 10_000);
+        let topic = &topics[(seq % per_topic) as usize];
         let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(&value);
         loop {
             match producer.send(record) {
