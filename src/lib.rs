@@ -3,6 +3,7 @@
 //! The crate is layered so that the folder names map the architecture:
 //! - [`api`]: the `MirrorFlow` resource types, defaults, validation and CRD (crate `mirrorflow-api`).
 //! - [`cli`]: the failover CLI (`translate`, `failover`, `failback`), also a kubectl plugin.
+//! - [`clock`]: wall-clock milliseconds, the one way every loop and the probe read the time.
 //! - [`flow`]: a flow file or resource validated and turned into what the loops and the probe
 //!   run on (filters, naming policy, client configs); shared by the replicator and the operator.
 //! - [`kafka`]: Kafka client configuration (TLS, SASL from Secret files) and admin helpers.
@@ -18,6 +19,7 @@
 /// before.
 pub use mirrorflow_api as api;
 pub mod cli;
+pub mod clock;
 pub mod flow;
 pub mod kafka;
 /// The MirrorMaker 2 core lives in its own crate (no Kafka or Kubernetes client), named here

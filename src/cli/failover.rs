@@ -13,8 +13,8 @@
 //! checkpoint's own translation. Without offset syncs for the commit it falls back to source
 //! offsets (an upper bound: transaction markers take offsets but are no records).
 
+use crate::clock::now_ms;
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::Serialize;
@@ -357,12 +357,6 @@ pub fn render_table(r: &FailoverReport) -> String {
     render(head, &t, &notes, &groups)
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// What the source told us: the store of the flow's offset syncs and a way to read commits.
 struct SourceView {

@@ -7,6 +7,7 @@
 //! stops the replicator with an error: the pod restarts and waits here, and no two flows ever
 //! write the shared topics at once for longer than a renewal.
 
+use crate::clock::now_ms;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,11 +91,6 @@ impl Keeper {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// Runs `renew` on a blocking thread, handing the keeper back.
 async fn renew(mut keeper: Keeper) -> anyhow::Result<(Keeper, Option<Claim>)> {

@@ -1,6 +1,7 @@
 //! `/metrics`, `/healthz` (the process is alive and its loops are not wedged) and `/readyz`
 //! (every enabled loop has done its first round of work).
 
+use crate::clock::now_ms;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -101,12 +102,6 @@ impl Readiness {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 #[derive(Clone)]
 struct AppState {

@@ -15,9 +15,10 @@
 //! one arrives, rather than claim zero lag for a path that never worked.
 //! Both `heartbeats` topics are created as MM2 creates them: 1 partition, compacted.
 
+use crate::clock::now_ms;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rdkafka::Offset;
 use rdkafka::message::Message;
@@ -179,12 +180,6 @@ impl Emitter {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
 
 fn set_lag(ctx: &Context, newest_ms: Option<i64>) {
     if let Some(ts) = newest_ms {

@@ -13,9 +13,10 @@
 //! otherwise it is the time since the checkpoint of an uncovered partition last advanced, and the
 //! records between the checkpoint and the commit are what a failover now would read again.
 
+use crate::clock::{age, now_ms};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{Consumer, ConsumerContext};
@@ -109,16 +110,7 @@ impl ClusterObservation {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
-fn age(since_ms: i64) -> Duration {
-    Duration::from_millis(now_ms().saturating_sub(since_ms).max(0) as u64)
-}
 
 /// Keeps the most telling error librdkafka reported: a failed metadata request only says
 /// "transport failure", while the client's error callback says why (credentials refused, TLS

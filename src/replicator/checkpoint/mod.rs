@@ -536,18 +536,11 @@ impl Core<'_> {
                 Ok(()) => {
                     self.target_reach.ok();
                     let now = SystemTime::now();
-                    let now_ms = now
-                        .duration_since(UNIX_EPOCH)
-                        .ok()
-                        .and_then(|d| i64::try_from(d.as_millis()).ok());
-                    self.tracker.record_at(&cp, now_ms);
+                    let now_ms = crate::clock::ms_since_epoch(now);
+                    self.tracker.record_at(&cp, Some(now_ms));
                     self.ctx.metrics.checkpoints_emitted.inc();
                     if let Some(committed_ms) = live_since {
-                        let now_ms = now
-                            .duration_since(UNIX_EPOCH)
-                            .map(|d| d.as_millis() as f64)
-                            .unwrap_or_default();
-                        let latency = (now_ms - committed_ms as f64).max(0.0) / 1000.0;
+                        let latency = crate::clock::age(committed_ms).as_secs_f64();
                         self.ctx.metrics.checkpoint_latency.observe(latency);
                         tracing::debug!(group = %cp.group, partition = %cp.topic_partition, latency_s = latency, "checkpoint written");
                     }

@@ -13,8 +13,9 @@
 //! | stored position after the source log end | [`GapKind::SourceRewound`] | at the start of the new log |
 //! | target partition ends before the copies reached | [`GapKind::TargetRewound`] | from the source's earliest record, all copied again |
 
+use crate::clock::now_ms;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
@@ -198,11 +199,6 @@ pub fn found_now(topic: &str, partition: i32, (kind, from, to): (GapKind, i64, i
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// Logs and counts a gap, then has `write` put its record (key, value) into the positions
 /// topic and wait for the target to take it: a gap is rare, and must be on record before the

@@ -10,7 +10,7 @@
 pub mod acks;
 mod ownership;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::consumer::Consumer;
@@ -439,10 +439,7 @@ impl AtLeastOnce {
             self.acks = acks;
             return;
         }
-        self.meters.wall_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        self.meters.wall_ms = crate::clock::now_ms();
         let now = self.shared.now();
         let settled = settle(&mut acks, &mut self.slots, now, &mut self.meters);
         self.acks = acks;
