@@ -174,6 +174,21 @@ impl LogProbe {
         })
     }
 
+    /// Where each remote partition of `copied` (a caller's key, remote topic, partition) ends
+    /// now; one ListOffsets per broker. Partitions the target did not answer for are left out
+    /// (checked again next time).
+    pub fn remote_ends<K>(&self, copied: Vec<(K, String, i32)>) -> Vec<(K, i64)> {
+        if copied.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<(String, i32)> = copied.iter().map(|(_, r, p)| (r.clone(), *p)).collect();
+        let ends = self.target_ends(&keys);
+        copied
+            .into_iter()
+            .filter_map(|(k, r, p)| Some((k, *ends.get(&(r, p))?)))
+            .collect()
+    }
+
     /// End offsets of target partitions.
     pub fn target_ends(&self, partitions: &[(String, i32)]) -> HashMap<(String, i32), i64> {
         log_bounds(&self.target, partitions, PROBE_TIMEOUT)

@@ -47,9 +47,9 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use self::plan::Step;
 use super::continuity::{self};
-use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
+use super::engine::send::{self, Ack, AckContext, Offered, SendError, serve_reports};
 use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, unpack};
-use super::engine::{Delivery, Shared, Source};
+use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
@@ -237,28 +237,20 @@ impl Delivery for Aligned {
     /// A remote partition that ends before the copies (recreated) is prepared again, which
     /// aligns it anew; one that ends after them has another writer.
     fn check_targets(&mut self) {
-        let idle: Vec<(usize, String, i32, i64)> = self
+        let idle = self
             .slots
             .iter()
             .filter(|(_, s)| s.state == State::Aligned && s.in_flight.is_empty())
-            .map(|(idx, s)| (idx, s.remote.clone(), s.partition, s.next_target))
+            .map(|(idx, s)| ((idx, s.next_target), s.remote.clone(), s.partition))
             .collect();
-        if idle.is_empty() {
-            return;
-        }
-        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
-        let ends = self.shared.probe.target_ends(&keys);
-        for (idx, remote, partition, next_target) in idle {
-            let Some(&end) = ends.get(&(remote, partition)) else {
-                continue;
-            };
+        for ((idx, next_target), end) in self.shared.probe.remote_ends(idle) {
             if end < next_target {
                 let Some(slot) = self.slots.get(idx) else {
                     continue;
                 };
                 let gap = continuity::found_now(
-                    &slot.topic.clone(),
-                    partition,
+                    &slot.topic,
+                    slot.partition,
                     (GapKind::TargetRewound, next_target, end),
                 );
                 self.write_gap(&gap);
@@ -398,19 +390,20 @@ impl Aligned {
     }
 
     fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
-        let Ok(encoded) = sync.encode() else {
-            self.count_error("offset_sync");
-            return;
-        };
-        let record = send::offset_sync(
+        let sent = send::send_sync(
+            &self.syncs,
             &self.shared.syncs_topic,
-            &encoded.key,
-            &encoded.value,
+            sync,
             opaque(idx, generation, false),
+            &self.shared.shutdown,
         );
-        if let Err(e) = send::send_waiting(&self.syncs, record, &self.shared.shutdown, None) {
-            let reason = format!("offset sync: {e}");
-            self.fault(idx, &reason);
+        match sent {
+            Ok(()) => {}
+            Err(SendError::Encode(e)) => {
+                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
+                self.count_error("offset_sync");
+            }
+            Err(e) => self.fault(idx, &format!("offset sync: {e}")),
         }
     }
 
@@ -625,12 +618,7 @@ impl Aligned {
 
     /// Records a break in the positions topic (where the status finds it).
     fn write_gap(&mut self, gap: &Gap) {
-        let (producer, topic) = (&self.producer, &self.shared.positions_topic);
-        continuity::record(gap, &self.shared.ctx.metrics, |key, value| {
-            producer
-                .send(send::internal(topic, key, value, UNOWNED))
-                .map_err(|(e, _)| e)?;
-            producer.flush(Duration::from_secs(10))
-        });
+        self.shared
+            .record_gap(&self.producer, gap, None, GapWrite::Flush);
     }
 }

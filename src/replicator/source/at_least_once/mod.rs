@@ -18,11 +18,11 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use self::acks::{Cause, Fault, InFlight, Slot, Tally, UNOWNED, opaque, settle};
+use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
 use super::continuity::{self, Resume};
 use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
 use super::engine::slots::SlotTable;
-use super::engine::{Delivery, Shared, Source};
+use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
 use super::rebalance::{self, Owner};
@@ -204,25 +204,18 @@ impl Delivery for AtLeastOnce {
     /// was deleted, and discovery created it again) among those not written to right now
     /// (written ones notice from their acknowledgements). One ListOffsets per broker.
     fn check_targets(&mut self) {
-        let idle: Vec<(usize, String, i32, i64)> = self
+        let idle = self
             .slots
             .iter()
             .filter_map(|(idx, s)| {
                 let latest = s.progress.latest()?;
                 (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
-                    .then(|| (idx, s.remote.to_string(), s.partition, latest.downstream))
+                    .then(|| ((idx, latest.downstream), s.remote.to_string(), s.partition))
             })
             .collect();
-        if idle.is_empty() {
-            return;
-        }
-        let keys: Vec<(String, i32)> = idle.iter().map(|(_, r, p, _)| (r.clone(), *p)).collect();
-        let ends = self.shared.probe.target_ends(&keys);
-        for (idx, remote, partition, downstream) in idle {
-            if let Some(&end) = ends.get(&(remote, partition))
-                && end <= downstream
-            {
-                self.target_rewound(idx, downstream + 1, end);
+        for ((idx, downstream), end) in self.shared.probe.remote_ends(idle) {
+            if end <= downstream {
+                self.target_rewound(idx, downstream.saturating_add(1), end);
             }
         }
     }
@@ -529,26 +522,24 @@ impl AtLeastOnce {
     }
 
     fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
-        let encoded = match sync.encode() {
-            Ok(e) => e,
-            Err(e) => {
-                // Cannot happen for a real Kafka topic name; rewinding would not help either.
+        // Record acks are not served while it waits for room, so this cannot recurse.
+        let sent = send::send_sync(
+            &self.syncs,
+            &self.shared.syncs_topic,
+            sync,
+            opaque(idx, generation, false),
+            &self.shared.shutdown,
+        );
+        match sent {
+            Ok(()) => {}
+            Err(SendError::Encode(e)) => {
                 tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
                 self.count_error("offset_sync");
-                return;
             }
-        };
-        let record = send::offset_sync(
-            &self.shared.syncs_topic,
-            &encoded.key,
-            &encoded.value,
-            opaque(idx, generation, false),
-        );
-        // Never dropped: waits for room. Record acks are not served meanwhile, so this cannot
-        // recurse.
-        if let Err(error) = send::send_waiting(&self.syncs, record, &self.shared.shutdown, None) {
-            let topic = self.shared.syncs_topic.clone();
-            self.fault(idx, Cause::Sync { topic, error });
+            Err(error) => {
+                let topic = self.shared.syncs_topic.clone();
+                self.fault(idx, Cause::Sync { topic, error });
+            }
         }
     }
 
@@ -687,21 +678,7 @@ impl AtLeastOnce {
     /// Records a break and, with it, the position copying resumes from (so a restart before
     /// the next stored position does not find the same break again).
     fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) {
-        let (producer, topic) = (&self.producer, &self.shared.positions_topic);
-        continuity::record(gap, &self.shared.ctx.metrics, |key, value| {
-            let send = |k: &[u8], v: &[u8]| {
-                producer
-                    .send(send::internal(topic, k, v, UNOWNED))
-                    .map_err(|(e, _)| e)
-            };
-            send(key, value)?;
-            if let Some(f) = start {
-                send(
-                    &positions::encode_key(&gap.topic, gap.partition),
-                    &positions::encode_value(f),
-                )?;
-            }
-            producer.flush(Duration::from_secs(10))
-        });
+        self.shared
+            .record_gap(&self.producer, gap, start, GapWrite::Flush);
     }
 }

@@ -29,14 +29,21 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::continuity::LogProbe;
+use rdkafka::producer::{BaseProducer, Producer};
+
+use self::send::AckContext;
+use super::continuity::{self, LogProbe};
 use super::lock;
 use super::rebalance::{self, Owner};
-use crate::kafka::positions::PositionReader;
+use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::mm2::SyncPolicyConfig;
 use crate::replicator::Context;
 use crate::replicator::reach::Reachability;
 
+/// How long recording a break waits for the target ([`Shared::record_gap`]): a flush, or a
+/// transaction (whose commit may first wait for the coordinator).
+const GAP_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+const GAP_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Records between two [`Delivery::service`] calls while the source has data.
 const SERVICE_EVERY: u32 = 512;
 /// How often the remote partitions are checked for having gone back under the copies
@@ -122,6 +129,15 @@ pub fn count_error(ctx: &Context, kind: &str) {
         .inc();
 }
 
+/// How [`Shared::record_gap`] makes a break durable on its producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapWrite {
+    /// A plain producer: flushed.
+    Flush,
+    /// A transactional producer with no transaction open: a transaction of its own.
+    Transaction,
+}
+
 /// What every delivery policy holds besides its slots and producers: the flow, where its
 /// positions and offset syncs go, what resumes a partition, and the two clusters' health.
 pub struct Shared {
@@ -152,6 +168,49 @@ impl Shared {
     /// Time since the loop started: the clock of the sync policies.
     pub fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Records a break in the positions topic through `producer` and waits for the target to
+    /// take it, with the position copying resumes from when there is one (so a restart before
+    /// the next stored position does not find the same break again). Returns whether it was
+    /// written ([`continuity::record`]).
+    pub fn record_gap(
+        &self,
+        producer: &BaseProducer<AckContext>,
+        gap: &Gap,
+        start: Option<Frontier>,
+        how: GapWrite,
+    ) -> bool {
+        let topic = &self.positions_topic;
+        continuity::record(gap, &self.ctx.metrics, |key, value| {
+            if how == GapWrite::Transaction {
+                producer.begin_transaction()?;
+            }
+            let queue = |k: &[u8], v: &[u8]| {
+                producer
+                    .send(send::internal(topic, k, v, slots::UNOWNED))
+                    .map_err(|(e, _)| e)
+            };
+            let queued = queue(key, value).and_then(|()| match start {
+                Some(f) => queue(
+                    &positions::encode_key(&gap.topic, gap.partition),
+                    &positions::encode_value(f),
+                ),
+                None => Ok(()),
+            });
+            match (how, queued) {
+                (GapWrite::Flush, Ok(())) => producer.flush(GAP_FLUSH_TIMEOUT),
+                (GapWrite::Flush, Err(e)) => Err(e),
+                (GapWrite::Transaction, Ok(())) => {
+                    producer.commit_transaction(GAP_TRANSACTION_TIMEOUT)
+                }
+                (GapWrite::Transaction, Err(e)) => {
+                    // The abort's own failure changes nothing: the break is not on record.
+                    let _ = producer.abort_transaction(GAP_TRANSACTION_TIMEOUT);
+                    Err(e)
+                }
+            }
+        })
     }
 }
 

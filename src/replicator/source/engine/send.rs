@@ -172,6 +172,20 @@ pub fn offset_sync<'a>(
     internal(topic, key, value, opaque).headers(headers)
 }
 
+/// Queues `sync` on `topic` in MM2's format, waiting for room: an offset sync is never dropped
+/// (a dropped one could leave a group translated by an older delta).
+pub fn send_sync(
+    producer: &BaseProducer<AckContext>,
+    topic: &str,
+    sync: &crate::mm2::OffsetSync,
+    opaque: usize,
+    shutdown: &CancellationToken,
+) -> Result<(), SendError> {
+    let encoded = sync.encode().map_err(SendError::Encode)?;
+    let record = offset_sync(topic, &encoded.key, &encoded.value, opaque);
+    send_waiting(producer, record, shutdown, None)
+}
+
 /// A record of an internal topic (positions, offset syncs, gaps): partition 0, key, value.
 pub fn internal<'a>(topic: &'a str, key: &'a [u8], value: &'a [u8], opaque: usize) -> Record<'a> {
     BaseRecord::with_opaque_to(topic, opaque)
@@ -192,6 +206,9 @@ pub enum SendError {
     TooLarge,
     #[error(transparent)]
     Kafka(KafkaError),
+    /// Cannot happen for a real Kafka topic name; sending again would not help either.
+    #[error("cannot encode the offset sync: {0}")]
+    Encode(crate::mm2::EncodeError),
 }
 
 /// What an attempt to queue a record came to.

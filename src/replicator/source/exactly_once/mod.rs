@@ -52,7 +52,7 @@ use self::txn::{NOT_A_RECORD, Phase, TxFailure, absorb, producer_config, transac
 use super::continuity::{self};
 use super::engine::send::{self, AckContext};
 use super::engine::slots::{Keyed, SlotTable};
-use super::engine::{Delivery, Shared, Source};
+use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::limits::{self, RemoteLimits};
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap};
@@ -268,24 +268,19 @@ impl Delivery for ExactlyOnce {
     /// transaction (open ones notice from their acknowledgements); those are prepared again,
     /// which records the break and copies them again.
     fn check_targets(&mut self) {
-        let idle: Vec<(String, i32, String, i64)> = self
+        let idle = self
             .slots
             .iter()
             .filter_map(|(_, s)| {
                 let downstream = s.committed?.downstream;
-                (s.phase == Phase::Ready && downstream >= 0)
-                    .then(|| (s.topic.clone(), s.partition, s.remote.clone(), downstream))
+                (s.phase == Phase::Ready && downstream >= 0).then(|| {
+                    let key = (s.topic.clone(), s.partition, downstream);
+                    (key, s.remote.clone(), s.partition)
+                })
             })
             .collect();
-        if idle.is_empty() {
-            return;
-        }
-        let keys: Vec<(String, i32)> = idle.iter().map(|(_, p, r, _)| (r.clone(), *p)).collect();
-        let ends = self.shared.probe.target_ends(&keys);
-        for (topic, partition, remote, downstream) in idle {
-            if ends
-                .get(&(remote, partition))
-                .is_some_and(|&end| end <= downstream)
+        for ((topic, partition, downstream), end) in self.shared.probe.remote_ends(idle) {
+            if end <= downstream
                 && let Some(slot) = self.slots.find_mut(&topic, partition)
             {
                 slot.prepare_at(Instant::now());
@@ -663,8 +658,6 @@ impl ExactlyOnce {
     /// Records a break and the position past it in one transaction of the partition's
     /// producer, so neither is visible without the other.
     fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) -> bool {
-        let topic = self.shared.positions_topic.clone();
-        let ctx = self.shared.ctx.clone();
         let Some(producer) = self
             .slots
             .find(&gap.topic, gap.partition)
@@ -672,28 +665,9 @@ impl ExactlyOnce {
         else {
             return false;
         };
-        let written = continuity::record(gap, &ctx.metrics, |key, value| {
-            producer.begin_transaction()?;
-            let send = |k: &[u8], v: &[u8]| {
-                producer
-                    .send(send::internal(&topic, k, v, NOT_A_RECORD))
-                    .map_err(|(e, _)| e)
-            };
-            let sent = send(key, value).and_then(|()| match start {
-                Some(f) => send(
-                    &positions::encode_key(&gap.topic, gap.partition),
-                    &positions::encode_value(f),
-                ),
-                None => Ok(()),
-            });
-            match sent {
-                Ok(()) => producer.commit_transaction(CALL_TIMEOUT),
-                Err(e) => {
-                    let _ = producer.abort_transaction(CALL_TIMEOUT);
-                    Err(e)
-                }
-            }
-        });
+        let written = self
+            .shared
+            .record_gap(producer, gap, start, GapWrite::Transaction);
         producer.context().discard();
         written
     }
@@ -726,12 +700,11 @@ fn send_sync(
     sync: &OffsetSync,
     shutdown: &CancellationToken,
 ) -> Result<(), TxFailure> {
-    let encoded = sync
-        .encode()
-        .map_err(|e| TxFailure::SyncEncoding(e.to_string()))?;
-    let record = send::offset_sync(topic, &encoded.key, &encoded.value, NOT_A_RECORD);
-    send::send_waiting(producer, record, shutdown, None).map_err(|error| TxFailure::Sync {
-        topic: topic.to_string(),
-        error,
+    send::send_sync(producer, topic, sync, NOT_A_RECORD, shutdown).map_err(|error| match error {
+        send::SendError::Encode(e) => TxFailure::SyncEncoding(e.to_string()),
+        error => TxFailure::Sync {
+            topic: topic.to_string(),
+            error,
+        },
     })
 }
