@@ -60,7 +60,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rdkafka::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
@@ -68,7 +67,7 @@ use self::aligned::Aligned;
 use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
-use self::engine::{Delivery, Shared, SourceContext};
+use self::engine::{Delivery, Shared};
 use self::exactly_once::ExactlyOnce;
 use super::{Context, Flow};
 use crate::api::{OffsetSyncsLocation, OffsetsMode};
@@ -180,8 +179,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     );
     let source_consumer = || clients::consumer(&flow.source_client, &group, refresh, window);
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
-    let copy_ctx = ctx.clone();
-    let copy_shutdown = shutdown.clone();
+    let copy = engine::CopyLoop {
+        subscriptions,
+        ctx: ctx.clone(),
+        shutdown: shutdown.clone(),
+    };
     let limits = limits::RemoteLimits::default();
     let producer_config = clients::producer(&flow.target_client, refresh);
     let batch_cap = limits::batch_cap(
@@ -207,7 +209,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         source_health: source_health.clone(),
         target_health: target_health.clone(),
     };
-    let mut copy = if flow.spec.exactly_once {
+    let mut copying = if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
             syncs_cluster == Side::Target,
@@ -218,14 +220,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             producer_base: producer_config,
             limits: limits.clone(),
         });
-        let consumer: BaseConsumer<SourceContext<ExactlyOnce>> = source_consumer()
-            .create_with_context(SourceContext::new(policy, source_health.clone()))
-            .context("creating the source consumer")?;
         tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
-        tokio::task::spawn_blocking(move || {
-            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
-        })
+        engine::spawn(policy, &source_consumer(), &source_health, copy)?
     } else if flow.spec.offsets == OffsetsMode::Aligned {
         let (producer, syncs) = plain_producers(
             flow,
@@ -250,13 +247,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         // Only visible records are read: everything else is a jump the policy fills.
         let mut consumer_config = source_consumer();
         consumer_config.set("isolation.level", "read_committed");
-        let consumer: BaseConsumer<SourceContext<Aligned>> = consumer_config
-            .create_with_context(SourceContext::new(policy, source_health.clone()))
-            .context("creating the source consumer")?;
         tracing::info!(%group, "source loop starting (aligned offsets)");
-        tokio::task::spawn_blocking(move || {
-            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
-        })
+        engine::spawn(policy, &consumer_config, &source_health, copy)?
     } else {
         let (producer, syncs) = plain_producers(
             flow,
@@ -271,13 +263,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             limits: limits.clone(),
             batch_cap,
         });
-        let consumer: BaseConsumer<SourceContext<AtLeastOnce>> = source_consumer()
-            .create_with_context(SourceContext::new(policy, source_health.clone()))
-            .context("creating the source consumer")?;
         tracing::info!(%group, "source loop starting");
-        tokio::task::spawn_blocking(move || {
-            engine::run(consumer, subscriptions, copy_ctx, copy_shutdown)
-        })
+        engine::spawn(policy, &source_consumer(), &source_health, copy)?
     };
 
     let mut discovery = Discovery::new(
@@ -320,8 +307,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         }
     };
     let result = tokio::select! {
-        joined = &mut copy => joined,
-        () = discover => copy.await,
+        joined = &mut copying => joined,
+        () = discover => copying.await,
     };
     // Whatever ended first, the other half has no reason to go on.
     shutdown.cancel();

@@ -209,16 +209,21 @@ mod tests {
         assert_eq!(p.take_to_store(), at(6, 5));
     }
 
-    #[test]
-    fn an_idle_tail_sync_is_held_like_any_other_sync() {
-        let mut p = Progress::new(
+    /// A partition whose syncs come every 100 records or after 1 s idle, from its start.
+    fn tail_synced() -> Progress {
+        Progress::new(
             TopicPartition::new("t", 0),
             SyncPolicyConfig {
                 max_records: 100,
                 max_interval: Some(Duration::from_secs(1)),
             },
             None,
-        );
+        )
+    }
+
+    #[test]
+    fn an_idle_tail_sync_is_held_like_any_other_sync() {
+        let mut p = tail_synced();
         let ms = Duration::from_millis;
         assert!(p.acknowledged(0, 0, ms(0)).is_some());
         p.sync_acknowledged();
@@ -246,14 +251,7 @@ mod tests {
 
     #[test]
     fn a_failed_tail_sync_rewinds_to_its_record() {
-        let mut p = Progress::new(
-            TopicPartition::new("t", 0),
-            SyncPolicyConfig {
-                max_records: 100,
-                max_interval: Some(Duration::from_secs(1)),
-            },
-            None,
-        );
+        let mut p = tail_synced();
         let ms = Duration::from_millis;
         p.acknowledged(0, 0, ms(0));
         p.sync_acknowledged();

@@ -47,7 +47,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use self::plan::Step;
 use super::continuity::{self};
-use super::engine::send::{self, Ack, AckContext, Offered, SendError, serve_reports};
+use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
 use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, unpack};
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::rebalance::{self, Owner};
@@ -390,20 +390,9 @@ impl Aligned {
     }
 
     fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
-        let sent = send::send_sync(
-            &self.syncs,
-            &self.shared.syncs_topic,
-            sync,
-            opaque(idx, generation, false),
-            &self.shared.shutdown,
-        );
-        match sent {
-            Ok(()) => {}
-            Err(SendError::Encode(e)) => {
-                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
-                self.count_error("offset_sync");
-            }
-            Err(e) => self.fault(idx, &format!("offset sync: {e}")),
+        let opaque = opaque(idx, generation, false);
+        if let Err(e) = self.shared.write_sync(&self.syncs, sync, opaque) {
+            self.fault(idx, &format!("offset sync: {e}"));
         }
     }
 

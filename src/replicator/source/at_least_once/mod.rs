@@ -523,23 +523,10 @@ impl AtLeastOnce {
 
     fn write_sync(&mut self, idx: usize, generation: u32, sync: &OffsetSync) {
         // Record acks are not served while it waits for room, so this cannot recurse.
-        let sent = send::send_sync(
-            &self.syncs,
-            &self.shared.syncs_topic,
-            sync,
-            opaque(idx, generation, false),
-            &self.shared.shutdown,
-        );
-        match sent {
-            Ok(()) => {}
-            Err(SendError::Encode(e)) => {
-                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
-                self.count_error("offset_sync");
-            }
-            Err(error) => {
-                let topic = self.shared.syncs_topic.clone();
-                self.fault(idx, Cause::Sync { topic, error });
-            }
+        let opaque = opaque(idx, generation, false);
+        if let Err(error) = self.shared.write_sync(&self.syncs, sync, opaque) {
+            let topic = self.shared.syncs_topic.clone();
+            self.fault(idx, Cause::Sync { topic, error });
         }
     }
 

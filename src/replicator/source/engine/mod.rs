@@ -36,7 +36,7 @@ use super::continuity::{self, LogProbe};
 use super::lock;
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
-use crate::mm2::SyncPolicyConfig;
+use crate::mm2::{OffsetSync, SyncPolicyConfig};
 use crate::replicator::Context;
 use crate::replicator::reach::Reachability;
 
@@ -170,6 +170,26 @@ impl Shared {
         self.started.elapsed()
     }
 
+    /// Queues an offset sync on the flow's offset-syncs topic ([`send::send_sync`]). An error
+    /// is the caller's to fault the partition with; a sync that cannot be encoded is logged
+    /// and counted here instead (impossible for a real topic name, and copying again would
+    /// not change it).
+    pub fn write_sync(
+        &self,
+        producer: &BaseProducer<AckContext>,
+        sync: &OffsetSync,
+        opaque: usize,
+    ) -> Result<(), send::SendError> {
+        match send::send_sync(producer, &self.syncs_topic, sync, opaque, &self.shutdown) {
+            Err(send::SendError::Encode(e)) => {
+                tracing::error!(error = %e, sync = ?sync, "cannot encode an offset sync");
+                count_error(&self.ctx, "offset_sync");
+                Ok(())
+            }
+            sent => sent,
+        }
+    }
+
     /// Records a break in the positions topic through `producer` and waits for the target to
     /// take it, with the position copying resumes from when there is one (so a restart before
     /// the next stored position does not find the same break again). Returns whether it was
@@ -244,6 +264,31 @@ impl Chore {
         self.last = Instant::now();
         true
     }
+}
+
+/// What the copy loop runs with, whatever the policy.
+pub struct CopyLoop {
+    /// Discovery's topic list.
+    pub subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    pub ctx: Arc<Context>,
+    pub shutdown: CancellationToken,
+}
+
+/// Creates `policy`'s source consumer from `config` and runs the copy loop ([`run`]) on a
+/// blocking thread of its own.
+pub fn spawn<P: Delivery>(
+    policy: P,
+    config: &rdkafka::ClientConfig,
+    health: &Arc<Reachability>,
+    copy: CopyLoop,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), KafkaError>>> {
+    use anyhow::Context as _;
+    let consumer: Source<P> = config
+        .create_with_context(SourceContext::new(policy, health.clone()))
+        .context("creating the source consumer")?;
+    Ok(tokio::task::spawn_blocking(move || {
+        run(consumer, copy.subscriptions, copy.ctx, copy.shutdown)
+    }))
 }
 
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
