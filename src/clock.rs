@@ -35,10 +35,16 @@ mod tests {
     fn times_outside_the_i64_range_saturate_and_ages_are_never_negative() {
         assert_eq!(ms_since_epoch(UNIX_EPOCH), 0);
         assert_eq!(ms_since_epoch(UNIX_EPOCH - Duration::from_secs(1)), 0);
-        assert_eq!(ms_since_epoch(UNIX_EPOCH + Duration::from_millis(1_500)), 1_500);
+        assert_eq!(
+            ms_since_epoch(UNIX_EPOCH + Duration::from_millis(1_500)),
+            1_500
+        );
         assert_eq!(age_at(10_000, 4_000), Duration::from_secs(6));
         assert_eq!(age_at(4_000, 10_000), Duration::ZERO);
-        assert_eq!(age_at(i64::MAX, i64::MIN), Duration::from_millis(i64::MAX as u64));
+        assert_eq!(
+            age_at(i64::MAX, i64::MIN),
+            Duration::from_millis(i64::MAX as u64)
+        );
         assert!(now_ms() > 1_700_000_000_000);
     }
 }

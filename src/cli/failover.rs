@@ -357,7 +357,6 @@ pub fn render_table(r: &FailoverReport) -> String {
     render(head, &t, &notes, &groups)
 }
 
-
 /// What the source told us: the store of the flow's offset syncs and a way to read commits.
 struct SourceView {
     syncs: OffsetSyncStore,

@@ -91,7 +91,6 @@ impl Keeper {
     }
 }
 
-
 /// Runs `renew` on a blocking thread, handing the keeper back.
 async fn renew(mut keeper: Keeper) -> anyhow::Result<(Keeper, Option<Claim>)> {
     tokio::task::spawn_blocking(move || {

@@ -102,7 +102,6 @@ impl Readiness {
     }
 }
 
-
 #[derive(Clone)]
 struct AppState {
     metrics: Metrics,

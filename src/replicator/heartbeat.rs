@@ -180,7 +180,6 @@ impl Emitter {
     }
 }
 
-
 fn set_lag(ctx: &Context, newest_ms: Option<i64>) {
     if let Some(ts) = newest_ms {
         let lag_ms = (now_ms() - ts).max(0);

@@ -110,8 +110,6 @@ impl ClusterObservation {
     }
 }
 
-
-
 /// Keeps the most telling error librdkafka reported: a failed metadata request only says
 /// "transport failure", while the client's error callback says why (credentials refused, TLS
 /// handshake failed), which is what users need to see in the condition.

@@ -214,7 +214,6 @@ pub fn found_now(topic: &str, partition: i32, (kind, from, to): (GapKind, i64, i
     }
 }
 
-
 /// Logs and counts a gap, then has `write` put its record (key, value) into the positions
 /// topic and wait for the target to take it: a gap is rare, and must be on record before the
 /// position moves past it. Returns whether the record was written.

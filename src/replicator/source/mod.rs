@@ -209,6 +209,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         source_health: source_health.clone(),
         target_health: target_health.clone(),
     };
+    // The at-least-once and aligned policies' idempotent producer and offset-sync producer.
+    let plain_producers = || {
+        producers(
+            flow,
+            &producer_config,
+            (syncs_cluster, health(syncs_cluster)),
+            &target_health,
+        )
+    };
     let mut copying = if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
@@ -224,12 +233,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             "source loop starting (exactly-once: a transaction per partition)");
         engine::spawn(policy, &source_consumer(), &source_health, copy)?
     } else if flow.spec.offsets == OffsetsMode::Aligned {
-        let (producer, syncs) = plain_producers(
-            flow,
-            &producer_config,
-            (syncs_cluster, health(syncs_cluster)),
-            &target_health,
-        )?;
+        let (producer, syncs) = plain_producers()?;
         let policy = Aligned::new(aligned::Parts {
             shared,
             producer,
@@ -250,12 +254,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         tracing::info!(%group, "source loop starting (aligned offsets)");
         engine::spawn(policy, &consumer_config, &source_health, copy)?
     } else {
-        let (producer, syncs) = plain_producers(
-            flow,
-            &producer_config,
-            (syncs_cluster, health(syncs_cluster)),
-            &target_health,
-        )?;
+        let (producer, syncs) = plain_producers()?;
         let policy = AtLeastOnce::new(at_least_once::Parts {
             shared,
             producer,
@@ -321,7 +320,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
 
 /// The producers of the policies that write records outside transactions (at-least-once and
 /// aligned): the records' producer on the target, and the offset syncs' where they live.
-fn plain_producers(
+fn producers(
     flow: &crate::replicator::Flow,
     producer_config: &ClientConfig,
     (syncs_cluster, syncs_health): (Side, &Arc<Reachability>),
