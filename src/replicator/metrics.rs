@@ -19,6 +19,9 @@ pub struct Metrics {
     /// Time from a record being read from the source to its copy being acknowledged.
     pub replication_latency: Histogram,
     pub offset_syncs: IntCounter,
+    /// Topic discovery rounds that listed both clusters: the marker tests wait on to know
+    /// discovery has looked again, instead of sleeping for its interval.
+    pub discovery_rounds: IntCounter,
     pub checkpoints_emitted: IntCounter,
     /// Time from a group's commit on the source to its checkpoint being written on the target.
     pub checkpoint_latency: Histogram,
@@ -73,6 +76,10 @@ impl Metrics {
                 "Time from reading a record to the target's acknowledgement",
             )?,
             offset_syncs: IntCounter::new("offset_syncs_total", "Offset syncs written")?,
+            discovery_rounds: IntCounter::new(
+                "discovery_rounds_total",
+                "Topic discovery rounds completed on both clusters",
+            )?,
             checkpoints_emitted: IntCounter::new(
                 "checkpoints_emitted_total",
                 "Checkpoints written",
@@ -143,6 +150,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.replication_latency.clone()))?;
         m.registry.register(Box::new(m.offset_syncs.clone()))?;
+        m.registry.register(Box::new(m.discovery_rounds.clone()))?;
         m.registry
             .register(Box::new(m.checkpoints_emitted.clone()))?;
         m.registry

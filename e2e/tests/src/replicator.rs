@@ -112,6 +112,22 @@ impl Replicator {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
     }
+
+    /// Waits until topic discovery completed `rounds` more rounds than it had when called:
+    /// what a test that checks that something did NOT happen waits for, instead of a time
+    /// that a loaded machine may not give the replicator.
+    pub async fn discovery_rounds(&self, rounds: u32, timeout: Duration) -> Result<()> {
+        const NAME: &str = "mirrorflow_discovery_rounds_total";
+        let start = self.metric(NAME).unwrap_or(0.0);
+        crate::eventually(
+            &format!("{rounds} more discovery rounds"),
+            timeout,
+            || async {
+                Ok((self.metric(NAME).unwrap_or(0.0) >= start + f64::from(rounds)).then_some(()))
+            },
+        )
+        .await
+    }
 }
 
 impl Drop for Replicator {

@@ -601,8 +601,10 @@ async fn heartbeats_are_replicated_despite_filters_and_cycles_are_refused() -> R
             .any(|r| r.key.as_deref() == Some(key.as_slice())),
         "our heartbeat copied"
     );
-    // Two more refreshes: the cycle topic still has no remote copy.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Two more discovery rounds: the cycle topic still has no remote copy.
+    r.discovery_rounds(2, Duration::from_secs(60))
+        .await
+        .with_context(|| r.log_text())?;
     let target = kafka::topics(&s.world.target_bootstrap)?;
     assert!(
         !target.contains(&s.remote(&looped)),

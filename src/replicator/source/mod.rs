@@ -278,6 +278,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         loop {
             let wait = match discovery.round().await {
                 Ok(round) => {
+                    ctx.metrics.discovery_rounds.inc();
                     source_health.ok();
                     target_health.ok();
                     for e in &round.refused {
