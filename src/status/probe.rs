@@ -14,7 +14,7 @@
 //! records between the checkpoint and the commit are what a failover now would read again.
 
 use crate::clock::{age, now_ms};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ use super::{ClusterFault, GroupObservation, Observation};
 use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
-use crate::kafka::checkpoints::CheckpointIndex;
+use crate::kafka::checkpoints::{CheckpointIndex, StoredCheckpoint};
 use crate::kafka::positions::{self, Gap};
 use crate::kafka::writers;
 use crate::mm2::{ReplicationPolicy, TopicPartition};
@@ -288,24 +288,33 @@ pub fn observe_with(
     // A flow that syncs ACLs always has the condition: one the probe could not compare says
     // so rather than vanishing from the status until the next probe.
     if syncs_topic_acls(flow) && out.topic_acls.is_none() {
-        let side = match (&out.source_error, &out.target_error) {
-            (None, Some(_)) => Side::Target,
-            _ => Side::Source,
-        };
-        let error = if out.source_error.is_some() || out.target_error.is_some() {
-            "the cluster cannot be used (see the Ready condition)"
-        } else {
-            "the probe ran out of time before comparing them"
-        };
         out.topic_acls = Some((
-            TopicAcls::Unreadable {
-                side,
-                error: error.into(),
-            },
+            acls_not_compared(out.source_error.as_ref(), out.target_error.as_ref()),
             flow.spec.source_loop.topics_refresh_interval.to_string(),
         ));
     }
     out
+}
+
+/// Why the probe has no ACL comparison: the cluster that failed (the source when both did), or
+/// the budget.
+fn acls_not_compared(
+    source_error: Option<&ClusterFault>,
+    target_error: Option<&ClusterFault>,
+) -> TopicAcls {
+    let side = match (source_error, target_error) {
+        (None, Some(_)) => Side::Target,
+        _ => Side::Source,
+    };
+    let error = if source_error.is_some() || target_error.is_some() {
+        "the cluster cannot be used (see the Ready condition)"
+    } else {
+        "the probe ran out of time before comparing them"
+    };
+    TopicAcls::Unreadable {
+        side,
+        error: error.into(),
+    }
 }
 
 /// `spec.sourceLoop.syncTopicAcls` applies: the flow's own source loop copies ACLs.
@@ -344,12 +353,7 @@ fn observe_clusters(
     match &source_md {
         Ok(md) => {
             source.client().context().clear_cause();
-            let mirrored = md
-                .topics()
-                .iter()
-                .filter(|t| replicates(flow, policy, t.name()))
-                .count();
-            out.topics = Some(mirrored as i32);
+            out.topics = Some(mirrored_topics(flow, md.topics().iter().map(|t| t.name())));
         }
         Err(e) => out.source_error = Some(fault(&source, e)),
     }
@@ -410,12 +414,7 @@ fn observe_clusters(
         out.gaps = Some(Vec::new());
         None
     };
-    // A flow whose source loop was never on has a positions topic for its claim only: no
-    // position in it is no copy of its own (another tool may copy), so no lag from it. Once it
-    // copied, its positions say how far, also while copying is turned off.
-    let copies = flow.spec.mode == FlowMode::Observe
-        || flow.spec.source_loop.enabled
-        || positions.as_ref().is_some_and(|p| !p.is_empty());
+    let copies = positions_are_the_flows(flow, positions.as_ref());
     if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
         out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
     }
@@ -539,24 +538,51 @@ fn replication_lag(
     let starts = source
         .offsets_for_times(starts, budget.next(TIMEOUT))
         .ok()?;
+    lag(&listed(&ends), &listed(&starts), copied)
+}
+
+/// Offsets a cluster answered, per (topic, partition).
+type Listed = HashMap<(String, i32), Offset>;
+
+fn listed(tpl: &TopicPartitionList) -> Listed {
+    tpl.elements()
+        .iter()
+        .map(|e| ((e.topic().to_string(), e.partition()), e.offset()))
+        .collect()
+}
+
+/// [`replication_lag`] from the source's log ends and starts: `None` when a partition's end or
+/// start is not an offset (the answer failed for it), since a partial sum would understate.
+fn lag(ends: &Listed, starts: &Listed, copied: &Positions) -> Option<i64> {
     let mut lag = 0i64;
-    for end in ends.elements() {
-        let Offset::Offset(end_offset) = end.offset() else {
+    for (partition, end) in ends {
+        let Offset::Offset(end) = *end else {
             return None;
         };
-        let start = match starts
-            .find_partition(end.topic(), end.partition())
-            .map(|s| s.offset())
-        {
-            Some(Offset::Offset(o)) => o,
-            _ => return None,
+        let Some(Offset::Offset(start)) = starts.get(partition).copied() else {
+            return None;
         };
-        let next = copied
-            .get(&(end.topic().to_string(), end.partition()))
-            .map_or(start, |n| (*n).max(start));
-        lag = lag.saturating_add(end_offset.saturating_sub(next).max(0));
+        let next = copied.get(partition).map_or(start, |n| (*n).max(start));
+        lag = lag.saturating_add(end.saturating_sub(next).max(0));
     }
     Some(lag)
+}
+
+/// Whether the positions topic tells how far this flow copied (its lag, and what its groups
+/// committed that is not copied yet). A flow whose source loop was never on has a positions
+/// topic for its claim only: no position in it is no copy of its own (another tool may copy),
+/// so no lag from it. Once it copied, its positions say how far, also while copying is off.
+fn positions_are_the_flows(flow: &Flow, positions: Option<&Positions>) -> bool {
+    flow.spec.mode == FlowMode::Observe
+        || flow.spec.source_loop.enabled
+        || positions.is_some_and(|p| !p.is_empty())
+}
+
+/// How many of the source's topics the flow copies.
+fn mirrored_topics<'a>(flow: &Flow, topics: impl Iterator<Item = &'a str>) -> i32 {
+    let policy = flow.policy.as_ref();
+    let count = topics.filter(|t| replicates(flow, policy, t)).count();
+    i32::try_from(count).unwrap_or(i32::MAX)
 }
 
 /// The replicator's rule for which source topics a flow copies.
@@ -584,18 +610,6 @@ fn group_observations(
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = list
-        .iter()
-        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
-        .cloned()
-        .collect();
-    for g in checkpoints.keys() {
-        if !names.contains(g) {
-            names.push(g.clone());
-        }
-    }
-    names.sort();
-    names.truncate(MAX_PROBED_GROUPS);
     let mut tpl = TopicPartitionList::new();
     for t in md
         .topics()
@@ -607,7 +621,7 @@ fn group_observations(
         }
     }
     let mut out = Vec::new();
-    for group in names {
+    for group in groups_to_probe(flow, &list, checkpoints) {
         // The groups not probed this time keep no row; the next probe starts again.
         if budget.spent() {
             break;
@@ -616,75 +630,602 @@ fn group_observations(
             continue;
         };
         let cps = checkpoints.get(&group);
-        let mut replay = 0i64;
-        let mut uncopied = 0i64;
-        let mut any_commit = false;
-        let mut stale_since: Option<i64> = None;
-        let mut newest_written: Option<i64> = None;
-        let mut invalidated = 0u32;
-        for e in committed.elements() {
-            let Offset::Offset(c) = e.offset() else {
-                continue;
-            };
-            any_commit = true;
-            // A commit past what is on the target may have no checkpoint yet because the
-            // replicator is behind, not the checkpoint loop. A partition without a stored
-            // position has had nothing copied.
-            if let Some(copied) = positions {
-                let next = copied
-                    .get(&(e.topic().to_string(), e.partition()))
-                    .copied()
-                    .unwrap_or(0);
-                uncopied = uncopied.saturating_add(c.saturating_sub(next).max(0));
-            }
-            let remote = policy.format_remote_topic(flow.source_alias(), e.topic());
-            match cps.and_then(|m| m.get(&TopicPartition::new(remote, e.partition()))) {
-                Some(stored)
-                    if recreated
-                        .get(&(e.topic().to_string(), e.partition()))
-                        .is_some_and(|&at| stored.written_ms.unwrap_or(0) < at) =>
-                {
-                    // Written into the remote log that was deleted: a failover on it would
-                    // seek past the new log's copies.
-                    invalidated = invalidated.saturating_add(1);
-                }
-                Some(stored) => {
-                    let up = stored.checkpoint.upstream_offset;
-                    let written = stored.written_ms.unwrap_or(0);
-                    newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
-                    if up < c {
-                        replay = replay.saturating_add(c.saturating_sub(up));
-                        stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
-                    }
-                }
-                None => {
-                    replay = replay.saturating_add(c);
-                    stale_since = Some(i64::MIN);
-                }
-            }
-        }
-        if !any_commit {
-            continue;
-        }
-        let checkpoint_age = match (stale_since, newest_written) {
-            (None, _) => Some(Duration::ZERO),
-            (Some(i64::MIN), _) | (_, None) => None,
-            (Some(since), Some(_)) => Some(age(since)),
-        };
-        out.push(GroupObservation {
-            group,
-            checkpoint_age,
-            replay_records: replay,
-            uncopied_records: uncopied,
-            invalidated_checkpoints: invalidated,
-        });
+        let committed = listed(&committed);
+        out.extend(observe_group(
+            flow, group, &committed, cps, positions, recreated, age,
+        ));
     }
     out
+}
+
+/// The groups a probe asks about, in order: the flow's groups on the source (not the
+/// replicator's own) and every group with checkpoints, by name, at most [`MAX_PROBED_GROUPS`].
+fn groups_to_probe(flow: &Flow, listed: &[String], checkpoints: &CheckpointIndex) -> Vec<String> {
+    let mut names: Vec<String> = listed
+        .iter()
+        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
+        .cloned()
+        .collect();
+    for g in checkpoints.keys() {
+        if !names.contains(g) {
+            names.push(g.clone());
+        }
+    }
+    names.sort();
+    names.truncate(MAX_PROBED_GROUPS);
+    names
+}
+
+/// What one group's committed source offsets and its checkpoints say about a failover now;
+/// `None` when it committed nothing on the mirrored partitions. `age` turns a time (ms since
+/// the epoch) into how long ago it was.
+fn observe_group(
+    flow: &Flow,
+    group: String,
+    committed: &Listed,
+    checkpoints: Option<&BTreeMap<TopicPartition, StoredCheckpoint>>,
+    positions: Option<&Positions>,
+    recreated: &Recreations,
+    age: impl Fn(i64) -> Duration,
+) -> Option<GroupObservation> {
+    let policy = flow.policy.as_ref();
+    let mut replay = 0i64;
+    let mut uncopied = 0i64;
+    let mut any_commit = false;
+    let mut stale_since: Option<i64> = None;
+    let mut newest_written: Option<i64> = None;
+    let mut invalidated = 0u32;
+    for ((topic, partition), offset) in committed {
+        let Offset::Offset(c) = *offset else {
+            continue;
+        };
+        let source_partition = (topic.clone(), *partition);
+        any_commit = true;
+        // A commit past what is on the target may have no checkpoint yet because the
+        // replicator is behind, not the checkpoint loop. A partition without a stored
+        // position has had nothing copied.
+        if let Some(copied) = positions {
+            let next = copied.get(&source_partition).copied().unwrap_or(0);
+            uncopied = uncopied.saturating_add(c.saturating_sub(next).max(0));
+        }
+        let remote = policy.format_remote_topic(flow.source_alias(), topic);
+        match checkpoints.and_then(|m| m.get(&TopicPartition::new(remote, *partition))) {
+            Some(stored)
+                if recreated
+                    .get(&source_partition)
+                    .is_some_and(|&at| stored.written_ms.unwrap_or(0) < at) =>
+            {
+                // Written into the remote log that was deleted: a failover on it would
+                // seek past the new log's copies.
+                invalidated = invalidated.saturating_add(1);
+            }
+            Some(stored) => {
+                let up = stored.checkpoint.upstream_offset;
+                let written = stored.written_ms.unwrap_or(0);
+                newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
+                if up < c {
+                    replay = replay.saturating_add(c.saturating_sub(up));
+                    stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
+                }
+            }
+            None => {
+                replay = replay.saturating_add(c);
+                stale_since = Some(i64::MIN);
+            }
+        }
+    }
+    if !any_commit {
+        return None;
+    }
+    let checkpoint_age = match (stale_since, newest_written) {
+        (None, _) => Some(Duration::ZERO),
+        (Some(i64::MIN), _) | (_, None) => None,
+        (Some(since), Some(_)) => Some(age(since)),
+    };
+    Some(GroupObservation {
+        group,
+        checkpoint_age,
+        replay_records: replay,
+        uncopied_records: uncopied,
+        invalidated_checkpoints: invalidated,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::SecretFiles;
+    use crate::mm2::Checkpoint;
+    use proptest::prelude::*;
+
+    /// A flow from alias `a` to `b` (remote topics `a.<topic>`), with `extra` spec lines.
+    fn flow(extra: &str) -> Flow {
+        let yaml = format!(
+            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
+        );
+        crate::flow::resolve(
+            "ns/f".into(),
+            serde_yaml::from_str(&yaml).unwrap(),
+            &SecretFiles::new("/none"),
+        )
+        .unwrap()
+    }
+
+    fn offsets(items: &[(&str, i32, Offset)]) -> Listed {
+        items
+            .iter()
+            .map(|(t, p, o)| ((t.to_string(), *p), *o))
+            .collect()
+    }
+
+    fn positions(items: &[(&str, i32, i64)]) -> Positions {
+        items
+            .iter()
+            .map(|(t, p, o)| ((t.to_string(), *p), *o))
+            .collect()
+    }
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn age_at_now(since: i64) -> Duration {
+        Duration::from_millis(u64::try_from(NOW.saturating_sub(since)).unwrap_or(0))
+    }
+
+    /// Checkpoints of `group` on the remote topic `a.orders`: (partition, upstream offset,
+    /// written ms).
+    fn checkpoints(
+        group: &str,
+        items: &[(i32, i64, Option<i64>)],
+    ) -> BTreeMap<TopicPartition, StoredCheckpoint> {
+        items
+            .iter()
+            .map(|&(partition, upstream_offset, written_ms)| {
+                let topic_partition = TopicPartition::new("a.orders", partition);
+                let checkpoint = Checkpoint {
+                    group: group.into(),
+                    topic_partition: topic_partition.clone(),
+                    upstream_offset,
+                    downstream_offset: upstream_offset,
+                    metadata: String::new(),
+                };
+                (
+                    topic_partition,
+                    StoredCheckpoint {
+                        checkpoint,
+                        written_ms,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn commits(items: &[(i32, i64)]) -> Listed {
+        items
+            .iter()
+            .map(|&(p, o)| (("orders".to_string(), p), Offset::Offset(o)))
+            .collect()
+    }
+
+    #[test]
+    fn a_budget_caps_each_request_and_is_spent_at_its_deadline() {
+        let long = Budget::new(Duration::from_secs(60));
+        assert_eq!(long.next(TIMEOUT), TIMEOUT);
+        assert!(!long.spent());
+        let short = Budget::new(Duration::from_secs(2));
+        assert!(short.next(TIMEOUT) <= Duration::from_secs(2));
+        assert!(!short.next(TIMEOUT).is_zero());
+        let gone = Budget::new(Duration::ZERO);
+        assert_eq!(gone.next(TIMEOUT), Duration::ZERO);
+        assert!(gone.spent());
+    }
+
+    #[test]
+    fn the_lag_counts_the_records_after_each_stored_position_within_the_log() {
+        let ends = offsets(&[
+            ("t", 0, Offset::Offset(100)),
+            ("t", 1, Offset::Offset(50)),
+            ("u", 0, Offset::Offset(30)),
+            ("u", 1, Offset::Offset(70)),
+        ]);
+        let starts = offsets(&[
+            ("t", 0, Offset::Offset(0)),
+            ("t", 1, Offset::Offset(40)),
+            ("u", 0, Offset::Offset(5)),
+            ("u", 1, Offset::Offset(0)),
+        ]);
+        let copied = positions(&[
+            ("t", 0, 90),
+            // Behind the log start (retention): counted from the start.
+            ("t", 1, 10),
+            // Past the end (a recreated source topic): nothing left, not a negative count.
+            ("u", 1, 95),
+            // A topic no longer mirrored adds nothing.
+            ("gone", 0, 0),
+        ]);
+        // t-0: 10, t-1: 10, u-0 (no position, counted from its start): 25, u-1: 0.
+        assert_eq!(lag(&ends, &starts, &copied), Some(45));
+        assert_eq!(lag(&Listed::new(), &Listed::new(), &copied), Some(0));
+    }
+
+    #[test]
+    fn a_partition_whose_offsets_were_not_answered_makes_the_lag_unknown() {
+        let starts = offsets(&[("t", 0, Offset::Offset(0)), ("t", 1, Offset::Offset(0))]);
+        let copied = positions(&[("t", 0, 1), ("t", 1, 1)]);
+        let no_end = offsets(&[("t", 0, Offset::Offset(9)), ("t", 1, Offset::Invalid)]);
+        assert_eq!(lag(&no_end, &starts, &copied), None);
+        let ends = offsets(&[("t", 0, Offset::Offset(9)), ("t", 1, Offset::Offset(9))]);
+        let no_start = offsets(&[("t", 0, Offset::Offset(0))]);
+        assert_eq!(lag(&ends, &no_start, &copied), None);
+    }
+
+    proptest! {
+        #[test]
+        fn the_lag_is_never_negative_nor_more_than_the_logs_hold(
+            logs in prop::collection::vec((any::<i64>(), any::<i64>(), prop::option::of(any::<i64>())), 0..6),
+        ) {
+            let mut ends = Listed::new();
+            let mut starts = Listed::new();
+            let mut copied = Positions::new();
+            let mut held = 0i64;
+            for (p, (start, end, position)) in (0i32..).zip(&logs) {
+                let key = ("t".to_string(), p);
+                ends.insert(key.clone(), Offset::Offset(*end));
+                starts.insert(key.clone(), Offset::Offset(*start));
+                if let Some(n) = position {
+                    copied.insert(key, *n);
+                }
+                held = held.saturating_add(end.saturating_sub(*start).max(0));
+            }
+            let Some(found) = lag(&ends, &starts, &copied) else {
+                return Err(TestCaseError::fail("every offset was answered"));
+            };
+            prop_assert!(found >= 0);
+            prop_assert!(found <= held);
+            prop_assert_eq!(lag(&ends, &starts, &Positions::new()), Some(held));
+        }
+    }
+
+    #[test]
+    fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
+        let cps = checkpoints("g", &[(0, 10, Some(NOW - 3_600_000)), (1, 7, Some(NOW))]);
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 10), (1, 5)]),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        );
+        assert_eq!(
+            seen,
+            Some(GroupObservation {
+                group: "g".into(),
+                checkpoint_age: Some(Duration::ZERO),
+                replay_records: 0,
+                uncopied_records: 0,
+                invalidated_checkpoints: 0,
+            })
+        );
+    }
+
+    #[test]
+    fn a_stale_group_is_as_old_as_its_oldest_uncovered_checkpoint() {
+        let cps = checkpoints(
+            "g",
+            &[
+                (0, 10, Some(NOW - 30_000)),
+                (1, 5, Some(NOW - 10_000)),
+                // Covered: its age does not matter.
+                (2, 3, Some(NOW - 90_000)),
+            ],
+        );
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 20), (1, 15), (2, 3)]),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .unwrap();
+        assert_eq!(seen.checkpoint_age, Some(Duration::from_secs(30)));
+        assert_eq!(seen.replay_records, 20);
+    }
+
+    #[test]
+    fn a_committed_partition_without_a_checkpoint_leaves_the_age_unknown_and_replays_whole() {
+        let cps = checkpoints("g", &[(0, 10, Some(NOW - 1_000))]);
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 12), (1, 8)]),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .unwrap();
+        assert_eq!(seen.checkpoint_age, None);
+        assert_eq!(seen.replay_records, 2 + 8);
+        let none = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 12)]),
+            None,
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .unwrap();
+        assert_eq!((none.checkpoint_age, none.replay_records), (None, 12));
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_its_remote_partition_was_recreated_is_invalidated() {
+        let recreated = Recreations::from([
+            (("orders".to_string(), 0), NOW - 5_000),
+            (("orders".to_string(), 1), NOW - 5_000),
+            (("orders".to_string(), 2), NOW - 5_000),
+        ]);
+        let cps = checkpoints(
+            "g",
+            &[
+                (0, 10, Some(NOW - 10_000)),
+                // Written from the new log: valid.
+                (1, 10, Some(NOW - 1_000)),
+                // When it was written is unknown: it may point into the old log.
+                (2, 10, None),
+            ],
+        );
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 10), (1, 10), (2, 10), (3, 1)]),
+            Some(&cps),
+            None,
+            &recreated,
+            age_at_now,
+        )
+        .unwrap();
+        assert_eq!(seen.invalidated_checkpoints, 2);
+    }
+
+    #[test]
+    fn commits_past_the_stored_positions_count_as_uncopied_only_when_positions_are_known() {
+        let cps = checkpoints("g", &[(0, 10, Some(NOW)), (1, 4, Some(NOW))]);
+        let copied = positions(&[("orders", 0, 15), ("orders", 1, 9)]);
+        let observe = |positions| {
+            observe_group(
+                &flow(""),
+                "g".into(),
+                &commits(&[(0, 20), (1, 4), (2, 6)]),
+                Some(&cps),
+                positions,
+                &Recreations::new(),
+                age_at_now,
+            )
+            .unwrap()
+        };
+        // Partition 2 has no position: nothing of it was copied.
+        assert_eq!(observe(Some(&copied)).uncopied_records, 5 + 6);
+        assert_eq!(observe(None).uncopied_records, 0);
+    }
+
+    #[test]
+    fn a_group_without_commits_on_the_mirrored_partitions_has_no_row() {
+        let nothing = offsets(&[("orders", 0, Offset::Invalid)]);
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &nothing,
+            None,
+            None,
+            &Recreations::new(),
+            age_at_now,
+        );
+        assert_eq!(seen, None);
+    }
+
+    proptest! {
+        #[test]
+        fn replayed_and_uncopied_records_are_never_negative(
+            parts in prop::collection::vec(
+                (0..i64::MAX, prop::option::of(any::<i64>()), prop::option::of(any::<i64>())),
+                1..5,
+            ),
+        ) {
+            let mut committed = Listed::new();
+            let mut cps = Vec::new();
+            let mut copied = Positions::new();
+            for (p, (commit, upstream, position)) in (0i32..).zip(&parts) {
+                committed.insert(("orders".to_string(), p), Offset::Offset(*commit));
+                if let Some(up) = upstream {
+                    cps.push((p, *up, Some(NOW)));
+                }
+                if let Some(n) = position {
+                    copied.insert(("orders".to_string(), p), *n);
+                }
+            }
+            let cps = checkpoints("g", &cps);
+            let seen = observe_group(
+                &flow(""),
+                "g".into(),
+                &committed,
+                Some(&cps),
+                Some(&copied),
+                &Recreations::new(),
+                age_at_now,
+            );
+            let Some(seen) = seen else {
+                return Err(TestCaseError::fail("every partition has a commit"));
+            };
+            prop_assert!(seen.replay_records >= 0);
+            prop_assert!(seen.uncopied_records >= 0);
+        }
+    }
+
+    #[test]
+    fn the_probe_asks_about_the_flows_groups_and_every_checkpointed_group_by_name() {
+        let listed: Vec<String> = [
+            "orders-app",
+            "console-consumer-1",
+            "mirrorflow.f.source",
+            "b-app",
+        ]
+        .map(String::from)
+        .into();
+        let index = CheckpointIndex::from([
+            ("zz-old".to_string(), BTreeMap::new()),
+            ("b-app".to_string(), BTreeMap::new()),
+        ]);
+        assert_eq!(
+            groups_to_probe(&flow(""), &listed, &index),
+            ["b-app", "orders-app", "zz-old"]
+        );
+        let many: Vec<String> = (0..MAX_PROBED_GROUPS + 10)
+            .rev()
+            .map(|i| format!("g{i:03}"))
+            .collect();
+        let probed = groups_to_probe(&flow(""), &many, &CheckpointIndex::new());
+        assert_eq!(probed.len(), MAX_PROBED_GROUPS);
+        assert_eq!(probed.first().map(String::as_str), Some("g000"));
+    }
+
+    #[test]
+    fn the_probe_counts_the_topics_the_replicator_mirrors() {
+        let flow = flow("topics: ['orders', 'payments']\n");
+        let names = [
+            "orders",
+            "payments",
+            "other",
+            "heartbeats",
+            "b.orders",
+            "b.heartbeats",
+            "__consumer_offsets",
+            "mm2-offset-syncs.b.internal",
+            "a.checkpoints.internal",
+        ];
+        let filters = crate::mm2::Filters {
+            topics: flow.topics.clone(),
+            groups: flow.groups.clone(),
+        };
+        let listing = names.iter().map(|t| (t.to_string(), 1)).collect();
+        let plan = crate::replicator::source::topics::plan(
+            &filters,
+            flow.policy.as_ref(),
+            "a",
+            "b",
+            &listing,
+            &BTreeMap::new(),
+        );
+        assert_eq!(plan.mirrored.len(), 3);
+        assert_eq!(mirrored_topics(&flow, names.into_iter()), 3);
+    }
+
+    #[test]
+    fn only_a_flow_that_copies_or_copied_is_judged_by_the_positions_topic() {
+        let copied = positions(&[("orders", 0, 5)]);
+        let empty = Positions::new();
+        let off = flow("sourceLoop: {enabled: false}\n");
+        assert!(!positions_are_the_flows(&off, Some(&empty)));
+        assert!(!positions_are_the_flows(&off, None));
+        assert!(positions_are_the_flows(&off, Some(&copied)));
+        assert!(positions_are_the_flows(&flow(""), Some(&empty)));
+        assert!(positions_are_the_flows(
+            &flow("mode: Observe\n"),
+            Some(&empty)
+        ));
+    }
+
+    #[test]
+    fn acls_not_compared_name_the_cluster_that_failed_or_the_budget() {
+        let down = ClusterFault::Unreachable("down".into());
+        let unusable = "the cluster cannot be used (see the Ready condition)".to_string();
+        assert_eq!(
+            acls_not_compared(None, Some(&down)),
+            TopicAcls::Unreadable {
+                side: Side::Target,
+                error: unusable.clone()
+            }
+        );
+        assert_eq!(
+            acls_not_compared(Some(&down), Some(&down)),
+            TopicAcls::Unreadable {
+                side: Side::Source,
+                error: unusable
+            }
+        );
+        assert_eq!(
+            acls_not_compared(None, None),
+            TopicAcls::Unreadable {
+                side: Side::Source,
+                error: "the probe ran out of time before comparing them".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_heartbeat_time_out_of_range_is_left_out_rather_than_wrong() {
+        let mut obs = Observation::default();
+        ClusterObservation {
+            heartbeat: Some((Duration::from_secs(3), i64::MAX)),
+            ..Default::default()
+        }
+        .record_into(&mut obs);
+        assert_eq!(obs.heartbeat_age, Some(Duration::from_secs(3)));
+        assert_eq!(obs.heartbeat_time, None);
+        ClusterObservation {
+            heartbeat: Some((Duration::ZERO, 1_700_000_000_000)),
+            ..Default::default()
+        }
+        .record_into(&mut obs);
+        assert_eq!(
+            obs.heartbeat_time.map(|t| t.0.as_millisecond()),
+            Some(1_700_000_000_000)
+        );
+    }
+
+    #[test]
+    fn the_flows_default_client_id_is_shared_and_its_own_is_kept() {
+        let mut config = ClientConfig::new();
+        config.set("client.id", "mirrorflow-a");
+        assert_eq!(
+            shared_config(&config, "a").get("client.id"),
+            Some("mirrorflow-operator-probe")
+        );
+        config.set("client.id", "quota-holder");
+        assert_eq!(
+            shared_config(&config, "a").get("client.id"),
+            Some("quota-holder")
+        );
+    }
+
+    #[test]
+    fn client_errors_tell_credentials_certificates_and_handshakes_apart() {
+        assert!(matches!(
+            classify(false, true, "broker: authentication failed"),
+            Some(ClusterFault::Authentication(_))
+        ));
+        assert!(matches!(
+            classify(
+                false,
+                false,
+                "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed"
+            ),
+            Some(ClusterFault::Tls(_))
+        ));
+        assert!(matches!(
+            classify(false, false, "SSL handshake failed: tlsv1 alert unknown ca"),
+            Some(ClusterFault::CertificateRefused(_))
+        ));
+        // Token words mean nothing to a client that uses no tokens.
+        assert_eq!(
+            classify(false, false, "Failed to acquire SASL OAUTHBEARER token: x"),
+            None
+        );
+    }
 
     #[test]
     fn the_newest_recreation_of_each_remote_partition_counts() {

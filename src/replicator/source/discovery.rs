@@ -6,13 +6,15 @@
 //! ACLs when asked to ([`super::acl_sync`]). Topics are created on the target
 //! before they are subscribed to, so the producer never writes to a missing topic.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rdkafka::admin::ConfigEntry;
 
 pub use crate::kafka::admin::{Admin, AdminError};
 
 use super::acl_sync::AclSync;
 use super::limits::RemoteLimits;
-use super::topics::{self, Mirrored};
+use super::topics::{self, Mirrored, Plan};
 use crate::mm2::Filters;
 use crate::replicator::Flow;
 
@@ -80,43 +82,23 @@ impl Discovery {
             }
         }
         let sync_configs = self.flow.spec.source_loop.sync_topic_configs;
-        let to_describe: Vec<&str> = plan
-            .mirrored
-            .iter()
-            .filter(|m| sync_configs || plan.create.contains(m))
-            .map(|m| m.source.as_str())
-            .collect();
-        let source_configs = self.source.describe(&to_describe).await?;
-        let desired = |m: &Mirrored| {
-            source_configs
-                .get(&m.source)
-                .map(|e| topics::syncable_configs(e))
-                .unwrap_or_default()
-        };
+        let source_configs = self
+            .source
+            .describe(&configs_needed(&plan, sync_configs))
+            .await?;
         let mut refused = Vec::new();
-        let creates: Vec<(String, i32, BTreeMap<String, String>)> = plan
-            .create
-            .iter()
-            .map(|m| (m.remote.clone(), m.partitions, desired(m)))
-            .collect();
         let rf = self.flow.spec.source_loop.replication_factor;
-        refused.extend(self.target.create(&creates, rf).await?);
+        refused.extend(
+            self.target
+                .create(&creations(&plan, &source_configs), rf)
+                .await?,
+        );
         refused.extend(self.target.grow(&plan.grow).await?);
         if sync_configs {
-            let existing: Vec<&Mirrored> = plan
-                .mirrored
-                .iter()
-                .filter(|m| !plan.create.contains(m))
-                .collect();
+            let existing = existing(&plan);
             let remote_names: Vec<&str> = existing.iter().map(|m| m.remote.as_str()).collect();
             let target_configs = self.target.describe(&remote_names).await?;
-            let updates: Vec<(String, BTreeMap<String, String>)> = existing
-                .iter()
-                .filter_map(|m| {
-                    let current = target_configs.get(&m.remote)?;
-                    topics::config_update(&desired(m), current).map(|u| (m.remote.clone(), u))
-                })
-                .collect();
+            let updates = config_updates(&existing, &source_configs, &target_configs);
             for (topic, _) in &updates {
                 tracing::info!(topic = %topic, "syncing topic configs from the source");
             }
@@ -130,19 +112,7 @@ impl Discovery {
         // After creation and config sync, so the copier sees the limits records will meet.
         let remotes: Vec<&str> = plan.mirrored.iter().map(|m| m.remote.as_str()).collect();
         self.limits.update(&self.target.describe(&remotes).await?);
-        // A topic whose creation failed is not subscribed to; one whose growth failed still is,
-        // its new partitions fail to copy until a later round grows it.
-        let failed: BTreeSet<String> = plan
-            .create
-            .iter()
-            .filter(|m| {
-                refused
-                    .iter()
-                    .any(|e| matches!(e, AdminError::Refused { topic, .. } if *topic == m.remote))
-            })
-            .map(|m| m.remote.clone())
-            .collect();
-        let subscription = plan.subscription(&failed);
+        let subscription = plan.subscription(&failed_creations(&plan, &refused));
         for t in &subscription {
             if self.known.insert(t.clone()) {
                 tracing::info!(topic = %t, remote = %self.flow.policy.format_remote_topic(self.flow.source_alias(), t),
@@ -156,5 +126,376 @@ impl Discovery {
             subscription,
             refused,
         })
+    }
+}
+
+/// Topic configs as a cluster described them, by topic name.
+type Described = HashMap<String, Vec<ConfigEntry>>;
+
+/// The source topics whose configs a round needs: those whose remote topic is created now, and
+/// every mirrored one when configs are synced.
+fn configs_needed(plan: &Plan, sync_configs: bool) -> Vec<&str> {
+    plan.mirrored
+        .iter()
+        .filter(|m| sync_configs || plan.create.contains(m))
+        .map(|m| m.source.as_str())
+        .collect()
+}
+
+/// The remote topics to create: each with its source's partition count and the source's
+/// syncable configs (none when the source did not describe it, e.g. deleted meanwhile).
+fn creations(
+    plan: &Plan,
+    source_configs: &Described,
+) -> Vec<(String, i32, BTreeMap<String, String>)> {
+    plan.create
+        .iter()
+        .map(|m| {
+            let configs = source_configs
+                .get(&m.source)
+                .map(|e| topics::syncable_configs(e))
+                .unwrap_or_default();
+            (m.remote.clone(), m.partitions, configs)
+        })
+        .collect()
+}
+
+/// The mirrored topics whose remote topic exists already (not created this round).
+fn existing(plan: &Plan) -> Vec<&Mirrored> {
+    plan.mirrored
+        .iter()
+        .filter(|m| !plan.create.contains(m))
+        .collect()
+}
+
+/// The config writes that bring existing remote topics in line with their source. A topic
+/// either cluster did not describe is left alone: a write replaces every dynamic config of the
+/// remote topic, so unknown source configs taken as none would wipe the target's
+/// (`cleanup.policy`, `retention.ms`) rather than sync them.
+fn config_updates(
+    existing: &[&Mirrored],
+    source_configs: &Described,
+    target_configs: &Described,
+) -> Vec<(String, BTreeMap<String, String>)> {
+    existing
+        .iter()
+        .filter_map(|m| {
+            let desired = topics::syncable_configs(source_configs.get(&m.source)?);
+            let current = target_configs.get(&m.remote)?;
+            topics::config_update(&desired, current).map(|u| (m.remote.clone(), u))
+        })
+        .collect()
+}
+
+/// The remote topics the target refused to create this round. They are not subscribed to (the
+/// producer would write to a missing topic) until a later round creates them; a topic whose
+/// growth failed still is, its new partitions fail to copy until a later round grows it.
+fn failed_creations(plan: &Plan, refused: &[AdminError]) -> BTreeSet<String> {
+    plan.create
+        .iter()
+        .filter(|m| {
+            refused
+                .iter()
+                .any(|e| matches!(e, AdminError::Refused { topic, .. } if *topic == m.remote))
+        })
+        .map(|m| m.remote.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::Side;
+    use crate::mm2::{DEFAULT_TOPICS_EXCLUDE, Filters, PrefixPolicy};
+    use proptest::prelude::*;
+    use rdkafka::admin::ConfigSource;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    /// Source alias `A`, target alias `B`, MM2's naming.
+    fn plan_for(include: &[&str], source: &[(&str, i32)], target: &[(&str, i32)]) -> Plan {
+        let filters = Filters::new(include, DEFAULT_TOPICS_EXCLUDE, &[".*"], &[]).unwrap();
+        let listing = |items: &[(&str, i32)]| -> BTreeMap<String, i32> {
+            items.iter().map(|(t, p)| (t.to_string(), *p)).collect()
+        };
+        topics::plan(
+            &filters,
+            &PrefixPolicy::default(),
+            "A",
+            "B",
+            &listing(source),
+            &listing(target),
+        )
+    }
+
+    fn topic_config(name: &str, value: &str) -> ConfigEntry {
+        ConfigEntry {
+            name: name.into(),
+            value: Some(value.into()),
+            source: ConfigSource::DynamicTopic,
+            is_default: false,
+            is_read_only: false,
+            is_sensitive: false,
+        }
+    }
+
+    fn described(topics: &[(&str, &[(&str, &str)])]) -> Described {
+        topics
+            .iter()
+            .map(|(t, entries)| {
+                let entries = entries.iter().map(|(k, v)| topic_config(k, v)).collect();
+                (t.to_string(), entries)
+            })
+            .collect()
+    }
+
+    fn configs(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn refused(topic: &str, what: &'static str) -> AdminError {
+        AdminError::Refused {
+            cluster: Side::Target,
+            what,
+            topic: topic.into(),
+            code: RDKafkaErrorCode::PolicyViolation,
+        }
+    }
+
+    #[test]
+    fn a_missing_remote_topic_is_created_with_the_sources_partitions_and_configs() {
+        let plan = plan_for(&["orders"], &[("orders", 3)], &[]);
+        let source = described(&[(
+            "orders",
+            &[
+                ("cleanup.policy", "compact"),
+                // The target's operators decide durability: never copied.
+                ("min.insync.replicas", "2"),
+            ],
+        )]);
+        assert_eq!(
+            creations(&plan, &source),
+            [(
+                "A.orders".to_string(),
+                3,
+                configs(&[("cleanup.policy", "compact")])
+            )]
+        );
+        assert!(existing(&plan).is_empty());
+        assert_eq!(plan.subscription(&failed_creations(&plan, &[])), ["orders"]);
+    }
+
+    #[test]
+    fn only_topics_created_this_round_are_described_unless_configs_are_synced() {
+        let plan = plan_for(
+            &["orders", "payments"],
+            &[("orders", 3), ("payments", 2)],
+            &[("A.payments", 2)],
+        );
+        assert_eq!(configs_needed(&plan, false), ["orders"]);
+        assert_eq!(configs_needed(&plan, true), ["orders", "payments"]);
+    }
+
+    #[test]
+    fn filtered_internal_and_cyclic_topics_get_no_remote_topic_and_no_subscription() {
+        let plan = plan_for(
+            &["orders"],
+            &[
+                ("orders", 1),
+                ("other", 1),
+                ("__consumer_offsets", 50),
+                ("mm2-offset-syncs.B.internal", 1),
+                ("B.checkpoints.internal", 1),
+                // Came from the target: copying it back would close a cycle.
+                ("B.orders", 1),
+                ("B.heartbeats", 1),
+                // A copy of our own heartbeats made by a flow B -> A... -> A.
+                ("A.heartbeats", 1),
+                // Heartbeats are copied whatever the topic lists say, also from a third cluster.
+                ("heartbeats", 1),
+                ("C.heartbeats", 1),
+            ],
+            &[],
+        );
+        let created: Vec<String> = creations(&plan, &Described::new())
+            .into_iter()
+            .map(|(remote, ..)| remote)
+            .collect();
+        assert_eq!(created, ["A.C.heartbeats", "A.heartbeats", "A.orders"]);
+        assert_eq!(
+            plan.subscription(&failed_creations(&plan, &[])),
+            ["C.heartbeats", "heartbeats", "orders"]
+        );
+        assert_eq!(plan.cycles, ["A.heartbeats", "B.heartbeats", "B.orders"]);
+    }
+
+    #[test]
+    fn a_remote_topic_with_fewer_partitions_is_grown_and_stays_subscribed_when_growth_fails() {
+        let plan = plan_for(
+            &[".*"],
+            &[("orders", 6), ("small", 1)],
+            &[("A.orders", 3), ("A.small", 4)],
+        );
+        assert_eq!(plan.grow, [("A.orders".to_string(), 6)]);
+        assert!(creations(&plan, &Described::new()).is_empty());
+        let refusals = [refused("A.orders", "adding partitions to")];
+        assert!(failed_creations(&plan, &refusals).is_empty());
+        assert_eq!(
+            plan.subscription(&failed_creations(&plan, &refusals)),
+            ["orders", "small"]
+        );
+    }
+
+    #[test]
+    fn a_refused_creation_is_not_subscribed_until_a_later_round_creates_it() {
+        let plan = plan_for(
+            &[".*"],
+            &[("orders", 1), ("payments", 1), ("refunds", 1)],
+            &[("A.refunds", 1)],
+        );
+        // A refused config write of an existing topic keeps it subscribed.
+        let refusals = [
+            refused("A.orders", "creating topic"),
+            refused("A.refunds", "altering configs of"),
+        ];
+        let failed = failed_creations(&plan, &refusals);
+        assert_eq!(failed, BTreeSet::from(["A.orders".to_string()]));
+        assert_eq!(plan.subscription(&failed), ["payments", "refunds"]);
+        let next_round = plan_for(
+            &[".*"],
+            &[("orders", 1), ("payments", 1), ("refunds", 1)],
+            &[("A.orders", 1), ("A.payments", 1), ("A.refunds", 1)],
+        );
+        assert_eq!(
+            next_round.subscription(&failed_creations(&next_round, &[])),
+            ["orders", "payments", "refunds"]
+        );
+    }
+
+    #[test]
+    fn existing_remote_topics_take_the_sources_configs_and_keep_the_targets_excluded_ones() {
+        let plan = plan_for(
+            &[".*"],
+            &[("orders", 1), ("synced", 1), ("new", 1)],
+            &[("A.orders", 1), ("A.synced", 1)],
+        );
+        let remotes: Vec<&str> = existing(&plan).iter().map(|m| m.remote.as_str()).collect();
+        // The topic created this round got its configs at creation.
+        assert_eq!(remotes, ["A.orders", "A.synced"]);
+        let source = described(&[
+            (
+                "orders",
+                &[("cleanup.policy", "compact"), ("retention.ms", "-1")],
+            ),
+            ("synced", &[("retention.ms", "1000")]),
+            ("new", &[("retention.ms", "5")]),
+        ]);
+        let target = described(&[
+            (
+                "A.orders",
+                &[("cleanup.policy", "delete"), ("min.insync.replicas", "2")],
+            ),
+            ("A.synced", &[("retention.ms", "1000")]),
+        ]);
+        assert_eq!(
+            config_updates(&existing(&plan), &source, &target),
+            [(
+                "A.orders".to_string(),
+                configs(&[
+                    ("cleanup.policy", "compact"),
+                    ("min.insync.replicas", "2"),
+                    ("retention.ms", "-1"),
+                ])
+            )]
+        );
+    }
+
+    #[test]
+    fn a_source_topic_that_was_not_described_leaves_its_remote_configs_alone() {
+        // Deleted on the source between the listing and the describe, or not describable: its
+        // configs are unknown, not empty. The write replaces every dynamic config, so taking
+        // them as none would turn a compacted, keep-forever remote into one deleted by
+        // retention.
+        let plan = plan_for(&[".*"], &[("orders", 1)], &[("A.orders", 1)]);
+        let target = described(&[(
+            "A.orders",
+            &[("cleanup.policy", "compact"), ("retention.ms", "-1")],
+        )]);
+        assert_eq!(
+            config_updates(&existing(&plan), &Described::new(), &target),
+            []
+        );
+    }
+
+    #[test]
+    fn a_remote_topic_the_target_did_not_describe_is_not_written() {
+        let plan = plan_for(&[".*"], &[("orders", 1)], &[("A.orders", 1)]);
+        let source = described(&[("orders", &[("cleanup.policy", "compact")])]);
+        assert_eq!(
+            config_updates(&existing(&plan), &source, &Described::new()),
+            []
+        );
+    }
+
+    fn listing() -> impl Strategy<Value = BTreeMap<String, i32>> {
+        let name = prop::sample::select(vec![
+            "orders",
+            "payments",
+            "heartbeats",
+            "A.orders",
+            "B.orders",
+            "C.orders",
+            "__consumer_offsets",
+            "x.internal",
+        ]);
+        prop::collection::btree_map(name.prop_map(String::from), 1..8i32, 0..8)
+    }
+
+    proptest! {
+        /// Whatever the clusters hold, a subscribed topic's remote exists or is created this
+        /// round, and has (or is given) at least the source's partitions: the producer never
+        /// writes to a missing topic or partition, except one whose growth the target refused.
+        #[test]
+        fn every_subscribed_topic_has_a_remote_with_enough_partitions(
+            source in listing(),
+            remote in listing(),
+            refuse in prop::collection::vec(any::<bool>(), 8),
+        ) {
+            // The target holds remote topics under their remote names.
+            let target: BTreeMap<String, i32> =
+                remote.into_iter().map(|(t, p)| (format!("A.{t}"), p)).collect();
+            let source_listing: Vec<(&str, i32)> =
+                source.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+            let target_listing: Vec<(&str, i32)> =
+                target.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+            let plan = plan_for(&[".*"], &source_listing, &target_listing);
+            let creates = creations(&plan, &Described::new());
+            let refusals: Vec<AdminError> = creates
+                .iter()
+                .zip(&refuse)
+                .filter(|(_, refused)| **refused)
+                .map(|((remote, ..), _)| refused(remote, "creating topic"))
+                .collect();
+            let subscription = plan.subscription(&failed_creations(&plan, &refusals));
+            for topic in &subscription {
+                let remote = format!("A.{topic}");
+                let partitions = source[topic];
+                let created = creates
+                    .iter()
+                    .any(|(r, p, _)| *r == remote && *p == partitions)
+                    && !refusals
+                        .iter()
+                        .any(|e| matches!(e, AdminError::Refused { topic: t, .. } if *t == remote));
+                let there = target.get(&remote).is_some_and(|&p| p >= partitions);
+                let grown = plan.grow.contains(&(remote.clone(), partitions));
+                prop_assert!(created || there || grown, "{topic} -> {remote}");
+                prop_assert!(!topic.starts_with("B.") && !topic.starts_with("__"));
+            }
+            for (remote, ..) in &creates {
+                prop_assert!(!target.contains_key(remote));
+            }
+        }
     }
 }
