@@ -13,6 +13,9 @@ use kube::client::Body;
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The query string (`fieldManager=...&force=true`), empty when there is none.
+    pub query: String,
+    pub content_type: String,
     pub body: serde_json::Value,
 }
 
@@ -31,6 +34,13 @@ pub fn client(routes: Routes) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
             let req = Seen {
                 method: parts.method.to_string(),
                 path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string(),
                 body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
             };
             let (status, body) = routes(&req).unwrap_or_else(|| {

@@ -60,19 +60,18 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     if !ctx.leading() {
         return Ok(Action::requeue(super::lease::RENEW_EVERY));
     }
-    match &verdict {
-        Check::Deploy(_, versions) if !observe_only => {
-            match apply_children(&ctx, &ns, &mf, versions).await? {
-                Ok(ready) => obs.ready_replicas = ready,
-                Err(rejected) => obs.blocked = Some(rejected),
-            }
+    match workload(&verdict, observe_only) {
+        Workload::Apply(versions) => match apply_children(&ctx, &ns, &mf, versions).await? {
+            Ok(ready) => obs.ready_replicas = ready,
+            Err(rejected) => obs.blocked = Some(rejected),
+        },
+        Workload::Remove => {
+            remove_workload(&ctx, &ns, &mf).await?;
+            // The status counts the replicators the operator runs: none now, whatever the
+            // spec asks for.
+            obs.desired_replicas = 0;
         }
-        // Observe mode runs no replicator; nor does a flow that would harm a cluster or use
-        // what it may not.
-        Check::Deploy(..) | Check::Stop(_) => remove_workload(&ctx, &ns, &mf).await?,
-        // A spec error or a missing Secret leaves running replicators as they are: a typo in
-        // an edit should not stop what ran before it.
-        Check::Hold(_) => {}
+        Workload::Keep => {}
     }
     match verdict {
         Check::Hold(b) | Check::Stop(b) => obs.blocked = Some(b),
@@ -115,6 +114,29 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         STATUS_INTERVAL
     };
     Ok(Action::requeue(next))
+}
+
+/// What a reconcile does with a flow's replicators.
+#[derive(Debug, PartialEq, Eq)]
+enum Workload<'a> {
+    /// Apply the children, built with these Secret resource versions.
+    Apply(&'a BTreeMap<String, String>),
+    /// Delete the children this flow owns.
+    Remove,
+    /// Leave whatever runs as it is.
+    Keep,
+}
+
+fn workload(check: &Check, observe_only: bool) -> Workload<'_> {
+    match check {
+        Check::Deploy(_, versions) if !observe_only => Workload::Apply(versions),
+        // Observe mode runs no replicator; nor does a flow that would harm a cluster or use
+        // what it may not.
+        Check::Deploy(..) | Check::Stop(_) => Workload::Remove,
+        // A spec error or a missing Secret leaves running replicators as they are: a typo in
+        // an edit should not stop what ran before it.
+        Check::Hold(_) => Workload::Keep,
+    }
 }
 
 /// A flow switched to `mode: Observe` keeps no replicator: its children go (only objects this
@@ -559,228 +581,5 @@ async fn publish(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use http::StatusCode;
-    use kube::runtime::events::{Recorder, Reporter};
-    use kube::runtime::reflector;
-    use serde_json::{Value, json};
-
-    use super::*;
-    use crate::operator::fake_apiserver::{self, Routes, Seen};
-    use crate::operator::{OperatorMetrics, guards};
-
-    /// A flow in namespace `ns` whose source authenticates with a Secret `creds`.
-    fn flow() -> MirrorFlow {
-        serde_json::from_value(json!({
-            "apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlow",
-            "metadata": {"name": "f", "namespace": "ns", "uid": "uid-f", "generation": 1},
-            "spec": {
-                "source": {"alias": "a", "bootstrapServers": "a.example:9092",
-                    "sasl": {"mechanism": "SCRAM-SHA-512",
-                        "usernameSecretRef": {"name": "creds", "key": "user"},
-                        "passwordSecretRef": {"name": "creds", "key": "password"}}},
-                "target": {"alias": "b", "bootstrapServers": "b.example:9092"},
-            },
-        }))
-        .expect("a valid MirrorFlow")
-    }
-
-    fn context(client: kube::Client) -> Arc<Context> {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: None,
-        };
-        Arc::new(Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            metrics: OperatorMetrics::new().expect("metrics"),
-            replicator_image: "mirrorflow:test".into(),
-            allowed_image_prefixes: Vec::new(),
-            last_status: Default::default(),
-            failures: Default::default(),
-            flows: reflector::store().0,
-            lease: None,
-            probes: Default::default(),
-            probe_clients: Default::default(),
-            cluster_ids: Default::default(),
-            applied: Default::default(),
-            removed: Default::default(),
-            stateful_sets: reflector::store().0,
-            config_maps: reflector::store().0,
-        })
-    }
-
-    /// Events and status patches are accepted (echoed); `routes` answers the rest.
-    fn serve(routes: impl Fn(&Seen) -> Option<(StatusCode, Value)> + Send + 'static) -> Routes {
-        Box::new(move |r: &Seen| {
-            // The recorder creates an event, then patches the same event for repeats.
-            if r.path.starts_with("/apis/events.k8s.io/") {
-                return Some((StatusCode::CREATED, r.body.clone()));
-            }
-            if r.method == "PATCH" && r.path.ends_with("/status") {
-                let mut echoed = serde_json::to_value(flow()).unwrap_or_default();
-                echoed["status"] = r.body["status"].clone();
-                return Some((StatusCode::OK, echoed));
-            }
-            routes(r)
-        })
-    }
-
-    async fn run(routes: Routes) -> (Action, Vec<Seen>) {
-        let (client, seen) = fake_apiserver::client(routes);
-        let ctx = context(client);
-        let action = tokio::time::timeout(
-            Duration::from_secs(10),
-            reconcile(Arc::new(flow()), ctx.clone()),
-        )
-        .await
-        .expect("the reconcile ends")
-        .expect("the reconcile succeeds");
-        drop(ctx);
-        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        (action, seen)
-    }
-
-    /// The status the reconcile wrote, and every event's (type, reason).
-    fn written(seen: &[Seen]) -> (Value, Vec<(String, String)>) {
-        let status = seen
-            .iter()
-            .rev()
-            .find(|r| r.method == "PATCH" && r.path.ends_with("/mirrorflows/f/status"))
-            .map(|r| r.body["status"].clone())
-            .expect("a status was written");
-        let events = seen
-            .iter()
-            .filter(|r| r.method == "POST" && r.path.contains("/events"))
-            .map(|r| {
-                (
-                    r.body["type"].as_str().unwrap_or_default().to_string(),
-                    r.body["reason"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect();
-        (status, events)
-    }
-
-    fn reasons(status: &Value) -> Vec<(String, String)> {
-        status["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                (
-                    c["type"].as_str().unwrap_or_default().to_string(),
-                    c["reason"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect()
-    }
-
-    fn wrote_children(seen: &[Seen]) -> Vec<String> {
-        seen.iter()
-            .filter(|r| {
-                (r.method == "PATCH" || r.method == "DELETE")
-                    && !r.path.ends_with("/status")
-                    && !r.path.starts_with("/apis/events.k8s.io/")
-            })
-            .map(|r| format!("{} {}", r.method, r.path))
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_missing_secret_is_named_in_every_condition_and_an_event_and_nothing_is_deployed() {
-        let (action, seen) = run(serve(|_| None)).await;
-        let (status, events) = written(&seen);
-        let conditions = reasons(&status);
-        assert_eq!(conditions.len(), 6, "{conditions:?}");
-        assert!(
-            conditions
-                .iter()
-                .filter(|(t, _)| t != status::GAPLESS)
-                .all(|(_, r)| r == reason::SECRET_MISSING),
-            "{conditions:?}"
-        );
-        assert!(
-            status["conditions"][0]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("spec.source.sasl")),
-            "the message names the field: {status}"
-        );
-        assert!(events.contains(&("Warning".into(), reason::SECRET_MISSING.into())));
-        assert_eq!(wrote_children(&seen), Vec::<String>::new());
-        // A flow someone has to fix is looked at again slowly.
-        assert_eq!(action, Action::requeue(Duration::from_secs(60)));
-    }
-
-    #[tokio::test]
-    async fn a_secret_that_did_not_opt_in_is_not_used_and_stops_the_flows_replicators() {
-        let secret = json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "creds", "namespace": "ns"},
-            "data": {"user": "dQ==", "password": "cA=="},
-        });
-        let owned_sts = json!({
-            "apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "f", "namespace": "ns",
-                "ownerReferences": [{"apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlow",
-                    "name": "f", "uid": "uid-f"}]},
-        });
-        let (_, seen) = run(serve(move |r| match (r.method.as_str(), r.path.as_str()) {
-            ("GET", "/api/v1/namespaces/ns/secrets/creds") => {
-                Some((StatusCode::OK, secret.clone()))
-            }
-            ("GET", "/apis/apps/v1/namespaces/ns/statefulsets/f") => {
-                Some((StatusCode::OK, owned_sts.clone()))
-            }
-            ("DELETE", "/apis/apps/v1/namespaces/ns/statefulsets/f") => {
-                Some((StatusCode::OK, owned_sts.clone()))
-            }
-            _ => None,
-        }))
-        .await;
-        let (status, events) = written(&seen);
-        assert!(
-            reasons(&status)
-                .iter()
-                .any(|(t, r)| t == status::READY && r == reason::SECRET_NOT_SHARED),
-            "{status}"
-        );
-        assert!(
-            status["conditions"][0]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains(guards::SECRET_ALLOWED_FLOWS)),
-            "the message says how to allow it: {status}"
-        );
-        assert!(events.contains(&("Warning".into(), reason::SECRET_NOT_SHARED.into())));
-        // The flow's own StatefulSet goes; nothing is applied.
-        assert_eq!(
-            wrote_children(&seen),
-            ["DELETE /apis/apps/v1/namespaces/ns/statefulsets/f"]
-        );
-    }
-
-    #[tokio::test]
-    async fn an_invalid_spec_is_answered_without_reading_anything() {
-        let (client, seen) = fake_apiserver::client(serve(|_| None));
-        let ctx = context(client);
-        let mut bad = flow();
-        bad.spec.target.alias = bad.spec.source.alias.clone();
-        reconcile(Arc::new(bad), ctx)
-            .await
-            .expect("the reconcile succeeds");
-        let seen: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        assert!(
-            seen.iter().all(|r| r.method != "GET"),
-            "nothing is read for a spec that cannot run: {seen:?}"
-        );
-        let (status, _) = written(&seen);
-        assert!(
-            reasons(&status)
-                .iter()
-                .any(|(t, r)| t == status::READY && r == reason::INVALID_SPEC),
-            "{status}"
-        );
-    }
-}
+#[path = "reconcile_tests.rs"]
+mod tests;
