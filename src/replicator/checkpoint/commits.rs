@@ -100,22 +100,8 @@ pub fn follow(
                             continue;
                         }
                     };
-                    let Record::OffsetCommit { key, value } = record else {
+                    let Some(event) = commit_event(m.partition(), record, &groups) else {
                         continue;
-                    };
-                    if !group_wanted(&groups, &key.group) {
-                        continue;
-                    }
-                    let event = Event::Commit {
-                        co_partition: m.partition(),
-                        group: key.group,
-                        tp: TopicPartition::new(key.topic, key.partition),
-                        commit: value.map(|v| Commit {
-                            offset: v.offset,
-                            metadata: v.metadata,
-                            commit_timestamp_ms: v.commit_timestamp_ms,
-                            live: false,
-                        }),
                     };
                     if tx.blocking_send(event).is_err() {
                         return;
@@ -147,4 +133,106 @@ pub fn follow(
         // for the session timeout.
         consumer.unsubscribe();
     }))
+}
+
+/// The loop's event for one decoded record of `__consumer_offsets` partition `co_partition`:
+/// only offset commits (and their deletions) of the groups the flow checkpoints.
+fn commit_event(co_partition: i32, record: Record, groups: &NameFilter) -> Option<Event> {
+    let Record::OffsetCommit { key, value } = record else {
+        return None;
+    };
+    if !group_wanted(groups, &key.group) {
+        return None;
+    }
+    Some(Event::Commit {
+        co_partition,
+        group: key.group,
+        tp: TopicPartition::new(key.topic, key.partition),
+        commit: value.map(|v| Commit {
+            offset: v.offset,
+            metadata: v.metadata,
+            commit_timestamp_ms: v.commit_timestamp_ms,
+            // The loop decides whether it was read live.
+            live: false,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm2::consumer_offsets::{OffsetCommitKey, OffsetCommitValue};
+
+    fn offset_commit(group: &str, value: Option<i64>) -> Record {
+        Record::OffsetCommit {
+            key: OffsetCommitKey {
+                group: group.into(),
+                topic: "t".into(),
+                partition: 2,
+            },
+            value: value.map(|offset| OffsetCommitValue {
+                offset,
+                leader_epoch: Some(4),
+                metadata: "meta".into(),
+                commit_timestamp_ms: 1_234,
+            }),
+        }
+    }
+
+    fn filter() -> NameFilter {
+        NameFilter::new("groups", &[".*"], "groups.exclude", &["secret.*"]).unwrap()
+    }
+
+    #[test]
+    fn a_commit_of_a_followed_group_becomes_a_commit_event_not_yet_live() {
+        let Some(Event::Commit {
+            co_partition,
+            group,
+            tp,
+            commit,
+        }) = commit_event(9, offset_commit("payments", Some(42)), &filter())
+        else {
+            panic!("a followed group's commit is an event");
+        };
+        assert_eq!((co_partition, group.as_str()), (9, "payments"));
+        assert_eq!(tp, TopicPartition::new("t", 2));
+        assert_eq!(
+            commit,
+            Some(Commit {
+                offset: 42,
+                metadata: "meta".into(),
+                commit_timestamp_ms: 1_234,
+                live: false,
+            })
+        );
+    }
+
+    #[test]
+    fn a_deleted_offset_becomes_a_commit_event_without_a_commit() {
+        assert!(matches!(
+            commit_event(0, offset_commit("payments", None), &filter()),
+            Some(Event::Commit { commit: None, .. })
+        ));
+    }
+
+    #[test]
+    fn commits_of_excluded_or_own_groups_and_other_records_are_not_events() {
+        for (record, why) in [
+            (
+                offset_commit("secret-app", Some(1)),
+                "excluded by the filter",
+            ),
+            (
+                offset_commit("mirrorflow.f.A-B.checkpoints", Some(1)),
+                "the replicator's own group",
+            ),
+            (
+                offset_commit("secret-app", None),
+                "an excluded group's deletion",
+            ),
+            (Record::Other { key_version: 2 }, "group metadata"),
+        ] {
+            assert!(commit_event(0, record, &filter()).is_none(), "{why}");
+        }
+    }
 }

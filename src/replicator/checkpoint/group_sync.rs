@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -36,12 +36,60 @@ pub enum GroupView {
     Forget(String),
 }
 
+/// What the sync task knows of one group.
+#[derive(Debug)]
 struct Tracked {
     checkpoints: BTreeMap<TopicPartition, i64>,
     uncovered: usize,
+    /// Not yet synced with the current view (or the last attempt could not ask the target).
     due: bool,
     last_attempt: Option<Instant>,
     status: Option<GroupSyncStatus>,
+}
+
+impl Tracked {
+    /// A group seen for the first time: synced at the next pass.
+    fn new() -> Self {
+        Tracked {
+            checkpoints: BTreeMap::new(),
+            uncovered: 0,
+            due: true,
+            last_attempt: None,
+            status: None,
+        }
+    }
+
+    /// Takes the loop's new view; due when it differs from the last one.
+    fn update(&mut self, checkpoints: BTreeMap<TopicPartition, i64>, uncovered: usize) {
+        self.due |= self.checkpoints != checkpoints || self.uncovered != uncovered;
+        self.checkpoints = checkpoints;
+        self.uncovered = uncovered;
+    }
+
+    /// Whether the pass at `now` syncs the group: when its view changed or the target could
+    /// not be asked, and every `refresh` anyway (an active group may have become idle).
+    fn is_due(&self, now: Instant, refresh: Duration) -> bool {
+        self.due
+            || self
+                .last_attempt
+                .is_none_or(|a| now.saturating_duration_since(a) >= refresh)
+    }
+
+    /// Records a sync attempt at `now`; `None` when the target could not be asked. Returns
+    /// the new status when its state changed.
+    fn attempted(
+        &mut self,
+        now: Instant,
+        status: Option<GroupSyncStatus>,
+    ) -> Option<&GroupSyncStatus> {
+        self.last_attempt = Some(now);
+        // Unanswered: asked again at the next pass, not only after `refresh`.
+        let status = status?;
+        self.due = false;
+        let changed = self.status.as_ref().map(|s| s.state) != Some(status.state);
+        self.status = Some(status);
+        if changed { self.status.as_ref() } else { None }
+    }
 }
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,25 +111,20 @@ pub async fn run(
             view = rx.recv() => match view {
                 None => return,
                 Some(GroupView::Update { group, checkpoints, uncovered }) => {
-                    let entry = groups.entry(group).or_insert_with(|| Tracked {
-                        checkpoints: BTreeMap::new(),
-                        uncovered: 0,
-                        due: true,
-                        last_attempt: None,
-                        status: None,
-                    });
-                    entry.due |= entry.checkpoints != checkpoints || entry.uncovered != uncovered;
-                    entry.checkpoints = checkpoints;
-                    entry.uncovered = uncovered;
+                    groups
+                        .entry(group)
+                        .or_insert_with(Tracked::new)
+                        .update(checkpoints, uncovered);
                 }
                 Some(GroupView::Forget(group)) => {
                     groups.remove(&group);
                 }
             },
             _ = tick.tick() => {
+                let now = Instant::now();
                 let due: Vec<(String, BTreeMap<TopicPartition, i64>, usize)> = groups
                     .iter()
-                    .filter(|(_, t)| t.due || t.last_attempt.is_none_or(|a| a.elapsed() >= refresh))
+                    .filter(|(_, t)| t.is_due(now, refresh))
                     .map(|(g, t)| (g.clone(), t.checkpoints.clone(), t.uncovered))
                     .collect();
                 if due.is_empty() {
@@ -99,16 +142,13 @@ pub async fn run(
                 })
                 .await
                 .unwrap_or_default();
+                let now = Instant::now();
                 for (group, status) in results {
                     let Some(t) = groups.get_mut(&group) else { continue };
-                    t.due = false;
-                    t.last_attempt = Some(Instant::now());
-                    let Some(status) = status else { continue };
-                    if t.status.as_ref().map(|s| s.state) != Some(status.state) {
+                    if let Some(status) = t.attempted(now, status) {
                         tracing::info!(group = %group, state = status.state.reason(), message = %status.message,
                             "group offset sync state changed");
                     }
-                    t.status = Some(status);
                 }
             }
         }
@@ -157,14 +197,7 @@ fn sync_one(
         tpl.add_partition(&tp.topic, tp.partition);
     }
     let committed = match consumer.committed_offsets(tpl, REQUEST_TIMEOUT) {
-        Ok(list) => list
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
-                _ => None,
-            })
-            .collect(),
+        Ok(list) => committed_offsets(&list),
         Err(e) => {
             reach.failed("reading a target group's offsets", &e);
             return None;
@@ -180,31 +213,62 @@ fn sync_one(
     if sync.commit.is_empty() {
         return Some(sync.status);
     }
-    let mut offsets = TopicPartitionList::new();
-    for (tp, &offset) in &sync.commit {
-        if let Err(e) =
-            offsets.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))
-        {
+    let offsets = match offsets_to_commit(&sync.commit) {
+        Ok(offsets) => offsets,
+        Err(e) => {
             tracing::warn!(group, error = %e, "cannot build the offsets to commit");
             return None;
         }
+    };
+    let result = consumer.commit(&offsets, CommitMode::Sync);
+    if result.is_ok() {
+        tracing::debug!(
+            group,
+            partitions = sync.commit.len(),
+            "committed translated offsets into the target group"
+        );
     }
-    match consumer.commit(&offsets, CommitMode::Sync) {
-        Ok(()) => {
-            tracing::debug!(
-                group,
-                partitions = sync.commit.len(),
-                "committed translated offsets into the target group"
-            );
-            Some(sync.status)
-        }
-        Err(e) if refused_for_members(&e) => Some(active_on_target(&format!(
-            "the coordinator refused the commit: {e}"
-        ))),
+    match after_commit(sync.status, result) {
+        Ok(status) => Some(status),
         Err(e) => {
             reach.failed("committing into a target group", &e);
             None
         }
+    }
+}
+
+/// The target group's committed offsets; a partition without one is absent (the
+/// checkpoint is committed there).
+fn committed_offsets(list: &TopicPartitionList) -> BTreeMap<TopicPartition, i64> {
+    list.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((TopicPartition::new(e.topic(), e.partition()), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn offsets_to_commit(commit: &BTreeMap<TopicPartition, i64>) -> KafkaResult<TopicPartitionList> {
+    let mut offsets = TopicPartitionList::new();
+    for (tp, &offset) in commit {
+        offsets.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(offset))?;
+    }
+    Ok(offsets)
+}
+
+/// The group's status after the commit the plan promised `planned` for; the error when the
+/// commit failed for another reason than members (asked again next pass).
+fn after_commit(
+    planned: GroupSyncStatus,
+    result: KafkaResult<()>,
+) -> Result<GroupSyncStatus, KafkaError> {
+    match result {
+        Ok(()) => Ok(planned),
+        Err(e) if refused_for_members(&e) => Ok(active_on_target(&format!(
+            "the coordinator refused the commit: {e}"
+        ))),
+        Err(e) => Err(e),
     }
 }
 
@@ -220,4 +284,160 @@ fn refused_for_members(e: &KafkaError) -> bool {
                 | RDKafkaErrorCode::FencedInstanceId
         )
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replicator::checkpoint::sync_state::{GroupSyncState, plan};
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("A.t", p)
+    }
+
+    fn idle(committed: BTreeMap<TopicPartition, i64>) -> TargetGroup {
+        TargetGroup {
+            state: "Empty".into(),
+            members: 0,
+            committed,
+        }
+    }
+
+    fn synced() -> GroupSyncStatus {
+        plan(&BTreeMap::from([(tp(0), 1)]), &idle(BTreeMap::new())).status
+    }
+
+    fn commit_error(code: RDKafkaErrorCode) -> KafkaError {
+        KafkaError::ConsumerCommit(code)
+    }
+
+    #[test]
+    fn commits_refused_because_the_group_has_members_are_told_apart() {
+        for code in [
+            RDKafkaErrorCode::UnknownMemberId,
+            RDKafkaErrorCode::IllegalGeneration,
+            RDKafkaErrorCode::RebalanceInProgress,
+            RDKafkaErrorCode::StaleMemberEpoch,
+            RDKafkaErrorCode::FencedInstanceId,
+        ] {
+            assert!(refused_for_members(&commit_error(code)), "{code:?}");
+        }
+        for e in [
+            commit_error(RDKafkaErrorCode::CoordinatorNotAvailable),
+            commit_error(RDKafkaErrorCode::GroupAuthorizationFailed),
+            commit_error(RDKafkaErrorCode::RequestTimedOut),
+            KafkaError::Canceled,
+        ] {
+            assert!(!refused_for_members(&e), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_commit_refused_for_members_makes_the_group_active_on_target() {
+        let status = after_commit(
+            synced(),
+            Err(commit_error(RDKafkaErrorCode::RebalanceInProgress)),
+        )
+        .expect("a refusal for members is a state, not a retry");
+        assert_eq!(status.state, GroupSyncState::ActiveOnTarget);
+        assert!(
+            status.message.contains("refused the commit"),
+            "{}",
+            status.message
+        );
+    }
+
+    #[test]
+    fn an_accepted_commit_keeps_the_plans_status_and_any_other_failure_is_retried() {
+        assert_eq!(after_commit(synced(), Ok(())), Ok(synced()));
+        assert!(
+            after_commit(
+                synced(),
+                Err(commit_error(RDKafkaErrorCode::CoordinatorNotAvailable))
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_partition_without_a_committed_offset_on_the_target_gets_the_checkpoint() {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset("A.t", 0, Offset::Offset(9))
+            .unwrap();
+        list.add_partition("A.t", 1);
+        let committed = committed_offsets(&list);
+        assert_eq!(committed, BTreeMap::from([(tp(0), 9)]));
+        let checkpoints = BTreeMap::from([(tp(0), 5), (tp(1), 7)]);
+        let sync = plan(&checkpoints, &idle(committed));
+        assert_eq!(
+            sync.commit,
+            BTreeMap::from([(tp(1), 7)]),
+            "the target is past the checkpoint on partition 0"
+        );
+    }
+
+    #[test]
+    fn the_offsets_committed_are_the_planned_ones() {
+        let planned = BTreeMap::from([(tp(0), 5), (tp(3), 0), (TopicPartition::new("A.u", 1), 70)]);
+        let list = offsets_to_commit(&planned).unwrap();
+        assert_eq!(committed_offsets(&list), planned);
+    }
+
+    #[test]
+    fn a_new_group_is_due_then_only_when_its_view_changes_or_refresh_passes() {
+        let refresh = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let checkpoints = BTreeMap::from([(tp(0), 5)]);
+        let mut t = Tracked::new();
+        t.update(checkpoints.clone(), 0);
+        assert!(t.is_due(t0, refresh));
+        assert!(t.attempted(t0, Some(synced())).is_some(), "a first state");
+        assert!(!t.is_due(t0 + Duration::from_secs(1), refresh));
+
+        t.update(checkpoints.clone(), 0);
+        assert!(
+            !t.is_due(t0 + Duration::from_secs(1), refresh),
+            "the same view again"
+        );
+        assert!(t.is_due(t0 + refresh, refresh), "refreshed");
+
+        t.update(checkpoints.clone(), 1);
+        assert!(
+            t.is_due(t0 + Duration::from_secs(1), refresh),
+            "coverage changed"
+        );
+        assert!(t.attempted(t0, Some(synced())).is_none(), "same state");
+        t.update(BTreeMap::from([(tp(0), 6)]), 1);
+        assert!(
+            t.is_due(t0 + Duration::from_secs(1), refresh),
+            "a new checkpoint"
+        );
+    }
+
+    #[test]
+    fn a_sync_the_target_did_not_answer_is_retried_at_the_next_pass() {
+        let refresh = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let mut t = Tracked::new();
+        t.update(BTreeMap::from([(tp(0), 5)]), 0);
+        assert!(t.attempted(t0, None).is_none());
+        assert!(
+            t.is_due(t0 + Duration::from_millis(500), refresh),
+            "not only after groupsRefreshInterval"
+        );
+        assert!(t.attempted(t0, Some(synced())).is_some());
+        assert!(!t.is_due(t0 + Duration::from_millis(500), refresh));
+    }
+
+    #[test]
+    fn a_status_change_is_reported_once() {
+        let t0 = Instant::now();
+        let mut t = Tracked::new();
+        let active = active_on_target("1 member(s), state Stable");
+        assert_eq!(t.attempted(t0, Some(active.clone())), Some(&active));
+        assert_eq!(t.attempted(t0, Some(active.clone())), None);
+        assert_eq!(t.attempted(t0, None), None, "unanswered: no state");
+        assert_eq!(t.status.as_ref(), Some(&active), "the last answer stays");
+        assert_eq!(t.attempted(t0, Some(synced())), Some(&synced()));
+    }
 }

@@ -229,28 +229,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         topics: flow.topics.clone(),
         groups: flow.groups.clone(),
     };
-    let mut core = Core {
+    let mut shell = Shell {
         ctx: ctx.clone(),
-        naming: Naming {
+        topic: checkpoints_topic,
+        producer,
+        target_reach,
+        group_views,
+        core: Core::new(Naming {
             policy: flow.policy.as_ref(),
             filters: &filters,
             source_alias: flow.source_alias(),
             target_alias: flow.target_alias(),
-        },
-        topic: checkpoints_topic,
-        producer,
-        target_reach,
-        store: OffsetSyncStore::new(StoreConfig::default()),
-        tracker: CheckpointTracker::new(),
-        recreations: Recreations::default(),
-        commits: Commits::default(),
-        dirty: HashSet::new(),
-        assigned_once: false,
-        checkpoints_loaded: false,
-        last_checkpoint: HashMap::new(),
-        uncovered: HashMap::new(),
-        changed_groups: HashSet::new(),
-        group_views,
+        }),
     };
 
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -270,21 +260,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 let Some(event) = event else {
                     anyhow::bail!("the checkpoint loop's readers stopped");
                 };
-                core.handle(event);
+                shell.core.handle(event);
                 // Drain what is already queued so one flush covers a burst (bounded, so
                 // shutdown and ticks still get their turn during a long initial read).
                 for _ in 0..EVENT_BUFFER {
                     match rx.try_recv() {
-                        Ok(event) => core.handle(event),
+                        Ok(event) => shell.core.handle(event),
                         Err(_) => break,
                     }
                 }
+                shell.drop_forgotten();
             }
             _ = retry => retry_at = None,
-            _ = tick.tick() => core.tick(),
+            _ = tick.tick() => shell.tick(),
         }
-        if retry_at.is_none() && !core.dirty.is_empty() {
-            if core.flush().await {
+        if retry_at.is_none() && !shell.core.dirty.is_empty() {
+            if shell.flush().await {
                 write_backoff.reset();
             } else {
                 retry_at = Some(tokio::time::Instant::now() + write_backoff.next_delay());
@@ -294,12 +285,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     Ok(())
 }
 
+/// The loop's state and every decision it takes, without I/O: what it knows of groups, syncs
+/// and checkpoints, which (group, partition) pairs need evaluating and which checkpoints are
+/// due. [`Shell`] writes what it decides.
 struct Core<'a> {
-    ctx: Arc<Context>,
     naming: Naming<'a>,
-    topic: String,
-    producer: AckedProducer,
-    target_reach: Arc<Reachability>,
     store: OffsetSyncStore,
     tracker: CheckpointTracker,
     recreations: Recreations,
@@ -313,12 +303,51 @@ struct Core<'a> {
     uncovered: HashMap<String, HashSet<TopicPartition>>,
     /// Groups whose checkpoints or coverage changed since the last group view was sent.
     changed_groups: HashSet<String>,
-    group_views: Option<mpsc::Sender<GroupView>>,
+    /// Groups forgotten since the shell last dropped their metrics.
+    forgotten: Vec<String>,
+    /// Groups whose `Forget` the group sync task has not taken yet, oldest first. They go out
+    /// before any update, so a group that comes back is never forgotten after its new view.
+    unsent_forgets: Vec<String>,
+}
+
+/// A checkpoint [`Core`] decided to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Due {
+    /// The source partition of the commit it translates.
+    tp: TopicPartition,
+    checkpoint: Checkpoint,
+    /// The commit's broker time when it was read live (its latency is worth measuring).
+    live_since: Option<i64>,
+}
+
+impl<'a> Core<'a> {
+    fn new(naming: Naming<'a>) -> Self {
+        Core {
+            naming,
+            store: OffsetSyncStore::new(StoreConfig::default()),
+            tracker: CheckpointTracker::new(),
+            recreations: Recreations::default(),
+            commits: Commits::default(),
+            dirty: HashSet::new(),
+            assigned_once: false,
+            checkpoints_loaded: false,
+            last_checkpoint: HashMap::new(),
+            uncovered: HashMap::new(),
+            changed_groups: HashSet::new(),
+            forgotten: Vec::new(),
+            unsent_forgets: Vec::new(),
+        }
+    }
 }
 
 impl Core<'_> {
     fn ready_to_evaluate(&self) -> bool {
         self.checkpoints_loaded && self.store.is_loaded()
+    }
+
+    /// Whether everything the loop reads at start is loaded: the readiness the pod reports.
+    fn loaded(&self) -> bool {
+        self.ready_to_evaluate() && self.assigned_once && self.commits.all_caught_up()
     }
 
     fn handle(&mut self, event: Event) {
@@ -419,7 +448,7 @@ impl Core<'_> {
             }
             Event::CheckpointsLoaded => {
                 self.checkpoints_loaded = true;
-                tracing::info!(topic = %self.topic, "last checkpoints loaded");
+                tracing::info!("last checkpoints loaded");
                 self.dirty.extend(self.commits.all_pairs());
             }
         }
@@ -435,21 +464,15 @@ impl Core<'_> {
         self.uncovered.remove(group);
         self.changed_groups.remove(group);
         self.dirty.retain(|(g, _)| g != group);
-        let _ = self
-            .ctx
-            .metrics
-            .group_checkpoint_age
-            .remove_label_values(&[group]);
-        if let Some(views) = &self.group_views {
-            let _ = views.try_send(GroupView::Forget(group.to_owned()));
-        }
+        self.forgotten.push(group.to_owned());
+        self.unsent_forgets.push(group.to_owned());
     }
 
-    /// Evaluates the dirty pairs and writes the checkpoints due. False when a write failed
-    /// (the failed pairs stay dirty).
-    async fn flush(&mut self) -> bool {
+    /// Evaluates the dirty pairs and returns the checkpoints to write. Nothing (and every
+    /// pair stays dirty) until the checkpoints and the offset syncs are loaded.
+    fn due_checkpoints(&mut self) -> Vec<Due> {
         if !self.ready_to_evaluate() {
-            return true;
+            return Vec::new();
         }
         let mut batch = Vec::new();
         for (group, tp) in std::mem::take(&mut self.dirty) {
@@ -487,7 +510,11 @@ impl Core<'_> {
                 self.changed_groups.insert(group.clone());
             }
             match evaluation {
-                Evaluation::Emit(cp) => batch.push((tp, cp, live_since)),
+                Evaluation::Emit(checkpoint) => batch.push(Due {
+                    tp,
+                    checkpoint,
+                    live_since,
+                }),
                 Evaluation::NotMirrored | Evaluation::Unchanged => {
                     // Nothing new will come of this commit: stop timing it.
                     self.commits.settle(&group, &tp);
@@ -497,73 +524,34 @@ impl Core<'_> {
                 }
             }
         }
-        let ok = self.write(batch).await;
-        self.send_group_views();
-        ok
+        batch
     }
 
-    async fn write(&mut self, batch: Vec<(TopicPartition, Checkpoint, Option<i64>)>) -> bool {
-        if batch.is_empty() {
-            return true;
-        }
-        let mut pending = Vec::with_capacity(batch.len());
-        for (tp, cp, live_since) in batch {
-            let record = match cp.encode() {
-                Ok(r) => r,
-                Err(e) => {
-                    // A group name over 32767 bytes cannot be written in MM2's format.
-                    self.ctx
-                        .metrics
-                        .errors
-                        .with_label_values(&["checkpoint", "encode"])
-                        .inc();
-                    tracing::warn!(group = %cp.group, error = %e, "cannot encode a checkpoint; skipping it");
-                    continue;
-                }
-            };
-            let delivery = self
-                .producer
-                .send(&self.topic, &record.key, &record.value, None);
-            pending.push((tp, cp, live_since, delivery));
-        }
-        let mut all_ok = true;
-        for (tp, cp, live_since, delivery) in pending {
-            let outcome = match delivery {
-                Ok(acked) => self.producer.acknowledged(acked).await,
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(()) => {
-                    self.target_reach.ok();
-                    let now = SystemTime::now();
-                    let now_ms = crate::clock::ms_since_epoch(now);
-                    self.tracker.record_at(&cp, Some(now_ms));
-                    self.ctx.metrics.checkpoints_emitted.inc();
-                    if let Some(committed_ms) = live_since {
-                        let latency = crate::clock::age(committed_ms).as_secs_f64();
-                        self.ctx.metrics.checkpoint_latency.observe(latency);
-                        tracing::debug!(group = %cp.group, partition = %cp.topic_partition, latency_s = latency, "checkpoint written");
-                    }
-                    self.commits.settle(&cp.group, &tp);
-                    self.last_checkpoint.insert(cp.group.clone(), now);
-                    self.changed_groups.insert(cp.group.clone());
-                }
-                Err(e) => {
-                    all_ok = false;
-                    self.target_reach.failed("writing checkpoints", &e);
-                    self.dirty.insert((cp.group, tp));
-                }
-            }
-        }
-        all_ok
+    /// The target acknowledged `cp` at `now`.
+    fn written(&mut self, tp: &TopicPartition, cp: &Checkpoint, now: SystemTime) {
+        self.tracker
+            .record_at(cp, Some(crate::clock::ms_since_epoch(now)));
+        self.commits.settle(&cp.group, tp);
+        self.last_checkpoint.insert(cp.group.clone(), now);
+        self.changed_groups.insert(cp.group.clone());
     }
 
-    /// Sends the group sync task the new view of every group that changed.
-    fn send_group_views(&mut self) {
-        let Some(views) = &self.group_views else {
-            self.changed_groups.clear();
-            return;
-        };
+    /// Writing `cp` failed: evaluated again at the next flush.
+    fn write_failed(&mut self, tp: TopicPartition, cp: Checkpoint) {
+        self.dirty.insert((cp.group, tp));
+    }
+
+    fn has_group_views(&self) -> bool {
+        !self.changed_groups.is_empty() || !self.unsent_forgets.is_empty()
+    }
+
+    /// The views the group sync task has not seen yet: forgotten groups first, then the new
+    /// view of every group that changed and still has commits.
+    fn take_group_views(&mut self) -> Vec<GroupView> {
+        let mut views: Vec<GroupView> = std::mem::take(&mut self.unsent_forgets)
+            .into_iter()
+            .map(GroupView::Forget)
+            .collect();
         for group in std::mem::take(&mut self.changed_groups) {
             let Some(commits) = self.commits.group(&group) else {
                 continue;
@@ -577,16 +565,154 @@ impl Core<'_> {
                 })
                 .collect();
             let uncovered = self.uncovered.get(&group).map_or(0, HashSet::len);
-            if views
-                .try_send(GroupView::Update {
-                    group: group.clone(),
-                    checkpoints,
-                    uncovered,
-                })
-                .is_err()
-            {
-                // Full: try again with the next flush rather than block checkpoints.
-                self.changed_groups.insert(group);
+            views.push(GroupView::Update {
+                group,
+                checkpoints,
+                uncovered,
+            });
+        }
+        views
+    }
+
+    /// Takes back views that could not be sent, in the order [`Self::take_group_views`] gave
+    /// them, to send with the next ones.
+    fn unsent_group_views(&mut self, views: impl IntoIterator<Item = GroupView>) {
+        for view in views {
+            match view {
+                GroupView::Forget(group) => self.unsent_forgets.push(group),
+                GroupView::Update { group, .. } => {
+                    self.changed_groups.insert(group);
+                }
+            }
+        }
+    }
+
+    /// Without a group sync task nobody wants the views.
+    fn discard_group_views(&mut self) {
+        self.changed_groups.clear();
+        self.unsent_forgets.clear();
+    }
+
+    /// How long ago each owned group's latest checkpoint was written, for those known.
+    fn checkpoint_ages(&self, now: SystemTime) -> Vec<(&str, Duration)> {
+        self.commits
+            .groups()
+            .filter_map(|(group, _)| {
+                let at = self.last_checkpoint.get(group)?;
+                Some((group.as_str(), now.duration_since(*at).unwrap_or_default()))
+            })
+            .collect()
+    }
+}
+
+/// The loop's I/O around [`Core`]: checkpoint writes, metrics, readiness and the group sync
+/// task's channel.
+struct Shell<'a> {
+    ctx: Arc<Context>,
+    topic: String,
+    producer: AckedProducer,
+    target_reach: Arc<Reachability>,
+    group_views: Option<mpsc::Sender<GroupView>>,
+    core: Core<'a>,
+}
+
+impl Shell<'_> {
+    /// Drops the metrics of the groups the core forgot and tells the group sync task.
+    fn drop_forgotten(&mut self) {
+        if self.core.forgotten.is_empty() {
+            return;
+        }
+        for group in std::mem::take(&mut self.core.forgotten) {
+            let _ = self
+                .ctx
+                .metrics
+                .group_checkpoint_age
+                .remove_label_values(&[&group]);
+        }
+        self.send_group_views();
+    }
+
+    /// Evaluates the dirty pairs and writes the checkpoints due. False when a write failed
+    /// (the failed pairs stay dirty).
+    async fn flush(&mut self) -> bool {
+        if !self.core.ready_to_evaluate() {
+            return true;
+        }
+        let batch = self.core.due_checkpoints();
+        let ok = self.write(batch).await;
+        self.send_group_views();
+        ok
+    }
+
+    async fn write(&mut self, batch: Vec<Due>) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        let mut pending = Vec::with_capacity(batch.len());
+        for due in batch {
+            let record = match due.checkpoint.encode() {
+                Ok(r) => r,
+                Err(e) => {
+                    // A group name over 32767 bytes cannot be written in MM2's format.
+                    self.ctx
+                        .metrics
+                        .errors
+                        .with_label_values(&["checkpoint", "encode"])
+                        .inc();
+                    tracing::warn!(group = %due.checkpoint.group, error = %e, "cannot encode a checkpoint; skipping it");
+                    continue;
+                }
+            };
+            let delivery = self
+                .producer
+                .send(&self.topic, &record.key, &record.value, None);
+            pending.push((due, delivery));
+        }
+        let mut all_ok = true;
+        for (due, delivery) in pending {
+            let outcome = match delivery {
+                Ok(acked) => self.producer.acknowledged(acked).await,
+                Err(e) => Err(e),
+            };
+            let Due {
+                tp,
+                checkpoint: cp,
+                live_since,
+            } = due;
+            match outcome {
+                Ok(()) => {
+                    self.target_reach.ok();
+                    self.core.written(&tp, &cp, SystemTime::now());
+                    self.ctx.metrics.checkpoints_emitted.inc();
+                    if let Some(committed_ms) = live_since {
+                        let latency = crate::clock::age(committed_ms).as_secs_f64();
+                        self.ctx.metrics.checkpoint_latency.observe(latency);
+                        tracing::debug!(group = %cp.group, partition = %cp.topic_partition, latency_s = latency, "checkpoint written");
+                    }
+                }
+                Err(e) => {
+                    all_ok = false;
+                    self.target_reach.failed("writing checkpoints", &e);
+                    self.core.write_failed(tp, cp);
+                }
+            }
+        }
+        all_ok
+    }
+
+    /// Sends the group sync task what it has not seen yet.
+    fn send_group_views(&mut self) {
+        let Some(views) = &self.group_views else {
+            self.core.discard_group_views();
+            return;
+        };
+        let mut pending = self.core.take_group_views().into_iter();
+        while let Some(view) = pending.next() {
+            if let Err(full) = views.try_send(view) {
+                // Full: the rest goes with the next flush or tick rather than block checkpoints.
+                let unsent = std::iter::once(full.into_inner()).chain(pending);
+                self.core.unsent_group_views(unsent);
+                return;
             }
         }
     }
@@ -597,30 +723,25 @@ impl Core<'_> {
             .readiness
             .turned(crate::replicator::Loop::Checkpoint);
         let readiness = &self.ctx.readiness.checkpoint;
-        if !readiness.load(Ordering::Relaxed)
-            && self.ready_to_evaluate()
-            && self.assigned_once
-            && self.commits.all_caught_up()
-        {
+        if !readiness.load(Ordering::Relaxed) && self.core.loaded() {
             readiness.store(true, Ordering::Relaxed);
             tracing::info!(
                 "checkpoint loop ready: checkpoints, offset syncs and group offsets loaded"
             );
         }
-        let now = SystemTime::now();
-        for (group, _) in self.commits.groups() {
-            if let Some(at) = self.last_checkpoint.get(group) {
-                let age = now.duration_since(*at).unwrap_or_default();
-                self.ctx
-                    .metrics
-                    .group_checkpoint_age
-                    .with_label_values(&[group.as_str()])
-                    .set(age.as_secs_f64());
-            }
+        for (group, age) in self.core.checkpoint_ages(SystemTime::now()) {
+            self.ctx
+                .metrics
+                .group_checkpoint_age
+                .with_label_values(&[group])
+                .set(age.as_secs_f64());
         }
         // Keep coverage changes flowing to the group sync task even without new checkpoints.
-        if !self.changed_groups.is_empty() {
+        if self.core.has_group_views() {
             self.send_group_views();
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
