@@ -417,6 +417,18 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
     Ok(())
 }
 
+/// The flow `name` from alias `a` (`x:1`) to `b` (`y:1`) with `extra` spec lines: the one
+/// fixture of the unit tests that need a resolved flow.
+#[cfg(test)]
+pub fn test_flow(name: &str, extra: &str) -> Flow {
+    let yaml = format!(
+        "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
+    );
+    let spec = serde_yaml::from_str(&yaml).expect("a valid test spec");
+    resolve(name.into(), spec, &crate::kafka::SecretFiles::new("/none"))
+        .expect("a resolvable test flow")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

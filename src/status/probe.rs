@@ -734,21 +734,12 @@ fn observe_group(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::SecretFiles;
     use crate::mm2::Checkpoint;
     use proptest::prelude::*;
 
     /// A flow from alias `a` to `b` (remote topics `a.<topic>`), with `extra` spec lines.
     fn flow(extra: &str) -> Flow {
-        let yaml = format!(
-            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
-        );
-        crate::flow::resolve(
-            "ns/f".into(),
-            serde_yaml::from_str(&yaml).unwrap(),
-            &SecretFiles::new("/none"),
-        )
-        .unwrap()
+        crate::flow::test_flow("ns/f", extra)
     }
 
     fn offsets(items: &[(&str, i32, Offset)]) -> Listed {

@@ -366,18 +366,9 @@ async fn sleep_or_stop(shutdown: &CancellationToken, wait: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::SecretFiles;
 
     fn flow(extra: &str) -> Flow {
-        let yaml = format!(
-            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\n{extra}"
-        );
-        crate::flow::resolve(
-            "ns/my flow".into(),
-            serde_yaml::from_str(&yaml).unwrap(),
-            &SecretFiles::new("/none"),
-        )
-        .unwrap()
+        crate::flow::test_flow("ns/my flow", extra)
     }
 
     #[test]

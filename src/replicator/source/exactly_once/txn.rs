@@ -154,19 +154,15 @@ pub fn absorb(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::SecretFiles;
     use crate::mm2::{SyncPolicyConfig, TopicPartition};
     use crate::replicator::source::engine::send::Landed;
     use rdkafka::error::RDKafkaErrorCode;
 
     fn flow() -> Flow {
-        let yaml = "source: {alias: a, bootstrapServers: 'x:1'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\nexactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n";
-        crate::flow::resolve(
-            "ns/f".into(),
-            serde_yaml::from_str(yaml).unwrap(),
-            &SecretFiles::new("/none"),
+        crate::flow::test_flow(
+            "ns/f",
+            "exactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n",
         )
-        .unwrap()
     }
 
     fn ack(upstream: i64, downstream: i64) -> Ack {
