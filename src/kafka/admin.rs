@@ -37,6 +37,18 @@ pub enum AdminError {
         topic: String,
         code: RDKafkaErrorCode,
     },
+    /// A source topic's configs were not in the DescribeConfigs answer (not allowed, or the
+    /// topic went away): its remote topic is not created until they are, because one created
+    /// without them could lose records (a compacted topic copied under time retention).
+    #[error(
+        "{cluster} cluster: the configs of {topic} could not be read, so its remote topic {remote} \
+         is not created yet; allow DescribeConfigs on the topic to the flow's principal"
+    )]
+    Undescribed {
+        cluster: Side,
+        topic: String,
+        remote: String,
+    },
     /// An ACL request (topic ACL sync), or one binding of it, failed.
     #[error("{cluster} cluster: {what}: {source}")]
     Acl {
@@ -52,6 +64,7 @@ impl AdminError {
         match self {
             AdminError::Kafka { cluster, .. }
             | AdminError::Refused { cluster, .. }
+            | AdminError::Undescribed { cluster, .. }
             | AdminError::Acl { cluster, .. } => *cluster,
         }
     }

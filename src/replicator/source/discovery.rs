@@ -15,6 +15,7 @@ pub use crate::kafka::admin::{Admin, AdminError};
 use super::acl_sync::AclSync;
 use super::limits::RemoteLimits;
 use super::topics::{self, Mirrored, Plan};
+use crate::kafka::Side;
 use crate::mm2::Filters;
 use crate::replicator::Flow;
 
@@ -86,13 +87,9 @@ impl Discovery {
             .source
             .describe(&configs_needed(&plan, sync_configs))
             .await?;
-        let mut refused = Vec::new();
+        let (creates, mut refused) = creations(&plan, &source_configs);
         let rf = self.flow.spec.source_loop.replication_factor;
-        refused.extend(
-            self.target
-                .create(&creations(&plan, &source_configs), rf)
-                .await?,
-        );
+        refused.extend(self.target.create(&creates, rf).await?);
         refused.extend(self.target.grow(&plan.grow).await?);
         if sync_configs {
             let existing = existing(&plan);
@@ -142,22 +139,30 @@ fn configs_needed(plan: &Plan, sync_configs: bool) -> Vec<&str> {
         .collect()
 }
 
-/// The remote topics to create: each with its source's partition count and the source's
-/// syncable configs (none when the source did not describe it, e.g. deleted meanwhile).
-fn creations(
-    plan: &Plan,
-    source_configs: &Described,
-) -> Vec<(String, i32, BTreeMap<String, String>)> {
-    plan.create
-        .iter()
-        .map(|m| {
-            let configs = source_configs
-                .get(&m.source)
-                .map(|e| topics::syncable_configs(e))
-                .unwrap_or_default();
-            (m.remote.clone(), m.partitions, configs)
-        })
-        .collect()
+/// A remote topic to create: name, partitions, configs.
+type Creation = (String, i32, BTreeMap<String, String>);
+
+/// The remote topics to create, each with its source's partition count and syncable configs;
+/// and those not created this round because the source did not describe their configs
+/// ([`AdminError::Undescribed`]: not allowed, or deleted meanwhile), retried every round.
+fn creations(plan: &Plan, source_configs: &Described) -> (Vec<Creation>, Vec<AdminError>) {
+    let mut creates = Vec::new();
+    let mut undescribed = Vec::new();
+    for m in &plan.create {
+        match source_configs.get(&m.source) {
+            Some(entries) => creates.push((
+                m.remote.clone(),
+                m.partitions,
+                topics::syncable_configs(entries),
+            )),
+            None => undescribed.push(AdminError::Undescribed {
+                cluster: Side::Source,
+                topic: m.source.clone(),
+                remote: m.remote.clone(),
+            }),
+        }
+    }
+    (creates, undescribed)
 }
 
 /// The mirrored topics whose remote topic exists already (not created this round).
@@ -187,16 +192,19 @@ fn config_updates(
         .collect()
 }
 
-/// The remote topics the target refused to create this round. They are not subscribed to (the
-/// producer would write to a missing topic) until a later round creates them; a topic whose
-/// growth failed still is, its new partitions fail to copy until a later round grows it.
+/// The remote topics not created this round (refused by the target, or held back for want of
+/// the source's configs). They are not subscribed to (the producer would write to a missing
+/// topic) until a later round creates them; a topic whose growth failed still is, its new
+/// partitions fail to copy until a later round grows it.
 fn failed_creations(plan: &Plan, refused: &[AdminError]) -> BTreeSet<String> {
     plan.create
         .iter()
         .filter(|m| {
-            refused
-                .iter()
-                .any(|e| matches!(e, AdminError::Refused { topic, .. } if *topic == m.remote))
+            refused.iter().any(|e| match e {
+                AdminError::Refused { topic, .. } => *topic == m.remote,
+                AdminError::Undescribed { remote, .. } => *remote == m.remote,
+                _ => false,
+            })
         })
         .map(|m| m.remote.clone())
         .collect()
@@ -205,7 +213,6 @@ fn failed_creations(plan: &Plan, refused: &[AdminError]) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::Side;
     use crate::mm2::{DEFAULT_TOPICS_EXCLUDE, Filters, PrefixPolicy};
     use proptest::prelude::*;
     use rdkafka::admin::ConfigSource;
@@ -264,6 +271,14 @@ mod tests {
         }
     }
 
+    /// Every source topic of `plan` described, with no dynamic configs.
+    fn every_source_described(plan: &Plan) -> Described {
+        plan.mirrored
+            .iter()
+            .map(|m| (m.source.clone(), Vec::new()))
+            .collect()
+    }
+
     #[test]
     fn a_missing_remote_topic_is_created_with_the_sources_partitions_and_configs() {
         let plan = plan_for(&["orders"], &[("orders", 3)], &[]);
@@ -275,16 +290,47 @@ mod tests {
                 ("min.insync.replicas", "2"),
             ],
         )]);
+        let (creates, undescribed) = creations(&plan, &source);
         assert_eq!(
-            creations(&plan, &source),
+            creates,
             [(
                 "A.orders".to_string(),
                 3,
                 configs(&[("cleanup.policy", "compact")])
             )]
         );
+        assert!(undescribed.is_empty());
         assert!(existing(&plan).is_empty());
         assert_eq!(plan.subscription(&failed_creations(&plan, &[])), ["orders"]);
+    }
+
+    #[test]
+    fn a_topic_whose_source_configs_are_unknown_is_neither_created_nor_subscribed_yet() {
+        // Created without them, a compacted topic would be copied under time retention and
+        // lose records on the target; the next round that reads them creates it.
+        let plan = plan_for(&[".*"], &[("orders", 3), ("ledger", 1)], &[]);
+        let source = described(&[("orders", &[])]);
+        let (creates, undescribed) = creations(&plan, &source);
+        let created: Vec<&str> = creates.iter().map(|(r, ..)| r.as_str()).collect();
+        assert_eq!(created, ["A.orders"]);
+        assert_eq!(undescribed.len(), 1);
+        let message = undescribed[0].to_string();
+        assert!(
+            message.contains("ledger") && message.contains("A.ledger"),
+            "{message}"
+        );
+        assert!(message.contains("DescribeConfigs"), "{message}");
+        assert_eq!(
+            plan.subscription(&failed_creations(&plan, &undescribed)),
+            ["orders"]
+        );
+        let next_round = described(&[
+            ("orders", &[]),
+            ("ledger", &[("cleanup.policy", "compact")]),
+        ]);
+        let (creates, undescribed) = creations(&plan, &next_round);
+        assert_eq!(creates.len(), 2);
+        assert!(undescribed.is_empty());
     }
 
     #[test]
@@ -319,7 +365,8 @@ mod tests {
             ],
             &[],
         );
-        let created: Vec<String> = creations(&plan, &Described::new())
+        let created: Vec<String> = creations(&plan, &every_source_described(&plan))
+            .0
             .into_iter()
             .map(|(remote, ..)| remote)
             .collect();
@@ -339,7 +386,8 @@ mod tests {
             &[("A.orders", 3), ("A.small", 4)],
         );
         assert_eq!(plan.grow, [("A.orders".to_string(), 6)]);
-        assert!(creations(&plan, &Described::new()).is_empty());
+        let (creates, undescribed) = creations(&plan, &every_source_described(&plan));
+        assert!(creates.is_empty() && undescribed.is_empty());
         let refusals = [refused("A.orders", "adding partitions to")];
         assert!(failed_creations(&plan, &refusals).is_empty());
         assert_eq!(
@@ -471,7 +519,8 @@ mod tests {
             let target_listing: Vec<(&str, i32)> =
                 target.iter().map(|(t, p)| (t.as_str(), *p)).collect();
             let plan = plan_for(&[".*"], &source_listing, &target_listing);
-            let creates = creations(&plan, &Described::new());
+            let (creates, undescribed) = creations(&plan, &every_source_described(&plan));
+            prop_assert!(undescribed.is_empty());
             let refusals: Vec<AdminError> = creates
                 .iter()
                 .zip(&refuse)
