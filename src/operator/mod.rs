@@ -17,6 +17,7 @@ pub mod lease;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
+pub mod slim;
 pub mod triggers;
 
 use std::net::SocketAddr;
@@ -331,6 +332,41 @@ impl Context {
         }
     }
 
+    /// Forgets every flow not in `live` (`namespace/name`) in every map kept per flow, and
+    /// gives the maps' room back: a flow that never got a status (failing, or deleted before
+    /// its first probe) left its entries in the other maps before.
+    pub fn retain_flows(&self, live: &std::collections::HashSet<String>) {
+        fn retain<V>(
+            map: &std::sync::Mutex<std::collections::HashMap<String, V>>,
+            live: &std::collections::HashSet<String>,
+        ) {
+            if let Ok(mut m) = map.lock() {
+                m.retain(|k, _| live.contains(k));
+                m.shrink_to_fit();
+            }
+        }
+        retain(&self.cluster_ids, live);
+        retain(&self.last_status, live);
+        retain(&self.failures, live);
+        retain(&self.applied, live);
+        retain(&self.removed, live);
+    }
+
+    /// Entries kept per flow, by map (for tests).
+    #[cfg(test)]
+    pub fn per_flow_entries(&self) -> [usize; 5] {
+        fn len<V>(map: &std::sync::Mutex<std::collections::HashMap<String, V>>) -> usize {
+            map.lock().map(|m| m.len()).unwrap_or(0)
+        }
+        [
+            len(&self.cluster_ids),
+            len(&self.last_status),
+            len(&self.failures),
+            len(&self.applied),
+            len(&self.removed),
+        ]
+    }
+
     /// Whether this operator may write: it holds a renewed lease, or runs without election.
     pub fn leading(&self) -> bool {
         self.lease.as_ref().is_none_or(|l| l.leading())
@@ -441,18 +477,22 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         config_maps,
     });
     tokio::spawn(evict_idle_clients(ctx.probe_clients.clone()));
+    // The caches keep only what the reconcile reads (`slim`).
     let flow_changes = watcher(flows, watcher::Config::default())
         .default_backoff()
+        .modify(slim::flow)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(triggers::flow_change, Default::default());
     let replica_changes = watcher(stses, owned.clone())
         .default_backoff()
+        .modify(slim::stateful_set)
         .reflect(sts_writer)
         .applied_objects()
         .predicate_filter(triggers::replicas_change, Default::default());
     let config_changes = watcher(cms, owned)
         .default_backoff()
+        .modify(slim::config_map)
         .reflect(cm_writer)
         .applied_objects();
     let controller = Controller::for_stream(flow_changes, store)
@@ -496,22 +536,7 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
         ctx.metrics.retain_flows(&live);
         ctx.probes
             .retain_namespaces(&live.iter().map(|(ns, _)| ns.clone()).collect());
-        let mut known: Vec<String> = ctx
-            .last_status
-            .lock()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        if let Ok(m) = ctx.cluster_ids.lock() {
-            known.extend(m.keys().cloned());
-        }
-        for key in known {
-            let gone = key
-                .split_once('/')
-                .is_none_or(|(ns, n)| !live.contains(&(ns.to_string(), n.to_string())));
-            if gone {
-                ctx.forget(&key);
-            }
-        }
+        ctx.retain_flows(&live.iter().map(|(ns, n)| format!("{ns}/{n}")).collect());
     }
 }
 
