@@ -540,14 +540,20 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
     }
 }
 
-/// Drops the probe clients no flow used lately (deleted flows, changed credentials), so their
-/// memory returns.
+/// Drops the probe clients no flow used lately (deleted flows, changed credentials), then
+/// hands the heap's free pages back to the system: glibc keeps memory freed below blocks in
+/// use (what deleted flows, finished probes and watch lists left), so without it the resident
+/// size never went down after flows were deleted.
 async fn evict_idle_clients(clients: Arc<crate::status::clients::ProbeClients>) {
     loop {
         tokio::time::sleep(crate::status::clients::IDLE / 3).await;
         let c = clients.clone();
         // Closing a librdkafka client joins its threads: not on the runtime's workers.
-        let _ = tokio::task::spawn_blocking(move || c.evict_idle()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            c.evict_idle();
+            mirrorflow_rdkafka_ext::heap::release_free_memory();
+        })
+        .await;
     }
 }
 
