@@ -389,6 +389,21 @@ pub fn retry_delay(failures: u32) -> Duration {
     FIRST.saturating_mul(1 << doublings).min(CAP)
 }
 
+/// Threads for blocking work (probes, cluster id look-ups, closing clients): room for every
+/// probe slot and as many look-ups. tokio's default allows 512, and a pool that grew at start
+/// (every flow's first cluster id look-up at once) never shrank: 50 probes a second reach each
+/// idle thread before its keep-alive ends. At 500 flows that kept over a hundred threads, each
+/// with its stack and its share of glibc's arenas. Work beyond the cap waits for a thread.
+pub const MAX_BLOCKING_THREADS: usize = 2 * probes::MAX_PROBES;
+
+/// The operator's runtime: tokio's defaults but for [`MAX_BLOCKING_THREADS`].
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
+}
+
 pub struct Options {
     pub listen: SocketAddr,
     pub replicator_image: String,
@@ -610,6 +625,27 @@ async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocking_threads_are_capped_above_the_probe_slots() {
+        const { assert!(MAX_BLOCKING_THREADS > probes::MAX_PROBES) };
+        let rt = runtime().expect("a runtime");
+        let started = rt.block_on(async {
+            let tasks: Vec<_> = (0..3 * MAX_BLOCKING_THREADS)
+                .map(|_| tokio::task::spawn_blocking(|| 1))
+                .collect();
+            let mut n = 0;
+            for t in tasks {
+                n += t.await.expect("a blocking task");
+            }
+            n
+        });
+        assert_eq!(
+            started,
+            3 * MAX_BLOCKING_THREADS,
+            "work past the cap waits, it is not lost"
+        );
+    }
 
     #[test]
     fn retries_back_off_exponentially_to_a_cap() {
