@@ -207,7 +207,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 None
             };
-            let runtime = tokio::runtime::Runtime::new()?;
+            let runtime = mirrorflow::operator::runtime()?;
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
                 replicator_image,

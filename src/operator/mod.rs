@@ -17,6 +17,7 @@ pub mod lease;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
+pub mod slim;
 pub mod triggers;
 
 use std::net::SocketAddr;
@@ -331,6 +332,41 @@ impl Context {
         }
     }
 
+    /// Forgets every flow not in `live` (`namespace/name`) in every map kept per flow, and
+    /// gives the maps' room back: a flow that never got a status (failing, or deleted before
+    /// its first probe) left its entries in the other maps before.
+    pub fn retain_flows(&self, live: &std::collections::HashSet<String>) {
+        fn retain<V>(
+            map: &std::sync::Mutex<std::collections::HashMap<String, V>>,
+            live: &std::collections::HashSet<String>,
+        ) {
+            if let Ok(mut m) = map.lock() {
+                m.retain(|k, _| live.contains(k));
+                m.shrink_to_fit();
+            }
+        }
+        retain(&self.cluster_ids, live);
+        retain(&self.last_status, live);
+        retain(&self.failures, live);
+        retain(&self.applied, live);
+        retain(&self.removed, live);
+    }
+
+    /// Entries kept per flow, by map (for tests).
+    #[cfg(test)]
+    pub fn per_flow_entries(&self) -> [usize; 5] {
+        fn len<V>(map: &std::sync::Mutex<std::collections::HashMap<String, V>>) -> usize {
+            map.lock().map(|m| m.len()).unwrap_or(0)
+        }
+        [
+            len(&self.cluster_ids),
+            len(&self.last_status),
+            len(&self.failures),
+            len(&self.applied),
+            len(&self.removed),
+        ]
+    }
+
     /// Whether this operator may write: it holds a renewed lease, or runs without election.
     pub fn leading(&self) -> bool {
         self.lease.as_ref().is_none_or(|l| l.leading())
@@ -351,6 +387,21 @@ pub fn retry_delay(failures: u32) -> Duration {
     const CAP: Duration = Duration::from_secs(300);
     let doublings = failures.saturating_sub(1).min(16);
     FIRST.saturating_mul(1 << doublings).min(CAP)
+}
+
+/// Threads for blocking work (probes, cluster id look-ups, closing clients): room for every
+/// probe slot and as many look-ups. tokio's default allows 512, and a pool that grew at start
+/// (every flow's first cluster id look-up at once) never shrank: 50 probes a second reach each
+/// idle thread before its keep-alive ends. At 500 flows that kept over a hundred threads, each
+/// with its stack and its share of glibc's arenas. Work beyond the cap waits for a thread.
+pub const MAX_BLOCKING_THREADS: usize = 2 * probes::MAX_PROBES;
+
+/// The operator's runtime: tokio's defaults but for [`MAX_BLOCKING_THREADS`].
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
 }
 
 pub struct Options {
@@ -441,18 +492,22 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         config_maps,
     });
     tokio::spawn(evict_idle_clients(ctx.probe_clients.clone()));
+    // The caches keep only what the reconcile reads (`slim`).
     let flow_changes = watcher(flows, watcher::Config::default())
         .default_backoff()
+        .modify(slim::flow)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(triggers::flow_change, Default::default());
     let replica_changes = watcher(stses, owned.clone())
         .default_backoff()
+        .modify(slim::stateful_set)
         .reflect(sts_writer)
         .applied_objects()
         .predicate_filter(triggers::replicas_change, Default::default());
     let config_changes = watcher(cms, owned)
         .default_backoff()
+        .modify(slim::config_map)
         .reflect(cm_writer)
         .applied_objects();
     let controller = Controller::for_stream(flow_changes, store)
@@ -496,33 +551,24 @@ async fn prune_gone_flows(store: kube::runtime::reflector::Store<MirrorFlow>, ct
         ctx.metrics.retain_flows(&live);
         ctx.probes
             .retain_namespaces(&live.iter().map(|(ns, _)| ns.clone()).collect());
-        let mut known: Vec<String> = ctx
-            .last_status
-            .lock()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        if let Ok(m) = ctx.cluster_ids.lock() {
-            known.extend(m.keys().cloned());
-        }
-        for key in known {
-            let gone = key
-                .split_once('/')
-                .is_none_or(|(ns, n)| !live.contains(&(ns.to_string(), n.to_string())));
-            if gone {
-                ctx.forget(&key);
-            }
-        }
+        ctx.retain_flows(&live.iter().map(|(ns, n)| format!("{ns}/{n}")).collect());
     }
 }
 
-/// Drops the probe clients no flow used lately (deleted flows, changed credentials), so their
-/// memory returns.
+/// Drops the probe clients no flow used lately (deleted flows, changed credentials), then
+/// hands the heap's free pages back to the system: glibc keeps memory freed below blocks in
+/// use (what deleted flows, finished probes and watch lists left), so without it the resident
+/// size never went down after flows were deleted.
 async fn evict_idle_clients(clients: Arc<crate::status::clients::ProbeClients>) {
     loop {
         tokio::time::sleep(crate::status::clients::IDLE / 3).await;
         let c = clients.clone();
         // Closing a librdkafka client joins its threads: not on the runtime's workers.
-        let _ = tokio::task::spawn_blocking(move || c.evict_idle()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            c.evict_idle();
+            mirrorflow_rdkafka_ext::heap::release_free_memory();
+        })
+        .await;
     }
 }
 
@@ -579,6 +625,27 @@ async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocking_threads_are_capped_above_the_probe_slots() {
+        const { assert!(MAX_BLOCKING_THREADS > probes::MAX_PROBES) };
+        let rt = runtime().expect("a runtime");
+        let started = rt.block_on(async {
+            let tasks: Vec<_> = (0..3 * MAX_BLOCKING_THREADS)
+                .map(|_| tokio::task::spawn_blocking(|| 1))
+                .collect();
+            let mut n = 0;
+            for t in tasks {
+                n += t.await.expect("a blocking task");
+            }
+            n
+        });
+        assert_eq!(
+            started,
+            3 * MAX_BLOCKING_THREADS,
+            "work past the cap waits, it is not lost"
+        );
+    }
 
     #[test]
     fn retries_back_off_exponentially_to_a_cap() {

@@ -39,6 +39,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     if mf.meta().deletion_timestamp.is_some() {
         ctx.metrics
             .forget_flow(&mf.namespace().unwrap_or_default(), &mf.name_any());
+        ctx.forget(&Context::flow_key(&mf));
         // Children carry owner references: the garbage collector removes them.
         return Ok(Action::await_change());
     }

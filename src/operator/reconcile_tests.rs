@@ -787,6 +787,48 @@ async fn a_flow_being_deleted_is_left_to_the_garbage_collector() {
 }
 
 #[tokio::test]
+async fn a_deleted_flow_leaves_nothing_kept_per_flow() {
+    let fx = Fixture::new();
+    fx.reconcile(&flow()).await.expect("the reconcile succeeds");
+    let [ids, status, _, applied, _] = fx.ctx.per_flow_entries();
+    assert_eq!(
+        (ids, status, applied),
+        (1, 1, 1),
+        "a deployed flow is remembered"
+    );
+    let deleted = flow_with(|v| v["metadata"]["deletionTimestamp"] = json!("2026-12-01T08:00:00Z"));
+    // The test's reconcile records the cluster ids first, as a real one asks them.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        reconcile(Arc::new(deleted), fx.ctx.clone()),
+    )
+    .await
+    .expect("the reconcile ends")
+    .expect("the reconcile succeeds");
+    assert_eq!(fx.ctx.per_flow_entries(), [0; 5]);
+}
+
+#[tokio::test]
+async fn pruning_forgets_gone_flows_in_every_map() {
+    let fx = Fixture::new();
+    for key in ["ns/f", "ns/gone"] {
+        fx.ctx.remember_cluster_ids(key, Some(1), fx.ids.clone());
+        if let Ok(mut m) = fx.ctx.last_status.lock() {
+            m.insert(key.into(), Default::default());
+        }
+        if let Ok(mut m) = fx.ctx.removed.lock() {
+            m.insert(key.into(), Instant::now());
+        }
+    }
+    // A flow that failed before its first status is known to `failures` alone.
+    fx.ctx.record_failure("ns/failing".into());
+    fx.ctx
+        .retain_flows(&["ns/f".to_string()].into_iter().collect());
+    assert_eq!(fx.ctx.per_flow_entries(), [1, 1, 0, 0, 1]);
+    assert!(fx.ctx.cluster_ids_of("ns/f").is_some());
+}
+
+#[tokio::test]
 async fn source_and_target_on_one_cluster_keep_no_replicator() {
     let mut fx = Fixture::new();
     fx.ids = guards::ClusterIds {

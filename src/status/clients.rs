@@ -252,7 +252,13 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// prefetch buffers (librdkafka's defaults queue up to 64 MiB per partition for throughput a
 /// probe never needs). The queue is bounded by size only: a count threshold below what one
 /// fetch brings makes librdkafka wait `fetch.queue.backoff.ms` (1 s) before every next fetch,
-/// and a first read of a long topic then takes minutes. Settings the flow gave stand.
+/// and a first read of a long topic then takes minutes. A probe reads a few records per topic
+/// once it follows it, so fetches of 256 KiB and a queue of two of them only cost the first
+/// read of a long topic some round trips (20 MB: 80 fetches), while every client's buffers
+/// stay small (a 2 MiB queue and 1 MiB partition reads before). `fetch.max.bytes` stays at
+/// 1 MiB: librdkafka refuses a client whose `fetch.max.bytes` is below `message.max.bytes`
+/// (1 MB); the partition bound keeps a fetch of the few followed partitions small anyway. No
+/// statistics: nobody reads them. Settings the flow gave stand.
 fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     let mut c = base.clone();
     c.set("group.id", group)
@@ -263,9 +269,10 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         .set("auto.offset.reset", "earliest")
         .set("socket.timeout.ms", "5000");
     for (name, value) in [
-        ("queued.max.messages.kbytes", "2048"),
+        ("queued.max.messages.kbytes", "512"),
         ("fetch.max.bytes", "1048576"),
-        ("max.partition.fetch.bytes", "1048576"),
+        ("max.partition.fetch.bytes", "262144"),
+        ("statistics.interval.ms", "0"),
         ("fetch.queue.backoff.ms", "10"),
         ("fetch.wait.max.ms", "200"),
         ("topic.metadata.refresh.interval.ms", "60000"),
@@ -584,6 +591,21 @@ mod tests {
             .expect("client");
         assert!(!Arc::ptr_eq(&a, &other_servers), "other cluster");
         assert_eq!(clients.len(), 5);
+    }
+
+    #[test]
+    fn probe_clients_have_small_buffers_unless_the_flow_chose_its_own() {
+        let c = probe_config(&config(&[]), PROBE_GROUP);
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("512"));
+        assert_eq!(c.get("max.partition.fetch.bytes"), Some("262144"));
+        assert_eq!(c.get("statistics.interval.ms"), Some("0"));
+        let own = probe_config(
+            &config(&[("max.partition.fetch.bytes", "1048576")]),
+            PROBE_GROUP,
+        );
+        assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
+        // librdkafka accepts the settings (it refuses a fetch size below the message size).
+        consumer(&config(&[]), PROBE_GROUP).expect("a probe client");
     }
 
     #[test]

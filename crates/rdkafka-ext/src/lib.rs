@@ -9,11 +9,14 @@
 //! commit into, or fail back over, a group in use. librdkafka sends ConsumerGroupDescribe and
 //! falls back to DescribeGroups for classic groups, so one call answers for both kinds.
 //!
+//! [`heap`] gives the memory freed by librdkafka and the operator back to the system.
+//!
 //! This is the workspace's only unsafe code. Every pointer read comes from librdkafka and is
 //! copied into owned values before the event that owns it is destroyed; every object created
 //! here is destroyed on every path by a guard.
 
 pub mod acls;
+pub mod heap;
 pub mod offsets;
 
 use std::ffi::{CStr, CString, c_char, c_int};
