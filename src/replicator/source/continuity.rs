@@ -151,6 +151,15 @@ pub struct LogProbe {
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The periodic check of idle remote partitions ([`LogProbe::remote_ends`]) runs on the copy
+/// thread, which copies nothing while it waits: a target broker that went away (whose
+/// partitions' leaders moved to the others) must cost a second or two, not the 10 s of a
+/// request to a dead leader. An unanswered check is simply repeated next time.
+const IDLE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the probe's clients refresh their metadata on their own. librdkafka's 5 min
+/// default kept a stopped broker as leader in an unpolled client for minutes, so every check
+/// went to it and timed out; leader changes are learned within this instead.
+const METADATA_REFRESH: &str = "10000";
 
 impl LogProbe {
     pub fn new(source: &ClientConfig, target: &ClientConfig) -> Result<Self, KafkaError> {
@@ -159,6 +168,7 @@ impl LogProbe {
             base.clone()
                 .set("group.id", "mirrorflow-log-probe")
                 .set("enable.auto.commit", "false")
+                .set("topic.metadata.refresh.interval.ms", METADATA_REFRESH)
                 .create()
         };
         Ok(LogProbe {
@@ -182,7 +192,7 @@ impl LogProbe {
             return Vec::new();
         }
         let keys: Vec<(String, i32)> = copied.iter().map(|(_, r, p)| (r.clone(), *p)).collect();
-        let ends = self.target_ends(&keys);
+        let ends = self.ends_within(&keys, IDLE_CHECK_TIMEOUT);
         copied
             .into_iter()
             .filter_map(|(k, r, p)| Some((k, *ends.get(&(r, p))?)))
@@ -191,7 +201,15 @@ impl LogProbe {
 
     /// End offsets of target partitions.
     pub fn target_ends(&self, partitions: &[(String, i32)]) -> HashMap<(String, i32), i64> {
-        log_bounds(&self.target, partitions, PROBE_TIMEOUT)
+        self.ends_within(partitions, PROBE_TIMEOUT)
+    }
+
+    fn ends_within(
+        &self,
+        partitions: &[(String, i32)],
+        timeout: Duration,
+    ) -> HashMap<(String, i32), i64> {
+        log_bounds(&self.target, partitions, timeout)
             .unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "cannot read the remote partitions' offsets; trusting the stored positions");
                 HashMap::new()

@@ -257,6 +257,10 @@ impl Chore {
         }
     }
 
+    fn restart(&mut self) {
+        self.last = Instant::now();
+    }
+
     fn due(&mut self) -> bool {
         if self.last.elapsed() < self.every {
             return false;
@@ -373,6 +377,9 @@ pub fn run<P: Delivery>(
         }
         if targets.due() {
             lock(&policy).check_targets();
+            // The interval counts from the end of a check: one that waited for an absent
+            // broker is not due again at once.
+            targets.restart();
         }
     }
     tracing::info!("source loop stopping: settling writes");
