@@ -17,11 +17,12 @@ NAMES = {
     "ours": "MirrorFlow",
     "oursn": "MirrorFlow, uncompressed writes (before)",
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
+    "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "oursf", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -140,12 +141,32 @@ def summarise_b3(raw):
             "rss_mib": max(x["peak_rss_kib"] / 1024 for x in res),
             "startup_s": median([x["startup_s"] for x in res]),
             "max_stall_s": max(x.get("max_stall_s", 0) for x in res),
+            "stall_from_s": max(res, key=lambda x: x.get("max_stall_s", 0)).get("max_stall_from_s"),
+            "rps_before": median([rate_around_stop(r)[0] for r in runs]),
+            "rps_after": median([rate_around_stop(r)[1] for r in runs]),
             "complete": all(x.get("complete", True) for x in res),
             "missing": sum(r["verify"]["missing"] for r in runs),
             "duplicates": sum(r["verify"]["duplicates"] for r in runs),
             "load": load_text(runs),
         }
     return out
+
+
+def rate_around_stop(run):
+    """Records/s of the copy before the first node was stopped and from then to the end, from
+    the watch's once-a-second timeline (seconds from the arm's start, as the events)."""
+    tl = [p for p in run["result"].get("timeline") or [] if p[1] > 0]
+    if not tl or not run.get("leader_changes"):
+        return None, None
+    stop = min(ev["stop"] for ev in run["leader_changes"]) - run["arm_started"]
+    before = [p for p in tl if p[0] <= stop]
+    end = run["result"]["startup_s"] + run["result"]["window_s"]
+    rb = ra = None
+    if len(before) >= 2 and before[-1][0] > before[0][0]:
+        rb = (before[-1][1] - before[0][1]) / (before[-1][0] - before[0][0])
+    if before and end > before[-1][0]:
+        ra = (run["result"]["records"] - before[-1][1]) / (end - before[-1][0])
+    return rb, ra
 
 
 def leader_change_text(run, ev):
@@ -504,27 +525,32 @@ def b3_markdown(c, b3, loads):
         "the target node leading the copy's partition 0; each side then waits until every replica is in sync and "
         "moves leadership back to the preferred replicas (kafka-leader-election): two leader changes per side "
         "(smoke: the stopped nodes stay down, one leader change per side). "
-        "Throughput, CPU and peak RSS as above (the copy window includes the leader changes). Longest stall: the "
-        f"longest time the target's end offsets did not move during the copy (a copy still for {c['b3_stall_s']} s "
+        "Throughput, CPU and peak RSS as above (the copy window includes the leader changes); before / after the "
+        "first stop: the rate from the first copied record to the first node's stop, and from there to the end "
+        "(from the copied count sampled once a second). Longest stall: the "
+        f"longest time the target's end offsets did not move during the copy, and when it began, in seconds from the "
+        f"arm's start (a copy still for {c['b3_stall_s']} s "
         "ends as incomplete). Missing / duplicates: the copy read back record by record (every record carries its "
         "sequence number) once its end offsets stood still for 5 s, with the arm still running.",
         "",
-        "| | records/s | CPU s / M records | peak RSS MiB | start-up s | longest stall s | complete | missing | "
-        "duplicates | load |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        "| | records/s | before / after the first stop | CPU s / M records | peak RSS MiB | start-up s | "
+        "longest stall s (from s) | complete | missing | duplicates | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for arm, a in b3.items():
-        lines.append(f"| {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['cpu_per_m'], 1)} | {fmt(a['rss_mib'])} | "
-                     f"{fmt(a['startup_s'], 1)} | {fmt(a['max_stall_s'], 1)} | {'yes' if a['complete'] else '**no**'} | "
+        lines.append(f"| {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['rps_before'])} / {fmt(a['rps_after'])} | "
+                     f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['rss_mib'])} | "
+                     f"{fmt(a['startup_s'], 1)} | {fmt(a['max_stall_s'], 1)} ({fmt(a['stall_from_s'], 1)}) | "
+                     f"{'yes' if a['complete'] else '**no**'} | "
                      f"{a['missing'] if not a['missing'] else '**' + str(a['missing']) + '**'} | {a['duplicates']} | "
                      f"{a['load']} |")
     o = b3.get("ours")
-    for base in ("mm2", "mm2t"):
+    for base in ("oursq", "mm2", "mm2t"):
         b = b3.get(base)
         if o and b:
             paired = ", ".join(f"{ratio(o['rps_by_rep'].get(r), v) or 0:.2f}x" for r, v in sorted(b["rps_by_rep"].items()))
             lines.append(f"| **ours / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** (per rep: {paired}) "
-                         f"| {fmt(ratio(b['cpu_per_m'], o['cpu_per_m']), 1, 'x less')} | "
+                         f"| | {fmt(ratio(b['cpu_per_m'], o['cpu_per_m']), 1, 'x less')} | "
                          f"{fmt(ratio(b['rss_mib'], o['rss_mib']), 1, 'x less')} | | | | | | |")
     lines += ["", "Leader changes (times from the arm's start; copy window = start-up to start-up + window):", ""]
     for arm, a in b3.items():

@@ -26,7 +26,7 @@
 #                   throughput, CPU, peak RSS, and the records missing or copied twice
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   mm2, mm2t)
+#                   oursq, mm2, mm2t)
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
@@ -181,7 +181,7 @@ mm2_tuned() {
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -200,6 +200,13 @@ cleanup() {
   kafka_stop target || true
   kafka_stop source || true
   oidc_stop || true
+  # Three nodes a side: the brokers' own view of the leader changes (broker-source.2.log.gz...).
+  if [ "$(kafka_nodes)" -gt 1 ]; then
+    local d
+    for d in "$MF_STATE"/kafka/source* "$MF_STATE"/kafka/target*; do
+      [ -f "$d/broker.log" ] && gzip -c "$d/broker.log" >"$LOGS/broker-${d##*/}.log.gz"
+    done
+  fi
   rm -rf "$MF_STATE"
   exit "$rc"
 }
@@ -210,14 +217,16 @@ cleanup() {
 # ALIAS, target alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints
 # GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
 # (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
-# trial for long round trips); mm2t: MirrorMaker 2 tuned (mm2_tuned).
+# trial for long round trips); oursq: ours with 8x the producer queue (32 MiB, a trial for
+# slow acknowledgements); mm2t: MirrorMaker 2 tuned (mm2_tuned).
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf)
+    ours | oursn | oursf | oursq)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config=""
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
+      [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
@@ -244,7 +253,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf)
+    ours | oursn | oursf | oursq)
       kill -TERM "$ARM_PID" 2>/dev/null || true
       local deadline=$((SECONDS + 30))
       while kill -0 "$ARM_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
@@ -574,7 +583,7 @@ b3_copy() {
   jobs+=($!)
   b3_leader_change target "$remote" "$remote" $((B3_N * B3_TARGET_AT / 100)) "$events/target.json" &
   jobs+=($!)
-  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$remote" --expect "$B3_N" --pid "$ARM_PID" --stall-s "$B3_STALL_S")"
+  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$remote" --expect "$B3_N" --pid "$ARM_PID" --stall-s "$B3_STALL_S" --timeline)"
   t_end="$(date +%s.%N)"
   blog "brokers3: $arm: $out"
   for job in "${jobs[@]}"; do wait "$job" || die "a leader change of $arm's copy failed (see above)"; done

@@ -71,6 +71,9 @@ enum Cmd {
         /// timeout.
         #[arg(long)]
         stall_s: Option<u64>,
+        /// Adds the copied count once a second (`"timeline": [[seconds, records], ...]`).
+        #[arg(long)]
+        timeline: bool,
     },
     /// Creates topics (an existing one is left as it is).
     CreateTopics {
@@ -264,6 +267,7 @@ fn main() -> Result<()> {
             pid,
             timeout_s,
             stall_s,
+            timeline,
         } => watch_copy(
             &bootstrap,
             &topics,
@@ -271,6 +275,7 @@ fn main() -> Result<()> {
             pid,
             timeout_s,
             stall_s.map(Duration::from_secs),
+            timeline,
         ),
         Cmd::CreateTopics {
             bootstrap,
@@ -518,6 +523,7 @@ fn watch_copy(
     pid: u32,
     timeout_s: u64,
     stall: Option<Duration>,
+    timeline: bool,
 ) -> Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(timeout_s);
@@ -552,6 +558,8 @@ fn watch_copy(
     // The last time the count rose, and the longest time it stood still during the copy.
     let mut progress: Option<(Instant, i64)> = None;
     let mut max_stall = Duration::ZERO;
+    let mut max_stall_from = started;
+    let mut samples: Vec<(f64, i64)> = Vec::new();
     loop {
         last_rss = peak_rss_kib(pid).ok().or(last_rss);
         last_cpu = cpu_seconds(pid).ok().or(last_cpu);
@@ -574,10 +582,20 @@ fn watch_copy(
         if first.is_none() && copied > 0 {
             first = Some((now, copied, cpu_now()?));
         }
+        if timeline
+            && samples
+                .last()
+                .is_none_or(|(t, _)| now.duration_since(started).as_secs_f64() - t >= 1.0)
+        {
+            samples.push((now.duration_since(started).as_secs_f64(), copied));
+        }
         match progress {
             Some((_, c)) if c == copied => {}
             Some((t, _)) => {
-                max_stall = max_stall.max(now.duration_since(t));
+                if now.duration_since(t) > max_stall {
+                    max_stall = now.duration_since(t);
+                    max_stall_from = t;
+                }
                 progress = Some((now, copied));
             }
             None if copied > 0 => progress = Some((now, copied)),
@@ -600,8 +618,9 @@ fn watch_copy(
             } else {
                 now
             };
-            if stalled {
-                max_stall = max_stall.max(now.duration_since(end));
+            if stalled && now.duration_since(end) > max_stall {
+                max_stall = now.duration_since(end);
+                max_stall_from = end;
             }
             let window = end.duration_since(t0).as_secs_f64().max(1e-3);
             let records = (copied - c0).max(1) as f64;
@@ -610,6 +629,9 @@ fn watch_copy(
                 json!({
                     "complete": !stalled,
                     "max_stall_s": max_stall.as_secs_f64(),
+                    // When the longest stall began, from the start of the watch (as startup_s).
+                    "max_stall_from_s": max_stall_from.duration_since(started).as_secs_f64(),
+                    "timeline": timeline.then_some(&samples),
                     "records": copied,
                     "startup_s": t0.duration_since(started).as_secs_f64(),
                     "window_s": window,
