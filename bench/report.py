@@ -180,7 +180,7 @@ def leader_change_text(run, ev):
     text = (f"node {ev['node']} stopped at {ev['stop'] - t0:.1f} s ({inside}; partition 0 to node "
             f"{ev['leader_after_stop']}; the node's process took {ev['stopped'] - ev['stop']:.1f} s to exit)")
     if ev.get("started") is None:
-        return text + ", not started again (smoke)"
+        return text + ", not started again (smoke, or BENCH_B3_RESTART=false)"
     return (text + f", serving again {ev['started'] - t0:.1f} s, all replicas in sync {ev['in_sync'] - t0:.1f} s, "
             f"preferred leaders back {ev['preferred_back'] - t0:.1f} s")
 
@@ -524,7 +524,7 @@ def b3_markdown(c, b3, loads):
         f"partition 0 is stopped (SIGTERM, controlled shutdown) and started again, and at {c['b3_target_at']} % "
         "the target node leading the copy's partition 0; each side then waits until every replica is in sync and "
         "moves leadership back to the preferred replicas (kafka-leader-election): two leader changes per side "
-        "(smoke: the stopped nodes stay down, one leader change per side). "
+        "(smoke and BENCH_B3_RESTART=false: the stopped nodes stay down, one leader change per side). "
         "Throughput, CPU and peak RSS as above (the copy window includes the leader changes); before / after the "
         "first stop: the rate from the first copied record to the first node's stop, and from there to the end "
         "(from the copied count sampled once a second). Longest stall: the "

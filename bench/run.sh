@@ -24,6 +24,9 @@
 #                   records (lz4) over 8 partitions copied by each arm while, on each side, the
 #                   node leading partition 0 is stopped and started again (a leader change);
 #                   throughput, CPU, peak RSS, and the records missing or copied twice
+#   BENCH_B3_RESTART=false  --brokers3 with the stopped nodes left down (a broker lost for good);
+#                   BENCH_B3_TARGET_AT=5: the target node stopped at 5 % of the copy instead of 30 %;
+#                   BENCH_B3_N: records in the data set (300000)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
 #                   oursq, mm2, mm2t)
@@ -92,7 +95,7 @@ PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 P
 # leader is stopped (percent); how long a copy may stand still before it counts as stalled.
 # B3_RESTART=false (smoke): the stopped nodes stay down, which saves the minute they take to
 # come back and catch up; the leader changes themselves happen all the same.
-B3_N=300000 B3_SOURCE_AT=10 B3_TARGET_AT=30 B3_STALL_S=90 B3_RESTART=true
+B3_N="${BENCH_B3_N:-300000}" B3_SOURCE_AT=10 B3_TARGET_AT="${BENCH_B3_TARGET_AT:-30}" B3_STALL_S=90 B3_RESTART="${BENCH_B3_RESTART:-true}"
 if $SMOKE; then
   BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
   WAN_RTTS="0 50" WAN_N=20000
@@ -602,6 +605,11 @@ brokers3() {
   local arms=(ours mm2 mm2t) rep arm out
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
   if $SMOKE; then arms=(ours); fi
+  # A node left down on each side: a second copy would stop a second one, and a cluster of 3
+  # with 2 down has neither a controller quorum nor min.insync.replicas.
+  if ! $B3_RESTART && ((REPS * ${#arms[@]} > 1)); then
+    die "BENCH_B3_RESTART=false leaves a node down on each side: one arm and one repetition only"
+  fi
   b3_clusters
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" --replication-factor 3 bench-b3
   out="$("$DRIVER" load-json --bootstrap "$SRC" --topic bench-b3 --n "$B3_N" --size "$JSON_SIZE" --codec lz4)"
