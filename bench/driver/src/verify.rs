@@ -93,14 +93,28 @@ fn read_all(
     Ok(())
 }
 
+/// The end offsets of `topic`, asked again while a leader change makes the answer an error
+/// (NotLeaderForPartition right after an election), until `READ_TIMEOUT`.
+fn ends_retrying(consumer: &BaseConsumer, topic: &str, n: i32) -> Result<Vec<i64>> {
+    let started = Instant::now();
+    loop {
+        match end_offsets(consumer, topic, n) {
+            Ok(ends) => return Ok(ends),
+            Err(e) if started.elapsed() >= READ_TIMEOUT => return Err(e),
+            Err(e) => eprintln!("{topic}: end offsets: {e} (retrying)"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// The end offsets of `topic` once they stayed the same for `quiet` (or after `READ_TIMEOUT`).
 fn settled_ends(consumer: &BaseConsumer, topic: &str, n: i32, quiet: Duration) -> Result<Vec<i64>> {
     let started = Instant::now();
-    let mut last = end_offsets(consumer, topic, n)?;
+    let mut last = ends_retrying(consumer, topic, n)?;
     let mut since = Instant::now();
     while since.elapsed() < quiet && started.elapsed() < READ_TIMEOUT {
         std::thread::sleep(Duration::from_millis(250));
-        let now = end_offsets(consumer, topic, n)?;
+        let now = ends_retrying(consumer, topic, n)?;
         if now != last {
             last = now;
             since = Instant::now();
@@ -141,7 +155,7 @@ pub fn verify(v: &Verify) -> Result<()> {
     if let (false, Some((bootstrap, topic))) = (missing.is_empty(), &v.source) {
         let src = plain_consumer(bootstrap)?;
         let sn = partitions(&src, topic, Duration::from_secs(30))?;
-        let src_ends = end_offsets(&src, topic, sn)?;
+        let src_ends = ends_retrying(&src, topic, sn)?;
         let mut by_partition: BTreeMap<i32, (u64, i64, i64)> = BTreeMap::new();
         read_all(&src, topic, &src_ends, |p, offset, value| {
             if let Some(s) = value.and_then(seq_of)
