@@ -17,11 +17,12 @@ NAMES = {
     "ours": "MirrorFlow",
     "oursn": "MirrorFlow, uncompressed writes (before)",
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
+    "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "oursf", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -114,7 +115,74 @@ def summarise(raw):
         out["steady"][arm] = dict(pick["result"], load_average=pick.get("load_average"))
     out["parts"] = summarise_partitions(raw)
     out["parts_loads"] = raw.get("parts_load", [])
+    out["b3"] = summarise_b3(raw)
+    out["b3_loads"] = raw.get("b3_load", [])
     return out
+
+
+def summarise_b3(raw):
+    """The three-broker scenario: per arm, medians over repetitions; every run's read-back and
+    leader changes kept (the defects are per run, not medians)."""
+    rows = {}
+    for r in raw.get("brokers3", []):
+        rows.setdefault(r["arm"], []).append(r)
+    out = {}
+    for arm in ARM_ORDER:
+        runs = rows.get(arm)
+        if not runs:
+            continue
+        res = [r["result"] for r in runs]
+        measured = [x for x in res if x.get("window_records", 1) > 0]
+        out[arm] = {
+            "runs": runs,
+            "rps": median([x["records_per_s"] for x in measured]),
+            "rps_by_rep": {r["rep"]: r["result"]["records_per_s"] for r in runs},
+            "cpu_per_m": median([x["cpu_s_per_million"] for x in measured]),
+            "rss_mib": max(x["peak_rss_kib"] / 1024 for x in res),
+            "startup_s": median([x["startup_s"] for x in res]),
+            "max_stall_s": max(x.get("max_stall_s", 0) for x in res),
+            "stall_from_s": max(res, key=lambda x: x.get("max_stall_s", 0)).get("max_stall_from_s"),
+            "rps_before": median([rate_around_stop(r)[0] for r in runs]),
+            "rps_after": median([rate_around_stop(r)[1] for r in runs]),
+            "complete": all(x.get("complete", True) for x in res),
+            "missing": sum(r["verify"]["missing"] for r in runs),
+            "duplicates": sum(r["verify"]["duplicates"] for r in runs),
+            "load": load_text(runs),
+        }
+    return out
+
+
+def rate_around_stop(run):
+    """Records/s of the copy before the first node was stopped and from then to the end, from
+    the watch's once-a-second timeline (seconds from the arm's start, as the events)."""
+    tl = [p for p in run["result"].get("timeline") or [] if p[1] > 0]
+    if not tl or not run.get("leader_changes"):
+        return None, None
+    stop = min(ev["stop"] for ev in run["leader_changes"]) - run["arm_started"]
+    before = [p for p in tl if p[0] <= stop]
+    end = run["result"]["startup_s"] + run["result"]["window_s"]
+    rb = ra = None
+    if len(before) >= 2 and before[-1][0] > before[0][0]:
+        rb = (before[-1][1] - before[0][1]) / (before[-1][0] - before[0][0])
+    if before and end > before[-1][0]:
+        ra = (run["result"]["records"] - before[-1][1]) / (end - before[-1][0])
+    return rb, ra
+
+
+def leader_change_text(run, ev):
+    """'node 2 at 1.4 s (in the copy), back 9.8 s, in sync 12.0 s': times from the arm's start."""
+    t0 = run["arm_started"]
+    res = run["result"]
+    copy_start = t0 + res["startup_s"]
+    copy_end = copy_start + res["window_s"]
+    inside = "in the copy" if copy_start <= ev["stop"] <= copy_end else (
+        "before the copy" if ev["stop"] < copy_start else "after the copy")
+    text = (f"node {ev['node']} stopped at {ev['stop'] - t0:.1f} s ({inside}; partition 0 to node "
+            f"{ev['leader_after_stop']}; the node's process took {ev['stopped'] - ev['stop']:.1f} s to exit)")
+    if ev.get("started") is None:
+        return text + ", not started again (smoke, or BENCH_B3_RESTART=false)"
+    return (text + f", serving again {ev['started'] - t0:.1f} s, all replicas in sync {ev['in_sync'] - t0:.1f} s, "
+            f"preferred leaders back {ev['preferred_back'] - t0:.1f} s")
 
 
 def summarise_partitions(raw):
@@ -206,6 +274,9 @@ def targets(summary):
             rows.append((f"p99 latency no worse than {NAMES[base]}'s, every repetition",
                          ", ".join(f"{fmt(po, 1)} vs {fmt(pm, 1)} ms" for _, po, pm in pairs), verdict(ok)))
     rows += partition_targets(summary["parts"], verdict)
+    for arm, a in summary["b3"].items():
+        rows.append((f"3 brokers, a leader change on each side: no record missing ({NAMES[arm]})",
+                     f"{a['missing']} missing, {a['duplicates']} duplicates", verdict(a["missing"] == 0 and a["complete"])))
     if o:
         fp = o["freshness_ms"]["p99"]
         rows.append(("checkpoint freshness p99 <= 2 s (defaults)", fmt(None if fp is None else fp / 1000, 2, " s"),
@@ -273,6 +344,13 @@ def pipe_text(e):
     return parts
 
 
+def clusters_text(c):
+    phases = c.get("phases", "base").split()
+    if phases == ["brokers3"]:
+        return "three-node"
+    return "single-broker" + (" (three-node for the three-broker phase)" if "brokers3" in phases else "")
+
+
 def markdown(summary):
     c = summary["config"]
     sets, steady = summary["sets"], summary["steady"]
@@ -282,7 +360,7 @@ def markdown(summary):
         f"# MirrorFlow vs MirrorMaker 2: {c['date']} (tree {c['commit']}, replicator built "
         f"{c.get('binary_built', '?')}{mode}; scenarios: {c.get('phases', 'base')})",
         "",
-        f"Same two single-broker KRaft clusters on loopback, {c['nproc']} cores shared with other work "
+        f"Same two {clusters_text(c)} KRaft clusters on loopback, {c['nproc']} cores shared with other work "
         f"(load average at the start: {c.get('load_average', '?')}"
         + (f", at the end: {end['load_average']}, {end['seconds']} s in all" if end else "") + "); "
         f"{c['partitions']} partitions; copies repeated {c['reps']}x with the arms rotating, medians shown; "
@@ -376,6 +454,7 @@ def markdown(summary):
         if len(summary["steady_runs"].get("ours", [])) > 1:
             lines += ["", f"Rows: each arm's run with the median p99 of its {len(summary['steady_runs']['ours'])} runs."]
     lines += partitions_markdown(c, summary["parts"], summary["parts_loads"])
+    lines += b3_markdown(c, summary["b3"], summary["b3_loads"])
     lines += ["", "## Targets (issues 7 and 20)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t, v, ok in targets(summary):
         lines.append(f"| {t} | {v} | {ok} |")
@@ -428,6 +507,67 @@ def partitions_markdown(c, parts, loads):
         lines += ["", "Loaded: " + "; ".join(
             f"{l['partitions']} partitions: {l['result']['records']:,} records in {l['result']['seconds']:.1f} s"
             for l in loads) + "."]
+    return lines
+
+
+def b3_markdown(c, b3, loads):
+    if not b3:
+        return []
+    lines = [
+        "",
+        f"## Three brokers: {c['b3_n']:,} JSON-like 1 KiB records (lz4) over {c['partitions']} partitions, "
+        "a leader change on each side",
+        "",
+        "Both clusters of 3 KRaft nodes (combined broker+controller, static 3-voter quorum), replication factor 3 "
+        "and min.insync.replicas 2 for every topic (internal ones too; MirrorMaker's internal topics RF 3). While "
+        f"each arm copies, once the target holds {c['b3_source_at']} % of the records the source node leading "
+        f"partition 0 is stopped (SIGTERM, controlled shutdown) and started again, and at {c['b3_target_at']} % "
+        "the target node leading the copy's partition 0; each side then waits until every replica is in sync and "
+        "moves leadership back to the preferred replicas (kafka-leader-election): two leader changes per side "
+        "(smoke and BENCH_B3_RESTART=false: the stopped nodes stay down, one leader change per side). "
+        "Throughput, CPU and peak RSS as above (the copy window includes the leader changes); before / after the "
+        "first stop: the rate from the first copied record to the first node's stop, and from there to the end "
+        "(from the copied count sampled once a second). Longest stall: the "
+        f"longest time the target's end offsets did not move during the copy, and when it began, in seconds from the "
+        f"arm's start (a copy still for {c['b3_stall_s']} s "
+        "ends as incomplete). Missing / duplicates: the copy read back record by record (every record carries its "
+        "sequence number) once its end offsets stood still for 5 s, with the arm still running.",
+        "",
+        "| | records/s | before / after the first stop | CPU s / M records | peak RSS MiB | start-up s | "
+        "longest stall s (from s) | complete | missing | duplicates | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for arm, a in b3.items():
+        lines.append(f"| {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['rps_before'])} / {fmt(a['rps_after'])} | "
+                     f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['rss_mib'])} | "
+                     f"{fmt(a['startup_s'], 1)} | {fmt(a['max_stall_s'], 1)} ({fmt(a['stall_from_s'], 1)}) | "
+                     f"{'yes' if a['complete'] else '**no**'} | "
+                     f"{a['missing'] if not a['missing'] else '**' + str(a['missing']) + '**'} | {a['duplicates']} | "
+                     f"{a['load']} |")
+    o = b3.get("ours")
+    for base in ("oursq", "mm2", "mm2t"):
+        b = b3.get(base)
+        if o and b:
+            paired = ", ".join(f"{ratio(o['rps_by_rep'].get(r), v) or 0:.2f}x" for r, v in sorted(b["rps_by_rep"].items()))
+            lines.append(f"| **ours / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** (per rep: {paired}) "
+                         f"| | {fmt(ratio(b['cpu_per_m'], o['cpu_per_m']), 1, 'x less')} | "
+                         f"{fmt(ratio(b['rss_mib'], o['rss_mib']), 1, 'x less')} | | | | | | |")
+    lines += ["", "Leader changes (times from the arm's start; copy window = start-up to start-up + window):", ""]
+    for arm, a in b3.items():
+        for r in a["runs"]:
+            res = r["result"]
+            lines.append(f"- {NAMES[arm]}, rep {r['rep']} (copy {res['startup_s']:.1f}-{res['startup_s'] + res['window_s']:.1f} s): "
+                         + "; ".join(f"{ev['side']}: {leader_change_text(r, ev)}" for ev in r["leader_changes"]))
+            v = r["verify"]
+            if v["missing"] or v["duplicates"] or v["foreign"]:
+                lines.append(f"  - read back: {v['records_read']:,} records, {v['missing']} missing "
+                             f"(seq e.g. {v['missing_seq_examples']}; on the source: {v['missing_on_source']}), "
+                             f"{v['duplicates']} duplicates (by target partition: {v['duplicates_by_partition']}; "
+                             f"e.g. {v['duplicate_examples'][:3]}), {v['foreign']} not of the data set")
+    if loads:
+        lines += ["", "Loaded: " + "; ".join(
+            f"{l['result']['records']:,} records ({l['result']['bytes'] / MIB:.0f} MiB of values) in "
+            f"{l['result']['seconds']:.1f} s (acks=all)" for l in loads) + "."]
     return lines
 
 
@@ -571,7 +711,19 @@ def check(raw, summary):
                 problems.append(f"copy over {count} partitions: no copy or RSS")
             elif not o["groups"] or o["groups"]["freshness_ms"]["p99"] is None:
                 problems.append(f"groups over {count} partitions: no freshness figure")
-    if len(summary["sets"]) < 1 and not summary["parts"]:
+    if "brokers3" in phases:
+        b3 = summary["b3"]
+        if "ours" not in b3:
+            problems.append("brokers3: no copy by ours")
+        for arm, a in b3.items():
+            if not a["rps"] or a["cpu_per_m"] is None or not a["rss_mib"]:
+                problems.append(f"brokers3 copy by {arm}: no throughput, CPU or RSS")
+            if not a["complete"] or a["missing"]:
+                problems.append(f"brokers3 copy by {arm}: {a['missing']} records missing (complete: {a['complete']})")
+            for r in a["runs"]:
+                if {ev["side"] for ev in r["leader_changes"]} != {"source", "target"}:
+                    problems.append(f"brokers3 copy by {arm}: a side had no leader change")
+    if len(summary["sets"]) < 1 and not summary["parts"] and not summary["b3"]:
         problems.append("no copy at all")
     for p in problems:
         print(f"smoke: {p}", file=sys.stderr)

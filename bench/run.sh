@@ -3,7 +3,7 @@
 # two local Kafka clusters of the bench's own (not the world's), against what the clusters
 # allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--compressed | --wan | --partitions] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan | --partitions | --brokers3] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
 #                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
@@ -19,9 +19,17 @@
 #                   over 8, 200 and 2,000 source partitions (1 topic x 8, 20 and 200 topics x
 #                   10), copied by each arm (throughput, peak RSS); then, with our replicator
 #                   still running, 500 groups committing every 5 s (checkpoint freshness)
+#   --brokers3      the three-broker scenario instead: both clusters of 3 KRaft nodes, topics
+#                   with replication factor 3 and min.insync.replicas 2; 300 k JSON-like 1 KiB
+#                   records (lz4) over 8 partitions copied by each arm while, on each side, the
+#                   node leading partition 0 is stopped and started again (a leader change);
+#                   throughput, CPU, peak RSS, and the records missing or copied twice
+#   BENCH_B3_RESTART=false  --brokers3 with the stopped nodes left down (a broker lost for good);
+#                   BENCH_B3_TARGET_AT=5: the target node stopped at 5 % of the copy instead of 30 %;
+#                   BENCH_B3_N: records in the data set (300000)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   mm2, mm2t)
+#                   oursq, mm2, mm2t)
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
@@ -29,7 +37,7 @@
 #   --profile       after the measured runs, one more copy of the 1 KiB set by our replicator
 #                   under `perf record`; top symbols to profile.txt (not part of the figures)
 #   --no-build      use the release binaries as they are (default: cargo build --release first)
-#   --out DIR       results folder (default bench/results/<UTC date>[-compressed|-wan|-partitions][-quick][-smoke])
+#   --out DIR       results folder (default bench/results/<UTC date>[-compressed|-wan|-partitions|-brokers3][-quick][-smoke])
 #
 # Writes DIR/results.md (table, ratios, targets), DIR/chart.png, DIR/raw.jsonl (every
 # measurement) and DIR/logs/. Every arm's settings: bench/README.md.
@@ -54,7 +62,7 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false B3=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
@@ -62,6 +70,7 @@ while [ $# -gt 0 ]; do
     --compressed) COMPRESSED=true ;;
     --wan) WAN=true ;;
     --partitions) PARTS=true ;;
+    --brokers3) B3=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
@@ -82,26 +91,34 @@ WAN_RTTS="0 25 50 100" WAN_N=300000
 # Many partitions: source partition counts, records over them, groups committing, how often
 # each commits (Kafka's auto-commit default), for how long.
 PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60
+# Three brokers: records of the data set; the share of them on the target when each side's
+# leader is stopped (percent); how long a copy may stand still before it counts as stalled.
+# B3_RESTART=false (smoke): the stopped nodes stay down, which saves the minute they take to
+# come back and catch up; the leader changes themselves happen all the same.
+B3_N="${BENCH_B3_N:-300000}" B3_SOURCE_AT=10 B3_TARGET_AT="${BENCH_B3_TARGET_AT:-30}" B3_STALL_S=90 B3_RESTART="${BENCH_B3_RESTART:-true}"
 if $SMOKE; then
   BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
   WAN_RTTS="0 50" WAN_N=20000
   PARTS_COUNTS="8 200" PARTS_N=4000 PARTS_GROUPS=20 PARTS_COMMIT_MS=1000 PARTS_FRESH_S=4
+  B3_N=10000 B3_STALL_S=45 B3_RESTART=false
 elif $QUICK; then
   BIG_N=100000 SMALL_N=200000 JSON_N=100000 STEADY_S=20 SETTLE_S=15 PIPE_STEP_S=3 WAN_N=50000
-  PARTS_N=100000 PARTS_FRESH_S=20
+  PARTS_N=100000 PARTS_FRESH_S=20 B3_N=100000
 else
   BIG_N=1000000 SMALL_N=1000000 JSON_N=500000 STEADY_S=90 SETTLE_S=75
 fi
 # Which phases run: the scenario asked for, the base one, or (smoke without a scenario) every
 # phase once.
-if $PARTS; then
+if $B3; then
+  PHASES="brokers3"
+elif $PARTS; then
   PHASES="partitions"
 elif $WAN; then
   PHASES="wan"
 elif $COMPRESSED; then
   PHASES="compressed"
 elif $SMOKE; then
-  PHASES="base compressed wan partitions"
+  PHASES="base compressed wan partitions brokers3"
 else
   PHASES="base"
 fi
@@ -110,6 +127,7 @@ SUFFIX=""
 $COMPRESSED && SUFFIX=-compressed
 $WAN && SUFFIX=-wan
 $PARTS && SUFFIX=-partitions
+$B3 && SUFFIX=-brokers3
 $QUICK && SUFFIX=$SUFFIX-quick
 $SMOKE && SUFFIX=$SUFFIX-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
@@ -120,6 +138,9 @@ WAN_PROXY_PORT=$((KAFKA_SOURCE_PORT + 7))
 WAN_PID=""
 LOGS="$OUT/logs"
 RAW="$OUT/raw.jsonl"
+# The three-broker scenario alone starts its clusters with 3 nodes from the beginning; the
+# smoke run of every phase restarts them so just before that phase (b3_clusters).
+$B3 && export KAFKA_NODES=3
 CARGO_TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 BUILD_PROFILE=release
 $SMOKE && BUILD_PROFILE=debug
@@ -159,8 +180,11 @@ mm2_tuned() {
     "$s.consumer.max.partition.fetch.bytes=1048576" \
     "$s.consumer.max.poll.records=500"
 }
+# MirrorMaker's internal and remote topics as the clusters' topics: replication factor 1 on
+# single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
+MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -179,6 +203,13 @@ cleanup() {
   kafka_stop target || true
   kafka_stop source || true
   oidc_stop || true
+  # Three nodes a side: the brokers' own view of the leader changes (broker-source.2.log.gz...).
+  if [ "$(kafka_nodes)" -gt 1 ]; then
+    local d
+    for d in "$MF_STATE"/kafka/source* "$MF_STATE"/kafka/target*; do
+      [ -f "$d/broker.log" ] && gzip -c "$d/broker.log" >"$LOGS/broker-${d##*/}.log.gz"
+    done
+  fi
   rm -rf "$MF_STATE"
   exit "$rc"
 }
@@ -189,14 +220,16 @@ cleanup() {
 # ALIAS, target alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints
 # GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
 # (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
-# trial for long round trips); mm2t: MirrorMaker 2 tuned (mm2_tuned).
+# trial for long round trips); oursq: ours with 8x the producer queue (32 MiB, a trial for
+# slow acknowledgements); mm2t: MirrorMaker 2 tuned (mm2_tuned).
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf)
+    ours | oursn | oursf | oursq)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config=""
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
+      [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
@@ -214,7 +247,7 @@ EOF
       local tuned=()
       [ "$ARM_KIND" = mm2t ] && mapfile -t tuned < <(mm2_tuned "$ARM_ALIAS" "t$ARM_ALIAS")
       MM2_WAIT=none mm2_start "$ARM_ALIAS" "$ARM_ALIAS" "$ARM_SRC" "t$ARM_ALIAS" "$TGT" \
-        "topics=$topic" "groups=$group" "${MM2_DEFAULTS[@]}" "${tuned[@]}"
+        "topics=$topic" "groups=$group" "${MM2_DEFAULTS[@]}" "${MM2_CLUSTER[@]}" "${tuned[@]}"
       ARM_PID="$(cat "$(mm2_dir "$ARM_ALIAS")/mm2.pid")"
       ;;
   esac
@@ -223,7 +256,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf)
+    ours | oursn | oursf | oursq)
       kill -TERM "$ARM_PID" 2>/dev/null || true
       local deadline=$((SECONDS + 30))
       while kill -0 "$ARM_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
@@ -370,7 +403,7 @@ compressed() {
 eval "$(declare -f kafka_write_config | sed '1s/kafka_write_config/kafka_write_config_world/')"
 kafka_write_config() {
   kafka_write_config_world "$@"
-  [ "$1" = source ] || return 0
+  [ "$1" = source ] && [ "$(kafka_nodes)" = 1 ] || return 0
   local f
   f="$(kafka_dir source)/server.properties"
   sed -i -e "s|^listeners=.*|&,WAN://127.0.0.1:$WAN_BROKER_PORT|" \
@@ -472,6 +505,121 @@ partitions() {
   done
 }
 
+# --- three brokers ---------------------------------------------------------------------------
+
+# Both clusters as 3 KRaft nodes each (replication factor 3, min.insync.replicas 2 by default:
+# e2e/lib/kafka.sh). The smoke run of every phase gets here with single-node clusters: they
+# are stopped and their data deleted first.
+b3_clusters() {
+  if [ "$(kafka_nodes)" != 3 ]; then
+    blog "brokers3: replacing the single-node clusters by clusters of 3 nodes"
+    kafka_stop target
+    kafka_stop source
+    rm -rf "$(kafka_dir source)" "$(kafka_dir target)"
+    export KAFKA_NODES=3
+  fi
+  SRC="$(kafka_bootstrap source)" TGT="$(kafka_bootstrap target)"
+  ARM_SRC="$SRC"
+  MM2_CLUSTER=()
+  local k
+  for k in replication.factor checkpoints.topic.replication.factor heartbeats.topic.replication.factor \
+    offset-syncs.topic.replication.factor config.storage.replication.factor \
+    offset.storage.replication.factor status.storage.replication.factor; do
+    MM2_CLUSTER+=("$k=3")
+  done
+  # The token endpoint first: both clusters start at once and would both start it.
+  oidc_start
+  local pids=() pid
+  kafka_start source &
+  pids+=($!)
+  kafka_start target &
+  pids+=($!)
+  for pid in "${pids[@]}"; do wait "$pid" || die "the 3-node clusters did not start"; done
+}
+
+# b3_leader_change SIDE TOPIC REMOTE AT EVENTS: once the target holds AT records of REMOTE,
+# stops the node of cluster SIDE leading partition 0 of TOPIC (SIGTERM: a controlled shutdown,
+# as a rolling restart does it), starts it again, waits until every replica is back in sync and
+# moves leadership back to the preferred replicas (kafka-leader-election): two leader changes.
+# What happened when (epoch seconds) goes to EVENTS as JSON.
+b3_leader_change() {
+  local side="$1" topic="$2" remote="$3" at="$4" events="$5" bs node after t_stop t_down t_up t_sync t_back sync
+  bs="$(kafka_bootstrap "$side")"
+  "$DRIVER" watch-copy --bootstrap "$TGT" --topic "$remote" --expect "$at" --pid "$ARM_PID" \
+    --stall-s "$B3_STALL_S" >/dev/null
+  node="$("$DRIVER" leader --bootstrap "$bs" --topic "$topic" --partition 0)"
+  t_stop="$(date +%s.%N)"
+  kafka_stop "$side" "$node"
+  t_down="$(date +%s.%N)"
+  after="$("$DRIVER" leader --bootstrap "$bs" --topic "$topic" --partition 0)"
+  blog "brokers3: $side node $node (leader of $topic-0) stopped; $topic-0 now led by node $after"
+  if ! $B3_RESTART; then
+    printf '{"side":"%s","node":%s,"topic":"%s","at_records":%s,"leader_after_stop":%s,"stop":%s,"stopped":%s,"started":null,"in_sync":null,"preferred_back":null,"wait_in_sync":null}\n' \
+      "$side" "$node" "$topic" "$at" "$after" "$t_stop" "$t_down" >"$events"
+    return 0
+  fi
+  kafka_start "$side" "$node"
+  t_up="$(date +%s.%N)"
+  sync="$("$DRIVER" wait-in-sync --bootstrap "$bs" --timeout-s 300)"
+  t_sync="$(date +%s.%N)"
+  kafka_java org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$bs" --election-type PREFERRED \
+    --all-topic-partitions >"$LOGS/leader-election-$side-$ARM_ALIAS.log" 2>&1 ||
+    grep -q "none of the partitions\|No partition" "$LOGS/leader-election-$side-$ARM_ALIAS.log" ||
+    die "preferred leader election on $side failed (log: $LOGS/leader-election-$side-$ARM_ALIAS.log)"
+  t_back="$(date +%s.%N)"
+  blog "brokers3: $side node $node back, in sync, preferred leaders elected"
+  printf '{"side":"%s","node":%s,"topic":"%s","at_records":%s,"leader_after_stop":%s,"stop":%s,"stopped":%s,"started":%s,"in_sync":%s,"preferred_back":%s,"wait_in_sync":%s}\n' \
+    "$side" "$node" "$topic" "$at" "$after" "$t_stop" "$t_down" "$t_up" "$t_sync" "$t_back" "$sync" >"$events"
+}
+
+# b3_copy ARM REP: one arm copies the data set while each side loses and regains the leader of
+# partition 0; then the copy is read back (missing, duplicates).
+b3_copy() {
+  local arm="$1" rep="$2" alias out verify t_arm t_end jobs=() job
+  alias="${ARM_LETTER[$arm]}b3r$rep"
+  local remote="$alias.bench-b3" events="$MF_STATE/b3-events-$alias"
+  mkdir -p "$events"
+  blog "brokers3: $arm copies $B3_N records of bench-b3 (alias $alias); leader changes at $B3_SOURCE_AT % (source) and $B3_TARGET_AT % (target)"
+  t_arm="$(date +%s.%N)"
+  arm_start "$arm" "$alias" bench-b3 "bench-$alias"
+  b3_leader_change source bench-b3 "$remote" $((B3_N * B3_SOURCE_AT / 100)) "$events/source.json" &
+  jobs+=($!)
+  b3_leader_change target "$remote" "$remote" $((B3_N * B3_TARGET_AT / 100)) "$events/target.json" &
+  jobs+=($!)
+  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$remote" --expect "$B3_N" --pid "$ARM_PID" --stall-s "$B3_STALL_S" --timeline)"
+  t_end="$(date +%s.%N)"
+  blog "brokers3: $arm: $out"
+  for job in "${jobs[@]}"; do wait "$job" || die "a leader change of $arm's copy failed (see above)"; done
+  # Read back with the arm still running: a copy that fell behind gets until its end offsets
+  # stand still for 5 s.
+  verify="$("$DRIVER" verify --bootstrap "$TGT" --topic "$remote" --expect "$B3_N" --source "$SRC" --source-topic bench-b3)"
+  blog "brokers3: $arm read back: $verify"
+  arm_stop
+  record "{\"phase\":\"brokers3\",\"arm\":\"$arm\",\"rep\":$rep,\"arm_started\":$t_arm,\"copy_seen_done\":$t_end,\"result\":$out,\"verify\":$verify,\"leader_changes\":[$(cat "$events/source.json"),$(cat "$events/target.json")]}"
+  "$DRIVER" delete-topics --bootstrap "$TGT" "$remote"
+}
+
+# The three-broker scenario: the data set over 8 partitions with 3 replicas each, copied by
+# each arm through a leader change on each side.
+brokers3() {
+  local arms=(ours mm2 mm2t) rep arm out
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  if $SMOKE; then arms=(ours); fi
+  # A node left down on each side: a second copy would stop a second one, and a cluster of 3
+  # with 2 down has neither a controller quorum nor min.insync.replicas.
+  if ! $B3_RESTART && ((REPS * ${#arms[@]} > 1)); then
+    die "BENCH_B3_RESTART=false leaves a node down on each side: one arm and one repetition only"
+  fi
+  b3_clusters
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" --replication-factor 3 bench-b3
+  out="$("$DRIVER" load-json --bootstrap "$SRC" --topic bench-b3 --n "$B3_N" --size "$JSON_SIZE" --codec lz4)"
+  record "{\"phase\":\"b3_load\",\"result\":$out}"
+  blog "brokers3: loaded $out"
+  for rep in $(seq 1 "$REPS"); do
+    for arm in $(arms_for "$rep" "${arms[@]}"); do b3_copy "$arm" "$rep"; done
+  done
+}
+
 # --- run -------------------------------------------------------------------------------------
 
 main() {
@@ -495,14 +643,18 @@ main() {
   fi
   trap cleanup EXIT
   rm -rf "$MF_STATE"
-  kafka_start source
-  kafka_start target
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  # The three-broker scenario starts its clusters itself (b3_clusters: 6 nodes at once).
+  if [ "$PHASES" != brokers3 ]; then
+    kafka_start source
+    kafka_start target
+  fi
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed
   has_phase wan && wan
   has_phase partitions && partitions
+  has_phase brokers3 && brokers3
 
   if $PROFILE && has_phase base; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"

@@ -5,6 +5,12 @@
 # clients (SSL with a client certificate the world's client CA signed, required), PORT+4
 # OAUTHBEARER clients (SASL_PLAINTEXT; JWTs from the world's token endpoint, lib/oidc.sh,
 # validated against its JWKS; a connection re-authenticates when its token expires).
+#
+# KAFKA_NODES=3 (default 1, the world's) makes every cluster started from then on 3 combined
+# broker+controller nodes with a static 3-voter quorum (bench/run.sh --brokers3): node K has the
+# same listeners 10*(K-1) ports higher and its own data dir (kafka_node_dir), topics get
+# replication factor 3 and min.insync.replicas 2 by default, internal topics too.
+# kafka_start/kafka_stop NAME K start or stop node K alone (a leader change on purpose).
 
 # The OAUTHBEARER listener needs the token endpoint; whoever starts brokers gets it too.
 # shellcheck source=oidc.sh
@@ -20,6 +26,10 @@ kafka_port() {
 }
 
 kafka_dir() { echo "$MF_STATE/kafka/$1"; }
+kafka_nodes() { echo "${KAFKA_NODES:-1}"; }
+# Node K of a cluster: node 1 is the single node of a one-node cluster (same dir and ports).
+kafka_node_port() { echo $(($(kafka_port "$1") + 10 * (${2:-1} - 1))); }
+kafka_node_dir() { if [ "${2:-1}" = 1 ]; then kafka_dir "$1"; else echo "$MF_STATE/kafka/$1.$2"; fi; }
 kafka_secure_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 2))"; }
 kafka_mtls_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 3))"; }
 kafka_oauth_bootstrap() { echo "127.0.0.1:$(($(kafka_port "$1") + 4))"; }
@@ -102,8 +112,13 @@ kafka_add_scram_user() {
     touch "$dir/scram-$user.done"
   done
 }
-kafka_pidfile() { echo "$(kafka_dir "$1")/broker.pid"; }
-kafka_bootstrap() { echo "127.0.0.1:$(kafka_port "$1")"; }
+kafka_pidfile() { echo "$(kafka_node_dir "$1" "${2:-1}")/broker.pid"; }
+# Every node's plaintext listener, so a client still bootstraps while one node is down.
+kafka_bootstrap() {
+  local k out="127.0.0.1:$(kafka_port "$1")"
+  for ((k = 2; k <= $(kafka_nodes); k++)); do out="$out,127.0.0.1:$(kafka_node_port "$1" "$k")"; done
+  echo "$out"
+}
 
 kafka_java() {
   # Runs a class from the Kafka classpath (brokers, tools, MirrorMaker 2).
@@ -111,14 +126,22 @@ kafka_java() {
 }
 
 kafka_write_config() {
-  local name="$1" port dir
-  port="$(kafka_port "$name")"
-  dir="$(kafka_dir "$name")"
+  local name="$1" node="${2:-1}" port dir quorum k
+  port="$(kafka_node_port "$name" "$node")"
+  dir="$(kafka_node_dir "$name" "$node")"
   mkdir -p "$dir"
+  quorum="controller.quorum.bootstrap.servers=127.0.0.1:$((port + 1))"
+  if [ "$(kafka_nodes)" -gt 1 ]; then
+    quorum="controller.quorum.voters="
+    for ((k = 1; k <= $(kafka_nodes); k++)); do
+      quorum="$quorum$k@127.0.0.1:$(($(kafka_node_port "$name" "$k") + 1)),"
+    done
+    quorum="${quorum%,}"
+  fi
   cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$((port + 1))
+node.id=$node
+$quorum
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1)),SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3)),OAUTH://127.0.0.1:$((port + 4))
 advertised.listeners=PLAINTEXT://127.0.0.1:$port,SECURE://127.0.0.1:$((port + 2)),MTLS://127.0.0.1:$((port + 3)),OAUTH://127.0.0.1:$((port + 4))
 controller.listener.names=CONTROLLER
@@ -167,62 +190,134 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=true
 super.users=User:ANONYMOUS;User:mirrorflow;User:CN=mirrorflow-flow
 EOF
+  [ "$(kafka_nodes)" -gt 1 ] || return 0
+  # Later keys win: every topic on 3 nodes, writes acknowledged by 2 of them, so one node can
+  # be stopped without stopping writes (the way clusters are run in production).
+  cat >>"$dir/server.properties" <<EOF
+default.replication.factor=3
+min.insync.replicas=2
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+EOF
 }
 
 kafka_serves() {
-  # True once the broker answers a metadata request (not merely accepts TCP).
+  # True once the broker (node K alone, when given) answers a metadata request (not merely
+  # accepts TCP).
+  local bootstrap
+  bootstrap="$(kafka_bootstrap "$1")"
+  if [ -n "${2:-}" ]; then
+    bootstrap="127.0.0.1:$(kafka_node_port "$1" "$2")"
+    # Several nodes starting on two cores: a probe JVM every half second per node while its
+    # port is still closed would slow them all down.
+    [ "$(kafka_nodes)" -gt 1 ] && port_free "$(kafka_node_port "$1" "$2")" && return 1
+  fi
   timeout 30 java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
     -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
-    org.apache.kafka.tools.TopicCommand --bootstrap-server "$(kafka_bootstrap "$1")" --list >/dev/null 2>&1
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --list >/dev/null 2>&1
 }
 
+# "kafka source", or "kafka source node 2" in a cluster of several nodes.
+kafka_what() { if [ "$(kafka_nodes)" -gt 1 ]; then echo "kafka $1 node ${2:-1}"; else echo "kafka $1"; fi; }
+
+# kafka_start NAME [K]: every node of cluster NAME (or node K alone), waiting until each serves.
+# The nodes of a new cluster start together: none serves before a quorum of them runs.
 kafka_start() {
-  local name="$1" dir pidfile port
-  dir="$(kafka_dir "$name")"
-  pidfile="$(kafka_pidfile "$name")"
-  port="$(kafka_port "$name")"
-  if pid_alive "$pidfile"; then
-    log "kafka $name already running on 127.0.0.1:$port"
+  local name="$1" nodes=() todo=() k dir port
+  if [ -n "${2:-}" ]; then nodes=("$2"); else mapfile -t nodes < <(seq 1 "$(kafka_nodes)"); fi
+  for k in "${nodes[@]}"; do
+    if pid_alive "$(kafka_pidfile "$name" "$k")"; then
+      log "$(kafka_what "$name" "$k") already running on 127.0.0.1:$(kafka_node_port "$name" "$k")"
+    else
+      todo+=("$k")
+    fi
+  done
+  if [ "${#todo[@]}" = 0 ]; then
     kafka_add_scram_user "$name"
     return 0
   fi
-  require_port_free "$port" "Kafka $name broker" "KAFKA_${name^^}_PORT"
-  require_port_free "$((port + 1))" "Kafka $name controller" "KAFKA_${name^^}_PORT"
-  require_port_free "$((port + 2))" "Kafka $name SASL_SSL listener" "KAFKA_${name^^}_PORT"
-  require_port_free "$((port + 3))" "Kafka $name mTLS listener" "KAFKA_${name^^}_PORT"
-  require_port_free "$((port + 4))" "Kafka $name OAUTHBEARER listener" "KAFKA_${name^^}_PORT"
+  for k in "${todo[@]}"; do
+    port="$(kafka_node_port "$name" "$k")"
+    require_port_free "$port" "Kafka $name broker" "KAFKA_${name^^}_PORT"
+    require_port_free "$((port + 1))" "Kafka $name controller" "KAFKA_${name^^}_PORT"
+    require_port_free "$((port + 2))" "Kafka $name SASL_SSL listener" "KAFKA_${name^^}_PORT"
+    require_port_free "$((port + 3))" "Kafka $name mTLS listener" "KAFKA_${name^^}_PORT"
+    require_port_free "$((port + 4))" "Kafka $name OAUTHBEARER listener" "KAFKA_${name^^}_PORT"
+  done
   # The OAUTHBEARER listener reads the token endpoint's JWKS.
   oidc_start
   kafka_tls_material
   kafka_client_tls_material
   # Written on every start, so a world made by an older checkout gets today's listeners.
-  kafka_write_config "$name"
-  if [ ! -f "$dir/data/meta.properties" ]; then
-    local id
-    id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
-    kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$dir/server.properties" \
-      >"$dir/format.log" 2>&1 || die "formatting Kafka $name failed: $(tail -n 5 "$dir/format.log")"
+  for k in "${todo[@]}"; do kafka_write_config "$name" "$k"; done
+  if [ "$(kafka_nodes)" -gt 1 ] && [ ! -s "$(kafka_dir "$name")/cluster.id" ]; then
+    # One cluster id for all nodes; the voters are in the config (a static quorum).
+    kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1 >"$(kafka_dir "$name")/cluster.id"
   fi
-  log "starting kafka $name on 127.0.0.1:$port"
-  # Kafka 4 reads OAuth URLs only from an allow-list given as a system property.
-  nohup java -Xmx512m -Xms256m -XX:+UseG1GC -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" \
-    -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$(oidc_jwks_url)" \
-    -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 &
-  echo $! >"$pidfile"
-  # 180 s: on two cores with three world tests at once, a restarted broker has been seen to
-  # take 48 s before its controller activated and each probe's JVM tens of seconds more.
-  if ! wait_until 180 "kafka $name to serve requests" kafka_serves "$name"; then
-    tail -n 20 "$dir/broker.log" >&2
-    die "kafka $name did not come up (log: $dir/broker.log)"
-  fi
+  # Formatting is a JVM per node: they run side by side.
+  local pids=() pid
+  for k in "${todo[@]}"; do
+    dir="$(kafka_node_dir "$name" "$k")"
+    [ -f "$dir/data/meta.properties" ] && continue
+    if [ "$(kafka_nodes)" = 1 ]; then
+      local id
+      id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+      kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$dir/server.properties" \
+        >"$dir/format.log" 2>&1 || die "formatting Kafka $name failed: $(tail -n 5 "$dir/format.log")"
+    else
+      (kafka_java kafka.tools.StorageTool format -t "$(cat "$(kafka_dir "$name")/cluster.id")" \
+        -c "$dir/server.properties" >"$dir/format.log" 2>&1 ||
+        die "formatting $(kafka_what "$name" "$k") failed: $(tail -n 5 "$dir/format.log")") &
+      pids+=($!)
+    fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || die "formatting Kafka $name failed"; done
+  for k in "${todo[@]}"; do
+    dir="$(kafka_node_dir "$name" "$k")"
+    log "starting $(kafka_what "$name" "$k") on 127.0.0.1:$(kafka_node_port "$name" "$k")"
+    # Kafka 4 reads OAuth URLs only from an allow-list given as a system property.
+    nohup java -Xmx512m -Xms256m -XX:+UseG1GC -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" \
+      -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$(oidc_jwks_url)" \
+      -cp "$KAFKA_HOME/lib/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 &
+    echo $! >"$(kafka_pidfile "$name" "$k")"
+  done
+  for k in "${todo[@]}"; do
+    dir="$(kafka_node_dir "$name" "$k")"
+    # 180 s: on two cores with three world tests at once, a restarted broker has been seen to
+    # take 48 s before its controller activated and each probe's JVM tens of seconds more.
+    if ! wait_until 180 "$(kafka_what "$name" "$k") to serve requests" kafka_serves "$name" "$k"; then
+      tail -n 20 "$dir/broker.log" >&2
+      die "$(kafka_what "$name" "$k") did not come up (log: $dir/broker.log)"
+    fi
+  done
   kafka_add_scram_user "$name"
-  log "kafka $name serves on 127.0.0.1:$port (SASL_SSL on $(kafka_secure_bootstrap "$name"), mTLS on $(kafka_mtls_bootstrap "$name"), OAUTHBEARER on $(kafka_oauth_bootstrap "$name"))"
+  if [ "$(kafka_nodes)" = 1 ]; then
+    log "kafka $name serves on 127.0.0.1:$(kafka_port "$name") (SASL_SSL on $(kafka_secure_bootstrap "$name"), mTLS on $(kafka_mtls_bootstrap "$name"), OAUTHBEARER on $(kafka_oauth_bootstrap "$name"))"
+  else
+    for k in "${todo[@]}"; do log "$(kafka_what "$name" "$k") serves on 127.0.0.1:$(kafka_node_port "$name" "$k")"; done
+  fi
 }
 
+# kafka_stop NAME [K]: every node of cluster NAME that runs (or node K alone). Nodes stop
+# together: one after the other, the last ones would wait for a controller quorum already gone.
 kafka_stop() {
-  local name="$1"
+  local name="$1" f pids=()
+  if [ -n "${2:-}" ]; then
+    pid_alive "$(kafka_pidfile "$name" "$2")" && log "stopping $(kafka_what "$name" "$2")"
+    stop_pidfile "$(kafka_pidfile "$name" "$2")" 60
+    return 0
+  fi
   pid_alive "$(kafka_pidfile "$name")" && log "stopping kafka $name"
+  for f in "$MF_STATE/kafka/$name".[0-9]*/broker.pid; do
+    [ -f "$f" ] || continue
+    stop_pidfile "$f" 60 &
+    pids+=($!)
+  done
   stop_pidfile "$(kafka_pidfile "$name")" 60
+  [ "${#pids[@]}" = 0 ] || wait "${pids[@]}"
 }
 
 kafka_restart() {

@@ -5,6 +5,9 @@
 //! - `watch-copy`: waits until target topics hold a pre-loaded data set; copy window, CPU
 //!   seconds and peak RSS of the replicator process.
 //! - `create-topics`: topics of the data sets (the brokers do not create topics on use).
+//! - `verify` (`verify.rs`): which records of a `load-json` data set a copy holds, missing and
+//!   twice; `leader`, `wait-in-sync`: a partition's leader, and every replica caught up (the
+//!   leader changes of `--brokers3`).
 //! - `init-group`: commits offset 0 for a group so it exists before a replicator lists groups.
 //! - `load-json`: a data set of JSON-like records in lz4/zstd/... batches (`records.rs`).
 //! - `pipe`: what the clusters allow, with clients added until the rate stops rising (`pipe.rs`).
@@ -23,6 +26,7 @@ mod groups;
 mod pipe;
 mod records;
 mod steady;
+mod verify;
 mod wan;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -62,6 +66,14 @@ enum Cmd {
         pid: u32,
         #[arg(long, default_value_t = 900)]
         timeout_s: u64,
+        /// Ends the watch, as incomplete (`"complete": false`), once the count has not moved
+        /// for this long: a copy that lost records would otherwise be waited for until the
+        /// timeout.
+        #[arg(long)]
+        stall_s: Option<u64>,
+        /// Adds the copied count once a second (`"timeline": [[seconds, records], ...]`).
+        #[arg(long)]
+        timeline: bool,
     },
     /// Creates topics (an existing one is left as it is).
     CreateTopics {
@@ -69,7 +81,43 @@ enum Cmd {
         bootstrap: String,
         #[arg(long, default_value_t = 8)]
         partitions: i32,
+        #[arg(long, default_value_t = 1)]
+        replication_factor: i32,
         topics: Vec<String>,
+    },
+    /// Reads a copy of a `load-json` data set back once its end offsets stop moving: records
+    /// missing, copied twice, and (with `source`) where the missing ones are on the source.
+    Verify {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        /// The data set's record count (`seq` 0 to expect - 1).
+        #[arg(long)]
+        expect: u64,
+        /// The end offsets must stay the same this long before the copy is read.
+        #[arg(long, default_value_t = 5)]
+        quiet_s: u64,
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        source_topic: Option<String>,
+    },
+    /// Prints the node id leading a partition.
+    Leader {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 0)]
+        partition: i32,
+    },
+    /// Waits until every replica of every partition of the cluster is in sync.
+    WaitInSync {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long, default_value_t = 300)]
+        timeout_s: u64,
     },
     /// Commits offset 0 on every partition of `topic` for `group`.
     InitGroup {
@@ -218,12 +266,49 @@ fn main() -> Result<()> {
             expect,
             pid,
             timeout_s,
-        } => watch_copy(&bootstrap, &topics, expect, pid, timeout_s),
+            stall_s,
+            timeline,
+        } => watch_copy(
+            &bootstrap,
+            &topics,
+            expect,
+            pid,
+            timeout_s,
+            stall_s.map(Duration::from_secs),
+            timeline,
+        ),
         Cmd::CreateTopics {
             bootstrap,
             partitions,
+            replication_factor,
             topics,
-        } => create_topics(&bootstrap, partitions, &topics),
+        } => create_topics_rf(&bootstrap, partitions, replication_factor, &topics),
+        Cmd::Verify {
+            bootstrap,
+            topic,
+            expect,
+            quiet_s,
+            source,
+            source_topic,
+        } => verify::verify(&verify::Verify {
+            target: bootstrap,
+            topic,
+            expect,
+            quiet: Duration::from_secs(quiet_s),
+            source: source.zip(source_topic),
+        }),
+        Cmd::Leader {
+            bootstrap,
+            topic,
+            partition,
+        } => {
+            println!("{}", verify::leader(&bootstrap, &topic, partition)?);
+            Ok(())
+        }
+        Cmd::WaitInSync {
+            bootstrap,
+            timeout_s,
+        } => verify::wait_in_sync(&bootstrap, Duration::from_secs(timeout_s)),
         Cmd::InitGroup {
             bootstrap,
             topic,
@@ -437,6 +522,8 @@ fn watch_copy(
     expect: i64,
     pid: u32,
     timeout_s: u64,
+    stall: Option<Duration>,
+    timeline: bool,
 ) -> Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(timeout_s);
@@ -468,6 +555,11 @@ fn watch_copy(
     let mut last_rss = None;
     let mut last_cpu = None;
     let mut gone_since: Option<Instant> = None;
+    // The last time the count rose, and the longest time it stood still during the copy.
+    let mut progress: Option<(Instant, i64)> = None;
+    let mut max_stall = Duration::ZERO;
+    let mut max_stall_from = started;
+    let mut samples: Vec<(f64, i64)> = Vec::new();
     loop {
         last_rss = peak_rss_kib(pid).ok().or(last_rss);
         last_cpu = cpu_seconds(pid).ok().or(last_cpu);
@@ -490,18 +582,56 @@ fn watch_copy(
         if first.is_none() && copied > 0 {
             first = Some((now, copied, cpu_now()?));
         }
-        if copied >= expect {
+        if timeline
+            && samples
+                .last()
+                .is_none_or(|(t, _)| now.duration_since(started).as_secs_f64() - t >= 1.0)
+        {
+            samples.push((now.duration_since(started).as_secs_f64(), copied));
+        }
+        match progress {
+            Some((_, c)) if c == copied => {}
+            Some((t, _)) => {
+                if now.duration_since(t) > max_stall {
+                    max_stall = now.duration_since(t);
+                    max_stall_from = t;
+                }
+                progress = Some((now, copied));
+            }
+            None if copied > 0 => progress = Some((now, copied)),
+            None => {}
+        }
+        let stalled = match (stall, progress) {
+            (Some(limit), Some((t, _))) => now.duration_since(t) >= limit,
+            _ => false,
+        };
+        if copied >= expect || stalled {
             let cpu_end = cpu_now()?;
             let rss = peak_rss_kib(pid)
                 .ok()
                 .or(last_rss)
                 .context("no VmHWM: the process was gone before its memory was read")?;
             let (t0, c0, cpu0) = first.unwrap_or((now, copied, cpu_end));
-            let window = now.duration_since(t0).as_secs_f64().max(1e-3);
+            // A stalled copy's window ends at its last record.
+            let end = if stalled {
+                progress.map_or(now, |(t, _)| t)
+            } else {
+                now
+            };
+            if stalled && now.duration_since(end) > max_stall {
+                max_stall = now.duration_since(end);
+                max_stall_from = end;
+            }
+            let window = end.duration_since(t0).as_secs_f64().max(1e-3);
             let records = (copied - c0).max(1) as f64;
             println!(
                 "{}",
                 json!({
+                    "complete": !stalled,
+                    "max_stall_s": max_stall.as_secs_f64(),
+                    // When the longest stall began, from the start of the watch (as startup_s).
+                    "max_stall_from_s": max_stall_from.duration_since(started).as_secs_f64(),
+                    "timeline": timeline.then_some(&samples),
                     "records": copied,
                     "startup_s": t0.duration_since(started).as_secs_f64(),
                     "window_s": window,
@@ -532,10 +662,19 @@ fn watch_copy(
 }
 
 fn create_topics(bootstrap: &str, partitions: i32, topics: &[String]) -> Result<()> {
+    create_topics_rf(bootstrap, partitions, 1, topics)
+}
+
+fn create_topics_rf(
+    bootstrap: &str,
+    partitions: i32,
+    replication_factor: i32,
+    topics: &[String],
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = client(bootstrap).create()?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
-        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(replication_factor)))
         .collect();
     let results = futures::executor::block_on(admin.create_topics(&new, &AdminOptions::new()))?;
     for r in results {
