@@ -1,0 +1,566 @@
+//! The probe's decisions from what the clusters answered, without a cluster.
+
+use super::*;
+use crate::mm2::Checkpoint;
+use proptest::prelude::*;
+
+/// A flow from alias `a` to `b` (remote topics `a.<topic>`), with `extra` spec lines.
+fn flow(extra: &str) -> Flow {
+    crate::flow::test_flow("ns/f", extra)
+}
+
+fn offsets(items: &[(&str, i32, Offset)]) -> Listed {
+    items
+        .iter()
+        .map(|(t, p, o)| ((t.to_string(), *p), *o))
+        .collect()
+}
+
+fn positions(items: &[(&str, i32, i64)]) -> Positions {
+    items
+        .iter()
+        .map(|(t, p, o)| ((t.to_string(), *p), *o))
+        .collect()
+}
+
+const NOW: i64 = 1_800_000_000_000;
+
+fn age_at_now(since: i64) -> Duration {
+    Duration::from_millis(u64::try_from(NOW.saturating_sub(since)).unwrap_or(0))
+}
+
+/// Checkpoints of `group` on the remote topic `a.orders`: (partition, upstream offset,
+/// written ms).
+fn checkpoints(
+    group: &str,
+    items: &[(i32, i64, Option<i64>)],
+) -> BTreeMap<TopicPartition, StoredCheckpoint> {
+    items
+        .iter()
+        .map(|&(partition, upstream_offset, written_ms)| {
+            let topic_partition = TopicPartition::new("a.orders", partition);
+            let checkpoint = Checkpoint {
+                group: group.into(),
+                topic_partition: topic_partition.clone(),
+                upstream_offset,
+                downstream_offset: upstream_offset,
+                metadata: String::new(),
+            };
+            (
+                topic_partition,
+                StoredCheckpoint {
+                    checkpoint,
+                    written_ms,
+                },
+            )
+        })
+        .collect()
+}
+
+fn commits(items: &[(i32, i64)]) -> Listed {
+    items
+        .iter()
+        .map(|&(p, o)| (("orders".to_string(), p), Offset::Offset(o)))
+        .collect()
+}
+
+#[test]
+fn a_budget_caps_each_request_and_is_spent_at_its_deadline() {
+    let long = Budget::new(Duration::from_secs(60));
+    assert_eq!(long.next(TIMEOUT), TIMEOUT);
+    assert!(!long.spent());
+    let short = Budget::new(Duration::from_secs(2));
+    assert!(short.next(TIMEOUT) <= Duration::from_secs(2));
+    assert!(!short.next(TIMEOUT).is_zero());
+    let gone = Budget::new(Duration::ZERO);
+    assert_eq!(gone.next(TIMEOUT), Duration::ZERO);
+    assert!(gone.spent());
+}
+
+#[test]
+fn the_lag_counts_the_records_after_each_stored_position_within_the_log() {
+    let ends = offsets(&[
+        ("t", 0, Offset::Offset(100)),
+        ("t", 1, Offset::Offset(50)),
+        ("u", 0, Offset::Offset(30)),
+        ("u", 1, Offset::Offset(70)),
+    ]);
+    let starts = offsets(&[
+        ("t", 0, Offset::Offset(0)),
+        ("t", 1, Offset::Offset(40)),
+        ("u", 0, Offset::Offset(5)),
+        ("u", 1, Offset::Offset(0)),
+    ]);
+    let copied = positions(&[
+        ("t", 0, 90),
+        // Behind the log start (retention): counted from the start.
+        ("t", 1, 10),
+        // Past the end (a recreated source topic): nothing left, not a negative count.
+        ("u", 1, 95),
+        // A topic no longer mirrored adds nothing.
+        ("gone", 0, 0),
+    ]);
+    // t-0: 10, t-1: 10, u-0 (no position, counted from its start): 25, u-1: 0.
+    assert_eq!(lag(&ends, &starts, &copied), Some(45));
+    assert_eq!(lag(&Listed::new(), &Listed::new(), &copied), Some(0));
+}
+
+#[test]
+fn a_partition_whose_offsets_were_not_answered_makes_the_lag_unknown() {
+    let starts = offsets(&[("t", 0, Offset::Offset(0)), ("t", 1, Offset::Offset(0))]);
+    let copied = positions(&[("t", 0, 1), ("t", 1, 1)]);
+    let no_end = offsets(&[("t", 0, Offset::Offset(9)), ("t", 1, Offset::Invalid)]);
+    assert_eq!(lag(&no_end, &starts, &copied), None);
+    let ends = offsets(&[("t", 0, Offset::Offset(9)), ("t", 1, Offset::Offset(9))]);
+    let no_start = offsets(&[("t", 0, Offset::Offset(0))]);
+    assert_eq!(lag(&ends, &no_start, &copied), None);
+}
+
+proptest! {
+    #[test]
+    fn the_lag_is_never_negative_nor_more_than_the_logs_hold(
+        logs in prop::collection::vec((any::<i64>(), any::<i64>(), prop::option::of(any::<i64>())), 0..6),
+    ) {
+        let mut ends = Listed::new();
+        let mut starts = Listed::new();
+        let mut copied = Positions::new();
+        let mut held = 0i64;
+        for (p, (start, end, position)) in (0i32..).zip(&logs) {
+            let key = ("t".to_string(), p);
+            ends.insert(key.clone(), Offset::Offset(*end));
+            starts.insert(key.clone(), Offset::Offset(*start));
+            if let Some(n) = position {
+                copied.insert(key, *n);
+            }
+            held = held.saturating_add(end.saturating_sub(*start).max(0));
+        }
+        let Some(found) = lag(&ends, &starts, &copied) else {
+            return Err(TestCaseError::fail("every offset was answered"));
+        };
+        prop_assert!(found >= 0);
+        prop_assert!(found <= held);
+        prop_assert_eq!(lag(&ends, &starts, &Positions::new()), Some(held));
+    }
+}
+
+#[test]
+fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
+    let cps = checkpoints("g", &[(0, 10, Some(NOW - 3_600_000)), (1, 7, Some(NOW))]);
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 10), (1, 5)]),
+        Some(&cps),
+        None,
+        &Recreations::new(),
+        age_at_now,
+    );
+    assert_eq!(
+        seen,
+        Some(GroupObservation {
+            group: "g".into(),
+            checkpoint_age: Some(Duration::ZERO),
+            replay_records: 0,
+            uncopied_records: 0,
+            invalidated_checkpoints: 0,
+        })
+    );
+}
+
+#[test]
+fn a_stale_group_is_as_old_as_its_oldest_uncovered_checkpoint() {
+    let cps = checkpoints(
+        "g",
+        &[
+            (0, 10, Some(NOW - 30_000)),
+            (1, 5, Some(NOW - 10_000)),
+            // Covered: its age does not matter.
+            (2, 3, Some(NOW - 90_000)),
+        ],
+    );
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 20), (1, 15), (2, 3)]),
+        Some(&cps),
+        None,
+        &Recreations::new(),
+        age_at_now,
+    )
+    .unwrap();
+    assert_eq!(seen.checkpoint_age, Some(Duration::from_secs(30)));
+    assert_eq!(seen.replay_records, 20);
+}
+
+#[test]
+fn a_committed_partition_without_a_checkpoint_leaves_the_age_unknown_and_replays_whole() {
+    let cps = checkpoints("g", &[(0, 10, Some(NOW - 1_000))]);
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 12), (1, 8)]),
+        Some(&cps),
+        None,
+        &Recreations::new(),
+        age_at_now,
+    )
+    .unwrap();
+    assert_eq!(seen.checkpoint_age, None);
+    assert_eq!(seen.replay_records, 2 + 8);
+    let none = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 12)]),
+        None,
+        None,
+        &Recreations::new(),
+        age_at_now,
+    )
+    .unwrap();
+    assert_eq!((none.checkpoint_age, none.replay_records), (None, 12));
+}
+
+#[test]
+fn a_checkpoint_written_before_its_remote_partition_was_recreated_is_invalidated() {
+    let recreated = Recreations::from([
+        (("orders".to_string(), 0), NOW - 5_000),
+        (("orders".to_string(), 1), NOW - 5_000),
+        (("orders".to_string(), 2), NOW - 5_000),
+    ]);
+    let cps = checkpoints(
+        "g",
+        &[
+            (0, 10, Some(NOW - 10_000)),
+            // Written from the new log: valid.
+            (1, 10, Some(NOW - 1_000)),
+            // When it was written is unknown: it may point into the old log.
+            (2, 10, None),
+        ],
+    );
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 10), (1, 10), (2, 10), (3, 1)]),
+        Some(&cps),
+        None,
+        &recreated,
+        age_at_now,
+    )
+    .unwrap();
+    assert_eq!(seen.invalidated_checkpoints, 2);
+}
+
+#[test]
+fn commits_past_the_stored_positions_count_as_uncopied_only_when_positions_are_known() {
+    let cps = checkpoints("g", &[(0, 10, Some(NOW)), (1, 4, Some(NOW))]);
+    let copied = positions(&[("orders", 0, 15), ("orders", 1, 9)]);
+    let observe = |positions| {
+        observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, 20), (1, 4), (2, 6)]),
+            Some(&cps),
+            positions,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .unwrap()
+    };
+    // Partition 2 has no position: nothing of it was copied.
+    assert_eq!(observe(Some(&copied)).uncopied_records, 5 + 6);
+    assert_eq!(observe(None).uncopied_records, 0);
+}
+
+#[test]
+fn a_group_without_commits_on_the_mirrored_partitions_has_no_row() {
+    let nothing = offsets(&[("orders", 0, Offset::Invalid)]);
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &nothing,
+        None,
+        None,
+        &Recreations::new(),
+        age_at_now,
+    );
+    assert_eq!(seen, None);
+}
+
+proptest! {
+    #[test]
+    fn replayed_and_uncopied_records_are_never_negative(
+        parts in prop::collection::vec(
+            (0..i64::MAX, prop::option::of(any::<i64>()), prop::option::of(any::<i64>())),
+            1..5,
+        ),
+    ) {
+        let mut committed = Listed::new();
+        let mut cps = Vec::new();
+        let mut copied = Positions::new();
+        for (p, (commit, upstream, position)) in (0i32..).zip(&parts) {
+            committed.insert(("orders".to_string(), p), Offset::Offset(*commit));
+            if let Some(up) = upstream {
+                cps.push((p, *up, Some(NOW)));
+            }
+            if let Some(n) = position {
+                copied.insert(("orders".to_string(), p), *n);
+            }
+        }
+        let cps = checkpoints("g", &cps);
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &committed,
+            Some(&cps),
+            Some(&copied),
+            &Recreations::new(),
+            age_at_now,
+        );
+        let Some(seen) = seen else {
+            return Err(TestCaseError::fail("every partition has a commit"));
+        };
+        prop_assert!(seen.replay_records >= 0);
+        prop_assert!(seen.uncopied_records >= 0);
+    }
+}
+
+#[test]
+fn the_probe_asks_about_the_flows_groups_and_every_checkpointed_group_by_name() {
+    let listed: Vec<String> = [
+        "orders-app",
+        "console-consumer-1",
+        "mirrorflow.f.source",
+        "b-app",
+    ]
+    .map(String::from)
+    .into();
+    let index = CheckpointIndex::from([
+        ("zz-old".to_string(), BTreeMap::new()),
+        ("b-app".to_string(), BTreeMap::new()),
+    ]);
+    assert_eq!(
+        groups_to_probe(&flow(""), &listed, &index),
+        ["b-app", "orders-app", "zz-old"]
+    );
+    let many: Vec<String> = (0..MAX_PROBED_GROUPS + 10)
+        .rev()
+        .map(|i| format!("g{i:03}"))
+        .collect();
+    let probed = groups_to_probe(&flow(""), &many, &CheckpointIndex::new());
+    assert_eq!(probed.len(), MAX_PROBED_GROUPS);
+    assert_eq!(probed.first().map(String::as_str), Some("g000"));
+}
+
+#[test]
+fn the_probe_counts_the_topics_the_replicator_mirrors() {
+    let flow = flow("topics: ['orders', 'payments']\n");
+    let names = [
+        "orders",
+        "payments",
+        "other",
+        "heartbeats",
+        "b.orders",
+        "b.heartbeats",
+        "__consumer_offsets",
+        "mm2-offset-syncs.b.internal",
+        "a.checkpoints.internal",
+    ];
+    let filters = crate::mm2::Filters {
+        topics: flow.topics.clone(),
+        groups: flow.groups.clone(),
+    };
+    let listing = names.iter().map(|t| (t.to_string(), 1)).collect();
+    let plan = crate::replicator::source::topics::plan(
+        &filters,
+        flow.policy.as_ref(),
+        "a",
+        "b",
+        &listing,
+        &BTreeMap::new(),
+    );
+    assert_eq!(plan.mirrored.len(), 3);
+    assert_eq!(mirrored_topics(&flow, names.into_iter()), 3);
+}
+
+#[test]
+fn only_a_flow_that_copies_or_copied_is_judged_by_the_positions_topic() {
+    let copied = positions(&[("orders", 0, 5)]);
+    let empty = Positions::new();
+    let off = flow("sourceLoop: {enabled: false}\n");
+    assert!(!positions_are_the_flows(&off, Some(&empty)));
+    assert!(!positions_are_the_flows(&off, None));
+    assert!(positions_are_the_flows(&off, Some(&copied)));
+    assert!(positions_are_the_flows(&flow(""), Some(&empty)));
+    assert!(positions_are_the_flows(
+        &flow("mode: Observe\n"),
+        Some(&empty)
+    ));
+}
+
+#[test]
+fn acls_not_compared_name_the_cluster_that_failed_or_the_budget() {
+    let down = ClusterFault::Unreachable("down".into());
+    let unusable = "the cluster cannot be used (see the Ready condition)".to_string();
+    assert_eq!(
+        acls_not_compared(None, Some(&down)),
+        TopicAcls::Unreadable {
+            side: Side::Target,
+            error: unusable.clone()
+        }
+    );
+    assert_eq!(
+        acls_not_compared(Some(&down), Some(&down)),
+        TopicAcls::Unreadable {
+            side: Side::Source,
+            error: unusable
+        }
+    );
+    assert_eq!(
+        acls_not_compared(None, None),
+        TopicAcls::Unreadable {
+            side: Side::Source,
+            error: "the probe ran out of time before comparing them".into()
+        }
+    );
+}
+
+#[test]
+fn a_heartbeat_time_out_of_range_is_left_out_rather_than_wrong() {
+    let mut obs = Observation::default();
+    ClusterObservation {
+        heartbeat: Some((Duration::from_secs(3), i64::MAX)),
+        ..Default::default()
+    }
+    .record_into(&mut obs);
+    assert_eq!(obs.heartbeat_age, Some(Duration::from_secs(3)));
+    assert_eq!(obs.heartbeat_time, None);
+    ClusterObservation {
+        heartbeat: Some((Duration::ZERO, 1_700_000_000_000)),
+        ..Default::default()
+    }
+    .record_into(&mut obs);
+    assert_eq!(
+        obs.heartbeat_time.map(|t| t.0.as_millisecond()),
+        Some(1_700_000_000_000)
+    );
+}
+
+#[test]
+fn the_flows_default_client_id_is_shared_and_its_own_is_kept() {
+    let mut config = ClientConfig::new();
+    config.set("client.id", "mirrorflow-a");
+    assert_eq!(
+        shared_config(&config, "a").get("client.id"),
+        Some("mirrorflow-operator-probe")
+    );
+    config.set("client.id", "quota-holder");
+    assert_eq!(
+        shared_config(&config, "a").get("client.id"),
+        Some("quota-holder")
+    );
+}
+
+#[test]
+fn client_errors_tell_credentials_certificates_and_handshakes_apart() {
+    assert!(matches!(
+        classify(false, true, "broker: authentication failed"),
+        Some(ClusterFault::Authentication(_))
+    ));
+    assert!(matches!(
+        classify(
+            false,
+            false,
+            "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed"
+        ),
+        Some(ClusterFault::Tls(_))
+    ));
+    assert!(matches!(
+        classify(false, false, "SSL handshake failed: tlsv1 alert unknown ca"),
+        Some(ClusterFault::CertificateRefused(_))
+    ));
+    // Token words mean nothing to a client that uses no tokens.
+    assert_eq!(
+        classify(false, false, "Failed to acquire SASL OAUTHBEARER token: x"),
+        None
+    );
+}
+
+#[test]
+fn the_newest_recreation_of_each_remote_partition_counts() {
+    let gap = |topic: &str, kind, at| Gap {
+        topic: topic.into(),
+        partition: 0,
+        kind,
+        from: 20,
+        to: 0,
+        detected_ms: at,
+    };
+    let found = recreations(&[
+        gap("t", positions::GapKind::TargetRewound, 5),
+        gap("t", positions::GapKind::TargetRewound, 9),
+        gap("u", positions::GapKind::SourceTruncated, 7),
+    ]);
+    assert_eq!(found, Recreations::from([(("t".to_string(), 0), 9)]));
+}
+
+#[test]
+fn oauthbearer_errors_tell_the_endpoint_the_credentials_and_the_brokers_apart() {
+    // What librdkafka reported against the world's token endpoint and brokers.
+    let fault = |auth, reason| classify(true, auth, reason);
+    assert!(matches!(
+        fault(
+            true,
+            r#"Failed to acquire SASL OAUTHBEARER token: {"error": "invalid_client", "error_description": "unknown client or wrong secret"}"#
+        ),
+        Some(ClusterFault::ClientCredentialsRefused(_))
+    ));
+    assert!(matches!(
+        fault(
+            true,
+            "Failed to acquire SASL OAUTHBEARER token: Failed to connect to 127.0.0.1:39713 after 0 ms: Could not connect to server"
+        ),
+        Some(ClusterFault::TokenEndpointUnreachable(_))
+    ));
+    assert!(matches!(
+        fault(
+            true,
+            "Failed to acquire SASL OAUTHBEARER token: Response is not JSON encoded: text/html"
+        ),
+        Some(ClusterFault::TokenEndpointUnreachable(_))
+    ));
+    assert!(matches!(
+        fault(
+            false,
+            r#"sasl_plaintext://127.0.0.1:19396/bootstrap: SASL authentication error: {"status":"invalid_token"} (after 303ms in state AUTH_REQ)"#
+        ),
+        Some(ClusterFault::TokenRefused(_))
+    ));
+    // The same broker refusal with a password is the credentials' fault.
+    assert!(matches!(
+        classify(
+            false,
+            false,
+            "SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"
+        ),
+        Some(ClusterFault::Authentication(_))
+    ));
+    assert_eq!(fault(false, "1/1 brokers are down"), None);
+}
+
+#[test]
+fn a_refused_client_certificate_is_told_from_a_broker_we_do_not_trust() {
+    assert!(refuses_client_certificate(
+        "ssl://127.0.0.1:19095/bootstrap: SSL handshake failed: ssl/record/rec_layer_s3.c:1605: error:0A000418:SSL routines::tlsv1 alert unknown ca"
+    ));
+    assert!(refuses_client_certificate(
+        "SSL handshake failed: error:0A00045C:SSL routines::tlsv13 alert certificate required"
+    ));
+    // What the world's brokers answered to an unknown certificate and to none (TLS 1.3:
+    // the alert comes after the handshake, on the first read).
+    assert!(refuses_client_certificate(
+        "ssl://127.0.0.1:19095/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate: SSL alert number 42 (after 6ms in state APIVERSION_QUERY)"
+    ));
+    assert!(!refuses_client_certificate(
+        "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified"
+    ));
+}
