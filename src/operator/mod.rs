@@ -20,8 +20,9 @@ pub mod rejections;
 pub mod slim;
 pub mod triggers;
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -252,10 +253,9 @@ pub struct Context {
     /// Image prefixes a flow may choose with `spec.pod.image` (besides `replicator_image`).
     pub allowed_image_prefixes: Vec<String>,
     /// The status last written per flow (`namespace/name`).
-    pub last_status:
-        std::sync::Mutex<std::collections::HashMap<String, crate::api::MirrorFlowStatus>>,
+    pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
-    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    pub failures: Mutex<HashMap<String, u32>>,
     /// Every flow the operator sees (the controller's watch cache), for checks across flows.
     pub flows: reflector::Store<MirrorFlow>,
     /// The leader lease when leader election is on: no write without holding it.
@@ -265,12 +265,11 @@ pub struct Context {
     /// The probes' Kafka clients, shared per namespace, cluster and credentials.
     pub probe_clients: Arc<crate::status::clients::ProbeClients>,
     /// The clusters' ids per flow and the spec generation they were asked for.
-    pub cluster_ids:
-        std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, guards::ClusterIds)>>,
+    pub cluster_ids: Mutex<HashMap<String, (Option<i64>, guards::ClusterIds)>>,
     /// The last apply of each flow's children (`namespace/name`), to apply only on change.
-    pub applied: std::sync::Mutex<std::collections::HashMap<String, applied::Applied>>,
+    pub applied: Mutex<HashMap<String, applied::Applied>>,
     /// When each flow without replicators last had its children removed.
-    pub removed: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    pub removed: Mutex<HashMap<String, std::time::Instant>>,
     /// The children this operator manages, as the watches see them.
     pub stateful_sets: reflector::Store<StatefulSet>,
     pub config_maps: reflector::Store<ConfigMap>,
@@ -315,55 +314,34 @@ impl Context {
 
     /// Forgets what is kept per flow once the flow is gone.
     pub fn forget(&self, key: &str) {
-        if let Ok(mut m) = self.cluster_ids.lock() {
-            m.remove(key);
-        }
-        if let Ok(mut m) = self.last_status.lock() {
-            m.remove(key);
-        }
-        if let Ok(mut m) = self.failures.lock() {
-            m.remove(key);
-        }
-        if let Ok(mut m) = self.applied.lock() {
-            m.remove(key);
-        }
-        if let Ok(mut m) = self.removed.lock() {
-            m.remove(key);
+        for map in self.per_flow_maps() {
+            map.forget(key);
         }
     }
 
     /// Forgets every flow not in `live` (`namespace/name`) in every map kept per flow, and
     /// gives the maps' room back: a flow that never got a status (failing, or deleted before
     /// its first probe) left its entries in the other maps before.
-    pub fn retain_flows(&self, live: &std::collections::HashSet<String>) {
-        fn retain<V>(
-            map: &std::sync::Mutex<std::collections::HashMap<String, V>>,
-            live: &std::collections::HashSet<String>,
-        ) {
-            if let Ok(mut m) = map.lock() {
-                m.retain(|k, _| live.contains(k));
-                m.shrink_to_fit();
-            }
+    pub fn retain_flows(&self, live: &HashSet<String>) {
+        for map in self.per_flow_maps() {
+            map.retain(live);
         }
-        retain(&self.cluster_ids, live);
-        retain(&self.last_status, live);
-        retain(&self.failures, live);
-        retain(&self.applied, live);
-        retain(&self.removed, live);
     }
 
     /// Entries kept per flow, by map (for tests).
     #[cfg(test)]
     pub fn per_flow_entries(&self) -> [usize; 5] {
-        fn len<V>(map: &std::sync::Mutex<std::collections::HashMap<String, V>>) -> usize {
-            map.lock().map(|m| m.len()).unwrap_or(0)
-        }
+        self.per_flow_maps().map(|m| m.entries())
+    }
+
+    /// Every map kept per flow: the one list forgetting and retaining walk.
+    fn per_flow_maps(&self) -> [&dyn PerFlow; 5] {
         [
-            len(&self.cluster_ids),
-            len(&self.last_status),
-            len(&self.failures),
-            len(&self.applied),
-            len(&self.removed),
+            &self.cluster_ids,
+            &self.last_status,
+            &self.failures,
+            &self.applied,
+            &self.removed,
         ]
     }
 
@@ -376,6 +354,34 @@ impl Context {
         if let Ok(mut m) = self.failures.lock() {
             m.remove(key);
         }
+    }
+}
+
+/// A map keyed by flow (`namespace/name`), whatever it keeps.
+trait PerFlow {
+    fn forget(&self, key: &str);
+    fn retain(&self, live: &HashSet<String>);
+    #[cfg(test)]
+    fn entries(&self) -> usize;
+}
+
+impl<V> PerFlow for Mutex<HashMap<String, V>> {
+    fn forget(&self, key: &str) {
+        if let Ok(mut m) = self.lock() {
+            m.remove(key);
+        }
+    }
+
+    fn retain(&self, live: &HashSet<String>) {
+        if let Ok(mut m) = self.lock() {
+            m.retain(|k, _| live.contains(k));
+            m.shrink_to_fit();
+        }
+    }
+
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.lock().map(|m| m.len()).unwrap_or(0)
     }
 }
 
