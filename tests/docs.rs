@@ -54,6 +54,7 @@ fn reasons() -> Vec<&'static str> {
         reason::CHECKPOINTS_STALE,
         reason::CHECKPOINTS_INVALIDATED,
         reason::REPLICATION_LAG_HIGH,
+        reason::TOPIC_CHANGES_REFUSED,
         reason::REPLICATION_BEHIND,
         reason::TOPIC_ACLS_MISSING,
         reason::TOPIC_ACLS_FORBIDDEN,

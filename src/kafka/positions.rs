@@ -23,7 +23,8 @@
 //!   these records as undecodable.
 //!
 //! And each running replicator's claim on the topic ([`super::writers`]): who writes it, so
-//! two flows sharing it find each other even when no operator sees both.
+//! two flows sharing it find each other even when no operator sees both; and the topic changes
+//! the clusters refused its discovery ([`super::refusals`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -33,6 +34,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::refusals::{self, Refusals};
 use super::writers::{self, Claims};
 
 pub const POSITIONS_VERSION: u8 = 0;
@@ -263,14 +265,15 @@ pub enum ReadError {
     Timeout { topic: String, waited: Duration },
 }
 
-/// Folds one record of a positions topic into `positions`, `gaps` and `claims`: a position, a
-/// tombstone (the partition is no longer tracked), a gap or a writer's claim
-/// ([`super::writers`]). False when this version cannot
-/// decode it (skipped).
+/// Folds one record of a positions topic into `positions`, `gaps`, `claims` and `refusals`:
+/// a position, a tombstone (the partition is no longer tracked), a gap, a writer's claim
+/// ([`super::writers`]) or a refused topic change ([`super::refusals`]). False when this
+/// version cannot decode it (skipped).
 pub fn apply_record(
     positions: &mut HashMap<(String, i32), Frontier>,
     gaps: &mut Vec<Gap>,
     claims: &mut Claims,
+    refusals: &mut Refusals,
     key: Option<&[u8]>,
     payload: Option<&[u8]>,
 ) -> bool {
@@ -278,6 +281,11 @@ pub fn apply_record(
         && writers::is_claim_key(k)
     {
         return writers::apply(claims, k, payload);
+    }
+    if let Some(k) = key
+        && refusals::is_refusal_key(k)
+    {
+        return refusals::apply(refusals, k, payload);
     }
     if let (Some(k), Some(v)) = (key, payload)
         && v.first() == Some(&GAP_VERSION)
@@ -321,6 +329,7 @@ pub struct PositionReader {
     positions: HashMap<(String, i32), Frontier>,
     gaps: Vec<Gap>,
     claims: Claims,
+    refusals: Refusals,
     undecodable: u64,
 }
 
@@ -385,6 +394,7 @@ impl PositionReader {
             positions: HashMap::new(),
             gaps: Vec::new(),
             claims: Claims::new(),
+            refusals: Refusals::new(),
             undecodable: 0,
         })
     }
@@ -406,6 +416,11 @@ impl PositionReader {
     /// The writers' claims read so far ([`super::writers`]).
     pub fn claims(&self) -> &Claims {
         &self.claims
+    }
+
+    /// The topic changes refused so far and not since undone ([`super::refusals`]).
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
     }
 
     /// Records that were not positions this version understands (skipped).
@@ -446,6 +461,7 @@ impl PositionReader {
                         &mut self.positions,
                         &mut self.gaps,
                         &mut self.claims,
+                        &mut self.refusals,
                         m.key(),
                         m.payload(),
                     ) {

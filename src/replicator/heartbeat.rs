@@ -162,7 +162,7 @@ impl Emitter {
         };
         let sent = match self
             .producer
-            .send(topic, &record.key, &record.value, Some(now_ms))
+            .send(topic, &record.key, Some(&record.value), Some(now_ms))
         {
             Ok(acked) => self.producer.acknowledged(acked).await,
             Err(e) => Err(e),

@@ -26,6 +26,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use super::probe::ProbeContext;
 use crate::kafka::checkpoints::{self, CheckpointIndex};
 use crate::kafka::positions::{self, Frontier, Gap};
+use crate::kafka::refusals::Refusals;
 use crate::kafka::writers::Claims;
 use crate::mm2::Heartbeat;
 
@@ -154,6 +155,7 @@ pub enum TailState {
         positions: Arc<HashMap<(String, i32), Frontier>>,
         gaps: Arc<Vec<Gap>>,
         claims: Arc<Claims>,
+        refusals: Arc<Refusals>,
     },
     /// The checkpoints topic: the newest checkpoint per group-partition.
     Checkpoints(Arc<CheckpointIndex>),
@@ -177,6 +179,7 @@ impl TailKind {
                 positions: Arc::default(),
                 gaps: Arc::default(),
                 claims: Arc::default(),
+                refusals: Arc::default(),
             },
             TailKind::Checkpoints => TailState::Checkpoints(Arc::default()),
             TailKind::Heartbeats => TailState::Heartbeat(None),
@@ -205,11 +208,13 @@ impl Tail {
                 positions,
                 gaps,
                 claims,
+                refusals,
             } => {
                 positions::apply_record(
                     Arc::make_mut(positions),
                     Arc::make_mut(gaps),
                     Arc::make_mut(claims),
+                    Arc::make_mut(refusals),
                     m.key(),
                     m.payload(),
                 );

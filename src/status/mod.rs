@@ -30,6 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::{
     CheckpointsStatus, FailoverReadinessSpec, HeartbeatStatus, MirrorFlowStatus, SpecDuration,
 };
+use crate::kafka::refusals::Refusal;
 
 pub const READY: &str = "Ready";
 pub const REPLICATING: &str = "Replicating";
@@ -55,6 +56,8 @@ pub const MAX_LISTED_GAPS: usize = 20;
 
 /// At most this many groups are listed in `leastReadyGroups`.
 pub const MAX_LISTED_GROUPS: usize = 10;
+/// Refused topics named in `Replicating`'s message besides the oldest one.
+const MAX_LISTED_REFUSALS: usize = 5;
 
 /// One group's state as the probe saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -230,6 +233,9 @@ pub struct Observation {
     /// An older flow that this operator cannot see writes this flow's internal topics, so
     /// this flow's replicators wait and copy nothing: the message naming it.
     pub conflict: Option<String>,
+    /// Remote topics the clusters would not create or keep in line with their source, as the
+    /// replicator recorded them; `None` when they could not be read (none is then known).
+    pub refusals: Option<Vec<crate::kafka::refusals::Refusal>>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -307,8 +313,18 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
     };
 
     let max_hb = limits.max_heartbeat_lag.as_duration();
+    let mut refused: Vec<&Refusal> = obs.refusals.iter().flatten().collect();
+    refused.sort_by(|a, b| (a.detected_ms, &a.topic).cmp(&(b.detected_ms, &b.topic)));
     let replicating = match (&unreachable, obs.replication_lag) {
         (Some((r, m)), _) => verdict(REPLICATING, false, r, m.clone()),
+        // Also in Observe mode (and the CLI's measurement): a flow of this project recorded
+        // them in the positions topic of this source alias on this target.
+        (None, _) if !refused.is_empty() => verdict(
+            REPLICATING,
+            false,
+            reason::TOPIC_CHANGES_REFUSED,
+            refused_message(&refused),
+        ),
         // Without our positions, fresh replicated heartbeats are the evidence that the other
         // replicator copies records.
         (None, None) if obs.observe_only => match obs.heartbeat_age {
@@ -459,6 +475,37 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         ),
     };
     vec![ready, replicating, checkpoints, heartbeats, failover]
+}
+
+/// `Replicating` while a cluster refuses topic changes: how many, the oldest in full (it
+/// names the fix), and the next few topics by name.
+fn refused_message(refused: &[&Refusal]) -> String {
+    let Some(oldest) = refused.first() else {
+        return String::new();
+    };
+    let count = if refused.len() >= crate::kafka::refusals::MAX_RECORDED {
+        format!("{} or more", refused.len())
+    } else {
+        refused.len().to_string()
+    };
+    let mut message = format!(
+        "{count} remote topic(s) not created or not kept in line with their source, retried every spec.sourceLoop.topicsRefreshInterval; {}: {}",
+        oldest.topic, oldest.message
+    );
+    let others: Vec<&str> = refused
+        .iter()
+        .skip(1)
+        .take(MAX_LISTED_REFUSALS)
+        .map(|r| r.topic.as_str())
+        .collect();
+    if !others.is_empty() {
+        let more = refused.len().saturating_sub(1 + others.len());
+        message.push_str(&format!("; also {}", others.join(", ")));
+        if more > 0 {
+            message.push_str(&format!(" and {more} more"));
+        }
+    }
+    message
 }
 
 /// Merges new verdicts into the previous conditions, keeping `lastTransitionTime` unless the

@@ -33,6 +33,7 @@ use crate::flow::Flow;
 use crate::kafka::Side;
 use crate::kafka::checkpoints::{CheckpointIndex, StoredCheckpoint};
 use crate::kafka::positions::{self, Gap};
+use crate::kafka::refusals::Refusal;
 use crate::kafka::writers;
 use crate::mm2::{ReplicationPolicy, TopicPartition};
 
@@ -88,6 +89,8 @@ pub struct ClusterObservation {
     pub topic_acls: Option<(TopicAcls, String)>,
     /// An older flow this one yields to ([`writers`]): the message naming it.
     pub conflict: Option<String>,
+    /// Topic changes the clusters refused the replicator; `None` when not read.
+    pub refusals: Option<Vec<Refusal>>,
 }
 
 impl ClusterObservation {
@@ -107,6 +110,7 @@ impl ClusterObservation {
         obs.gaps = self.gaps;
         obs.topic_acls = self.topic_acls;
         obs.conflict = self.conflict;
+        obs.refusals = self.refusals;
     }
 }
 
@@ -380,7 +384,8 @@ fn observe_clusters(
         there
     };
     let positions_topic = positions::positions_topic(flow.source_alias());
-    let positions = if on_target(&positions_topic) {
+    let positions_exist = on_target(&positions_topic);
+    let positions = if positions_exist {
         let read = target.follow(
             &positions_topic,
             TailKind::Positions,
@@ -390,30 +395,38 @@ fn observe_clusters(
                     positions,
                     gaps,
                     claims,
-                } => Some((
-                    positions
+                    refusals,
+                } => Some(PositionsRead {
+                    positions: positions
                         .iter()
                         .map(|(k, f)| (k.clone(), f.next))
                         .collect::<Positions>(),
-                    gaps.as_ref().clone(),
+                    gaps: gaps.as_ref().clone(),
                     // Only a flow that writes yields; an Observe flow reads whoever writes.
-                    (flow.spec.mode == FlowMode::Replicate)
+                    conflict: (flow.spec.mode == FlowMode::Replicate)
                         .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
                         .flatten()
                         .map(|older| writers::yield_message(older, flow.source_alias())),
-                )),
+                    refusals: refusals.values().cloned().collect(),
+                }),
                 _ => None,
             },
         );
         let read = read.flatten();
-        out.gaps = read.as_ref().map(|(_, gaps, _)| gaps.clone());
-        out.conflict = read.as_ref().and_then(|(_, _, conflict)| conflict.clone());
-        read.map(|(positions, _, _)| positions)
+        out.gaps = read.as_ref().map(|r| r.gaps.clone());
+        out.refusals = read.as_ref().map(|r| r.refusals.clone());
+        out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
+        read.map(|r| r.positions)
     } else {
         // Nothing copied yet (or another tool replicates): nothing can have been skipped.
         out.gaps = Some(Vec::new());
+        out.refusals = Some(Vec::new());
         None
     };
+    if !positions_exist && let Some(r) = replication_factor_refused(flow, target_md.brokers().len())
+    {
+        out.refusals.get_or_insert_with(Vec::new).push(r);
+    }
     let copies = positions_are_the_flows(flow, positions.as_ref());
     if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
         out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
@@ -504,6 +517,14 @@ fn recreations(gaps: &[Gap]) -> Recreations {
 /// The replicator's stored positions: per source partition, the next offset to copy.
 type Positions = HashMap<(String, i32), i64>;
 
+/// What the probe takes from the positions topic.
+struct PositionsRead {
+    positions: Positions,
+    gaps: Vec<Gap>,
+    conflict: Option<String>,
+    refusals: Vec<Refusal>,
+}
+
 /// Sum over the mirrored source partitions of the records after the stored position. A
 /// partition without a position counts whole (from its log start), since nothing of it is
 /// known to be copied; a position behind the log start (retention) counts from the log start.
@@ -576,6 +597,22 @@ fn positions_are_the_flows(flow: &Flow, positions: Option<&Positions>) -> bool {
     flow.spec.mode == FlowMode::Observe
         || flow.spec.source_loop.enabled
         || positions.is_some_and(|p| !p.is_empty())
+}
+
+/// A replication factor the target cannot give refuses every topic the replicator creates
+/// there, its positions topic first: the replicator then waits at start and records nothing,
+/// so while that topic is missing the probe says it from the spec and the target's broker
+/// count (once it exists, the replicator records the refusals itself).
+fn replication_factor_refused(flow: &Flow, brokers: usize) -> Option<Refusal> {
+    let rf = flow.spec.source_loop.replication_factor;
+    let wanted = usize::try_from(rf).ok()?;
+    (flow.spec.mode == FlowMode::Replicate && brokers > 0 && wanted > brokers).then(|| Refusal {
+        topic: positions::positions_topic(flow.source_alias()),
+        detected_ms: 0,
+        message: format!(
+            "spec.sourceLoop.replicationFactor is {rf} but the target has {brokers} broker(s), so it refuses every topic the replicator creates there (its positions, offset-syncs, checkpoints and heartbeats topics, and the remote topics); set it to at most {brokers}, or -1 for the target's default"
+        ),
+    })
 }
 
 /// How many of the source's topics the flow copies.

@@ -30,6 +30,9 @@ pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
 /// A group's checkpoint points into a remote partition that was recreated since.
 pub const CHECKPOINTS_INVALIDATED: &str = "CheckpointsInvalidated";
 pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
+/// A cluster refused a remote topic's creation, growth or config sync (or the source's configs
+/// could not be read), so that topic is not copied, or not as its source is.
+pub const TOPIC_CHANGES_REFUSED: &str = "TopicChangesRefused";
 /// A group committed past what is copied, so no checkpoint can cover it yet.
 pub const REPLICATION_BEHIND: &str = "ReplicationBehind";
 pub const HEARTBEATS_DISABLED: &str = "HeartbeatsDisabled";

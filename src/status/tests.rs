@@ -519,3 +519,60 @@ fn topic_acls_synced_is_reported_only_when_compared_and_never_holds_back_failove
             .any(|c| c.type_ == acls::TOPIC_ACLS_SYNCED)
     );
 }
+
+#[test]
+fn refused_topic_changes_stop_replicating_and_name_the_oldest_refusal() {
+    let refusal = |topic: &str, at: i64| crate::kafka::refusals::Refusal {
+        topic: topic.into(),
+        detected_ms: at,
+        message: format!("the target cluster refused creating topic {topic}; the fix"),
+    };
+    let limits = FailoverReadinessSpec::default();
+    let mut o = healthy();
+    o.refusals = Some(
+        (0..8)
+            .map(|i| refusal(&format!("A.t{i}"), 100 - i))
+            .collect(),
+    );
+    let s = status(None, &o, &limits, None, &now());
+    let replicating = cond(&s, REPLICATING);
+    assert_eq!(
+        (replicating.status.as_str(), replicating.reason.as_str()),
+        ("False", reason::TOPIC_CHANGES_REFUSED)
+    );
+    let m = &replicating.message;
+    assert!(m.starts_with("8 remote topic(s)"), "{m}");
+    assert!(
+        m.contains("A.t7: the target cluster refused creating topic A.t7; the fix"),
+        "the oldest in full: {m}"
+    );
+    assert!(
+        m.contains("also A.t6, A.t5, A.t4, A.t3, A.t2 and 2 more"),
+        "{m}"
+    );
+    assert_eq!(
+        cond(&s, FAILOVER_READY).reason,
+        reason::TOPIC_CHANGES_REFUSED
+    );
+
+    // An unreachable cluster says more than its refusals. Observe mode (and the CLI's
+    // measurement) reports what the positions topic of the alias holds.
+    let mut down = o.clone();
+    down.target_error = Some(ClusterFault::Unreachable("connection refused".into()));
+    let s = status(None, &down, &limits, None, &now());
+    assert_eq!(cond(&s, REPLICATING).reason, reason::TARGET_UNREACHABLE);
+    let observe = Observation {
+        observe_only: true,
+        replication_lag: None,
+        ..o.clone()
+    };
+    let s = status(None, &observe, &limits, None, &now());
+    assert_eq!(cond(&s, REPLICATING).reason, reason::TOPIC_CHANGES_REFUSED);
+
+    // Fixed (tombstones read) or not readable: replicating again.
+    for none in [Some(Vec::new()), None] {
+        o.refusals = none;
+        let s = status(None, &o, &limits, None, &now());
+        assert_eq!(cond(&s, REPLICATING).status, "True");
+    }
+}

@@ -906,3 +906,100 @@ async fn a_later_flow_sharing_internal_topics_waits_while_the_older_one_runs() -
         .with_context(|| older.log_text())?;
     Ok(())
 }
+
+/// `Replicating` as the probe measures it now (`mirrorflow status --flow-file`, as the
+/// operator would).
+fn replicating(world: &World, flow_file: &std::path::Path) -> Result<serde_json::Value> {
+    let out = Command::new(binary(&world.repo_root))
+        .args(["status", "--flow-file"])
+        .arg(flow_file)
+        .args(["-o", "json"])
+        .output()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "mirrorflow status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Replicating"))
+        .cloned()
+        .with_context(|| format!("no Replicating condition: {status}"))
+}
+
+#[tokio::test]
+async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Result<()> {
+    let s = Setup::new("refused")?;
+    let topic = unique("refused");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 1).await?;
+    kafka::produce_values(&s.world.source_bootstrap, &topic, 3, 1).await?;
+    // A replication factor the one-broker target cannot give: every topic the replicator
+    // creates there is refused, its positions topic first, so it would wait at start: the
+    // probe says so from the spec and the broker count.
+    let flow = s.flow(
+        &[&topic],
+        "sourceLoop: {topicsRefreshInterval: 1s, replicationFactor: 2}\n",
+    );
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&s.name);
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    std::fs::write(&flow_file, &flow)?;
+    let before = replicating(&s.world, &flow_file)?;
+    ensure!(
+        before["reason"] == "TopicChangesRefused"
+            && before["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("replicationFactor is 2 but the target has 1 broker")),
+        "before the positions topic exists: {before}"
+    );
+    // With the positions topic made by hand the replicator runs, and records every remote
+    // topic the target refuses.
+    let positions = format!("mirrorflow-positions.{}.internal", s.source_alias);
+    kafka::create_topic_with(
+        &s.world.target_bootstrap,
+        &positions,
+        1,
+        &[("cleanup.policy", "compact")],
+    )
+    .await?;
+    let r = s.start("r", &flow)?;
+    let remote = s.remote(&topic);
+    let refused = eventually("Replicating False with TopicChangesRefused", WAIT, || {
+        let (world, file) = (&s.world, &flow_file);
+        async move {
+            let c = replicating(world, file)?;
+            Ok((c["reason"] == "TopicChangesRefused").then_some(c))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    let message = refused["message"].as_str().unwrap_or_default();
+    ensure!(
+        refused["status"] == "False"
+            && message.contains(&remote)
+            && message.contains("spec.sourceLoop.replicationFactor"),
+        "the condition names the topic and the field to fix: {refused}"
+    );
+    ensure!(
+        !kafka::topics(&s.world.target_bootstrap)?.contains(&remote),
+        "the remote topic exists"
+    );
+
+    // The fix the message offers besides the field: the remote topic made by hand.
+    kafka::create_topic(&s.world.target_bootstrap, &remote, 1).await?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 3)
+        .await
+        .with_context(|| r.log_text())?;
+    let cleared = eventually("the refusal cleared", WAIT, || {
+        let (world, file) = (&s.world, &flow_file);
+        async move {
+            let c = replicating(world, file)?;
+            Ok((c["reason"] != "TopicChangesRefused").then_some(c))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    println!("after the fix: {cleared}");
+    Ok(())
+}

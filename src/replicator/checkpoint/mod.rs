@@ -665,7 +665,7 @@ impl Shell<'_> {
             };
             let delivery = self
                 .producer
-                .send(&self.topic, &record.key, &record.value, None);
+                .send(&self.topic, &record.key, Some(&record.value), None);
             pending.push((due, delivery));
         }
         let mut all_ok = true;

@@ -80,19 +80,22 @@ impl AckedProducer {
         Ok(AckedProducer(config.create_with_context(AckContext)?))
     }
 
-    /// Queues one record for partition 0 of `topic`; [`Self::acknowledged`] waits for it.
+    /// Queues one record (a tombstone without `payload`) for partition 0 of `topic`;
+    /// [`Self::acknowledged`] waits for it.
     pub fn send(
         &self,
         topic: &str,
         key: &[u8],
-        payload: &[u8],
+        payload: Option<&[u8]>,
         timestamp_ms: Option<i64>,
     ) -> KafkaResult<oneshot::Receiver<KafkaResult<()>>> {
         let (ack, acked) = oneshot::channel();
         let mut record = BaseRecord::with_opaque_to(topic, Box::new(ack))
             .partition(0)
-            .key(key)
-            .payload(payload);
+            .key(key);
+        if let Some(payload) = payload {
+            record = record.payload(payload);
+        }
         if let Some(ts) = timestamp_ms {
             record = record.timestamp(ts);
         }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | which topics, what the target needs (pure) | [`topics`] |
 //! | listing, creating, growing, config sync (I/O) | [`discovery`] |
+//! | what the clusters refused, recorded for the operator | [`refused`] |
 //! | topic ACL sync (I/O; the pure part is [`crate::kafka::acls`]) | [`acl_sync`] |
 //! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
 //! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`] |
@@ -51,6 +52,7 @@ pub mod exactly_once;
 pub mod limits;
 pub mod progress;
 pub mod rebalance;
+pub mod refused;
 pub mod topics;
 
 use continuity::LogProbe;
@@ -69,6 +71,7 @@ use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
 use self::engine::{Delivery, Shared};
 use self::exactly_once::ExactlyOnce;
+use self::refused::RefusalRecorder;
 use super::{Context, Flow};
 use crate::api::{OffsetSyncsLocation, OffsetsMode};
 use crate::kafka::positions::{self, PositionReader};
@@ -273,6 +276,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         limits,
         ctx.metrics.clone(),
     );
+    let mut recorder = RefusalRecorder::start(
+        &flow.target_client,
+        positions::positions_topic(flow.source_alias()),
+        &group,
+    )
+    .await
+    .context("creating the refusal recorder")?;
     let discover = async {
         let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
         loop {
@@ -284,6 +294,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                     for e in &round.refused {
                         count("discovery");
                         tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
+                    }
+                    if let Err(e) = recorder.round(&round.refused).await {
+                        count("refusal_record");
+                        tracing::warn!(error = %e, "could not record the refused topic changes for the operator; retrying next round");
                     }
                     let topics = Arc::new(round.subscription);
                     subscribe.send_if_modified(|current| {

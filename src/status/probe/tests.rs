@@ -564,3 +564,26 @@ fn a_refused_client_certificate_is_told_from_a_broker_we_do_not_trust() {
         "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified"
     ));
 }
+
+#[test]
+fn a_replication_factor_above_the_targets_brokers_is_refused_from_the_spec() {
+    let three = flow("sourceLoop: {replicationFactor: 3}\n");
+    let r = replication_factor_refused(&three, 1).expect("3 > 1 broker");
+    assert_eq!(r.topic, positions::positions_topic("a"));
+    assert!(
+        r.message.contains("spec.sourceLoop.replicationFactor is 3")
+            && r.message.contains("1 broker(s)"),
+        "{}",
+        r.message
+    );
+    assert_eq!(replication_factor_refused(&three, 3), None);
+    assert_eq!(
+        replication_factor_refused(&three, 0),
+        None,
+        "no broker list"
+    );
+    let default = flow("sourceLoop: {replicationFactor: -1}\n");
+    assert_eq!(replication_factor_refused(&default, 1), None);
+    let observe = flow("mode: Observe\nsourceLoop: {replicationFactor: 3}\n");
+    assert_eq!(replication_factor_refused(&observe, 1), None);
+}

@@ -1,0 +1,75 @@
+//! Keeps the positions topic's record of refused topic changes ([`crate::kafka::refusals`]) in
+//! line with what each discovery round found, so the operator reports them.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+
+use super::discovery::AdminError;
+use crate::clock::now_ms;
+use crate::kafka::positions::PositionReader;
+use crate::kafka::refusals::{self, Refusal, Refusals};
+use crate::replicator::checkpoint::support::AckedProducer;
+
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct RefusalRecorder {
+    topic: String,
+    producer: AckedProducer,
+    /// What the topic holds as far as this replicator knows: read once at start, then what it
+    /// wrote.
+    written: Refusals,
+}
+
+impl RefusalRecorder {
+    /// Reads the refusals a previous run left, so those fixed meanwhile get their tombstone.
+    pub async fn start(target: &ClientConfig, topic: String, group: &str) -> anyhow::Result<Self> {
+        let producer = AckedProducer::new(target.clone().set("linger.ms", "0"))?;
+        let mut reader = PositionReader::new(target, topic.clone(), group)?;
+        let written = tokio::task::spawn_blocking(move || match reader.read_to_end(READ_TIMEOUT) {
+            Ok(()) => reader.refusals().clone(),
+            Err(e) => {
+                // The next refusal is written anyway; an old one stays until it recurs and
+                // is fixed, or the topic leaves the flow after a restart that reads it.
+                tracing::warn!(error = %e, "could not read the refusals a previous run recorded");
+                Refusals::new()
+            }
+        })
+        .await?;
+        Ok(RefusalRecorder {
+            topic,
+            producer,
+            written,
+        })
+    }
+
+    /// Records this round's refusals: new and changed ones, and a tombstone for each that no
+    /// longer holds. What could not be written is written again next round.
+    pub async fn round(
+        &mut self,
+        refused: &[AdminError],
+    ) -> Result<(), rdkafka::error::KafkaError> {
+        let now = now_ms();
+        let found = refused.iter().filter_map(|e| Refusal::of(e, now)).collect();
+        let before = self.written.clone();
+        let records = refusals::changes(&mut self.written, found);
+        let mut pending = Vec::with_capacity(records.len());
+        for (key, value) in &records {
+            pending.push(self.producer.send(&self.topic, key, value.as_deref(), None));
+        }
+        let mut result = Ok(());
+        for sent in pending {
+            let acked = match sent {
+                Ok(acked) => self.producer.acknowledged(acked).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = acked {
+                result = Err(e);
+            }
+        }
+        if result.is_err() {
+            self.written = before;
+        }
+        result
+    }
+}
