@@ -963,7 +963,7 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
         &[("cleanup.policy", "compact")],
     )
     .await?;
-    let r = s.start("r", &flow)?;
+    let mut r = s.start("r", &flow)?;
     let remote = s.remote(&topic);
     let refused = eventually("Replicating False with TopicChangesRefused", WAIT, || {
         let (world, file) = (&s.world, &flow_file);
@@ -974,6 +974,7 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
     })
     .await
     .with_context(|| r.log_text())?;
+    println!("refused: {refused}");
     let message = refused["message"].as_str().unwrap_or_default();
     ensure!(
         refused["status"] == "False"
@@ -986,12 +987,20 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
         "the remote topic exists"
     );
 
-    // The fix the message offers besides the field: the remote topic made by hand.
-    kafka::create_topic(&s.world.target_bootstrap, &remote, 1).await?;
+    // The fix the message names, made as a user would: the flow with a replication factor
+    // the target can give, run by a new replicator. It reads the refusals the first one
+    // recorded and writes their tombstones once the topics exist.
+    r.stop(Duration::from_secs(10));
+    let fixed = s.flow(
+        &[&topic],
+        "sourceLoop: {topicsRefreshInterval: 1s, replicationFactor: 1}\n",
+    );
+    std::fs::write(&flow_file, &fixed)?;
+    let r = s.start("r2", &fixed)?;
     wait_for_count(&s.world.target_bootstrap, &remote, 3)
         .await
         .with_context(|| r.log_text())?;
-    let cleared = eventually("the refusal cleared", WAIT, || {
+    let cleared = eventually("the refusals cleared", WAIT, || {
         let (world, file) = (&s.world, &flow_file);
         async move {
             let c = replicating(world, file)?;
