@@ -13,6 +13,31 @@ pub struct Replicator {
     pub metrics_addr: String,
 }
 
+/// The condition `type_` as the probe measures it now from the flow in `flow_file`
+/// (`mirrorflow status --flow-file -o json`, the operator's rules without an operator).
+pub fn measured_condition(
+    repo_root: &Path,
+    flow_file: &Path,
+    type_: &str,
+) -> Result<serde_json::Value> {
+    let out = Command::new(binary(repo_root))
+        .args(["status", "--flow-file"])
+        .arg(flow_file)
+        .args(["-o", "json"])
+        .output()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "mirrorflow status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .cloned()
+        .with_context(|| format!("no {type_} condition: {status}"))
+}
+
 /// Path of the `mirrorflow` binary cargo built for these tests.
 pub fn binary(repo_root: &Path) -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::kafka::Side;
 use mirrorflow::kafka::acls::{AclBinding, Operation, Permission, topic_binding};
 use mirrorflow::kafka::admin::Admin;
-use mirrorflow_e2e::replicator::{Replicator, binary};
+use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition};
 use mirrorflow_e2e::secure::SecureKafka;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
@@ -251,20 +251,5 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
 /// The `TopicAclsSynced` condition `mirrorflow status --flow-file` (the operator's probe and
 /// condition rules, run from here) reports for the flow in `flow_file`.
 fn topic_acls_condition(world: &World, flow_file: &std::path::Path) -> Result<serde_json::Value> {
-    let out = std::process::Command::new(binary(&world.repo_root))
-        .args(["status", "--flow-file"])
-        .arg(flow_file)
-        .args(["-o", "json"])
-        .output()?;
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "mirrorflow status: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "TopicAclsSynced"))
-        .cloned()
-        .with_context(|| format!("no TopicAclsSynced condition: {status}"))
+    measured_condition(&world.repo_root, flow_file, "TopicAclsSynced")
 }

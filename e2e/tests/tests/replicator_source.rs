@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use mirrorflow_e2e::replicator::{Replicator, binary};
+use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, NewPartitions, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
@@ -907,27 +907,6 @@ async fn a_later_flow_sharing_internal_topics_waits_while_the_older_one_runs() -
     Ok(())
 }
 
-/// `Replicating` as the probe measures it now (`mirrorflow status --flow-file`, as the
-/// operator would).
-fn replicating(world: &World, flow_file: &std::path::Path) -> Result<serde_json::Value> {
-    let out = Command::new(binary(&world.repo_root))
-        .args(["status", "--flow-file"])
-        .arg(flow_file)
-        .args(["-o", "json"])
-        .output()?;
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "mirrorflow status: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Replicating"))
-        .cloned()
-        .with_context(|| format!("no Replicating condition: {status}"))
-}
-
 #[tokio::test]
 async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Result<()> {
     let s = Setup::new("refused")?;
@@ -945,7 +924,7 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
     std::fs::create_dir_all(&dir)?;
     let flow_file = dir.join("flow.yaml");
     std::fs::write(&flow_file, &flow)?;
-    let before = replicating(&s.world, &flow_file)?;
+    let before = measured_condition(&s.world.repo_root, &flow_file, "Replicating")?;
     ensure!(
         before["reason"] == "TopicChangesRefused"
             && before["message"]
@@ -968,7 +947,7 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
     let refused = eventually("Replicating False with TopicChangesRefused", WAIT, || {
         let (world, file) = (&s.world, &flow_file);
         async move {
-            let c = replicating(world, file)?;
+            let c = measured_condition(&world.repo_root, file, "Replicating")?;
             Ok((c["reason"] == "TopicChangesRefused").then_some(c))
         }
     })
@@ -1003,7 +982,7 @@ async fn a_remote_topic_the_target_refuses_is_reported_until_it_exists() -> Resu
     let cleared = eventually("the refusals cleared", WAIT, || {
         let (world, file) = (&s.world, &flow_file);
         async move {
-            let c = replicating(world, file)?;
+            let c = measured_condition(&world.repo_root, file, "Replicating")?;
             Ok((c["reason"] != "TopicChangesRefused").then_some(c))
         }
     })
