@@ -10,8 +10,10 @@
 //!
 //! The same client follows the target's internal topics (positions, checkpoints, heartbeats):
 //! they stay assigned between probes and each probe reads only what was written since the last
-//! one ([`Cluster::follow`]). Clients, topics and group clients nobody asked for within the idle
-//! time are dropped ([`ProbeClients::evict_idle`]), so deleting flows gives the memory back.
+//! one ([`Cluster::follow`]); and it reads every group's committed offsets (an OffsetFetch per
+//! group, [`Cluster::committed`]), so a group costs no client of its own. Clients and topics
+//! nobody asked for within the idle time are dropped ([`ProbeClients::evict_idle`]), so
+//! deleting flows gives the memory back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -113,7 +115,7 @@ impl ProbeClients {
         Ok(c)
     }
 
-    /// Drops the clients, followed topics and group clients idle for longer than the idle
+    /// Drops the clients and followed topics idle for longer than the idle
     /// time; returns how many clients remain. Blocking (closing a client joins its threads).
     pub fn evict_idle(&self) -> usize {
         let idle = self.idle;
@@ -235,13 +237,10 @@ impl Tail {
 
 /// One cluster as one set of credentials in one namespace sees it.
 pub struct Cluster {
-    config: ClientConfig,
     client: ProbeConsumer,
     /// The followed topics by name. Also the lock for polling `client`: whoever polls hands
     /// every record to its topic's tail.
     tails: Mutex<HashMap<String, Tail>>,
-    /// Clients with a group's id, for its committed offsets.
-    groups: Mutex<HashMap<String, (Arc<ProbeConsumer>, Instant)>>,
     used: Mutex<Instant>,
     /// The cluster's metadata and group names as last fetched: every flow probed within
     /// [`SHARED_FOR`] of a fetch uses it instead of asking again.
@@ -302,9 +301,7 @@ impl Cluster {
     fn new(config: &ClientConfig) -> Result<Self, KafkaError> {
         Ok(Cluster {
             client: consumer(config, PROBE_GROUP)?,
-            config: config.clone(),
             tails: Mutex::new(HashMap::new()),
-            groups: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),
             group_names: Mutex::new(None),
@@ -478,68 +475,36 @@ impl Cluster {
         self.client.assign(&tpl)
     }
 
-    /// The committed offsets of `group` for the partitions of `tpl`.
+    /// The committed offsets of `group` for the partitions of `tpl`: one OffsetFetch through
+    /// the shared client (no client per group).
     pub fn committed(
         &self,
         group: &str,
         tpl: &TopicPartitionList,
         timeout: Duration,
     ) -> Result<TopicPartitionList, KafkaError> {
-        let client = {
-            let mut groups = self
-                .groups
-                .lock()
-                .map_err(|_| KafkaError::ClientCreation("probe group clients poisoned".into()))?;
-            match groups.get_mut(group) {
-                Some((c, used)) => {
-                    *used = Instant::now();
-                    c.clone()
-                }
-                None => {
-                    let c = Arc::new(consumer(&self.config, group)?);
-                    groups.insert(group.to_string(), (c.clone(), Instant::now()));
-                    c
-                }
-            }
-        };
-        // Its errors are the main client's too (same cluster and credentials): only keep
-        // its queue from growing.
-        for _ in 0..DRAIN {
-            if client.poll(Duration::ZERO).is_none() {
-                break;
-            }
-        }
-        client.committed_offsets(tpl.clone(), timeout)
-    }
-
-    /// Forgets the followed topics and group clients idle for longer than `idle`; true when
-    /// something was dropped.
-    fn evict_idle(&self, idle: Duration) -> bool {
-        let mut dropped = false;
-        if let Ok(mut tails) = self.tails.lock() {
-            let before = tails.len();
-            tails.retain(|_, t| t.wanted.elapsed() <= idle);
-            if tails.len() != before {
-                dropped = true;
-                let _ = self.assign(&tails);
-            }
-        }
-        let gone: Vec<_> = match self.groups.lock() {
-            Ok(mut groups) => groups
-                .extract_if(|_, (_, used)| used.elapsed() > idle)
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        dropped |= !gone.is_empty();
-        dropped
-    }
-
-    /// Followed topics and group clients (for tests and metrics).
-    pub fn sizes(&self) -> (usize, usize) {
-        (
-            self.tails.lock().map(|t| t.len()).unwrap_or(0),
-            self.groups.lock().map(|g| g.len()).unwrap_or(0),
+        mirrorflow_rdkafka_ext::offsets::list_group_offsets(
+            self.client.client(),
+            group,
+            tpl,
+            timeout,
         )
+        .map_err(|e| KafkaError::AdminOp(e.code))
+    }
+
+    /// Forgets the followed topics idle for longer than `idle`; true when something was
+    /// dropped.
+    fn evict_idle(&self, idle: Duration) -> bool {
+        let Ok(mut tails) = self.tails.lock() else {
+            return false;
+        };
+        let before = tails.len();
+        tails.retain(|_, t| t.wanted.elapsed() <= idle);
+        if tails.len() == before {
+            return false;
+        }
+        let _ = self.assign(&tails);
+        true
     }
 }
 

@@ -1,14 +1,15 @@
-//! `AlterConsumerGroupOffsets`: sets a group's committed offsets from any client of the cluster,
-//! without a consumer whose `group.id` is that group. The coordinator accepts it only while the
-//! group has no members, as it does a member-less consumer's commit.
+//! `AlterConsumerGroupOffsets` and `ListConsumerGroupOffsets`: a group's committed offsets set
+//! or read from any client of the cluster, without a consumer whose `group.id` is that group
+//! (one client serves every group). The coordinator accepts an alter only while the group has
+//! no members, as it does a member-less consumer's commit.
 
 use std::ffi::{CString, c_char};
 use std::time::Duration;
 
-use rdkafka::TopicPartitionList;
 use rdkafka::bindings as sys;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{DescribeError, Request, error_of, invalid, owned};
 
@@ -69,10 +70,90 @@ unsafe fn read_result(
         }
         let mut count = 0usize;
         let groups = sys::rd_kafka_AlterConsumerGroupOffsets_result_groups(result, &mut count);
-        if groups.is_null() || count == 0 {
-            return Err(invalid("no group in the AlterConsumerGroupOffsets result"));
+        Ok(
+            group_partitions(groups, count, "AlterConsumerGroupOffsets")?
+                .into_iter()
+                .filter(|p| p.err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)
+                .map(|p| PartitionRefusal {
+                    topic: owned(p.topic as *const c_char),
+                    partition: p.partition,
+                    code: p.err.into(),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// `group`'s committed offsets for the partitions of `partitions` (each [`Offset::Invalid`]
+/// where the group committed none), read through `client` in one OffsetFetch, waiting at most
+/// `timeout`. The error is the request's or the group's (timeout, unreachable,
+/// `GroupAuthorizationFailed`...).
+pub fn list_group_offsets<C: ClientContext>(
+    client: &Client<C>,
+    group: &str,
+    partitions: &TopicPartitionList,
+    timeout: Duration,
+) -> Result<TopicPartitionList, DescribeError> {
+    let name = CString::new(group).map_err(|_| invalid("the group name holds a NUL byte"))?;
+    let mut request = Request::new(
+        client,
+        sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS,
+        timeout,
+    )?;
+    // SAFETY: as in `alter_group_offsets`: librdkafka copies `name` and `partitions`.
+    unsafe {
+        let mut list = sys::rd_kafka_ListConsumerGroupOffsets_new(name.as_ptr(), partitions.ptr());
+        if list.is_null() {
+            return Err(invalid("librdkafka could not build the request"));
         }
-        let mut refused = Vec::new();
+        sys::rd_kafka_ListConsumerGroupOffsets(
+            request.rk,
+            &mut list,
+            1,
+            request.options,
+            request.queue,
+        );
+        sys::rd_kafka_ListConsumerGroupOffsets_destroy(list);
+    }
+    request.wait("ListConsumerGroupOffsets")?;
+    // SAFETY: `event` is live until `request` drops, after everything is copied out.
+    unsafe {
+        let result = sys::rd_kafka_event_ListConsumerGroupOffsets_result(request.event);
+        if result.is_null() {
+            return Err(invalid("not a ListConsumerGroupOffsets result"));
+        }
+        let mut count = 0usize;
+        let groups = sys::rd_kafka_ListConsumerGroupOffsets_result_groups(result, &mut count);
+        let mut out = TopicPartitionList::new();
+        for p in group_partitions(groups, count, "ListConsumerGroupOffsets")? {
+            // A partition's own error (e.g. unknown to the coordinator) reads as no commit.
+            let offset = if p.err == sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                Offset::from_raw(p.offset)
+            } else {
+                Offset::Invalid
+            };
+            out.add_partition_offset(&owned(p.topic as *const c_char), p.partition, offset)
+                .map_err(|e| invalid(&e.to_string()))?;
+        }
+        Ok(out)
+    }
+}
+
+/// Every partition of every group in a group-result array, or the first group's error.
+///
+/// # Safety
+/// `groups` is null or `count` live group results, which outlive the returned references.
+unsafe fn group_partitions<'a>(
+    groups: *mut *const sys::rd_kafka_group_result_t,
+    count: usize,
+    what: &str,
+) -> Result<Vec<&'a sys::rd_kafka_topic_partition_t>, DescribeError> {
+    if groups.is_null() || count == 0 {
+        return Err(invalid(&format!("no group in the {what} result")));
+    }
+    let mut out = Vec::new();
+    // SAFETY: the caller's contract.
+    unsafe {
         for &g in std::slice::from_raw_parts(groups, count) {
             if let Some(failed) = error_of(sys::rd_kafka_group_result_error(g)) {
                 return Err(failed);
@@ -82,16 +163,8 @@ unsafe fn read_result(
                 continue;
             }
             let cnt = usize::try_from((*list).cnt).unwrap_or(0);
-            for p in std::slice::from_raw_parts((*list).elems, cnt) {
-                if p.err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    refused.push(PartitionRefusal {
-                        topic: owned(p.topic as *const c_char),
-                        partition: p.partition,
-                        code: p.err.into(),
-                    });
-                }
-            }
+            out.extend(std::slice::from_raw_parts((*list).elems, cnt));
         }
-        Ok(refused)
     }
+    Ok(out)
 }
