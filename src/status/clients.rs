@@ -475,21 +475,17 @@ impl Cluster {
         self.client.assign(&tpl)
     }
 
-    /// The committed offsets of `group` for the partitions of `tpl`: one OffsetFetch through
-    /// the shared client (no client per group).
+    /// Every committed offset of each of `groups`: one OffsetFetch per group, all in flight
+    /// at once through the shared client (no client per group).
     pub fn committed(
         &self,
-        group: &str,
-        tpl: &TopicPartitionList,
+        groups: &[&str],
         timeout: Duration,
-    ) -> Result<TopicPartitionList, KafkaError> {
-        mirrorflow_rdkafka_ext::offsets::list_group_offsets(
-            self.client.client(),
-            group,
-            tpl,
-            timeout,
-        )
-        .map_err(|e| KafkaError::AdminOp(e.code))
+    ) -> Vec<Result<TopicPartitionList, KafkaError>> {
+        mirrorflow_rdkafka_ext::offsets::list_group_offsets(self.client.client(), groups, timeout)
+            .into_iter()
+            .map(|answer| answer.map_err(|e| KafkaError::AdminOp(e.code)))
+            .collect()
     }
 
     /// Forgets the followed topics idle for longer than `idle`; true when something was

@@ -14,7 +14,7 @@
 //! records between the checkpoint and the commit are what a failover now would read again.
 
 use crate::clock::{age, now_ms};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,7 +37,10 @@ use crate::kafka::refusals::Refusal;
 use crate::kafka::writers;
 use crate::mm2::{ReplicationPolicy, TopicPartition};
 
-pub const MAX_PROBED_GROUPS: usize = 50;
+pub const MAX_PROBED_GROUPS: usize = 500;
+/// Groups whose committed offsets are asked for at once (one OffsetFetch each, in flight
+/// together on the shared client).
+const GROUPS_AT_ONCE: usize = 50;
 /// The longest a probe of one flow may take, whatever its clusters do.
 pub const PROBE_BUDGET: Duration = Duration::from_secs(30);
 /// The longest one request to a cluster may take.
@@ -647,30 +650,42 @@ fn group_observations(
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
         return Vec::new();
     };
-    let mut tpl = TopicPartitionList::new();
-    for t in md
+    let mirrored: HashSet<(String, i32)> = md
         .topics()
         .iter()
         .filter(|t| replicates(flow, policy, t.name()))
-    {
-        for p in t.partitions() {
-            tpl.add_partition(t.name(), p.id());
-        }
-    }
+        .flat_map(|t| {
+            t.partitions()
+                .iter()
+                .map(|p| (t.name().to_string(), p.id()))
+        })
+        .collect();
     let mut out = Vec::new();
-    for group in groups_to_probe(flow, &list, checkpoints) {
+    let groups = groups_to_probe(flow, &list, checkpoints);
+    for chunk in groups.chunks(GROUPS_AT_ONCE) {
         // The groups not probed this time keep no row; the next probe starts again.
         if budget.spent() {
             break;
         }
-        let Ok(committed) = source.committed(&group, &tpl, budget.next(TIMEOUT)) else {
-            continue;
-        };
-        let cps = checkpoints.get(&group);
-        let committed = listed(&committed);
-        out.extend(observe_group(
-            flow, group, &committed, cps, positions, recreated, age,
-        ));
+        let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let answers = source.committed(&names, budget.next(TIMEOUT));
+        for (group, answer) in chunk.iter().zip(answers) {
+            let Ok(committed) = answer else {
+                continue;
+            };
+            let mut committed = listed(&committed);
+            committed.retain(|partition, _| mirrored.contains(partition));
+            let cps = checkpoints.get(group);
+            out.extend(observe_group(
+                flow,
+                group.clone(),
+                &committed,
+                cps,
+                positions,
+                recreated,
+                age,
+            ));
+        }
     }
     out
 }

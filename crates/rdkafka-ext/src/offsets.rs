@@ -84,25 +84,45 @@ unsafe fn read_result(
     }
 }
 
-/// `group`'s committed offsets for the partitions of `partitions` (each [`Offset::Invalid`]
-/// where the group committed none), read through `client` in one OffsetFetch, waiting at most
-/// `timeout`. The error is the request's or the group's (timeout, unreachable,
-/// `GroupAuthorizationFailed`...).
+/// Every committed offset of each of `groups` (a partition the group never committed to is
+/// not in its list), read through `client` with one OffsetFetch per group, all in flight at
+/// once, each waiting at most `timeout`. A group's error is the request's or the group's
+/// (timeout, unreachable, `GroupAuthorizationFailed`...).
 pub fn list_group_offsets<C: ClientContext>(
     client: &Client<C>,
-    group: &str,
-    partitions: &TopicPartitionList,
+    groups: &[&str],
     timeout: Duration,
-) -> Result<TopicPartitionList, DescribeError> {
+) -> Vec<Result<TopicPartitionList, DescribeError>> {
+    let pending: Vec<_> = groups
+        .iter()
+        .map(|group| send_list(client, group, timeout))
+        .collect();
+    pending
+        .into_iter()
+        .map(|sent| {
+            let mut request = sent?;
+            request.wait("ListConsumerGroupOffsets")?;
+            // SAFETY: `event` is live until `request` drops, after everything is copied out.
+            unsafe { read_list(request.event) }
+        })
+        .collect()
+}
+
+fn send_list<C: ClientContext>(
+    client: &Client<C>,
+    group: &str,
+    timeout: Duration,
+) -> Result<Request, DescribeError> {
     let name = CString::new(group).map_err(|_| invalid("the group name holds a NUL byte"))?;
-    let mut request = Request::new(
+    let request = Request::new(
         client,
         sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS,
         timeout,
     )?;
-    // SAFETY: as in `alter_group_offsets`: librdkafka copies `name` and `partitions`.
+    // SAFETY: librdkafka copies `name`; no partition list asks for every committed partition;
+    // the request object is destroyed right after the call, which has taken what it needs.
     unsafe {
-        let mut list = sys::rd_kafka_ListConsumerGroupOffsets_new(name.as_ptr(), partitions.ptr());
+        let mut list = sys::rd_kafka_ListConsumerGroupOffsets_new(name.as_ptr(), std::ptr::null());
         if list.is_null() {
             return Err(invalid("librdkafka could not build the request"));
         }
@@ -115,10 +135,17 @@ pub fn list_group_offsets<C: ClientContext>(
         );
         sys::rd_kafka_ListConsumerGroupOffsets_destroy(list);
     }
-    request.wait("ListConsumerGroupOffsets")?;
-    // SAFETY: `event` is live until `request` drops, after everything is copied out.
+    Ok(request)
+}
+
+/// # Safety
+/// `event` is a live ListConsumerGroupOffsets result event.
+unsafe fn read_list(
+    event: *mut sys::rd_kafka_event_t,
+) -> Result<TopicPartitionList, DescribeError> {
+    // SAFETY: the caller's contract; everything read below is owned by `event`.
     unsafe {
-        let result = sys::rd_kafka_event_ListConsumerGroupOffsets_result(request.event);
+        let result = sys::rd_kafka_event_ListConsumerGroupOffsets_result(event);
         if result.is_null() {
             return Err(invalid("not a ListConsumerGroupOffsets result"));
         }
@@ -126,14 +153,16 @@ pub fn list_group_offsets<C: ClientContext>(
         let groups = sys::rd_kafka_ListConsumerGroupOffsets_result_groups(result, &mut count);
         let mut out = TopicPartitionList::new();
         for p in group_partitions(groups, count, "ListConsumerGroupOffsets")? {
-            // A partition's own error (e.g. unknown to the coordinator) reads as no commit.
-            let offset = if p.err == sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                Offset::from_raw(p.offset)
-            } else {
-                Offset::Invalid
-            };
-            out.add_partition_offset(&owned(p.topic as *const c_char), p.partition, offset)
-                .map_err(|e| invalid(&e.to_string()))?;
+            // A partition's own error reads as no commit.
+            if p.err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || p.offset < 0 {
+                continue;
+            }
+            out.add_partition_offset(
+                &owned(p.topic as *const c_char),
+                p.partition,
+                Offset::Offset(p.offset),
+            )
+            .map_err(|e| invalid(&e.to_string()))?;
         }
         Ok(out)
     }
