@@ -152,3 +152,52 @@ async fn each_probe_reads_what_was_written_since_the_last_one() -> Result<()> {
     assert_eq!(clients.len(), 4);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_sees_hundreds_of_groups_and_only_their_mirrored_commits() -> Result<()> {
+    let world = World::from_env()?;
+    let topic = unique("many");
+    let other = unique("unmirrored");
+    let alias = unique("pg");
+    kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
+    kafka::create_topic(&world.source_bootstrap, &other, 1).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, 20, 2).await?;
+    // More groups than one round of requests in flight (50), each committed on the mirrored
+    // topic; every third one also on a topic the flow does not mirror.
+    let groups: Vec<String> = (0..120).map(|i| format!("{topic}-g{i:03}")).collect();
+    let started = std::time::Instant::now();
+    for (i, g) in groups.iter().enumerate() {
+        kafka::commit(&world.source_bootstrap, g, &topic, &[(0, 3), (1, 4)])?;
+        if i % 3 == 0 {
+            kafka::commit(&world.source_bootstrap, g, &other, &[(0, 1)])?;
+        }
+    }
+    println!("120 groups committed in {:?}", started.elapsed());
+    let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+        "mode": "Observe",
+        "source": {"alias": alias, "bootstrapServers": world.source_bootstrap},
+        "target": {"alias": format!("{alias}-t"), "bootstrapServers": world.target_bootstrap},
+        "topics": [topic],
+        "groups": [format!("{topic}-g.*")],
+    }))?;
+    let flow = flow::resolve(
+        format!("tenant-a/{alias}"),
+        spec,
+        &SecretFiles::new("/nonexistent"),
+    )?;
+    let clients = ProbeClients::default();
+    let started = std::time::Instant::now();
+    let seen = probe(&clients, "tenant-a", &flow);
+    println!("probe of 120 groups: {:?}", started.elapsed());
+    assert_eq!(seen.source_error, None);
+    let mut names: Vec<&str> = seen.groups.iter().map(|g| g.group.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, groups.iter().map(String::as_str).collect::<Vec<_>>());
+    for g in &seen.groups {
+        // No checkpoint: a failover would read again everything committed on the mirrored
+        // partitions (3 + 4), and nothing of the topic the flow does not mirror.
+        assert_eq!(g.replay_records, 7, "{g:?}");
+        assert_eq!(g.checkpoint_age, None, "{g:?}");
+    }
+    Ok(())
+}
