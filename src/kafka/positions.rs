@@ -610,6 +610,33 @@ mod tests {
     }
 
     #[test]
+    fn refusals_fold_beside_positions_and_never_pass_for_them() {
+        let (mut positions, mut gaps, mut claims, mut refusals) =
+            (HashMap::new(), Vec::new(), Claims::new(), Refusals::new());
+        let refusal = refusals::Refusal {
+            topic: "A.orders".into(),
+            detected_ms: 1,
+            message: "refused".into(),
+        };
+        let (key, value) = refusal.encode();
+        let mut fold = |value: Option<&[u8]>| {
+            apply_record(
+                &mut positions,
+                &mut gaps,
+                &mut claims,
+                &mut refusals,
+                Some(&key),
+                value,
+            )
+        };
+        assert!(fold(Some(&value)));
+        assert!(fold(None), "its tombstone");
+        assert!(fold(Some(&value)));
+        assert_eq!(refusals.get("A.orders"), Some(&refusal));
+        assert!(positions.is_empty() && gaps.is_empty() && claims.is_empty());
+    }
+
+    #[test]
     fn the_topic_is_internal_so_never_replicated() {
         let t = positions_topic("src-1");
         assert_eq!(t, "mirrorflow-positions.src-1.internal");
