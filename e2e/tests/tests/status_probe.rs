@@ -49,6 +49,22 @@ fn probe(clients: &ProbeClients, ns: &str, flow: &Flow) -> ClusterObservation {
     tokio::task::block_in_place(|| observe_with(clients, ns, flow, Budget::new(PROBE_BUDGET)))
 }
 
+/// An Observe flow `tenant-a/<alias>` of `topic` and the groups `groups` matches.
+fn observe_flow(world: &World, alias: &str, topic: &str, groups: &str) -> Result<Flow> {
+    let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+        "mode": "Observe",
+        "source": {"alias": alias, "bootstrapServers": world.source_bootstrap},
+        "target": {"alias": format!("{alias}-t"), "bootstrapServers": world.target_bootstrap},
+        "topics": [topic],
+        "groups": [groups],
+    }))?;
+    Ok(flow::resolve(
+        format!("tenant-a/{alias}"),
+        spec,
+        &SecretFiles::new("/nonexistent"),
+    )?)
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -91,18 +107,7 @@ async fn each_probe_reads_what_was_written_since_the_last_one() -> Result<()> {
         send(&target, &positions_topic, &hb_key, &past_the_end).await?;
     }
 
-    let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
-        "mode": "Observe",
-        "source": {"alias": alias, "bootstrapServers": world.source_bootstrap},
-        "target": {"alias": format!("{alias}-t"), "bootstrapServers": world.target_bootstrap},
-        "topics": [topic],
-        "groups": [group],
-    }))?;
-    let flow = flow::resolve(
-        format!("tenant-a/{alias}"),
-        spec,
-        &SecretFiles::new("/nonexistent"),
-    )?;
+    let flow = observe_flow(&world, &alias, &topic, &group)?;
     let clients = ProbeClients::default();
 
     let first = probe(&clients, "tenant-a", &flow);
@@ -173,18 +178,7 @@ async fn a_probe_sees_hundreds_of_groups_and_only_their_mirrored_commits() -> Re
         }
     }
     println!("120 groups committed in {:?}", started.elapsed());
-    let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
-        "mode": "Observe",
-        "source": {"alias": alias, "bootstrapServers": world.source_bootstrap},
-        "target": {"alias": format!("{alias}-t"), "bootstrapServers": world.target_bootstrap},
-        "topics": [topic],
-        "groups": [format!("{topic}-g.*")],
-    }))?;
-    let flow = flow::resolve(
-        format!("tenant-a/{alias}"),
-        spec,
-        &SecretFiles::new("/nonexistent"),
-    )?;
+    let flow = observe_flow(&world, &alias, &topic, &format!("{topic}-g.*"))?;
     let clients = ProbeClients::default();
     let started = std::time::Instant::now();
     let seen = probe(&clients, "tenant-a", &flow);
