@@ -24,20 +24,31 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Resu
 /// Deletes `topic` and waits until the cluster's metadata no longer lists it, so a topic
 /// created under the same name afterwards is a new one.
 pub async fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
-    let results = admin(bootstrap)?
-        .delete_topics(&[topic], &AdminOptions::new())
-        .await?;
-    for r in results {
-        if let Err((name, code)) = r {
-            bail!("deleting topic {name} failed: {code}");
-        }
-    }
+    delete_topic_under_writer(bootstrap, topic).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while topics(bootstrap)?.contains(topic) {
         if Instant::now() > deadline {
             bail!("{topic} still listed 30 s after its deletion");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Deletes `topic` and returns once the controller took the deletion, without waiting for the
+/// metadata to drop it: for a topic a running replicator creates again at once (its discovery
+/// may do so between two looks at the metadata, which then never miss it).
+pub async fn delete_topic_under_writer(bootstrap: &str, topic: &str) -> Result<()> {
+    let results = admin(bootstrap)?
+        .delete_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            bail!("deleting topic {name} failed: {code}");
+        }
     }
     Ok(())
 }

@@ -351,7 +351,7 @@ spec:
     // depends on the machine's pace, and each adds a marker).
     let end = high_watermark(&tgt, &remote(&remote_deleted))?;
     let reached = if exactly_once { end - 1 } else { end };
-    kafka::delete_topic(&tgt, &remote(&remote_deleted)).await?;
+    kafka::delete_topic_under_writer(&tgt, &remote(&remote_deleted)).await?;
     let mf = wait_for_flow(
         &flows,
         "flow",
@@ -521,7 +521,7 @@ spec:
     ready("FailoverReady True").await?;
 
     delete_records_before(&src, &topic, 30).await?;
-    kafka::delete_topic(&tgt, &remote).await?;
+    kafka::delete_topic_under_writer(&tgt, &remote).await?;
     wait_for_flow(
         &flows,
         "flow",
