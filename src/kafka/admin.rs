@@ -21,6 +21,24 @@ use super::acls::{self, AclBinding, AclError};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// What a request asked of one topic, for the errors naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicChange {
+    Create,
+    AddPartitions,
+    AlterConfigs,
+}
+
+impl std::fmt::Display for TopicChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TopicChange::Create => "creating topic",
+            TopicChange::AddPartitions => "adding partitions to",
+            TopicChange::AlterConfigs => "altering configs of",
+        })
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("{cluster} cluster: {what}: {source}")]
@@ -33,7 +51,7 @@ pub enum AdminError {
     #[error("{cluster} cluster: {what} {topic}: {code}")]
     Refused {
         cluster: Side,
-        what: &'static str,
+        what: TopicChange,
         topic: String,
         code: RDKafkaErrorCode,
     },
@@ -188,7 +206,7 @@ impl Admin {
             .create_topics(&new, &Self::options())
             .await
             .map_err(self.kafka("creating topics"))?;
-        Ok(self.failures(results, "creating topic"))
+        Ok(self.failures(results, TopicChange::Create))
     }
 
     /// Raises partition counts; returns the failures.
@@ -205,7 +223,7 @@ impl Admin {
             .create_partitions(&new, &Self::options())
             .await
             .map_err(self.kafka("adding partitions"))?;
-        Ok(self.failures(results, "adding partitions to"))
+        Ok(self.failures(results, TopicChange::AddPartitions))
     }
 
     /// Deletes the records of `topic`/`partition` before `offset` (DeleteRecords): the log
@@ -261,7 +279,7 @@ impl Admin {
             .filter_map(|r| r.err())
             .map(|(spec, code)| AdminError::Refused {
                 cluster: self.cluster,
-                what: "altering configs of",
+                what: TopicChange::AlterConfigs,
                 topic: match spec {
                     OwnedResourceSpecifier::Topic(t) => t,
                     other => format!("{other:?}"),
@@ -368,7 +386,7 @@ impl Admin {
     fn failures(
         &self,
         results: Vec<Result<String, (String, RDKafkaErrorCode)>>,
-        what: &'static str,
+        what: TopicChange,
     ) -> Vec<AdminError> {
         results
             .into_iter()

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::admin::AdminError;
+use super::admin::{AdminError, TopicChange};
 use rdkafka::types::RDKafkaErrorCode;
 
 pub const REFUSAL_VERSION: u8 = 3;
@@ -50,7 +50,7 @@ impl Refusal {
                 topic,
                 format!(
                     "the {cluster} cluster refused {what} {topic} ({code}); {}",
-                    fix(*code, what)
+                    fix(*code, *what)
                 ),
             ),
             AdminError::Undescribed { remote, .. } => (remote, error.to_string()),
@@ -74,14 +74,14 @@ impl Refusal {
 }
 
 /// What the flow's owner can do about a refused request, by the broker's error code.
-fn fix(code: RDKafkaErrorCode, what: &str) -> &'static str {
+fn fix(code: RDKafkaErrorCode, what: TopicChange) -> &'static str {
     match code {
         RDKafkaErrorCode::InvalidReplicationFactor => {
             "set spec.sourceLoop.replicationFactor to at most the target's broker count (-1 takes the broker's default)"
         }
         RDKafkaErrorCode::TopicAuthorizationFailed
         | RDKafkaErrorCode::ClusterAuthorizationFailed
-            if what.starts_with("altering") =>
+            if what == TopicChange::AlterConfigs =>
         {
             "grant the flow's target principal ALTER_CONFIGS on the remote topic, or set spec.sourceLoop.syncTopicConfigs: false"
         }
@@ -198,7 +198,7 @@ mod tests {
     use super::*;
     use crate::kafka::Side;
 
-    fn refused(topic: &str, what: &'static str, code: RDKafkaErrorCode) -> AdminError {
+    fn refused(topic: &str, what: TopicChange, code: RDKafkaErrorCode) -> AdminError {
         AdminError::Refused {
             cluster: Side::Target,
             what,
@@ -217,7 +217,7 @@ mod tests {
     fn a_refused_creation_round_trips_with_its_fix() {
         let error = refused(
             "A.orders",
-            "creating topic",
+            TopicChange::Create,
             RDKafkaErrorCode::InvalidReplicationFactor,
         );
         let r = Refusal::of(&error, 1_800_000_000_000).unwrap();
@@ -257,7 +257,7 @@ mod tests {
         assert!(r.message.contains("DescribeConfigs"), "{}", r.message);
         let alter = refused(
             "A.orders",
-            "altering configs of",
+            TopicChange::AlterConfigs,
             RDKafkaErrorCode::TopicAuthorizationFailed,
         );
         assert!(
@@ -273,7 +273,7 @@ mod tests {
         let create = |t: &str| {
             refused(
                 t,
-                "creating topic",
+                TopicChange::Create,
                 RDKafkaErrorCode::TopicAuthorizationFailed,
             )
         };
@@ -298,7 +298,11 @@ mod tests {
         );
         assert!(again.is_empty(), "{again:?}");
         // A.a created at last: its tombstone; A.b refused for another reason: rewritten.
-        let other = refused("A.b", "creating topic", RDKafkaErrorCode::PolicyViolation);
+        let other = refused(
+            "A.b",
+            TopicChange::Create,
+            RDKafkaErrorCode::PolicyViolation,
+        );
         let third = changes(&mut written, vec![Refusal::of(&other, 30).unwrap()]);
         assert_eq!(third.len(), 2);
         folded(&third, &mut topic);

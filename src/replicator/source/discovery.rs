@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rdkafka::admin::ConfigEntry;
 
-pub use crate::kafka::admin::{Admin, AdminError};
+pub use crate::kafka::admin::{Admin, AdminError, TopicChange};
 
 use super::acl_sync::AclSync;
 use super::limits::RemoteLimits;
@@ -262,7 +262,7 @@ mod tests {
             .collect()
     }
 
-    fn refused(topic: &str, what: &'static str) -> AdminError {
+    fn refused(topic: &str, what: TopicChange) -> AdminError {
         AdminError::Refused {
             cluster: Side::Target,
             what,
@@ -388,7 +388,7 @@ mod tests {
         assert_eq!(plan.grow, [("A.orders".to_string(), 6)]);
         let (creates, undescribed) = creations(&plan, &every_source_described(&plan));
         assert!(creates.is_empty() && undescribed.is_empty());
-        let refusals = [refused("A.orders", "adding partitions to")];
+        let refusals = [refused("A.orders", TopicChange::AddPartitions)];
         assert!(failed_creations(&plan, &refusals).is_empty());
         assert_eq!(
             plan.subscription(&failed_creations(&plan, &refusals)),
@@ -405,8 +405,8 @@ mod tests {
         );
         // A refused config write of an existing topic keeps it subscribed.
         let refusals = [
-            refused("A.orders", "creating topic"),
-            refused("A.refunds", "altering configs of"),
+            refused("A.orders", TopicChange::Create),
+            refused("A.refunds", TopicChange::AlterConfigs),
         ];
         let failed = failed_creations(&plan, &refusals);
         assert_eq!(failed, BTreeSet::from(["A.orders".to_string()]));
@@ -525,7 +525,7 @@ mod tests {
                 .iter()
                 .zip(&refuse)
                 .filter(|(_, refused)| **refused)
-                .map(|((remote, ..), _)| refused(remote, "creating topic"))
+                .map(|((remote, ..), _)| refused(remote, TopicChange::Create))
                 .collect();
             let subscription = plan.subscription(&failed_creations(&plan, &refusals));
             for topic in &subscription {
