@@ -57,17 +57,19 @@ pub fn misaligned_partitions(
     use crate::kafka::positions::{PositionReader, ReadError, positions_topic};
     let topic = positions_topic(flow.source_alias());
     let failed = |e: ReadError| match e {
-        ReadError::Kafka { topic, source } => CliError::Kafka {
-            what: format!("reading {topic}"),
-            cluster: "target",
-            source,
-        },
-        ReadError::Timeout { topic, waited } => CliError::Usage {
+        ReadError::Timeout {
+            topic,
+            at,
+            end,
+            timeout,
+            ..
+        } => CliError::Usage {
             flag: "--offsets",
             message: format!(
-                "the positions topic {topic} could not be read to its end within {waited:?}, so alignment is unknown"
+                "the positions topic {topic} could not be read to its end within {timeout:?} (offset {at} of {end}), so alignment is unknown"
             ),
         },
+        e => CliError::Read(e),
     };
     let mut reader =
         PositionReader::new(&flow.target_client, topic, "mirrorflow-cli").map_err(failed)?;

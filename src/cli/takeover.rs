@@ -280,20 +280,16 @@ fn read_progress(
 /// its positions topic does not exist yet).
 fn own_positions(flow: &Flow) -> Result<std::collections::BTreeSet<(String, i32)>, CliError> {
     let topic = positions::positions_topic(flow.source_alias());
-    let probe = reader(&flow.target_client, "target")?;
-    let metadata = probe
-        .fetch_metadata(Some(&topic), TIMEOUT)
-        .map_err(kafka_error(format!("describing {topic}"), "target"))?;
-    if metadata.topics().iter().all(|t| t.partitions().is_empty()) {
-        return Ok(Default::default());
-    }
     let failed = |e: positions::ReadError| CliError::Usage {
         flag: "--name/--flow-file",
         message: format!("reading the flow's positions: {e}"),
     };
     let mut reader =
         PositionReader::new(&flow.target_client, topic, "mirrorflow-cli-reader").map_err(failed)?;
-    reader.read_to_end(TIMEOUT).map_err(failed)?;
+    match reader.read_to_end(TIMEOUT) {
+        Err(positions::ReadError::NoTopic { .. }) => return Ok(Default::default()),
+        read => read.map_err(failed)?,
+    }
     Ok(reader.into_positions().map(|(key, _)| key).collect())
 }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod groups;
 pub mod log_bounds;
 pub mod positions;
+pub mod reader;
 pub mod refusals;
 pub mod secrets;
 pub mod writers;

@@ -27,13 +27,12 @@
 //! the clusters refused its discovery ([`super::refusals`]).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Message};
 
+pub use super::reader::ReadError;
+use super::reader::{Isolation, PartitionReader};
 use super::refusals::{self, Refusals};
 use super::writers::{self, Claims};
 
@@ -253,18 +252,6 @@ pub fn decode_value(value: &[u8]) -> Option<Frontier> {
     (next >= 0).then_some(Frontier { next, downstream })
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("reading positions topic {topic}: {source}")]
-    Kafka {
-        topic: String,
-        #[source]
-        source: KafkaError,
-    },
-    #[error("reading positions topic {topic}: not at its end after {waited:?}")]
-    Timeout { topic: String, waited: Duration },
-}
-
 /// Folds one record of a positions topic into `positions`, `gaps`, `claims` and `refusals`:
 /// a position, a tombstone (the partition is no longer tracked), a gap, a writer's claim
 /// ([`super::writers`]) or a refused topic change ([`super::refusals`]). False when this
@@ -319,13 +306,7 @@ pub fn apply_record(
 /// Follows the positions topic; [`Self::read_to_end`] catches up with every position written
 /// so far, including those a replica that just gave up a partition persisted before leaving.
 pub struct PositionReader {
-    topic: String,
-    consumer: BaseConsumer,
-    /// Set for [`Self::read_committed`]: a `read_uncommitted` client for the high watermark.
-    /// A `read_committed` consumer's watermark is the last stable offset, which stops before
-    /// the oldest open transaction and so possibly before positions committed after it.
-    watermarks: Option<BaseConsumer>,
-    next: i64,
+    reader: PartitionReader,
     positions: HashMap<(String, i32), Frontier>,
     gaps: Vec<Gap>,
     claims: Claims,
@@ -335,7 +316,7 @@ pub struct PositionReader {
 
 impl PositionReader {
     pub fn new(target: &ClientConfig, topic: String, group: &str) -> Result<Self, ReadError> {
-        Self::create(target, topic, group, false)
+        Self::create(target, topic, group, Isolation::Uncommitted)
     }
 
     /// A reader that sees committed transactions only (exactly-once mode, where positions are
@@ -346,57 +327,29 @@ impl PositionReader {
         topic: String,
         group: &str,
     ) -> Result<Self, ReadError> {
-        Self::create(target, topic, group, true)
+        Self::create(target, topic, group, Isolation::CommittedAll)
     }
 
     fn create(
         target: &ClientConfig,
         topic: String,
         group: &str,
-        committed: bool,
+        isolation: Isolation,
     ) -> Result<Self, ReadError> {
-        let kafka = |source| ReadError::Kafka {
-            topic: topic.clone(),
-            source,
-        };
-        let mut config = target.clone();
-        if committed {
-            config.set("isolation.level", "read_committed");
-        }
-        let consumer: BaseConsumer = config
-            // Never used for a group: the partition is assigned, nothing is committed.
-            .set("group.id", format!("{group}.positions"))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .create()
-            .map_err(kafka)?;
-        let watermarks = if committed {
-            let client: BaseConsumer = target
-                .clone()
-                .set("group.id", format!("{group}.positions"))
-                .set("isolation.level", "read_uncommitted")
-                .create()
-                .map_err(kafka)?;
-            Some(client)
-        } else {
-            None
-        };
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, 0, Offset::Beginning)
-            .map_err(kafka)?;
-        consumer.assign(&tpl).map_err(kafka)?;
+        // Never used for a group: the partition is assigned, nothing is committed.
+        let group = format!("{group}.positions");
         Ok(PositionReader {
-            topic,
-            consumer,
-            watermarks,
-            next: 0,
+            reader: PartitionReader::new(target, "target", topic, &group, isolation)?,
             positions: HashMap::new(),
             gaps: Vec::new(),
             claims: Claims::new(),
             refusals: Refusals::new(),
             undecodable: 0,
         })
+    }
+
+    pub fn topic(&self) -> &str {
+        self.reader.topic()
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Frontier> {
@@ -429,64 +382,18 @@ impl PositionReader {
     }
 
     pub fn read_to_end(&mut self, timeout: Duration) -> Result<(), ReadError> {
-        let kafka = |source| ReadError::Kafka {
-            topic: self.topic.clone(),
-            source,
-        };
-        let (_, high) = self
-            .watermarks
-            .as_ref()
-            .unwrap_or(&self.consumer)
-            .fetch_watermarks(&self.topic, 0, timeout)
-            .map_err(kafka)?;
-        let deadline = Instant::now() + timeout;
-        let mut last_error = None;
-        while self.next < high {
-            if Instant::now() >= deadline {
-                return Err(match last_error {
-                    Some(source) => ReadError::Kafka {
-                        topic: self.topic.clone(),
-                        source,
-                    },
-                    None => ReadError::Timeout {
-                        topic: self.topic.clone(),
-                        waited: timeout,
-                    },
-                });
+        self.reader.read_to_end(timeout, |m| {
+            if !apply_record(
+                &mut self.positions,
+                &mut self.gaps,
+                &mut self.claims,
+                &mut self.refusals,
+                m.key(),
+                m.payload(),
+            ) {
+                self.undecodable += 1;
             }
-            match self.consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    self.next = m.offset() + 1;
-                    if !apply_record(
-                        &mut self.positions,
-                        &mut self.gaps,
-                        &mut self.claims,
-                        &mut self.refusals,
-                        m.key(),
-                        m.payload(),
-                    ) {
-                        self.undecodable += 1;
-                    }
-                }
-                Some(Err(e)) => {
-                    // Connection errors arrive here too, also stale ones queued while the
-                    // target was away (this consumer is only polled here); librdkafka
-                    // reconnects by itself, so they end the read only if it cannot finish.
-                    last_error = Some(e);
-                }
-                None => {
-                    // Compaction or transaction markers can leave the last offsets without a
-                    // record: the consumer's position tells how far the log was read.
-                    if let Ok(pos) = self.consumer.position()
-                        && let Some(Offset::Offset(o)) =
-                            pos.find_partition(&self.topic, 0).map(|e| e.offset())
-                    {
-                        self.next = self.next.max(o);
-                    }
-                }
-            }
-        }
-        Ok(())
+        })
     }
 }
 

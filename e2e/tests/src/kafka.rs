@@ -45,9 +45,17 @@ pub async fn delete_topic_under_writer(bootstrap: &str, topic: &str) -> Result<(
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
         )
         .await?;
+    topic_results("deleting", results)
+}
+
+/// Fails on the first topic an admin call (create, delete) did not do.
+fn topic_results(
+    what: &str,
+    results: Vec<Result<String, (String, rdkafka::types::RDKafkaErrorCode)>>,
+) -> Result<()> {
     for r in results {
         if let Err((name, code)) = r {
-            bail!("deleting topic {name} failed: {code}");
+            bail!("{what} topic {name} failed: {code}");
         }
     }
     Ok(())
@@ -70,12 +78,7 @@ pub async fn create_topic_with(
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         )
         .await?;
-    for r in results {
-        if let Err((name, code)) = r {
-            bail!("creating topic {name} failed: {code}");
-        }
-    }
-    Ok(())
+    topic_results("creating", results)
 }
 
 /// Names of the topics the cluster reports in its metadata.

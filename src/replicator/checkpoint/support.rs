@@ -17,7 +17,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::kafka::checkpoints::assign_only_config;
 use crate::replicator::backoff::Backoff;
 pub use crate::replicator::reach::{Reachability, is_unreachable};
 
@@ -151,7 +150,15 @@ pub fn log_client_error(error: &KafkaError, reason: &str) {
 
 /// A consumer that only ever uses `assign`: never joins a group, never commits.
 pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer<QuietEof>, KafkaError> {
-    assign_only_config(client, READER_GROUP)
+    client
+        .clone()
+        .set("group.id", READER_GROUP)
+        .set("enable.auto.commit", "false")
+        // The follower announces it caught up on the partition's end.
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "100")
+        // An end reached under read_committed is an end a consumer would see too.
+        .set("isolation.level", "read_committed")
         // librdkafka's default would jump to the end of a truncated or recreated topic in
         // silence; the follower stops on it instead and starts over from the earliest record.
         .set("auto.offset.reset", "error")

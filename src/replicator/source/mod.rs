@@ -199,6 +199,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
     }
     .context("creating the positions reader")?;
+    // One read serves the recorder (the refusals a previous run left, so those fixed meanwhile
+    // get their tombstone) and the engine, whose resume goes on from where it stopped.
+    let (positions, previous_refusals) = refused::read_previous(positions).await?;
+    let mut recorder =
+        RefusalRecorder::new(&flow.target_client, &positions_topic, previous_refusals)
+            .context("creating the refusal recorder")?;
     let shared = Shared {
         sync_config: Shared::sync_config_of(&ctx),
         started: std::time::Instant::now(),
@@ -276,13 +282,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         limits,
         ctx.metrics.clone(),
     );
-    let mut recorder = RefusalRecorder::start(
-        &flow.target_client,
-        positions::positions_topic(flow.source_alias()),
-        &group,
-    )
-    .await
-    .context("creating the refusal recorder")?;
     let discover = async {
         let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
         loop {

@@ -13,33 +13,37 @@ use crate::replicator::checkpoint::support::AckedProducer;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Reads the positions topic as far as it can within [`READ_TIMEOUT`] and returns the reader
+/// (to go on from there) with the refusals a previous run recorded.
+pub async fn read_previous(
+    mut reader: PositionReader,
+) -> anyhow::Result<(PositionReader, Refusals)> {
+    Ok(tokio::task::spawn_blocking(move || {
+        if let Err(e) = reader.read_to_end(READ_TIMEOUT) {
+            // What was read is kept; a refusal not read stays until it recurs and is fixed,
+            // or the topic leaves the flow after a restart that reads it.
+            tracing::warn!(error = %e, "could not read all the refusals a previous run recorded");
+        }
+        let previous = reader.refusals().clone();
+        (reader, previous)
+    })
+    .await?)
+}
+
 pub struct RefusalRecorder {
     topic: String,
     producer: AckedProducer,
-    /// What the topic holds as far as this replicator knows: read once at start, then what it
-    /// wrote.
+    /// What the topic holds as far as this replicator knows: what a previous run left, then
+    /// what it wrote.
     written: Refusals,
 }
 
 impl RefusalRecorder {
-    /// Reads the refusals a previous run left, so those fixed meanwhile get their tombstone.
-    pub async fn start(target: &ClientConfig, topic: String, group: &str) -> anyhow::Result<Self> {
-        let producer = AckedProducer::new(target.clone().set("linger.ms", "0"))?;
-        let mut reader = PositionReader::new(target, topic.clone(), group)?;
-        let written = tokio::task::spawn_blocking(move || match reader.read_to_end(READ_TIMEOUT) {
-            Ok(()) => reader.refusals().clone(),
-            Err(e) => {
-                // The next refusal is written anyway; an old one stays until it recurs and
-                // is fixed, or the topic leaves the flow after a restart that reads it.
-                tracing::warn!(error = %e, "could not read the refusals a previous run recorded");
-                Refusals::new()
-            }
-        })
-        .await?;
+    pub fn new(target: &ClientConfig, topic: &str, previous: Refusals) -> anyhow::Result<Self> {
         Ok(RefusalRecorder {
-            topic,
-            producer,
-            written,
+            topic: topic.to_string(),
+            producer: AckedProducer::new(target.clone().set("linger.ms", "0"))?,
+            written: previous,
         })
     }
 
