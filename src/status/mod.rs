@@ -20,6 +20,7 @@ pub mod gaps;
 pub mod groups;
 pub mod probe;
 pub mod reason;
+pub mod writes;
 
 pub use groups::{GroupState, group_readiness};
 
@@ -489,7 +490,7 @@ fn refused_message(refused: &[&Refusal]) -> String {
         refused.len().to_string()
     };
     let mut message = format!(
-        "{count} remote topic(s) not created or not kept in line with their source, retried every spec.sourceLoop.topicsRefreshInterval; {}: {}",
+        "{count} topic(s) on the target not created, not kept in line with their source, or not writable by the flow, retried every spec.sourceLoop.topicsRefreshInterval; {}: {}",
         oldest.topic, oldest.message
     );
     let others: Vec<&str> = refused

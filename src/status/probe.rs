@@ -430,6 +430,14 @@ fn observe_clusters(
     {
         out.refusals.get_or_insert_with(Vec::new).push(r);
     }
+    let written = super::writes::written_topics(flow, source_md.as_deref().ok(), &target_md, |t| {
+        replicates(flow, policy, t)
+    });
+    if !written.is_empty() && !budget.spent() {
+        let refused =
+            super::writes::refused_writes(target.client().client(), &written, budget.next(TIMEOUT));
+        out.refusals.get_or_insert_with(Vec::new).extend(refused);
+    }
     let copies = positions_are_the_flows(flow, positions.as_ref());
     if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
         out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);

@@ -551,6 +551,83 @@ pub fn cluster_operations<C: ClientContext>(
     }
 }
 
+/// What the client's principal may do on one topic: `None` when the brokers did not say; an
+/// error for a topic they would not describe (`TopicAuthorizationFailed`: not even DESCRIBE)
+/// or do not have.
+pub type TopicOperations = (String, Result<Option<Vec<Operation>>, DescribeError>);
+
+/// The operations the client's principal may perform on each of `topics` (DescribeTopics with
+/// authorized operations, one request); blocking, at most `timeout`.
+pub fn topic_operations<C: ClientContext>(
+    client: &Client<C>,
+    topics: &[&str],
+    timeout: Duration,
+) -> Result<Vec<TopicOperations>, AclError> {
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<CString> = topics
+        .iter()
+        .map(|t| CString::new(*t).map_err(|_| invalid("a topic name holds a NUL byte")))
+        .collect::<Result<_, _>>()?;
+    let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let mut request = Request::new(
+        client,
+        sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+        timeout,
+    )?;
+    // SAFETY: `options` is live; the returned error, if any, is ours to destroy. `names`
+    // outlive the collection, which librdkafka copies them into; the collection is destroyed
+    // after the call, which has copied what it needs.
+    unsafe {
+        let error =
+            sys::rd_kafka_AdminOptions_set_include_authorized_operations(request.options, 1);
+        if let Some(e) = error_of(error) {
+            sys::rd_kafka_error_destroy(error);
+            return Err(e);
+        }
+        let collection =
+            sys::rd_kafka_TopicCollection_of_topic_names(pointers.as_mut_ptr(), pointers.len());
+        if collection.is_null() {
+            return Err(invalid("librdkafka could not build the request"));
+        }
+        sys::rd_kafka_DescribeTopics(request.rk, collection, request.options, request.queue);
+        sys::rd_kafka_TopicCollection_destroy(collection);
+    }
+    request.wait("DescribeTopics")?;
+    // SAFETY: `event` is live until `request` drops, after everything is copied out; the
+    // descriptions, their errors and operations are owned by it.
+    unsafe {
+        let result = sys::rd_kafka_event_DescribeTopics_result(request.event);
+        if result.is_null() {
+            return Err(invalid("not a DescribeTopics result"));
+        }
+        let mut count = 0usize;
+        let descriptions = sys::rd_kafka_DescribeTopics_result_topics(result, &mut count);
+        if descriptions.is_null() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(count);
+        for &d in std::slice::from_raw_parts(descriptions, count) {
+            let name = owned(sys::rd_kafka_TopicDescription_name(d));
+            if let Some(e) = error_of(sys::rd_kafka_TopicDescription_error(d)) {
+                out.push((name, Err(e)));
+                continue;
+            }
+            let mut n = 0usize;
+            let ops = sys::rd_kafka_TopicDescription_authorized_operations(d, &mut n);
+            let ops = (!ops.is_null()).then(|| {
+                std::slice::from_raw_parts(ops, n)
+                    .iter()
+                    .map(|&o| operation_from_sys(o))
+                    .collect()
+            });
+            out.push((name, Ok(ops)));
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,11 +20,23 @@ pub fn measured_condition(
     flow_file: &Path,
     type_: &str,
 ) -> Result<serde_json::Value> {
-    let out = Command::new(binary(repo_root))
-        .args(["status", "--flow-file"])
-        .arg(flow_file)
-        .args(["-o", "json"])
-        .output()?;
+    measured_condition_with_secrets(repo_root, flow_file, None, type_)
+}
+
+/// [`measured_condition`] for a flow file that references Secrets, read from `secrets_dir`
+/// (`<secret>/<key>` files).
+pub fn measured_condition_with_secrets(
+    repo_root: &Path,
+    flow_file: &Path,
+    secrets_dir: Option<&Path>,
+    type_: &str,
+) -> Result<serde_json::Value> {
+    let mut status = Command::new(binary(repo_root));
+    status.args(["status", "--flow-file"]).arg(flow_file);
+    if let Some(dir) = secrets_dir {
+        status.arg("--secrets-dir").arg(dir);
+    }
+    let out = status.args(["-o", "json"]).output()?;
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
             "mirrorflow status: {}",

@@ -15,7 +15,9 @@ use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::kafka::Side;
 use mirrorflow::kafka::acls::{AclBinding, Operation, Permission, topic_binding};
 use mirrorflow::kafka::admin::Admin;
-use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition};
+use mirrorflow_e2e::replicator::{
+    Replicator, binary, measured_condition, measured_condition_with_secrets,
+};
 use mirrorflow_e2e::secure::SecureKafka;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
@@ -252,4 +254,116 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
 /// condition rules, run from here) reports for the flow in `flow_file`.
 fn topic_acls_condition(world: &World, flow_file: &std::path::Path) -> Result<serde_json::Value> {
     measured_condition(&world.repo_root, flow_file, "TopicAclsSynced")
+}
+
+/// A flow whose target principal may not WRITE a topic its replicator writes is told so by
+/// its status, naming the topic and the grant, before any record is lost to it; once the grant
+/// is made the condition clears and a replicator running as that principal copies. The flow
+/// authenticates to the target as the world's ordinary SCRAM user `reader`; its remote topic
+/// is made (by a super user) and closed to `reader` but for READ and DESCRIBE. Its positions
+/// topic has no ACL (open to everyone), so it must not be named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_topic_the_flow_may_not_write_is_named_until_it_is_granted() -> Result<()> {
+    let world = World::from_env()?;
+    let secure = SecureKafka::from_env()?;
+    let target_secure = std::env::var("MF_TARGET_SECURE_BOOTSTRAP")
+        .context("MF_TARGET_SECURE_BOOTSTRAP is not set: run through e2e/test.sh")?;
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    let topic = unique("unwritable");
+    let remote = format!("{source_alias}.{topic}");
+    let positions = format!("mirrorflow-positions.{source_alias}.internal");
+    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, 3, 1).await?;
+    kafka::create_topic(&world.target_bootstrap, &remote, 1).await?;
+    let target = admin(Side::Target, &world.target_bootstrap)?;
+    let granted = target
+        .create_acls(vec![
+            allow(&remote, "User:reader", Operation::Read),
+            allow(&remote, "User:reader", Operation::Describe),
+        ])
+        .await?;
+    ensure!(granted.is_empty(), "creating the ACLs: {granted:?}");
+
+    let name = unique("unwritable");
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&name);
+    let secrets = dir.join("secrets");
+    for (secret, key, value) in [
+        ("reader", "username", "reader".to_string()),
+        ("reader", "password", secure.password.clone()),
+        ("kafka-ca", "ca.crt", secure.ca_pem.clone()),
+    ] {
+        std::fs::create_dir_all(secrets.join(secret))?;
+        std::fs::write(secrets.join(secret).join(key), value)?;
+    }
+    // Config and ACL sync off: `reader` may not alter the remote topic either, which would be
+    // refused changes of their own.
+    let flow = format!(
+        "source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n\
+         target:\n  alias: {target_alias}\n  bootstrapServers: '{target_secure}'\n  \
+         tls: {{caSecretRef: {{name: kafka-ca, key: ca.crt}}}}\n  \
+         sasl: {{mechanism: SCRAM-SHA-512, usernameSecretRef: {{name: reader, key: username}}, \
+         passwordSecretRef: {{name: reader, key: password}}}}\n\
+         topics: ['{topic}']\n\
+         checkpoints: {{enabled: false}}\n\
+         heartbeats: {{enabled: false}}\n\
+         sourceLoop: {{topicsRefreshInterval: {}s, syncTopicConfigs: false, syncTopicAcls: false}}\n",
+        world.source_bootstrap,
+        REFRESH.as_secs()
+    );
+    // The file the replicator runs from too: one flow name, so the probe sees the replicator's
+    // claim as its own flow's.
+    let flow_file = dir.join("flow.yaml");
+    std::fs::write(&flow_file, &flow)?;
+    // The positions topic, made here so the probe has two topics to judge.
+    kafka::create_topic_with(
+        &world.target_bootstrap,
+        &positions,
+        1,
+        &[("cleanup.policy", "compact")],
+    )
+    .await?;
+    let replicating = || {
+        measured_condition_with_secrets(&world.repo_root, &flow_file, Some(&secrets), "Replicating")
+    };
+    let denied = replicating()?;
+    let message = denied["message"].as_str().unwrap_or_default();
+    println!("denied: {denied}");
+    ensure!(
+        denied["status"] == "False" && denied["reason"] == "TopicChangesRefused",
+        "without WRITE on {remote}: {denied}"
+    );
+    ensure!(
+        message.contains(&format!(
+            "{remote}: the target cluster does not let the replicator write to {remote}"
+        )) && message.contains("not WRITE")
+            && message.contains("grant the flow's target principal WRITE"),
+        "the message does not name {remote} and the grant: {message}"
+    );
+    ensure!(
+        !message.contains(&positions),
+        "the positions topic, open to everyone, is named: {message}"
+    );
+
+    let granted = target
+        .create_acls(vec![allow(&remote, "User:reader", Operation::Write)])
+        .await?;
+    ensure!(granted.is_empty(), "creating the WRITE ACL: {granted:?}");
+    let replicator = Replicator::start(&world.repo_root, &name, &flow, free_port()?)?;
+    eventually("the 3 records on the remote topic", WAIT, || async {
+        let copied = kafka::read_partition(&world.target_bootstrap, &remote, 0)?;
+        Ok((copied.len() >= 3).then_some(()))
+    })
+    .await
+    .with_context(|| replicator.log_text())?;
+    let cleared = eventually("Replicating without refusals", WAIT, || async {
+        let c = replicating()?;
+        Ok((c["reason"] != "TopicChangesRefused").then_some(c))
+    })
+    .await?;
+    println!("granted: {cleared}");
+    ensure!(
+        cleared["status"] == "True",
+        "with WRITE granted and the records copied: {cleared}"
+    );
+    Ok(())
 }
