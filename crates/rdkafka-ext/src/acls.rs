@@ -13,7 +13,7 @@ use std::time::Duration;
 use rdkafka::bindings as sys;
 use rdkafka::client::{Client, ClientContext};
 
-use crate::{DescribeError, Request, error_of, invalid, owned};
+use crate::{DescribeError, Request, c_strings, error_of, invalid, owned};
 
 /// Why an ACL request, or one binding of it, failed.
 pub type AclError = DescribeError;
@@ -517,15 +517,7 @@ pub fn cluster_operations<C: ClientContext>(
         sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER,
         timeout,
     )?;
-    // SAFETY: `options` is live; the returned error, if any, is ours to destroy.
-    unsafe {
-        let error =
-            sys::rd_kafka_AdminOptions_set_include_authorized_operations(request.options, 1);
-        if let Some(e) = error_of(error) {
-            sys::rd_kafka_error_destroy(error);
-            return Err(e);
-        }
-    }
+    include_authorized_operations(&request)?;
     // SAFETY: `rk`, `options` and `queue` are live.
     unsafe {
         sys::rd_kafka_DescribeCluster(request.rk, request.options, request.queue);
@@ -539,16 +531,36 @@ pub fn cluster_operations<C: ClientContext>(
         }
         let mut count = 0usize;
         let ops = sys::rd_kafka_DescribeCluster_result_authorized_operations(result, &mut count);
-        if ops.is_null() {
-            return Ok(None);
-        }
-        Ok(Some(
-            std::slice::from_raw_parts(ops, count)
-                .iter()
-                .map(|&o| operation_from_sys(o))
-                .collect(),
-        ))
+        Ok(operations(ops, count))
     }
+}
+
+/// Asks the brokers to answer with the principal's authorized operations.
+fn include_authorized_operations(request: &Request) -> Result<(), DescribeError> {
+    // SAFETY: `options` is live; the returned error, if any, is ours to destroy.
+    unsafe {
+        let error =
+            sys::rd_kafka_AdminOptions_set_include_authorized_operations(request.options, 1);
+        if let Some(e) = error_of(error) {
+            sys::rd_kafka_error_destroy(error);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `ops` is null (the brokers did not say) or points to `count` live operations.
+unsafe fn operations(
+    ops: *const sys::rd_kafka_AclOperation_t,
+    count: usize,
+) -> Option<Vec<Operation>> {
+    if ops.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, with `count` elements, by the caller's contract.
+    let ops = unsafe { std::slice::from_raw_parts(ops, count) };
+    Some(ops.iter().map(|&o| operation_from_sys(o)).collect())
 }
 
 /// What the client's principal may do on one topic: `None` when the brokers did not say; an
@@ -566,26 +578,17 @@ pub fn topic_operations<C: ClientContext>(
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let names: Vec<CString> = topics
-        .iter()
-        .map(|t| CString::new(*t).map_err(|_| invalid("a topic name holds a NUL byte")))
-        .collect::<Result<_, _>>()?;
+    let names = c_strings(topics, "a topic name holds a NUL byte")?;
     let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let mut request = Request::new(
         client,
         sys::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
         timeout,
     )?;
-    // SAFETY: `options` is live; the returned error, if any, is ours to destroy. `names`
-    // outlive the collection, which librdkafka copies them into; the collection is destroyed
-    // after the call, which has copied what it needs.
+    include_authorized_operations(&request)?;
+    // SAFETY: `names` outlive the collection, which librdkafka copies them into; the
+    // collection is destroyed after the call, which has copied what it needs.
     unsafe {
-        let error =
-            sys::rd_kafka_AdminOptions_set_include_authorized_operations(request.options, 1);
-        if let Some(e) = error_of(error) {
-            sys::rd_kafka_error_destroy(error);
-            return Err(e);
-        }
         let collection =
             sys::rd_kafka_TopicCollection_of_topic_names(pointers.as_mut_ptr(), pointers.len());
         if collection.is_null() {
@@ -616,13 +619,7 @@ pub fn topic_operations<C: ClientContext>(
             }
             let mut n = 0usize;
             let ops = sys::rd_kafka_TopicDescription_authorized_operations(d, &mut n);
-            let ops = (!ops.is_null()).then(|| {
-                std::slice::from_raw_parts(ops, n)
-                    .iter()
-                    .map(|&o| operation_from_sys(o))
-                    .collect()
-            });
-            out.push((name, Ok(ops)));
+            out.push((name, Ok(operations(ops, n))));
         }
         Ok(out)
     }

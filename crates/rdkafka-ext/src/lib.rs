@@ -193,6 +193,14 @@ impl Request {
 
 /// The code and message of a librdkafka error object (null: none).
 ///
+/// `names` as C strings, refused with `nul` if one holds a NUL byte.
+pub(crate) fn c_strings(names: &[&str], nul: &str) -> Result<Vec<CString>, DescribeError> {
+    names
+        .iter()
+        .map(|n| CString::new(*n).map_err(|_| invalid(nul)))
+        .collect()
+}
+
 /// # Safety
 /// `error` is null or a live `rd_kafka_error_t`.
 pub(crate) unsafe fn error_of(error: *const sys::rd_kafka_error_t) -> Option<DescribeError> {
@@ -219,10 +227,7 @@ pub fn describe_groups<C: ClientContext>(
     if groups.is_empty() {
         return Ok(Vec::new());
     }
-    let names: Vec<CString> = groups
-        .iter()
-        .map(|g| CString::new(*g).map_err(|_| invalid("a group name holds a NUL byte")))
-        .collect::<Result<_, _>>()?;
+    let names = c_strings(groups, "a group name holds a NUL byte")?;
     let mut pointers: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let mut request = Request::new(
         client,
