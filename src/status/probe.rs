@@ -430,7 +430,12 @@ fn observe_clusters(
     {
         out.refusals.get_or_insert_with(Vec::new).push(r);
     }
-    let written = super::writes::written_topics(flow, source_md.as_deref().ok(), &target_md, |t| {
+    let source_topics = source_md
+        .iter()
+        .flat_map(|md| md.topics())
+        .map(|t| t.name());
+    let on_target_now = super::writes::present(&target_md);
+    let written = super::writes::written_topics(flow, source_topics, &on_target_now, |t| {
         replicates(flow, policy, t)
     });
     if !written.is_empty() && !budget.spent() {

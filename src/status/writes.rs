@@ -23,13 +23,14 @@ use mirrorflow_rdkafka_ext::acls as ext;
 /// remote topics by name.
 pub const MAX_CHECKED: usize = 500;
 
-/// The topics on the target the flow's loops write, those the target has: its positions and
-/// offset-syncs topics and the remote topics (source loop), its checkpoints topic (checkpoint
-/// loop). None for an Observe flow, which writes nothing.
-pub fn written_topics(
+/// The topics on the target the flow's loops write, those the target has (`on_target`): its
+/// positions and offset-syncs topics and the remote topics of `source_topics` it copies
+/// (source loop), its checkpoints topic (checkpoint loop). None for an Observe flow, which
+/// writes nothing.
+pub fn written_topics<'a>(
     flow: &Flow,
-    source: Option<&Metadata>,
-    target: &Metadata,
+    source_topics: impl Iterator<Item = &'a str>,
+    on_target: &HashSet<&str>,
     replicates: impl Fn(&str) -> bool,
 ) -> Vec<String> {
     if flow.spec.mode != FlowMode::Replicate {
@@ -45,10 +46,7 @@ pub fn written_topics(
             internal.push(policy.offset_syncs_topic(alias));
         }
         remote.extend(
-            source
-                .into_iter()
-                .flat_map(|md| md.topics())
-                .map(|t| t.name())
+            source_topics
                 .filter(|t| replicates(t))
                 .map(|t| policy.format_remote_topic(alias, t)),
         );
@@ -57,17 +55,20 @@ pub fn written_topics(
     if flow.spec.checkpoints.enabled {
         internal.push(policy.checkpoints_topic(alias));
     }
-    let present: HashSet<&str> = target
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.name())
-        .collect();
     internal
         .into_iter()
         .chain(remote)
-        .filter(|t| present.contains(t.as_str()))
+        .filter(|t| on_target.contains(t.as_str()))
         .take(MAX_CHECKED)
+        .collect()
+}
+
+/// The names of the topics `md` lists with partitions.
+pub fn present(md: &Metadata) -> HashSet<&str> {
+    md.topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name())
         .collect()
 }
 
@@ -104,4 +105,79 @@ pub fn refused_writes<C: ClientContext>(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::test_flow;
+
+    fn written(extra: &str, source: &[&str], target: &[&str]) -> Vec<String> {
+        let flow = test_flow("ns/f", extra);
+        let on_target: HashSet<&str> = target.iter().copied().collect();
+        written_topics(&flow, source.iter().copied(), &on_target, |t| {
+            t.starts_with("orders")
+        })
+    }
+
+    #[test]
+    fn the_internal_topics_come_first_then_the_remote_topics_the_target_has() {
+        let got = written(
+            "sourceLoop: {offsetSyncsLocation: Target}\n",
+            &["orders-2", "orders-1", "payments", "orders-3"],
+            &[
+                "a.orders-1",
+                "a.orders-2",
+                "a.payments",
+                "mirrorflow-positions.a.internal",
+                "mm2-offset-syncs.a.internal",
+                "a.checkpoints.internal",
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "mirrorflow-positions.a.internal",
+                "mm2-offset-syncs.a.internal",
+                "a.checkpoints.internal",
+                "a.orders-1",
+                "a.orders-2",
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_loops_that_run_write() {
+        let target = [
+            "a.orders",
+            "mirrorflow-positions.a.internal",
+            "mm2-offset-syncs.b.internal",
+            "a.checkpoints.internal",
+        ];
+        // Offset syncs on the source (the default): not a target topic of the flow.
+        assert_eq!(
+            written("sourceLoop: {enabled: false}\n", &["orders"], &target),
+            ["a.checkpoints.internal"]
+        );
+        assert_eq!(
+            written("checkpoints: {enabled: false}\n", &["orders"], &target),
+            ["mirrorflow-positions.a.internal", "a.orders"]
+        );
+        assert!(written("mode: Observe\n", &["orders"], &target).is_empty());
+    }
+
+    #[test]
+    fn at_most_max_checked_topics_are_asked_about() {
+        let source: Vec<String> = (0..MAX_CHECKED + 10)
+            .map(|i| format!("orders-{i:04}"))
+            .collect();
+        let target: Vec<String> = source.iter().map(|t| format!("a.{t}")).collect();
+        let flow = test_flow("ns/f", "");
+        let on_target: HashSet<&str> = target.iter().map(String::as_str).collect();
+        let got = written_topics(&flow, source.iter().map(String::as_str), &on_target, |_| {
+            true
+        });
+        assert_eq!(got.len(), MAX_CHECKED);
+        assert_eq!(got[0], "a.orders-0000");
+    }
 }
