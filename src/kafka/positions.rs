@@ -316,7 +316,7 @@ pub struct PositionReader {
 
 impl PositionReader {
     pub fn new(target: &ClientConfig, topic: String, group: &str) -> Result<Self, ReadError> {
-        Self::create(target, topic, group, Isolation::Uncommitted)
+        Self::create(target, topic, group, Isolation::Committed)
     }
 
     /// A reader that sees committed transactions only (exactly-once mode, where positions are

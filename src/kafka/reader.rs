@@ -60,8 +60,6 @@ impl ReadError {
 /// Which records a read sees, and so where its end is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {
-    /// Every record written.
-    Uncommitted,
     /// Committed records up to the last stable offset: what a consumer would see now.
     Committed,
     /// Committed records, and the read waits for every transaction open on the topic to end
@@ -106,15 +104,10 @@ impl PartitionReader {
                 .set("isolation.level", isolation);
             config
         };
-        let consumer: BaseConsumer = config(match isolation {
-            Isolation::Uncommitted => "read_uncommitted",
-            Isolation::Committed | Isolation::CommittedAll => "read_committed",
-        })
-        .create()
-        .map_err(kafka)?;
+        let consumer: BaseConsumer = config("read_committed").create().map_err(kafka)?;
         let watermarks = match isolation {
             Isolation::CommittedAll => Some(config("read_uncommitted").create().map_err(kafka)?),
-            Isolation::Uncommitted | Isolation::Committed => None,
+            Isolation::Committed => None,
         };
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&topic, 0, Offset::Beginning)
