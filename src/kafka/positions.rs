@@ -348,10 +348,6 @@ impl PositionReader {
         })
     }
 
-    pub fn topic(&self) -> &str {
-        self.reader.topic()
-    }
-
     pub fn get(&self, topic: &str, partition: i32) -> Option<Frontier> {
         self.positions.get(&(topic.to_string(), partition)).copied()
     }

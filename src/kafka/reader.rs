@@ -123,10 +123,6 @@ impl PartitionReader {
         })
     }
 
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
     /// Calls `on_record` for every record from where the last read stopped up to the end the
     /// topic has now. Errors on the way (a broker reconnecting) are retried until `timeout`;
     /// the last one is returned if the end was not reached.

@@ -357,10 +357,12 @@ fn observe_clusters(
         }
     };
     let source_md = source.metadata(budget.next(TIMEOUT));
+    let mut mirrored = Vec::new();
     match &source_md {
         Ok(md) => {
             source.client().context().clear_cause();
-            out.topics = Some(mirrored_topics(flow, md.topics().iter().map(|t| t.name())));
+            mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
+            out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
         }
         Err(e) => out.source_error = Some(fault(&source, e)),
     }
@@ -430,17 +432,12 @@ fn observe_clusters(
     {
         out.refusals.get_or_insert_with(Vec::new).push(r);
     }
-    let source_topics = source_md
-        .iter()
-        .flat_map(|md| md.topics())
-        .map(|t| t.name());
-    let on_target_now = super::writes::present(&target_md);
-    let written = super::writes::written_topics(flow, source_topics, &on_target_now, |t| {
-        replicates(flow, policy, t)
-    });
+    let written = super::writes::written_topics(flow, &mirrored);
     if !written.is_empty() && !budget.spent() {
+        let present = super::writes::present(&target_md);
+        let checked = super::writes::checked(written, |t| present.contains(t));
         let refused =
-            super::writes::refused_writes(target.client().client(), &written, budget.next(TIMEOUT));
+            super::writes::refused_writes(target.client().client(), &checked, budget.next(TIMEOUT));
         out.refusals.get_or_insert_with(Vec::new).extend(refused);
     }
     let copies = positions_are_the_flows(flow, positions.as_ref());
@@ -631,11 +628,10 @@ fn replication_factor_refused(flow: &Flow, brokers: usize) -> Option<Refusal> {
     })
 }
 
-/// How many of the source's topics the flow copies.
-fn mirrored_topics<'a>(flow: &Flow, topics: impl Iterator<Item = &'a str>) -> i32 {
+/// The source's topics the flow copies.
+fn mirrored_topics<'a>(flow: &Flow, topics: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let policy = flow.policy.as_ref();
-    let count = topics.filter(|t| replicates(flow, policy, t)).count();
-    i32::try_from(count).unwrap_or(i32::MAX)
+    topics.filter(|t| replicates(flow, policy, t)).collect()
 }
 
 /// The replicator's rule for which source topics a flow copies.

@@ -23,16 +23,11 @@ use mirrorflow_rdkafka_ext::acls as ext;
 /// remote topics by name.
 pub const MAX_CHECKED: usize = 500;
 
-/// The topics on the target the flow's loops write, those the target has (`on_target`): its
-/// positions and offset-syncs topics and the remote topics of `source_topics` it copies
-/// (source loop), its checkpoints topic (checkpoint loop). None for an Observe flow, which
-/// writes nothing.
-pub fn written_topics<'a>(
-    flow: &Flow,
-    source_topics: impl Iterator<Item = &'a str>,
-    on_target: &HashSet<&str>,
-    replicates: impl Fn(&str) -> bool,
-) -> Vec<String> {
+/// The topics on the target the flow's loops write: its positions and offset-syncs topics
+/// and the remote topics of the source topics it copies, `mirrored` (source loop), its
+/// checkpoints topic (checkpoint loop); internal topics first, then the remote topics by name.
+/// None for an Observe flow, which writes nothing.
+pub fn written_topics(flow: &Flow, mirrored: &[&str]) -> Vec<String> {
     if flow.spec.mode != FlowMode::Replicate {
         return Vec::new();
     }
@@ -46,8 +41,8 @@ pub fn written_topics<'a>(
             internal.push(policy.offset_syncs_topic(alias));
         }
         remote.extend(
-            source_topics
-                .filter(|t| replicates(t))
+            mirrored
+                .iter()
                 .map(|t| policy.format_remote_topic(alias, t)),
         );
         remote.sort();
@@ -55,10 +50,15 @@ pub fn written_topics<'a>(
     if flow.spec.checkpoints.enabled {
         internal.push(policy.checkpoints_topic(alias));
     }
-    internal
+    internal.into_iter().chain(remote).collect()
+}
+
+/// The topics of `written` the target has, at most [`MAX_CHECKED`], in order: those the probe
+/// asks about.
+pub fn checked(written: Vec<String>, on_target: impl Fn(&str) -> bool) -> Vec<String> {
+    written
         .into_iter()
-        .chain(remote)
-        .filter(|t| on_target.contains(t.as_str()))
+        .filter(|t| on_target(t))
         .take(MAX_CHECKED)
         .collect()
 }
@@ -112,19 +112,16 @@ mod tests {
     use super::*;
     use crate::flow::test_flow;
 
-    fn written(extra: &str, source: &[&str], target: &[&str]) -> Vec<String> {
+    fn written(extra: &str, mirrored: &[&str], target: &[&str]) -> Vec<String> {
         let flow = test_flow("ns/f", extra);
-        let on_target: HashSet<&str> = target.iter().copied().collect();
-        written_topics(&flow, source.iter().copied(), &on_target, |t| {
-            t.starts_with("orders")
-        })
+        checked(written_topics(&flow, mirrored), |t| target.contains(&t))
     }
 
     #[test]
     fn the_internal_topics_come_first_then_the_remote_topics_the_target_has() {
         let got = written(
             "sourceLoop: {offsetSyncsLocation: Target}\n",
-            &["orders-2", "orders-1", "payments", "orders-3"],
+            &["orders-2", "orders-1", "orders-3"],
             &[
                 "a.orders-1",
                 "a.orders-2",
@@ -173,9 +170,9 @@ mod tests {
             .collect();
         let target: Vec<String> = source.iter().map(|t| format!("a.{t}")).collect();
         let flow = test_flow("ns/f", "");
-        let on_target: HashSet<&str> = target.iter().map(String::as_str).collect();
-        let got = written_topics(&flow, source.iter().map(String::as_str), &on_target, |_| {
-            true
+        let mirrored: Vec<&str> = source.iter().map(String::as_str).collect();
+        let got = checked(written_topics(&flow, &mirrored), |t| {
+            target.contains(&t.to_string())
         });
         assert_eq!(got.len(), MAX_CHECKED);
         assert_eq!(got[0], "a.orders-0000");

@@ -191,8 +191,6 @@ impl Request {
     }
 }
 
-/// The code and message of a librdkafka error object (null: none).
-///
 /// `names` as C strings, refused with `nul` if one holds a NUL byte.
 pub(crate) fn c_strings(names: &[&str], nul: &str) -> Result<Vec<CString>, DescribeError> {
     names
@@ -201,6 +199,8 @@ pub(crate) fn c_strings(names: &[&str], nul: &str) -> Result<Vec<CString>, Descr
         .collect()
 }
 
+/// The code and message of a librdkafka error object (null: none).
+///
 /// # Safety
 /// `error` is null or a live `rd_kafka_error_t`.
 pub(crate) unsafe fn error_of(error: *const sys::rd_kafka_error_t) -> Option<DescribeError> {
