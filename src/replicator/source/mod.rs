@@ -233,11 +233,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             syncs_cluster == Side::Target,
             "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
         );
-        let policy = ExactlyOnce::new(exactly_once::Parts {
-            shared,
-            producer_base: producer_config,
-            limits: limits.clone(),
-        });
+        let policy = ExactlyOnce::new(shared, producer_config, limits.clone());
         tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
         engine::spawn(policy, &source_consumer(), &source_health, copy)?

@@ -95,6 +95,15 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
     }
 }
 
+/// The (topic, partition) of every element of `tpl`.
+pub fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    let elements = tpl.elements();
+    elements
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
 /// Sets the start offset of every partition of `keys` in an assignment: `ready`'s where the
 /// policy knows it, the beginning for the others (their records are skipped until the policy
 /// has prepared them and moved them to their position). A partition left unset would fall back

@@ -71,7 +71,6 @@ const MAX_LOG_START_FILL: i64 = 20_000_000;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const MARKER_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
@@ -122,11 +121,8 @@ pub struct AlignedSlot {
 }
 
 impl Keyed for AlignedSlot {
-    fn topic(&self) -> &str {
-        &self.topic
-    }
-    fn partition(&self) -> i32 {
-        self.partition
+    fn key(&self) -> (&str, i32) {
+        (&self.topic, self.partition)
     }
 }
 

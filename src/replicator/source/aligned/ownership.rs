@@ -6,11 +6,7 @@ use super::*;
 
 impl Owner for Aligned {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
+        let keys = rebalance::partitions(tpl);
         for (topic, partition) in &keys {
             if let Some(idx) = self.slots.index(topic, *partition) {
                 // Already ours (an eager assignor hands out everything again): resume it
@@ -18,9 +14,8 @@ impl Owner for Aligned {
                 self.prepare_again(idx, Duration::ZERO);
                 continue;
             }
-            let flow = &self.shared.ctx.flow;
-            let remote = flow.policy.format_remote_topic(flow.source_alias(), topic);
-            let group = super::super::source_group_id(flow);
+            let remote = self.shared.remote_topic(topic);
+            let group = super::super::source_group_id(&self.shared.ctx.flow);
             let base = group.strip_suffix(".source").unwrap_or(&group);
             let slot = AlignedSlot {
                 topic: topic.clone(),

@@ -64,9 +64,7 @@ impl Aligned {
         if fenced.is_empty() {
             return Vec::new();
         }
-        if let Err(e) = self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
-            tracing::warn!(error = %e, "reading the positions topic failed; retrying");
-            self.count_error("positions");
+        if self.shared.read_positions().is_err() {
             for (topic, partition) in &fenced {
                 if let Some(idx) = self.slots.index(topic, *partition) {
                     self.prepare_again(idx, Duration::from_secs(1));

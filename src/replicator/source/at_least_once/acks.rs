@@ -91,11 +91,8 @@ pub struct Slot {
 }
 
 impl Keyed for Slot {
-    fn topic(&self) -> &str {
-        &self.topic
-    }
-    fn partition(&self) -> i32 {
-        self.partition
+    fn key(&self) -> (&str, i32) {
+        (&self.topic, self.partition)
     }
 }
 

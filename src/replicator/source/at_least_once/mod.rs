@@ -34,7 +34,6 @@ use crate::replicator::backoff::Backoff;
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long storing a position waits for room in the producer's queue.
 const POSITION_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wait between two attempts to queue a record while the producer's queue is full.
@@ -120,11 +119,7 @@ impl Delivery for AtLeastOnce {
                     // Backpressure: the target is slower than the source (or away). Retried
                     // as soon as an acknowledgement frees room, not after a fixed poll.
                     record = back;
-                    std::thread::sleep(QUEUE_FULL_WAIT);
-                    serve_reports(&self.producer);
-                    self.service_acks();
-                    let still_valid = self.slots.get(idx).is_some_and(|s| s.live(generation));
-                    if !still_valid || self.shared.shutdown.is_cancelled() {
+                    if !self.serve_while_waiting(idx, generation) {
                         return;
                     }
                 }
@@ -176,7 +171,7 @@ impl Delivery for AtLeastOnce {
 
     fn commit(&mut self, consumer: &Source<Self>) {
         self.service(consumer);
-        self.persist();
+        self.persist(&self.slots.indices());
     }
 
     /// Writes the tail sync of every owned partition that went idle with acknowledged records
@@ -185,10 +180,9 @@ impl Delivery for AtLeastOnce {
         let now = self.shared.now();
         let mut syncs = Vec::new();
         for (idx, slot) in self.slots.iter_mut() {
-            if slot.fault.is_some() {
-                continue;
-            }
-            if let Some(sync) = slot.progress.idle_sync(now) {
+            if slot.fault.is_none()
+                && let Some(sync) = slot.progress.idle_sync(now)
+            {
                 syncs.push((idx, slot.generation, sync));
             }
         }
@@ -233,53 +227,30 @@ impl Delivery for AtLeastOnce {
             .collect();
         let bounds = self.shared.probe.source(&owned);
         let reading = consumer.position().ok();
-        for (topic, partition) in owned {
-            let Some(idx) = self.slots.index(&topic, partition) else {
+        for key in owned {
+            let (topic, partition) = (&key.0, key.1);
+            let (Some(idx), Some(b)) = (self.slots.index(topic, partition), bounds.get(&key))
+            else {
                 continue;
             };
-            let Some(b) = bounds.get(&(topic.clone(), partition)).copied() else {
-                continue;
+            let latest = self.slots.get(idx).and_then(|s| s.progress.latest());
+            let reading_at = (reading.as_ref())
+                .and_then(|r| r.find_partition(topic, partition))
+                .map(|e| e.offset());
+            let next = match (reading_at, latest) {
+                (Some(Offset::Offset(o)), _) => o,
+                (_, Some(f)) => f.next,
+                _ => continue,
             };
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
-            };
-            let latest = slot.progress.latest();
-            let next = match reading
-                .as_ref()
-                .and_then(|r| r.find_partition(&topic, partition))
-                .map(|e| e.offset())
-            {
-                Some(Offset::Offset(o)) => o,
-                _ => match latest {
-                    Some(f) => f.next,
-                    None => continue,
-                },
-            };
-            let Some((kind, from, to)) = continuity::out_of_range(next, b) else {
+            let Some(found) = continuity::out_of_range(next, *b) else {
                 continue;
             };
             let start = Frontier {
                 next: b.start,
                 downstream: latest.map_or(-1, |f| f.downstream),
             };
-            let gap = continuity::found_now(&topic, partition, (kind, from, to));
-            self.write_gap(&gap, Some(start));
-            let generation = self.slots.next_generation();
-            let config = self.shared.sync_config;
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.generation = generation;
-                slot.clear_in_flight();
-                slot.progress = Progress::new(
-                    TopicPartition::new(topic.clone(), partition),
-                    config,
-                    Some(start),
-                );
-                // A failed seek is retried like any rewind.
-                slot.fault = Some(Fault {
-                    retry_at: Instant::now(),
-                    resume_from: Some(start),
-                });
-            }
+            let gap = continuity::found_now(topic, partition, found);
+            self.restart(idx, Some(start), &gap);
         }
         self.retry_faults(consumer);
     }
@@ -370,21 +341,26 @@ impl AtLeastOnce {
     /// or moved meanwhile, or the loop is stopping.
     fn wait_for(&mut self, idx: usize, generation: u32, done: impl Fn(&Slot) -> bool) -> bool {
         loop {
-            match self.slots.get(idx) {
-                Some(s) if s.live(generation) => {
-                    if done(s) {
-                        return true;
-                    }
-                }
-                _ => return false,
+            let Some(slot) = self.slots.get(idx).filter(|s| s.live(generation)) else {
+                return false;
+            };
+            if done(slot) {
+                return true;
             }
-            if self.shared.shutdown.is_cancelled() {
+            if !self.serve_while_waiting(idx, generation) {
                 return false;
             }
-            std::thread::sleep(QUEUE_FULL_WAIT);
-            serve_reports(&self.producer);
-            self.service_acks();
         }
+    }
+
+    /// Waits a moment and serves acknowledgements. False when the slot was faulted or moved
+    /// meanwhile, or the loop is stopping.
+    fn serve_while_waiting(&mut self, idx: usize, generation: u32) -> bool {
+        std::thread::sleep(QUEUE_FULL_WAIT);
+        serve_reports(&self.producer);
+        self.service_acks();
+        let live = self.slots.get(idx).is_some_and(|s| s.live(generation));
+        live && !self.shared.shutdown.is_cancelled()
     }
 
     /// The target refused the record at `offset` (`bytes` long) alone as too large: record
@@ -399,14 +375,9 @@ impl AtLeastOnce {
         // Stored with the gap, so a restart does not refuse the record again; never past an
         // unacknowledged offset sync.
         let start = slot.progress.committable();
-        let topic = slot.topic.clone();
-        let partition = slot.partition;
-        self.shared
-            .ctx
-            .metrics
-            .records_rejected
-            .with_label_values(&[&topic])
-            .inc();
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        let rejected = &self.shared.ctx.metrics.records_rejected;
+        rejected.with_label_values(&[&topic]).inc();
         let gap = continuity::found_now(
             &topic,
             partition,
@@ -446,12 +417,8 @@ impl AtLeastOnce {
             self.write_sync(idx, generation, &sync);
         }
         for r in settled.rejected {
-            self.reject(
-                r.idx,
-                r.offset,
-                usize::try_from(r.bytes).unwrap_or(usize::MAX),
-                r.limit,
-            );
+            let bytes = usize::try_from(r.bytes).unwrap_or(usize::MAX);
+            self.reject(r.idx, r.offset, bytes, r.limit);
         }
         for (idx, cause) in settled.faults {
             self.fault(idx, cause);
@@ -464,31 +431,38 @@ impl AtLeastOnce {
     /// The target partition went back under the copies: record it and copy the partition
     /// again from the source's earliest record.
     fn target_rewound(&mut self, idx: usize, from: i64, to: i64) {
-        let generation = self.slots.next_generation();
-        let config = self.shared.sync_config;
-        let Some(slot) = self.slots.get_mut(idx) else {
+        let Some(slot) = self.slots.get(idx) else {
             return;
         };
-        // Later acks of the same batch carry the old generation and are ignored.
-        slot.generation = generation;
-        slot.clear_in_flight();
         let key = (slot.topic.clone(), slot.partition);
         let bounds = self.shared.probe.source(std::slice::from_ref(&key));
         let start = bounds.get(&key).map(|b| Frontier {
             next: b.start,
             downstream: -1,
         });
+        let gap =
+            continuity::found_now(&key.0, key.1, (positions::GapKind::TargetRewound, from, to));
+        self.restart(idx, start, &gap);
+    }
+
+    /// Forgets what is in flight (later reports carry the old generation and are ignored),
+    /// records `gap` with `start`, and copies the partition again from `start` at once (a
+    /// failed seek is retried like any rewind).
+    fn restart(&mut self, idx: usize, start: Option<Frontier>, gap: &Gap) {
+        let generation = self.slots.next_generation();
+        let config = self.shared.sync_config;
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
         };
-        slot.progress = Progress::new(TopicPartition::new(key.0.clone(), key.1), config, start);
+        slot.generation = generation;
+        slot.clear_in_flight();
+        let tp = TopicPartition::new(gap.topic.clone(), gap.partition);
+        slot.progress = Progress::new(tp, config, start);
         slot.fault = Some(Fault {
             retry_at: Instant::now(),
             resume_from: start,
         });
-        let gap =
-            continuity::found_now(&key.0, key.1, (positions::GapKind::TargetRewound, from, to));
-        self.write_gap(&gap, start);
+        self.write_gap(gap, start);
     }
 
     fn process_sync_acks(&mut self) {
@@ -496,12 +470,13 @@ impl AtLeastOnce {
         self.syncs.context().take(&mut acks);
         for ack in acks {
             let (idx, generation, _) = acks::unpack(ack.opaque);
-            let Some(slot) = self.slots.get_mut(idx) else {
+            let Some(slot) = self
+                .slots
+                .get_mut(idx)
+                .filter(|s| s.generation == generation)
+            else {
                 continue;
             };
-            if slot.generation != generation {
-                continue;
-            }
             match ack.result {
                 Ok(_) => {
                     slot.progress.sync_acknowledged();
@@ -578,13 +553,8 @@ impl AtLeastOnce {
         }
     }
 
-    /// Writes the position of every partition whose committable point moved.
-    fn persist(&mut self) {
-        let idxs = self.slots.indices();
-        self.persist_slots(&idxs);
-    }
-
-    fn persist_slots(&mut self, idxs: &[usize]) {
+    /// Writes the position of each of `idxs` whose committable point moved.
+    fn persist(&mut self, idxs: &[usize]) {
         for &idx in idxs {
             let Some(slot) = self.slots.get_mut(idx) else {
                 continue;
@@ -611,27 +581,19 @@ impl AtLeastOnce {
                 tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
                     "cannot store the source position now; retrying");
                 slot.progress.store_failed();
-                self.shared
-                    .ctx
-                    .metrics
-                    .errors
-                    .with_label_values(&["source", "positions"])
-                    .inc();
+                self.count_error("positions");
             }
         }
     }
 
-    /// Waits until every record and sync written so far is acknowledged (or `timeout`).
+    /// Waits until every record and sync written so far is acknowledged (or `timeout`); the
+    /// syncs that acknowledgements ask for are written and waited for too.
     fn drain(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            self.producer.poll(Duration::from_millis(10));
             self.service_acks();
-            if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
-                self.service_acks();
-                if self.producer.in_flight_count() == 0 && self.syncs.in_flight_count() == 0 {
-                    return;
-                }
+            if !self.busy() {
+                return;
             }
             if Instant::now() >= deadline {
                 tracing::warn!(
@@ -641,25 +603,18 @@ impl AtLeastOnce {
                 );
                 return;
             }
+            self.producer.poll(Duration::from_millis(10));
         }
     }
 
     /// Stores positions of `idxs` and waits for the target to acknowledge them.
     fn persist_and_wait(&mut self, idxs: &[usize]) {
         self.drain(DRAIN_TIMEOUT);
-        self.persist_slots(idxs);
+        self.persist(idxs);
         if let Err(e) = self.producer.flush(DRAIN_TIMEOUT) {
             tracing::warn!(error = %e, "flushing source positions failed");
         }
         self.service_acks();
-    }
-
-    fn remote_name(&self, topic: &str) -> String {
-        self.shared
-            .ctx
-            .flow
-            .policy
-            .format_remote_topic(self.shared.ctx.flow.source_alias(), topic)
     }
 
     /// Records a break and, with it, the position copying resumes from (so a restart before

@@ -8,36 +8,15 @@ impl Owner for AtLeastOnce {
     /// previous owner stored its positions before letting go) and start each partition there.
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
         let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
-        loop {
-            match self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
-                Ok(()) => {
-                    self.shared.target_health.ok();
-                    break;
-                }
-                Err(e) => {
-                    self.count_error("positions");
-                    self.shared
-                        .target_health
-                        .unreachable("reading the positions topic", &e);
-                    if self.shared.shutdown.is_cancelled() {
-                        // Shutting down: nothing will be copied, the offsets do not matter.
-                        return;
-                    }
-                    std::thread::sleep(backoff.next_delay());
-                }
+        while self.shared.read_positions().is_err() {
+            if self.shared.shutdown.is_cancelled() {
+                // Shutting down: nothing will be copied, the offsets do not matter.
+                return;
             }
+            std::thread::sleep(backoff.next_delay());
         }
-        if self.shared.positions.undecodable() > 0 {
-            tracing::warn!(count = self.shared.positions.undecodable(), topic = %self.shared.positions_topic,
-                "ignored records the positions topic should not hold");
-        }
-        let assigned: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
         let mut fresh = Vec::new();
-        for (topic, partition) in assigned {
+        for (topic, partition) in rebalance::partitions(tpl) {
             if let Some(idx) = self.slots.index(&topic, partition) {
                 // Already ours (not expected from librdkafka): restart it from its safe point
                 // rather than let the consumer fall back to the beginning.
@@ -62,7 +41,7 @@ impl Owner for AtLeastOnce {
         let fresh: Vec<(String, i32, String)> = fresh
             .into_iter()
             .map(|(t, p)| {
-                let remote = self.remote_name(&t);
+                let remote = self.shared.remote_topic(&t);
                 (t, p, remote)
             })
             .collect();
@@ -99,21 +78,14 @@ impl Owner for AtLeastOnce {
     /// Partitions are taken away: finish their writes and store their positions first, so the
     /// next owner resumes exactly where this one stopped.
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .filter(|e| self.slots.index(e.topic(), e.partition()).is_some())
-            .map(|e| (e.topic().to_string(), e.partition()))
+        let idxs: Vec<usize> = (tpl.elements().iter())
+            .filter_map(|e| self.slots.index(e.topic(), e.partition()))
             .collect();
         if !lost {
-            let idxs: Vec<usize> = keys
-                .iter()
-                .filter_map(|(t, p)| self.slots.index(t, *p))
-                .collect();
             self.persist_and_wait(&idxs);
         }
-        for (topic, partition) in &keys {
-            self.slots.remove(topic, *partition);
+        for e in tpl.elements() {
+            self.slots.remove(e.topic(), e.partition());
         }
         if lost {
             // Another replica may already own them and copy into the same target partitions.
@@ -121,7 +93,7 @@ impl Owner for AtLeastOnce {
             // among its copies could translate a group past records it copied: the slots are
             // gone before the outstanding writes finish, so their acknowledgements are ignored.
             tracing::warn!(
-                partitions = keys.len(),
+                partitions = idxs.len(),
                 "assignment lost (session timed out)"
             );
             self.drain(Duration::from_secs(5));

@@ -36,6 +36,7 @@ use super::continuity::{self, LogProbe};
 use super::lock;
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
+use crate::kafka::reader::ReadError;
 use crate::mm2::{OffsetSync, SyncPolicyConfig};
 use crate::replicator::Context;
 use crate::replicator::reach::Reachability;
@@ -44,6 +45,8 @@ use crate::replicator::reach::Reachability;
 /// transaction (whose commit may first wait for the coordinator).
 const GAP_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 const GAP_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one read of the positions topic to its end may take ([`Shared::read_positions`]).
+const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records between two [`Delivery::service`] calls while the source has data.
 const SERVICE_EVERY: u32 = 512;
 /// How often the remote partitions are checked for having gone back under the copies
@@ -168,6 +171,34 @@ impl Shared {
     /// Time since the loop started: the clock of the sync policies.
     pub fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// The remote topic of a source topic.
+    pub fn remote_topic(&self, topic: &str) -> String {
+        let flow = &self.ctx.flow;
+        flow.policy.format_remote_topic(flow.source_alias(), topic)
+    }
+
+    /// Reads the positions topic to its end (every position a previous owner stored is then
+    /// known); a failure is counted and marks the target unreachable.
+    pub fn read_positions(&mut self) -> Result<(), ReadError> {
+        match self.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
+            Ok(()) => {
+                self.target_health.ok();
+                if self.positions.undecodable() > 0 {
+                    tracing::warn!(count = self.positions.undecodable(), topic = %self.positions_topic,
+                        "ignored records the positions topic should not hold");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                count_error(&self.ctx, "positions");
+                tracing::warn!(error = %e, "reading the positions topic failed; retrying");
+                self.target_health
+                    .unreachable("reading the positions topic", &e);
+                Err(e)
+            }
+        }
     }
 
     /// Queues an offset sync on the flow's offset-syncs topic ([`send::send_sync`]). An error
@@ -358,10 +389,7 @@ pub fn run<P: Delivery>(
                 lock(&policy).offsets_out_of_range(&consumer);
             }
             Some(Err(e)) => {
-                ctx.metrics
-                    .errors
-                    .with_label_values(&["source", "consume"])
-                    .inc();
+                count_error(&ctx, "consume");
                 tracing::debug!(error = %e, "consumer error");
             }
             None => {

@@ -7,10 +7,9 @@
 
 use std::collections::HashMap;
 
-/// What a slot knows of the partition it holds.
+/// What a slot knows of the partition it holds: its topic and partition.
 pub trait Keyed {
-    fn topic(&self) -> &str;
-    fn partition(&self) -> i32;
+    fn key(&self) -> (&str, i32);
 }
 
 /// Generations fit 31 bits: the opaque of a report packs a slot, a generation and a kind.
@@ -93,8 +92,9 @@ impl<S: Keyed> SlotTable<S> {
     /// Holds `slot` (replacing a slot of the same partition); its index, or `None` for a
     /// negative partition, which no broker hands out.
     pub fn insert(&mut self, slot: S) -> Option<usize> {
-        let p = usize::try_from(slot.partition()).ok()?;
-        if let Some(idx) = self.index(slot.topic(), slot.partition()) {
+        let (topic, partition) = slot.key();
+        let p = usize::try_from(partition).ok()?;
+        if let Some(idx) = self.index(topic, partition) {
             self.slots[idx] = Some(slot);
             return Some(idx);
         }
@@ -105,7 +105,7 @@ impl<S: Keyed> SlotTable<S> {
                 self.slots.len() - 1
             }
         };
-        let by_partition = self.by_topic.entry(slot.topic().to_string()).or_default();
+        let by_partition = self.by_topic.entry(topic.to_string()).or_default();
         if by_partition.len() <= p {
             by_partition.resize(p + 1, None);
         }
@@ -143,7 +143,8 @@ impl<S: Keyed> SlotTable<S> {
     /// Topic and partition of every slot held now.
     pub fn keys(&self) -> Vec<(String, i32)> {
         self.iter()
-            .map(|(_, s)| (s.topic().to_string(), s.partition()))
+            .map(|(_, s)| s.key())
+            .map(|(t, p)| (t.to_string(), p))
             .collect()
     }
 
@@ -173,7 +174,8 @@ impl<S: Keyed> SlotTable<S> {
     pub fn assignment(&self) -> rdkafka::TopicPartitionList {
         let mut tpl = rdkafka::TopicPartitionList::new();
         for (_, s) in self.iter() {
-            tpl.add_partition(s.topic(), s.partition());
+            let (topic, partition) = s.key();
+            tpl.add_partition(topic, partition);
         }
         tpl
     }
@@ -188,11 +190,8 @@ mod tests {
     struct P(String, i32);
 
     impl Keyed for P {
-        fn topic(&self) -> &str {
-            &self.0
-        }
-        fn partition(&self) -> i32 {
-            self.1
+        fn key(&self) -> (&str, i32) {
+            (&self.0, self.1)
         }
     }
 

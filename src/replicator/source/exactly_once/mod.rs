@@ -61,7 +61,6 @@ use crate::replicator::Context;
 use crate::replicator::backoff::{Backoff, Retry};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-const POSITIONS_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a fenced partition waits before it is prepared again (see [`ExactlyOnce::end`]).
 const FENCED_RETRY: Duration = Duration::from_secs(10);
 
@@ -96,11 +95,8 @@ pub struct TxSlot {
 }
 
 impl Keyed for TxSlot {
-    fn topic(&self) -> &str {
-        &self.topic
-    }
-    fn partition(&self) -> i32 {
-        self.partition
+    fn key(&self) -> (&str, i32) {
+        (&self.topic, self.partition)
     }
 }
 
@@ -144,13 +140,6 @@ pub struct ExactlyOnce {
     producer_base: ClientConfig,
     slots: SlotTable<TxSlot>,
     limits: RemoteLimits,
-}
-
-pub struct Parts {
-    pub shared: Shared,
-    /// The target producer's settings without a transactional id.
-    pub producer_base: ClientConfig,
-    pub limits: RemoteLimits,
 }
 
 impl Delivery for ExactlyOnce {
@@ -217,10 +206,8 @@ impl Delivery for ExactlyOnce {
     /// Commits every open transaction; prepares partitions whose producer is not ready.
     fn commit(&mut self, consumer: &Source<Self>) {
         for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                let ended = self.end(&topic, partition, true);
-                self.after(&topic, partition, ended);
-            }
+            let ended = self.end(&topic, partition, true);
+            self.after(&topic, partition, ended);
         }
         self.rewind_due(consumer);
         self.retry_unready(consumer);
@@ -252,7 +239,7 @@ impl Delivery for ExactlyOnce {
             }
             let ended = self.end(&topic, partition, true);
             let config = self.shared.sync_config;
-            if !matches!(ended, Ended::Committed)
+            if !matches!(ended, Some(Ended::Committed))
                 && let Some(slot) = self.slots.find_mut(&topic, partition)
             {
                 // Nothing to copy again (the records were committed before); the next record
@@ -292,9 +279,7 @@ impl Delivery for ExactlyOnce {
     /// both logs and records the break.
     fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
         for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, false);
-            }
+            self.end(&topic, partition, false);
             if let Some(slot) = self.slots.find_mut(&topic, partition) {
                 slot.prepare_at(Instant::now());
             }
@@ -307,34 +292,30 @@ impl Delivery for ExactlyOnce {
     /// Commits every open transaction.
     fn stop(&mut self) {
         for (topic, partition) in self.slots.keys() {
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, true);
-            }
+            self.end(&topic, partition, true);
         }
     }
 }
 
 impl ExactlyOnce {
-    pub fn new(p: Parts) -> Self {
+    /// `producer_base`: the target producer's settings without a transactional id.
+    pub fn new(shared: Shared, producer_base: ClientConfig, limits: RemoteLimits) -> Self {
         ExactlyOnce {
-            shared: p.shared,
-            producer_base: p.producer_base,
+            shared,
+            producer_base,
             slots: SlotTable::default(),
-            limits: p.limits,
+            limits,
         }
     }
 
-    /// Ends the open transaction of a partition: commit (after its syncs and position) unless
-    /// a write failed or `commit` is false, abort otherwise.
-    fn end(&mut self, topic: &str, partition: i32, commit: bool) -> Ended {
+    /// Ends the open transaction of a partition, if it has one: commit (after its syncs and
+    /// position) unless a write failed or `commit` is false, abort otherwise.
+    fn end(&mut self, topic: &str, partition: i32, commit: bool) -> Option<Ended> {
         let now = self.shared.now();
-        let syncs_topic = self.shared.syncs_topic.clone();
-        let positions_topic = self.shared.positions_topic.clone();
-        let Some(slot) = self.slots.find_mut(topic, partition) else {
-            return Ended::Lost;
-        };
+        let ExactlyOnce { shared, slots, .. } = self;
+        let slot = slots.find_mut(topic, partition).filter(|s| s.open())?;
         let Some(producer) = slot.producer.as_ref() else {
-            return Ended::Lost;
+            return Some(Ended::Lost);
         };
         // Every record's target offset is needed for its offset sync and the position.
         if let Err(e) = producer.flush(CALL_TIMEOUT) {
@@ -374,7 +355,7 @@ impl ExactlyOnce {
                 Ok(syncs) => {
                     for sync in syncs {
                         if let Err(e) =
-                            send_sync(producer, &syncs_topic, &sync, &self.shared.shutdown)
+                            send_sync(producer, &shared.syncs_topic, &sync, &shared.shutdown)
                         {
                             slot.failed = Some(e);
                             break;
@@ -385,7 +366,7 @@ impl ExactlyOnce {
             }
         }
         if delivered {
-            self.shared.target_health.ok();
+            shared.target_health.ok();
         }
         let mut rejected = None;
         if let Some(r) = slot.refused.filter(|r| r.passed)
@@ -410,9 +391,14 @@ impl ExactlyOnce {
                     r.offset.saturating_add(1),
                 ),
             );
-            let written = continuity::record(&gap, &self.shared.ctx.metrics, |key, value| {
+            let written = continuity::record(&gap, &shared.ctx.metrics, |key, value| {
                 producer
-                    .send(send::internal(&positions_topic, key, value, NOT_A_RECORD))
+                    .send(send::internal(
+                        &shared.positions_topic,
+                        key,
+                        value,
+                        NOT_A_RECORD,
+                    ))
                     .map_err(|(e, _)| e)
             });
             if written {
@@ -428,8 +414,8 @@ impl ExactlyOnce {
         {
             let key = positions::encode_key(topic, partition);
             let value = positions::encode_value(position);
-            let record = send::internal(&positions_topic, &key, &value, NOT_A_RECORD);
-            if let Err(e) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
+            let record = send::internal(&shared.positions_topic, &key, &value, NOT_A_RECORD);
+            if let Err(e) = send::send_waiting(producer, record, &shared.shutdown, None) {
                 slot.failed = Some(TxFailure::Position(e));
             }
         }
@@ -457,7 +443,7 @@ impl ExactlyOnce {
         slot.phase = Phase::Ready;
         // Delivery reports of the syncs and the position.
         producer.context().discard();
-        let m = &self.shared.ctx.metrics;
+        let m = &shared.ctx.metrics;
         match outcome {
             Ended::Committed => {
                 m.records_replicated.inc_by(slot.records);
@@ -486,7 +472,7 @@ impl ExactlyOnce {
                 slot.latest = slot.committed;
                 slot.policy = SyncPolicy::new(
                     TopicPartition::new(topic.to_string(), partition),
-                    self.shared.sync_config,
+                    shared.sync_config,
                 );
             }
         }
@@ -521,12 +507,12 @@ impl ExactlyOnce {
             slot.producer = None;
             slot.prepare_at(Instant::now() + wait);
         }
-        outcome
+        Some(outcome)
     }
 
     /// Positions the consumer after an aborted transaction.
-    fn after(&mut self, topic: &str, partition: i32, ended: Ended) {
-        if !matches!(ended, Ended::Rewind) {
+    fn after(&mut self, topic: &str, partition: i32, ended: Option<Ended>) {
+        if !matches!(ended, Some(Ended::Rewind)) {
             return;
         }
         let Some(slot) = self.slots.find_mut(topic, partition) else {
@@ -600,31 +586,21 @@ impl ExactlyOnce {
                 }
                 slot.producer = Some(producer);
             }
-            inited.push((topic.clone(), *partition));
+            inited.push((topic.clone(), *partition, slot.remote.clone()));
         }
         if inited.is_empty() {
             return Vec::new();
         }
         // After fencing: every position a previous writer committed is in the topic now.
-        if let Err(e) = self.shared.positions.read_to_end(POSITIONS_READ_TIMEOUT) {
-            self.count_error("positions");
-            tracing::warn!(error = %e, "reading the positions topic failed; retrying");
-            for (topic, partition) in &inited {
+        if self.shared.read_positions().is_err() {
+            for (topic, partition, _) in &inited {
                 if let Some(slot) = self.slots.find_mut(topic, *partition) {
                     slot.prepare_after(Instant::now());
                 }
             }
             return Vec::new();
         }
-        self.shared.target_health.ok();
         // Stored positions are checked against both logs before anything is read.
-        let inited: Vec<(String, i32, String)> = inited
-            .into_iter()
-            .filter_map(|(t, p)| {
-                let remote = self.slots.find(&t, p)?.remote.clone();
-                Some((t, p, remote))
-            })
-            .collect();
         let resumes = continuity::resume_all(&self.shared.positions, &self.shared.probe, &inited);
         let mut ready = Vec::new();
         for ((topic, partition, _), r) in inited.into_iter().zip(resumes) {

@@ -8,18 +8,12 @@ impl Owner for ExactlyOnce {
     /// Partitions were given to this replica: fence their previous writers, read their
     /// positions and start each there.
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
+        let keys = rebalance::partitions(tpl);
         for (topic, partition) in &keys {
-            if let Some(slot) = self.slots.find(topic, *partition) {
+            if self.slots.find(topic, *partition).is_some() {
                 // Already ours (an eager assignor hands out the whole set again): restart it
                 // from its committed position rather than from wherever the consumer starts.
-                if slot.open() {
-                    self.end(topic, *partition, false);
-                }
+                self.end(topic, *partition, false);
                 if let Some(slot) = self.slots.find_mut(topic, *partition) {
                     slot.prepare_at(Instant::now());
                 }
@@ -28,12 +22,7 @@ impl Owner for ExactlyOnce {
             let slot = TxSlot {
                 topic: topic.clone(),
                 partition: *partition,
-                remote: self
-                    .shared
-                    .ctx
-                    .flow
-                    .policy
-                    .format_remote_topic(self.shared.ctx.flow.source_alias(), topic),
+                remote: self.shared.remote_topic(topic),
                 transactional_id: transactional_id(&self.shared.ctx.flow, topic, *partition),
                 producer: None,
                 phase: Phase::Preparing {
@@ -66,11 +55,8 @@ impl Owner for ExactlyOnce {
     /// then the next owner's fencing aborts it anyway) and drop their producers.
     fn revoked(&mut self, tpl: &TopicPartitionList, lost: bool) {
         for e in tpl.elements() {
-            let (topic, partition) = (e.topic().to_string(), e.partition());
-            if self.slots.find(&topic, partition).is_some_and(TxSlot::open) {
-                self.end(&topic, partition, !lost);
-            }
-            self.slots.remove(&topic, partition);
+            self.end(e.topic(), e.partition(), !lost);
+            self.slots.remove(e.topic(), e.partition());
         }
         self.report_assignment();
     }
