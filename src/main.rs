@@ -122,6 +122,13 @@ fn init_logs(format: LogFormat, default_filter: &str) {
     }
 }
 
+/// The replicator's heap arenas and the block size from which glibc maps blocks of their own
+/// ([`mirrorflow_rdkafka_ext::heap::limit_arenas`]): two arenas for its two busy threads (the
+/// copy thread and the source's broker thread), and glibc's initial 128 KiB kept fixed: above
+/// any record-sized block, below a fetch response or a decompressed batch.
+const REPLICATOR_ARENAS: i32 = 2;
+const REPLICATOR_MMAP_THRESHOLD: i32 = 128 * 1024;
+
 fn main() -> anyhow::Result<()> {
     // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
     // `kubectl mirrorflow`.
@@ -155,6 +162,11 @@ fn main() -> anyhow::Result<()> {
             listen,
             replica,
         } => {
+            // Before the runtime and the Kafka clients start their threads.
+            mirrorflow_rdkafka_ext::heap::limit_arenas(
+                REPLICATOR_ARENAS,
+                REPLICATOR_MMAP_THRESHOLD,
+            );
             let file = mirrorflow::flow::load_file(&config)?;
             let mut flow =
                 mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;

@@ -48,7 +48,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use self::plan::Step;
 use super::continuity::{self};
 use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
-use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, unpack};
+use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, release_drained, unpack};
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
@@ -335,6 +335,7 @@ impl Aligned {
             let Some(sent) = slot.in_flight.pop_front() else {
                 continue;
             };
+            release_drained(&mut slot.in_flight);
             match &ack.result {
                 Ok(landed) => {
                     self.shared.target_health.ok();
@@ -567,6 +568,7 @@ impl Aligned {
         if let Some(slot) = self.slots.get_mut(idx) {
             slot.generation = generation;
             slot.in_flight.clear();
+            release_drained(&mut slot.in_flight);
             slot.held = None;
             slot.state = State::Preparing {
                 retry_at: Instant::now() + delay,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::super::engine::send::{Ack, Landed, SendError};
-use super::super::engine::slots::{Keyed, SlotTable};
+use super::super::engine::slots::{Keyed, SlotTable, release_drained};
 pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
 use super::super::progress::{Frontier, Progress};
 use crate::mm2::OffsetSync;
@@ -133,11 +133,13 @@ impl Slot {
     pub fn clear_in_flight(&mut self) {
         self.in_flight.clear();
         self.in_flight_bytes = 0;
+        release_drained(&mut self.in_flight);
     }
 
     fn pop_in_flight(&mut self) -> Option<InFlight> {
         let sent = self.in_flight.pop_front()?;
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(sent.wire);
+        release_drained(&mut self.in_flight);
         Some(sent)
     }
 }
