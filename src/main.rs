@@ -122,12 +122,9 @@ fn init_logs(format: LogFormat, default_filter: &str) {
     }
 }
 
-/// The replicator's heap arenas and the block size from which glibc maps blocks of their own
-/// ([`mirrorflow_rdkafka_ext::heap::limit_arenas`]): two arenas for its two busy threads (the
-/// copy thread and the source's broker thread), and glibc's initial 128 KiB kept fixed: above
-/// any record-sized block, below a fetch response or a decompressed batch.
+/// The replicator's heap arenas ([`mirrorflow_rdkafka_ext::heap::limit_arenas`]): two, for its
+/// two busy threads (the copy thread and the source's broker thread); the others allocate little.
 const REPLICATOR_ARENAS: i32 = 2;
-const REPLICATOR_MMAP_THRESHOLD: i32 = 128 * 1024;
 
 fn main() -> anyhow::Result<()> {
     // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
@@ -163,10 +160,7 @@ fn main() -> anyhow::Result<()> {
             replica,
         } => {
             // Before the runtime and the Kafka clients start their threads.
-            mirrorflow_rdkafka_ext::heap::limit_arenas(
-                REPLICATOR_ARENAS,
-                REPLICATOR_MMAP_THRESHOLD,
-            );
+            mirrorflow_rdkafka_ext::heap::limit_arenas(REPLICATOR_ARENAS);
             let file = mirrorflow::flow::load_file(&config)?;
             let mut flow =
                 mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;

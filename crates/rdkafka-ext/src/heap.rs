@@ -24,18 +24,17 @@ pub fn release_free_memory() -> bool {
     }
 }
 
-/// Keeps glibc from holding freed memory in many places: at most `max_arenas` heap arenas, and
-/// blocks of `mmap_threshold` bytes or more in mappings of their own, returned to the system
-/// when freed. Call once at start, before any thread allocates. Skipped (false) when the
-/// environment tunes the allocator itself (`GLIBC_TUNABLES`, `MALLOC_ARENA_MAX`), or where the
-/// allocator is not glibc's.
+/// Keeps glibc to at most `max_arenas` heap arenas. Call once at start, before other threads
+/// allocate. Skipped (false) when the environment tunes the allocator itself
+/// (`GLIBC_TUNABLES`, `MALLOC_ARENA_MAX`), or where the allocator is not glibc's.
 ///
 /// Why: librdkafka's broker threads (tens of them: every client has a few) and the copy thread
-/// each take an arena, and glibc raises its mmap threshold to the largest block ever freed,
-/// so multi-MiB fetch and decompression buffers land in whichever arena the thread holds and
-/// stay there when freed. At 2,000 partitions 104 MiB of arenas held 29-50 MiB in use
-/// (`malloc_stats` at the end of a copy, bench/results/2026-12-04-partitions-rss/).
-pub fn limit_arenas(max_arenas: i32, mmap_threshold: i32) -> bool {
+/// each take an arena of their own (up to 8 per core), and multi-MiB fetch and decompression
+/// buffers freed in one stay there, held for that thread. At 2,000 partitions 104 MiB of arenas
+/// held 29-50 MiB in use (`malloc_stats` at the end of a copy,
+/// bench/results/2026-12-04-partitions-rss/). glibc's mmap threshold is left dynamic: fixing
+/// it low saved more memory but cost a third more CPU per record (a mapping per fetch).
+pub fn limit_arenas(max_arenas: i32) -> bool {
     if std::env::var_os("GLIBC_TUNABLES").is_some()
         || std::env::var_os("MALLOC_ARENA_MAX").is_some()
     {
@@ -44,14 +43,11 @@ pub fn limit_arenas(max_arenas: i32, mmap_threshold: i32) -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallopt only changes the allocator's parameters, under its own lock.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, max_arenas) == 1
-                && libc::mallopt(libc::M_MMAP_THRESHOLD, mmap_threshold) == 1
-        }
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, max_arenas) == 1 }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
-        let _ = (max_arenas, mmap_threshold);
+        let _ = max_arenas;
         false
     }
 }
