@@ -277,8 +277,7 @@ impl Delivery for AtLeastOnce {
 
     /// Finish writes, store every position.
     fn stop(&mut self) {
-        let idxs = self.slots.indices();
-        self.persist_and_wait(&idxs);
+        self.persist_and_wait(&self.slots.indices());
     }
 }
 
@@ -470,11 +469,8 @@ impl AtLeastOnce {
         self.syncs.context().take(&mut acks);
         for ack in acks {
             let (idx, generation, _) = acks::unpack(ack.opaque);
-            let Some(slot) = self
-                .slots
-                .get_mut(idx)
-                .filter(|s| s.generation == generation)
-            else {
+            let slot = self.slots.get_mut(idx);
+            let Some(slot) = slot.filter(|s| s.generation == generation) else {
                 continue;
             };
             match ack.result {
@@ -483,14 +479,8 @@ impl AtLeastOnce {
                     self.shared.ctx.metrics.offset_syncs.inc();
                 }
                 Err(e) => {
-                    let topic = self.shared.syncs_topic.clone();
-                    self.fault(
-                        idx,
-                        Cause::Sync {
-                            topic,
-                            error: SendError::Kafka(e),
-                        },
-                    );
+                    let (topic, error) = (self.shared.syncs_topic.clone(), SendError::Kafka(e));
+                    self.fault(idx, Cause::Sync { topic, error });
                 }
             }
         }

@@ -288,10 +288,6 @@ impl Chore {
         }
     }
 
-    fn restart(&mut self) {
-        self.last = Instant::now();
-    }
-
     fn due(&mut self) -> bool {
         if self.last.elapsed() < self.every {
             return false;
@@ -407,7 +403,7 @@ pub fn run<P: Delivery>(
             lock(&policy).check_targets();
             // The interval counts from the end of a check: one that waited for an absent
             // broker is not due again at once.
-            targets.restart();
+            targets.last = Instant::now();
         }
     }
     tracing::info!("source loop stopping: settling writes");

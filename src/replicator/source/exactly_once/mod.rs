@@ -224,10 +224,9 @@ impl Delivery for ExactlyOnce {
             if slot.phase != Phase::Ready || slot.policy.records_since_sync() == 0 {
                 continue;
             }
-            let Some(sync) = slot.policy.idle_sync(now) else {
-                continue;
-            };
-            let Some(producer) = slot.producer.as_ref() else {
+            // A ready partition has its producer.
+            let (Some(producer), Some(sync)) = (slot.producer.as_ref(), slot.policy.idle_sync(now))
+            else {
                 continue;
             };
             if producer.begin_transaction().is_err() {
