@@ -18,11 +18,12 @@ NAMES = {
     "oursn": "MirrorFlow, uncompressed writes (before)",
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
     "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
+    "ours2": "MirrorFlow, 2 replicas (trial; CPU and RSS of both)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "ours2", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "ours2": "#4292c6", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -243,7 +244,12 @@ def targets(summary):
             rows.append((f"throughput >= 80% of the pipe limit, both ends at once ({s})",
                          fmt(None if fb is None else 100 * fb, 0, "%"), verdict(None if fb is None else fb >= 0.8)))
         elif s.startswith("w"):
-            rtt = int(s[1:])
+            rtt, cap = wan_link(s)
+            if cap:
+                f = o["mibps"] / cap
+                rows.append((f"{rtt} ms RTT, {cap:g} MiB/s cap: throughput >= 80% of the cap",
+                             fmt(100 * f, 0, "%"), verdict(f >= 0.8)))
+                continue
             for base, name, want in (("mm2", "MM2 defaults", 5.0), ("mm2t", "MM2 tuned", 1.5)):
                 if base in arms and rtt == 50:
                     r = ratio(o["rps"], arms[base]["rps"])
@@ -326,10 +332,25 @@ def paired_p99s(summary, base):
             if r["rep"] in theirs]
 
 
+def set_records(c, s):
+    """Records in data set S."""
+    if s.startswith("w"):
+        return c["wan_n"]
+    return {"big": c.get("big_n"), "small": c.get("small_n")}.get(s, c.get("json_n"))
+
+
+def wan_link(s):
+    """A WAN set's link: "w50" is 50 ms RTT, "w50c50" the same behind a 50 MiB/s cap."""
+    rtt, _, cap = s[1:].partition("c")
+    return int(rtt), float(cap) if cap else None
+
+
 def set_label(c, s, e):
     if s.startswith("w"):
-        return f"{c['wan_n']:,} x {e['size']} B (random) through the proxy, {s[1:]} ms RTT"
-    n = {"big": c.get("big_n"), "small": c.get("small_n")}.get(s, c.get("json_n"))
+        rtt, cap = wan_link(s)
+        capped = f", {cap:g} MiB/s cap" if cap else ""
+        return f"{c['wan_n']:,} x {e['size']} B (random) over the WAN link, {rtt} ms RTT{capped}"
+    n = set_records(c, s)
     kind = f"JSON-like, {s} batches" if s not in ("big", "small") else "random"
     return f"{n:,} x {e['size']} B ({kind})"
 
@@ -397,18 +418,23 @@ def markdown(summary):
             frac = "" if a["pipe_fraction"] is None else fmt(100 * a["pipe_fraction"], 0, "%") + (
                 f" ({100 * a['pipe_both_fraction']:.0f}% at once)" if a["pipe_both_fraction"] is not None else "")
             stored = sum(a["stored_bytes"].values()) / MIB if a["stored_bytes"] else None
-            lines.append(f"| {label} | {NAMES[arm]} | {fmt(a['rps'])} | {fmt(a['mibps'], 1)} | {frac} | "
+            # A copy the WAN scenario's window limit ended: its rate is over that window.
+            limited = [r["result"]["records"] for r in a["runs"] if r["result"].get("limited")]
+            name = NAMES[arm] + (f" (stopped at the window limit, {min(limited):,} of "
+                                 f"{set_records(c, s):,} copied)" if limited else "")
+            lines.append(f"| {label} | {name} | {fmt(a['rps'])} | {fmt(a['mibps'], 1)} | {frac} | "
                          f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['cpu_per_gb'], 1)} | {fmt(a['rss_mib'], 0)} | "
                          f"{fmt(a['startup_s'], 1)} | {a['codec']}, {fmt(stored, 1)} | {a['load']} |")
             label = ""
-        o = e["arms"].get("ours")
-        for base in ("oursn", "oursf", "mm2", "mm2t"):
-            b = e["arms"].get(base)
+        pairs = [("ours", b) for b in ("oursn", "oursf", "mm2", "mm2t")] + [("ours2", "mm2t")]
+        for mine, base in pairs:
+            o, b = e["arms"].get(mine), e["arms"].get(base)
             if not o or not b:
                 continue
             paired = ", ".join(f"{ratio(o['rps_by_rep'].get(r), v) or 0:.2f}x"
                                for r, v in sorted(b["rps_by_rep"].items()))
-            lines.append(f"| | **ours / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** "
+            who = "ours" if mine == "ours" else NAMES[mine].split(" (")[0]
+            lines.append(f"| | **{who} / {NAMES[base]}** | **{fmt(ratio(o['rps'], b['rps']), 2, 'x')}** "
                          f"(per rep: {paired}) | | | | {fmt(ratio(b['cpu_per_gb'], o['cpu_per_gb']), 1, 'x less')} "
                          f"| {fmt(ratio(b['rss_mib'], o['rss_mib']), 1, 'x less')} | | | |")
     pipes = [t for e in sets.values() for t in pipe_text(e)]
@@ -683,7 +709,7 @@ def check(raw, summary):
     problems = []
     expected_sets = (["big", "small"] if "base" in phases else []) + (["lz4", "zstd"] if "compressed" in phases else [])
     if "wan" in phases:
-        expected_sets += [f"w{r}" for r in summary["config"]["wan_rtts"].split()]
+        expected_sets += [f"w{r}" for r in summary["config"]["wan_links"].split()]
     for s in expected_sets:
         e = summary["sets"].get(s)
         if not e or "ours" not in e["arms"]:

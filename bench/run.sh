@@ -11,10 +11,12 @@
 #   --compressed    the compressed-data scenario instead: JSON-like 1 KiB records in lz4 and in
 #                   zstd batches, copied by each arm (and ours writing uncompressed, as before
 #                   issue 20); CPU s per GB, throughput, the codec the target stores
-#   --wan           the WAN scenario instead: a TCP proxy adding 0, 25, 50 and 100 ms of round
-#                   trip between the arms and the source cluster (the source broker advertises
-#                   the proxy's address on a listener of its own); 300 k x 1 KiB copied by each
-#                   arm at each RTT
+#   --wan           the WAN scenario instead: a source broker of its own in a network namespace,
+#                   reached through a link of two TUN devices (real TCP end to end) adding 0, 25,
+#                   50 and 100 ms of round trip, and 50 and 100 ms behind a 50 MiB/s cap; 300 k x
+#                   1 KiB copied by each arm on each link (a copy is measured over at most
+#                   BENCH_WAN_LIMIT_S=60 s: MM2 at its defaults would take minutes)
+#   BENCH_WAN_LINKS="50 100c50"  the links to run instead (RTT ms, cCAP for a cap in MiB/s)
 #   --partitions    the many-partitions scenario instead: 300 k JSON-like 1 KiB records (lz4)
 #                   over 8, 200 and 2,000 source partitions (1 topic x 8, 20 and 200 topics x
 #                   10), copied by each arm (throughput, peak RSS); then, with our replicator
@@ -87,7 +89,8 @@ JSON_SIZE=1024
 RATE=1000 # records/s of 1 KiB in the steady phase: ~1 MB/s, well under every arm's limit
 # Pipe limit: seconds per client count, most clients tried.
 PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
-WAN_RTTS="0 25 50 100" WAN_N=300000
+# WAN: each link as RTT in ms, and cCAP for a cap in MiB/s; records; the longest copy window.
+WAN_LINKS="${BENCH_WAN_LINKS:-0 25 50 100 50c50 100c50}" WAN_N=300000 WAN_LIMIT_S="${BENCH_WAN_LIMIT_S:-60}"
 # Many partitions: source partition counts, records over them, groups committing, how often
 # each commits (Kafka's auto-commit default), for how long.
 PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60
@@ -98,7 +101,7 @@ PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 P
 B3_N="${BENCH_B3_N:-300000}" B3_SOURCE_AT=10 B3_TARGET_AT="${BENCH_B3_TARGET_AT:-30}" B3_STALL_S=90 B3_RESTART="${BENCH_B3_RESTART:-true}"
 if $SMOKE; then
   BIG_N=20000 SMALL_N=100000 JSON_N=20000 STEADY_S=3 SETTLE_S=5 REPS=1 PIPE_STEP_S=1 PIPE_MAX_CLIENTS=2
-  WAN_RTTS="0 50" WAN_N=20000
+  WAN_LINKS="0 50c50" WAN_N=20000
   PARTS_COUNTS="8 200" PARTS_N=4000 PARTS_GROUPS=20 PARTS_COMMIT_MS=1000 PARTS_FRESH_S=4
   B3_N=10000 B3_STALL_S=45 B3_RESTART=false
 elif $QUICK; then
@@ -131,11 +134,15 @@ $B3 && SUFFIX=-brokers3
 $QUICK && SUFFIX=$SUFFIX-quick
 $SMOKE && SUFFIX=$SUFFIX-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
-# The WAN listener of the source broker and the proxy in front of it (port+5 is the token
-# endpoint).
-WAN_BROKER_PORT=$((KAFKA_SOURCE_PORT + 6))
-WAN_PROXY_PORT=$((KAFKA_SOURCE_PORT + 7))
-WAN_PID=""
+# The WAN scenario's source broker: its own network namespace, reached from here only through
+# the link's two devices and addresses (10.213.0.0/30 is not used on this machine or by the
+# world); its port inside the namespace.
+WAN_NS=mirrorflow-bench-wan WAN_NEAR_DEV=mfwan0 WAN_FAR_DEV=mfwan1
+WAN_NEAR_IP=10.213.0.1 WAN_FAR_IP=10.213.0.2 WAN_PORT=$((KAFKA_SOURCE_PORT + 6))
+WAN_SRC="$WAN_FAR_IP:$WAN_PORT"
+WAN_PID="" WAN_BROKER_PID=""
+# Extra flags of watch-copy (the WAN scenario's window limit).
+WATCH_FLAGS=()
 LOGS="$OUT/logs"
 RAW="$OUT/raw.jsonl"
 # The three-broker scenario alone starts its clusters with 3 nodes from the beginning; the
@@ -167,7 +174,9 @@ MM2_DEFAULTS=(
 # (a task per partition; per-cluster producer.* / consumer.* client settings) and Strimzi's
 # "handling high volumes of messages" (producer batch.size 327680 and linger.ms 100; consumer
 # fetch.max.bytes 52428800, max.partition.fetch.bytes 1048576, max.poll.records 500) plus
-# compression of the producer (lz4, the codec ours now writes by default). Listed in
+# compression of the producer (lz4, the codec ours now writes by default) and, as Kafka's docs
+# advise for a high-latency link ("Datacenters"), a consumer receive buffer larger than its
+# 64 KiB default (-1: the OS's, which grows with the window). Listed in
 # bench/README.md; every other setting as MM2_DEFAULTS.
 mm2_tuned() {
   local s="$1" t="$2"
@@ -178,13 +187,14 @@ mm2_tuned() {
     "$t.producer.compression.type=lz4" \
     "$s.consumer.fetch.max.bytes=52428800" \
     "$s.consumer.max.partition.fetch.bytes=1048576" \
-    "$s.consumer.max.poll.records=500"
+    "$s.consumer.max.poll.records=500" \
+    "$s.consumer.receive.buffer.bytes=-1"
 }
 # MirrorMaker's internal and remote topics as the clusters' topics: replication factor 1 on
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -192,6 +202,8 @@ MM2_TASKS=$PARTITIONS
 blog() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 ARM_PID=""
+# The arm's other processes (ours2's second replica).
+ARM_MORE_PIDS=()
 ARM_WRAP=(env)
 ARM_KIND=""
 ARM_ALIAS=""
@@ -199,7 +211,8 @@ ARM_ALIAS=""
 cleanup() {
   local rc=$?
   arm_stop || true
-  wan_stop || true
+  wan_link_down || true
+  wan_source_stop || true
   kafka_stop target || true
   kafka_stop source || true
   oidc_stop || true
@@ -221,13 +234,15 @@ cleanup() {
 # GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
 # (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
 # trial for long round trips); oursq: ours with 8x the producer queue (32 MiB, a trial for
-# slow acknowledgements); mm2t: MirrorMaker 2 tuned (mm2_tuned).
+# slow acknowledgements); ours2: the flow with 2 replicas, each a process with its own share of
+# the partitions and its own source connection (a trial for long round trips, where one
+# connection carries one window per round trip; copies only); mm2t: MirrorMaker 2 tuned.
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq)
-      local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config=""
+    ours | oursn | oursf | oursq | ours2)
+      local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config="" replicas=(bench) r
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
@@ -238,10 +253,13 @@ target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
 EOF
-      RUST_LOG="${BENCH_RUST_LOG:-info,mirrorflow::replicator::checkpoint=debug}" \
-        "${ARM_WRAP[@]}" "$MF_BIN" replicate --config "$dir/flow.yaml" --listen "127.0.0.1:$METRICS_PORT" \
-        --replica bench --secrets-dir "$dir/secrets" >"$LOGS/ours-$ARM_ALIAS.log" 2>&1 &
-      ARM_PID=$!
+      [ "$ARM_KIND" = ours2 ] && replicas=(bench-0 bench-1)
+      for r in "${!replicas[@]}"; do
+        RUST_LOG="${BENCH_RUST_LOG:-info,mirrorflow::replicator::checkpoint=debug}" \
+          "${ARM_WRAP[@]}" "$MF_BIN" replicate --config "$dir/flow.yaml" --listen "127.0.0.1:$((METRICS_PORT + r))" \
+          --replica "${replicas[$r]}" --secrets-dir "$dir/secrets" >"$LOGS/ours-$ARM_ALIAS${r/#0/}.log" 2>&1 &
+        if [ "$r" = 0 ]; then ARM_PID=$!; else ARM_MORE_PIDS+=($!); fi
+      done
       ;;
     mm2 | mm2t)
       local tuned=()
@@ -256,12 +274,16 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq)
-      kill -TERM "$ARM_PID" 2>/dev/null || true
-      local deadline=$((SECONDS + 30))
-      while kill -0 "$ARM_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-      kill -KILL "$ARM_PID" 2>/dev/null || true
-      wait "$ARM_PID" 2>/dev/null || true
+    ours | oursn | oursf | oursq | ours2)
+      local pid
+      for pid in "$ARM_PID" "${ARM_MORE_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+        local deadline=$((SECONDS + 30))
+        while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+      done
+      ARM_MORE_PIDS=()
       ;;
     mm2 | mm2t)
       mm2_stop "$ARM_ALIAS"
@@ -282,7 +304,9 @@ copy() {
   alias="${ARM_LETTER[$arm]}${set}r$rep"
   blog "copy: $arm copies $n records of $topic (alias $alias)"
   arm_start "$arm" "$alias" "$topic" "bench-$alias"
-  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" --pid "$ARM_PID")"
+  local pids=(--pid "$ARM_PID") pid
+  for pid in "${ARM_MORE_PIDS[@]}"; do pids+=(--pid "$pid"); done
+  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" "${pids[@]}" "${WATCH_FLAGS[@]}")"
   arm_stop
   codec="$("$DRIVER" codec --data "$(kafka_dir target)/data" --topic "$alias.$topic")"
   record "{\"phase\":\"copy\",\"arm\":\"$arm\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"result\":$out,\"target_codec\":$codec}"
@@ -325,9 +349,11 @@ pipe() {
   blog "pipe limit: $set: $out"
 }
 
-# load TOPIC N SIZE: the data set, on the source (ProducerPerformance).
+# load TOPIC N SIZE: the data set, on the source (ProducerPerformance), run by LOAD_WRAP.
+LOAD_WRAP=()
 load() {
-  kafka_java org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$SRC" --topic "$1" \
+  "${LOAD_WRAP[@]}" java -Xmx512m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+    org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$SRC" --topic "$1" \
     --num-records "$2" --record-size "$3" --throughput -1 --command-property "${PRODUCER_PROPS[@]}" \
     >"$LOGS/load-$1.log" 2>&1 || die "loading $1 failed (log: $LOGS/load-$1.log)"
 }
@@ -397,49 +423,123 @@ compressed() {
   done
 }
 
-# The source broker also listens on WAN_BROKER_PORT and advertises the proxy's address there,
-# so clients that bootstrap through the proxy keep going through it (e2e/lib/kafka.sh writes
-# the broker's config on every start; this adds the listener to it).
-eval "$(declare -f kafka_write_config | sed '1s/kafka_write_config/kafka_write_config_world/')"
-kafka_write_config() {
-  kafka_write_config_world "$@"
-  [ "$1" = source ] && [ "$(kafka_nodes)" = 1 ] || return 0
-  local f
-  f="$(kafka_dir source)/server.properties"
-  sed -i -e "s|^listeners=.*|&,WAN://127.0.0.1:$WAN_BROKER_PORT|" \
-    -e "s|^advertised.listeners=.*|&,WAN://127.0.0.1:$WAN_PROXY_PORT|" \
-    -e "s|^listener.security.protocol.map=.*|&,WAN:PLAINTEXT|" "$f"
+# wan_source_start: the WAN scenario's source, one KRaft node in the namespace WAN_NS with its
+# client listener advertised at WAN_FAR_IP, where the link's far device will be. Plaintext, no
+# authorizer: the scenario measures the link, not the security the world's brokers test.
+wan_source_start() {
+  local dir="$MF_STATE/kafka/wan" id
+  mkdir -p "$dir"
+  # A run killed before its cleanup leaves the namespace behind.
+  ip netns del "$WAN_NS" 2>/dev/null || true
+  ip netns add "$WAN_NS"
+  ip -n "$WAN_NS" link set lo up
+  cat >"$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$((WAN_PORT + 1))
+listeners=PLAINTEXT://0.0.0.0:$WAN_PORT,CONTROLLER://127.0.0.1:$((WAN_PORT + 1))
+advertised.listeners=PLAINTEXT://$WAN_SRC
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+# Kafka's docs ("Datacenters"): across a high-latency link, raise the brokers' socket buffers.
+# -1 leaves them to the OS, which grows them with the window; the default (100 KiB) would hold
+# every connection to about 2-4 MiB/s at 50 ms, whatever the client does.
+socket.send.buffer.bytes=-1
+socket.receive.buffer.bytes=-1
+EOF
+  id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+  kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$dir/server.properties" \
+    >"$dir/format.log" 2>&1 || die "formatting the WAN source failed: $(tail -n 5 "$dir/format.log")"
+  blog "starting the WAN source broker in network namespace $WAN_NS ($WAN_SRC)"
+  ip netns exec "$WAN_NS" java -Xmx512m -Xms256m -XX:+UseG1GC \
+    -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+    kafka.Kafka "$dir/server.properties" >"$LOGS/broker-wan.log" 2>&1 &
+  WAN_BROKER_PID=$!
 }
 
-wan_stop() {
+wan_source_serves() {
+  timeout 30 java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+    -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$WAN_SRC" --list >/dev/null 2>&1
+}
+
+wan_source_stop() {
+  if [ -n "$WAN_BROKER_PID" ]; then
+    kill "$WAN_BROKER_PID" 2>/dev/null || true
+    local deadline=$((SECONDS + 60))
+    while kill -0 "$WAN_BROKER_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$WAN_BROKER_PID" 2>/dev/null || true
+    wait "$WAN_BROKER_PID" 2>/dev/null || true
+    WAN_BROKER_PID=""
+  fi
+  ip netns del "$WAN_NS" 2>/dev/null || true
+}
+
+# wan_link_up LINK REP: the link (RTT in ms, then cCAP for a cap in MiB/s) between this
+# namespace and WAN_NS; its devices go when the link process exits.
+wan_link_up() {
+  local link="$1" rep="$2" rtt="${1%c*}" cap=()
+  [[ "$link" == *c* ]] && cap=(--rate-mib-s "${link#*c}")
+  "$DRIVER" wan-link --near "$WAN_NEAR_DEV" --far "$WAN_FAR_DEV" --rtt-ms "$rtt" "${cap[@]}" \
+    >"$LOGS/wan-link-$link-$rep.log" 2>&1 &
+  WAN_PID=$!
+  wait_until 10 "the WAN link's devices" ip link show "$WAN_FAR_DEV"
+  ip link set "$WAN_FAR_DEV" netns "$WAN_NS"
+  ip addr add "$WAN_NEAR_IP/32" peer "$WAN_FAR_IP/32" dev "$WAN_NEAR_DEV"
+  ip link set "$WAN_NEAR_DEV" up
+  ip -n "$WAN_NS" addr add "$WAN_FAR_IP/32" peer "$WAN_NEAR_IP/32" dev "$WAN_FAR_DEV"
+  ip -n "$WAN_NS" link set "$WAN_FAR_DEV" up
+}
+
+wan_link_down() {
   [ -n "$WAN_PID" ] || return 0
   kill "$WAN_PID" 2>/dev/null || true
   wait "$WAN_PID" 2>/dev/null || true
   WAN_PID=""
 }
 
-# The WAN scenario: the 1 KiB set copied by each arm through the proxy at each RTT.
+# The WAN scenario: the 1 KiB set copied by each arm over each link.
 wan() {
-  local arms=(ours mm2 mm2t) rep arm rtt
+  local arms=(ours mm2 mm2t) rep arm link
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
   if $SMOKE; then arms=(ours); fi
-  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-wan
-  blog "loading the WAN data set: $WAN_N x $BIG_SIZE B"
-  load bench-wan "$WAN_N" "$BIG_SIZE"
+  wan_source_start
+  wan_link_up 0 0
+  wait_until 180 "the WAN source broker to serve requests" wan_source_serves ||
+    die "the WAN source broker did not come up (log: $LOGS/broker-wan.log)"
+  "$DRIVER" create-topics --bootstrap "$WAN_SRC" --partitions "$PARTITIONS" bench-wan
+  blog "loading the WAN data set: $WAN_N x $BIG_SIZE B (inside $WAN_NS, not through the link)"
+  LOAD_WRAP=(ip netns exec "$WAN_NS")
+  SRC="$WAN_SRC" load bench-wan "$WAN_N" "$BIG_SIZE"
+  LOAD_WRAP=()
+  wan_link_down
+  WATCH_FLAGS=(--limit-s "$WAN_LIMIT_S")
   for rep in $(seq 1 "$REPS"); do
-    for rtt in $WAN_RTTS; do
-      "$DRIVER" wan-proxy --listen "127.0.0.1:$WAN_PROXY_PORT" --upstream "127.0.0.1:$WAN_BROKER_PORT" \
-        --rtt-ms "$rtt" >"$LOGS/wan-proxy-$rtt-$rep.log" 2>&1 &
-      WAN_PID=$!
-      wait_until 10 "the WAN proxy on $WAN_PROXY_PORT" bash -c "exec 3<>/dev/tcp/127.0.0.1/$WAN_PROXY_PORT"
-      ARM_SRC="127.0.0.1:$WAN_PROXY_PORT"
+    for link in $WAN_LINKS; do
+      wan_link_up "$link" "$rep"
+      ARM_SRC="$WAN_SRC"
       for arm in $(arms_for "$rep" "${arms[@]}"); do
-        copy "$arm" "w$rtt" bench-wan "$WAN_N" "$BIG_SIZE" "$rep"
+        copy "$arm" "w$link" bench-wan "$WAN_N" "$BIG_SIZE" "$rep"
       done
       ARM_SRC="$SRC"
-      wan_stop
+      wan_link_down
     done
   done
+  WATCH_FLAGS=()
+  wan_source_stop
 }
 
 # parts_topics COUNT: the source topics holding COUNT partitions (8: one topic of 8; otherwise
@@ -648,7 +748,7 @@ main() {
     kafka_start source
     kafka_start target
   fi
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_rtts\":\"$WAN_RTTS\",\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_links\":\"$WAN_LINKS\",\"wan_limit_s\":$WAN_LIMIT_S,\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed

@@ -13,7 +13,8 @@
 //! - `pipe`: what the clusters allow, with clients added until the rate stops rising (`pipe.rs`).
 //! - `codec`: the compression codecs of the batches a topic holds on a broker's disk;
 //!   `delete-topics`: drops a measured copy (the disk is small).
-//! - `wan-proxy` (`wan.rs`): a TCP proxy adding a round-trip time in front of the source.
+//! - `wan-link` (`wan.rs`): a link of two TUN devices adding a round-trip time and a bandwidth
+//!   cap between the replicators and the source broker's network namespace.
 //! - `steady` (`steady.rs`): traffic at a fixed rate with a send stamp in a header; latency read on
 //!   the target, checkpoint freshness (source commit -> checkpoint visible on the target) and the
 //!   records a consumer would read again after failing over on the latest checkpoint.
@@ -62,8 +63,10 @@ enum Cmd {
         topics: Vec<String>,
         #[arg(long)]
         expect: i64,
-        #[arg(long)]
-        pid: u32,
+        /// The arm's process; repeat the flag for an arm of several (a flow's replicas): CPU
+        /// and peak RSS are their sums.
+        #[arg(long = "pid", required = true)]
+        pids: Vec<u32>,
         #[arg(long, default_value_t = 900)]
         timeout_s: u64,
         /// Ends the watch, as incomplete (`"complete": false`), once the count has not moved
@@ -71,6 +74,10 @@ enum Cmd {
         /// timeout.
         #[arg(long)]
         stall_s: Option<u64>,
+        /// Ends the watch, as incomplete, once the copy has run this long from its first
+        /// record: the rate is what it copied in that window (a copy across a slow link).
+        #[arg(long)]
+        limit_s: Option<u64>,
         /// Adds the copied count once a second (`"timeline": [[seconds, records], ...]`).
         #[arg(long)]
         timeline: bool,
@@ -161,14 +168,23 @@ enum Cmd {
         #[arg(long, default_value_t = 0.05)]
         min_gain: f64,
     },
-    /// A TCP proxy adding a round-trip time (`wan.rs`); runs until killed.
-    WanProxy {
+    /// A link of two TUN devices adding a round-trip time and, optionally, a bandwidth cap
+    /// (`wan.rs`); runs until killed.
+    WanLink {
+        /// The device left in this network namespace.
         #[arg(long)]
-        listen: String,
+        near: String,
+        /// The device the caller moves into the far side's namespace.
         #[arg(long)]
-        upstream: String,
+        far: String,
         #[arg(long)]
         rtt_ms: u64,
+        /// Cap in MiB/s in each direction (none when absent).
+        #[arg(long)]
+        rate_mib_s: Option<f64>,
+        /// The queue in front of the cap, in KiB; a packet that does not fit is dropped.
+        #[arg(long, default_value_t = 4096)]
+        queue_kib: u64,
     },
     /// Deletes topics (a missing one is fine).
     DeleteTopics {
@@ -264,17 +280,21 @@ fn main() -> Result<()> {
             bootstrap,
             topics,
             expect,
-            pid,
+            pids,
             timeout_s,
             stall_s,
+            limit_s,
             timeline,
         } => watch_copy(
             &bootstrap,
             &topics,
             expect,
-            pid,
+            &pids,
             timeout_s,
-            stall_s.map(Duration::from_secs),
+            Ends {
+                stall: stall_s.map(Duration::from_secs),
+                limit: limit_s.map(Duration::from_secs),
+            },
             timeline,
         ),
         Cmd::CreateTopics {
@@ -369,11 +389,19 @@ fn main() -> Result<()> {
             max_clients,
             min_gain,
         }),
-        Cmd::WanProxy {
-            listen,
-            upstream,
+        Cmd::WanLink {
+            near,
+            far,
             rtt_ms,
-        } => wan::proxy(&listen, &upstream, Duration::from_millis(rtt_ms)),
+            rate_mib_s,
+            queue_kib,
+        } => wan::link(
+            &near,
+            &far,
+            Duration::from_millis(rtt_ms),
+            rate_mib_s,
+            queue_kib,
+        ),
         Cmd::DeleteTopics { bootstrap, topics } => topics
             .iter()
             .try_for_each(|t| pipe::delete_topic(&bootstrap, t)),
@@ -502,6 +530,16 @@ fn running(pid: u32) -> bool {
     })
 }
 
+/// CPU seconds of every process of an arm (a flow's replicas, each its own process).
+fn cpu_seconds_sum(pids: &[u32]) -> Result<f64> {
+    pids.iter().map(|p| cpu_seconds(*p)).sum()
+}
+
+/// The peaks of every process of an arm, added (an upper bound of their peak together).
+fn peak_rss_sum(pids: &[u32]) -> Result<u64> {
+    pids.iter().map(|p| peak_rss_kib(*p)).sum()
+}
+
 /// VmHWM of `pid` in KiB.
 fn peak_rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -516,13 +554,21 @@ fn peak_rss_kib(pid: u32) -> Result<u64> {
         .parse()?)
 }
 
+/// When a watch ends before the whole data set is copied.
+struct Ends {
+    /// The count has not moved for this long.
+    stall: Option<Duration>,
+    /// The copy has run this long from its first record.
+    limit: Option<Duration>,
+}
+
 fn watch_copy(
     bootstrap: &str,
     topics: &[String],
     expect: i64,
-    pid: u32,
+    pids: &[u32],
     timeout_s: u64,
-    stall: Option<Duration>,
+    ends: Ends,
     timeline: bool,
 ) -> Result<()> {
     let started = Instant::now();
@@ -538,8 +584,8 @@ fn watch_copy(
         let n = loop {
             match partitions(&consumer, topic, Duration::from_secs(2)) {
                 Ok(n) => break n,
-                Err(_) if !running(pid) => {
-                    bail!("{topic}: process {pid} exited before the topic appeared")
+                Err(_) if !pids.iter().any(|p| running(*p)) => {
+                    bail!("{topic}: process {pids:?} exited before the topic appeared")
                 }
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
@@ -561,10 +607,10 @@ fn watch_copy(
     let mut max_stall_from = started;
     let mut samples: Vec<(f64, i64)> = Vec::new();
     loop {
-        last_rss = peak_rss_kib(pid).ok().or(last_rss);
-        last_cpu = cpu_seconds(pid).ok().or(last_cpu);
+        last_rss = peak_rss_sum(pids).ok().or(last_rss);
+        last_cpu = cpu_seconds_sum(pids).ok().or(last_cpu);
         let cpu_now = || {
-            cpu_seconds(pid)
+            cpu_seconds_sum(pids)
                 .ok()
                 .or(last_cpu)
                 .context("no CPU time: the process was gone before it was read")
@@ -601,13 +647,17 @@ fn watch_copy(
             None if copied > 0 => progress = Some((now, copied)),
             None => {}
         }
-        let stalled = match (stall, progress) {
+        let stalled = match (ends.stall, progress) {
             (Some(limit), Some((t, _))) => now.duration_since(t) >= limit,
             _ => false,
         };
-        if copied >= expect || stalled {
+        let limited = match (ends.limit, first) {
+            (Some(limit), Some((t0, _, _))) => now.duration_since(t0) >= limit,
+            _ => false,
+        };
+        if copied >= expect || stalled || limited {
             let cpu_end = cpu_now()?;
-            let rss = peak_rss_kib(pid)
+            let rss = peak_rss_sum(pids)
                 .ok()
                 .or(last_rss)
                 .context("no VmHWM: the process was gone before its memory was read")?;
@@ -627,7 +677,9 @@ fn watch_copy(
             println!(
                 "{}",
                 json!({
-                    "complete": !stalled,
+                    "complete": copied >= expect,
+                    // The copy ran into --limit-s: its rate is over that window.
+                    "limited": limited && copied < expect,
                     "max_stall_s": max_stall.as_secs_f64(),
                     // When the longest stall began, from the start of the watch (as startup_s).
                     "max_stall_from_s": max_stall_from.duration_since(started).as_secs_f64(),
@@ -651,11 +703,13 @@ fn watch_copy(
         }
         // A replicator that died (a port in use, a bad config) would otherwise be waited for
         // until the timeout; its log says why.
-        if !running(pid) {
+        if !pids.iter().any(|p| running(*p)) {
             gone_since.get_or_insert(now);
         }
         if gone_since.is_some_and(|t| now.duration_since(t) > Duration::from_secs(5)) {
-            bail!("{topic}: process {pid} exited after {copied} of {expect} records were copied");
+            bail!(
+                "{topic}: process {pids:?} exited after {copied} of {expect} records were copied"
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
