@@ -381,7 +381,10 @@ def markdown(summary):
         f"# MirrorFlow vs MirrorMaker 2: {c['date']} (tree {c['commit']}, replicator built "
         f"{c.get('binary_built', '?')}{mode}; scenarios: {c.get('phases', 'base')})",
         "",
-        f"Same two {clusters_text(c)} KRaft clusters on loopback, {c['nproc']} cores shared with other work "
+        f"Same two {clusters_text(c)} KRaft clusters on loopback"
+        + (" (the WAN sets: a source broker of its own in a network namespace, across the WAN link; "
+           "bench/README.md)" if "wan" in c.get("phases", "").split() else "")
+        + f", {c['nproc']} cores shared with other work "
         f"(load average at the start: {c.get('load_average', '?')}"
         + (f", at the end: {end['load_average']}, {end['seconds']} s in all" if end else "") + "); "
         f"{c['partitions']} partitions; copies repeated {c['reps']}x with the arms rotating, medians shown; "

@@ -443,16 +443,7 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
-num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
+$(kafka_small_cluster_settings)
 auto.create.topics.enable=false
 # Kafka's docs ("Datacenters"): across a high-latency link, raise the brokers' socket buffers.
 # -1 leaves them to the OS, which grows them with the window; the default (100 KiB) would hold

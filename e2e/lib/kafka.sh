@@ -125,6 +125,23 @@ kafka_java() {
   java -Xmx512m -Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.properties" -cp "$KAFKA_HOME/lib/*" "$@"
 }
 
+# The internal topics and group settings of a one-node cluster (later keys win: three nodes
+# raise them below), shared with the bench's WAN source.
+kafka_small_cluster_settings() {
+  cat <<EOF
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+EOF
+}
+
 kafka_write_config() {
   local name="$1" node="${2:-1}" port dir quorum k
   port="$(kafka_node_port "$name" "$node")"
@@ -168,16 +185,7 @@ sasl.oauthbearer.jwks.endpoint.url=$(oidc_jwks_url)
 sasl.oauthbearer.expected.audience=$OIDC_AUDIENCE
 sasl.oauthbearer.expected.issuer=$(oidc_url)
 log.dirs=$dir/data
-num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
+$(kafka_small_cluster_settings)
 # Replication tests must see exactly the topics that were created on purpose.
 auto.create.topics.enable=false
 # An authorizer, so topic ACL sync has ACLs to copy and to enforce. A resource without ACLs

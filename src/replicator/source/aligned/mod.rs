@@ -37,7 +37,7 @@ mod resume;
 mod tail;
 mod write;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -48,7 +48,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use self::plan::Step;
 use super::continuity::{self};
 use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
-use super::engine::slots::{Keyed, SlotTable, UNOWNED, opaque, release_drained, unpack};
+use super::engine::slots::{InFlightQueue, Keyed, SlotTable, UNOWNED, opaque, unpack};
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
@@ -109,7 +109,7 @@ pub struct AlignedSlot {
     /// The newest record read, not written yet; it belongs at `next_target`.
     held: Option<OwnedMessage>,
     read_at: Instant,
-    in_flight: VecDeque<InFlight>,
+    in_flight: InFlightQueue<InFlight>,
     sync: SyncPolicy,
     /// After the newest acknowledged record (next source offset, its target offset).
     latest: Option<Frontier>,
@@ -335,7 +335,6 @@ impl Aligned {
             let Some(sent) = slot.in_flight.pop_front() else {
                 continue;
             };
-            release_drained(&mut slot.in_flight);
             match &ack.result {
                 Ok(landed) => {
                     self.shared.target_health.ok();
@@ -568,7 +567,6 @@ impl Aligned {
         if let Some(slot) = self.slots.get_mut(idx) {
             slot.generation = generation;
             slot.in_flight.clear();
-            release_drained(&mut slot.in_flight);
             slot.held = None;
             slot.state = State::Preparing {
                 retry_at: Instant::now() + delay,

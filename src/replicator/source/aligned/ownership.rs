@@ -30,7 +30,7 @@ impl Owner for Aligned {
                 next_target: 0,
                 held: None,
                 read_at: Instant::now(),
-                in_flight: VecDeque::new(),
+                in_flight: InFlightQueue::default(),
                 sync: SyncPolicy::new(
                     TopicPartition::new(topic.clone(), *partition),
                     self.shared.sync_config,

@@ -9,14 +9,13 @@
 //! partition (rewound to its committable position); a record the target refused alone as too
 //! large becomes a gap, a batch refused as too large makes its records go alone.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::super::engine::send::{Ack, Landed, SendError};
-use super::super::engine::slots::{Keyed, SlotTable, release_drained};
+use super::super::engine::slots::{InFlightQueue, Keyed, SlotTable};
 pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
 use super::super::progress::{Frontier, Progress};
 use crate::mm2::OffsetSync;
@@ -78,7 +77,7 @@ pub struct Slot {
     pub remote: Arc<str>,
     pub generation: u32,
     pub progress: Progress,
-    pub in_flight: VecDeque<InFlight>,
+    pub in_flight: InFlightQueue<InFlight>,
     pub fault: Option<Fault>,
     pub backoff: Backoff,
     /// Sum of `wire` over `in_flight`.
@@ -111,7 +110,7 @@ impl Slot {
             remote,
             generation,
             progress,
-            in_flight: VecDeque::new(),
+            in_flight: InFlightQueue::default(),
             fault: None,
             backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
             in_flight_bytes: 0,
@@ -133,13 +132,11 @@ impl Slot {
     pub fn clear_in_flight(&mut self) {
         self.in_flight.clear();
         self.in_flight_bytes = 0;
-        release_drained(&mut self.in_flight);
     }
 
     fn pop_in_flight(&mut self) -> Option<InFlight> {
         let sent = self.in_flight.pop_front()?;
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(sent.wire);
-        release_drained(&mut self.in_flight);
         Some(sent)
     }
 }

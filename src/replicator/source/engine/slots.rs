@@ -38,15 +38,62 @@ pub const UNOWNED: usize = 0xffff_ffff | POSITION_BIT;
 /// time should not allocate for each).
 const IN_FLIGHT_KEEP: usize = 8;
 
-/// Gives back the room of a partition's in-flight queue once it is empty. A `VecDeque` never
-/// shrinks by itself: a partition whose records arrive as one burst (a whole fetch of it) grows
-/// its queue to that burst and kept the room for good, 12 KiB a partition, 20 MiB of the heap at
-/// 2,000 partitions although the producer's queue holds at most 20,000 records of all of them
-/// (bench/results/2026-12-04-partitions-rss/). Emptied at most once per burst, so regrowing costs a few
-/// reallocations per burst.
-pub fn release_drained<T>(queue: &mut VecDeque<T>) {
-    if queue.is_empty() && queue.capacity() > IN_FLIGHT_KEEP {
-        queue.shrink_to(0);
+/// A partition's records sent and not acknowledged yet, oldest first. It gives its room back
+/// once drained: a `VecDeque` never shrinks by itself, and a partition whose records arrive as
+/// one burst (a whole fetch of it) grew its queue to that burst and kept the room for good,
+/// 12 KiB a partition, 20 MiB of the heap at 2,000 partitions although the producer's queue
+/// holds at most 20,000 records of all of them (bench/results/2026-12-04-partitions-rss/).
+/// Emptied at most once per burst, so regrowing costs a few reallocations per burst. Only
+/// `pop_front` and `clear` take records out, and both release.
+#[derive(Debug)]
+pub struct InFlightQueue<T>(VecDeque<T>);
+
+impl<T> Default for InFlightQueue<T> {
+    fn default() -> Self {
+        InFlightQueue(VecDeque::new())
+    }
+}
+
+impl<T> InFlightQueue<T> {
+    pub fn push_back(&mut self, sent: T) {
+        self.0.push_back(sent);
+    }
+
+    pub fn pop_front(&mut self) -> Option<T> {
+        let sent = self.0.pop_front();
+        self.release_drained();
+        sent
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+        self.release_drained();
+    }
+
+    pub fn front(&self) -> Option<&T> {
+        self.0.front()
+    }
+
+    pub fn back(&self) -> Option<&T> {
+        self.0.back()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter()
+    }
+
+    fn release_drained(&mut self) {
+        if self.0.is_empty() && self.0.capacity() > IN_FLIGHT_KEEP {
+            self.0.shrink_to(0);
+        }
     }
 }
 
@@ -237,12 +284,19 @@ mod tests {
 
     #[test]
     fn a_drained_queue_gives_its_room_back() {
-        let mut q: VecDeque<u64> = (0..1000).collect();
-        release_drained(&mut q);
-        assert!(q.capacity() >= 1000, "a queue still in use keeps its room");
+        let mut q = InFlightQueue::default();
+        (0..1000_u64).for_each(|i| q.push_back(i));
+        assert_eq!(q.pop_front(), Some(0));
+        assert!(q.0.capacity() >= 999, "a queue still in use keeps its room");
         q.clear();
-        release_drained(&mut q);
-        assert_eq!(q.capacity(), 0);
+        assert_eq!(q.0.capacity(), 0, "cleared");
+        (0..1000_u64).for_each(|i| q.push_back(i));
+        while q.pop_front().is_some() {}
+        assert_eq!(q.0.capacity(), 0, "drained one by one");
+        (0..IN_FLIGHT_KEEP as u64).for_each(|i| q.push_back(i));
+        let room = q.0.capacity();
+        while q.pop_front().is_some() {}
+        assert_eq!(q.0.capacity(), room, "a few records' room is kept");
     }
 
     #[test]
