@@ -69,7 +69,8 @@ def summarise(raw):
     copies = {}
     for c in raw.get("copy", []):
         copies.setdefault(c["set"], {}).setdefault(c["arm"], []).append(c)
-    out = {"config": config, "sets": {}, "steady": {}, "steady_runs": {}, "loads": raw.get("load", [])}
+    out = {"config": config, "sets": {}, "steady": {}, "steady_runs": {}, "loads": raw.get("load", []),
+           "failed": raw.get("failed", [])}
     for s, by_arm in copies.items():
         pipe_rows = pipes.get(s, [])
         limit_by_rep = {p["rep"]: p["result"]["limit_rps"] for p in pipe_rows}
@@ -484,6 +485,10 @@ def markdown(summary):
             lines += ["", f"Rows: each arm's run with the median p99 of its {len(summary['steady_runs']['ours'])} runs."]
     lines += partitions_markdown(c, summary["parts"], summary["parts_loads"])
     lines += b3_markdown(c, summary["b3"], summary["b3_loads"])
+    failed = summary.get("failed", [])
+    if failed:
+        lines += ["", "Failed copies (no figure; the arm died and the run went on): " + "; ".join(
+            f"{NAMES[f['arm']]}, set {f['set']}, repetition {f['rep']}: {f['why']}" for f in failed) + "."]
     lines += ["", "## Targets (issues 7 and 20)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t, v, ok in targets(summary):
         lines.append(f"| {t} | {v} | {ok} |")
@@ -752,6 +757,8 @@ def check(raw, summary):
             for r in a["runs"]:
                 if {ev["side"] for ev in r["leader_changes"]} != {"source", "target"}:
                     problems.append(f"brokers3 copy by {arm}: a side had no leader change")
+    for f in summary["failed"]:
+        problems.append(f"{f['arm']} died in {f['set']}: {f['why']}")
     if len(summary["sets"]) < 1 and not summary["parts"] and not summary["b3"]:
         problems.append("no copy at all")
     for p in problems:

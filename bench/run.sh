@@ -297,6 +297,20 @@ arm_stop() {
 # shared; every figure is read next to it).
 record() { printf '%s,"load_average":"%s"}\n' "${1%\}}" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW"; }
 
+# arm_failed ARM SET REP: a MirrorMaker arm that died during its copy (out of heap, say) ends
+# that copy, recorded with its log's last error, not the run; ours dying still fails the run
+# (what the smoke run checks).
+arm_failed() {
+  local arm="$1" set="$2" rep="$3" why
+  [[ "$arm" == mm2* ]] || die "$arm failed in $set (logs: $LOGS)"
+  arm_stop
+  local log="$LOGS/mm2-$ARM_ALIAS.log"
+  why="$({ grep -h -m 1 OutOfMemoryError "$log" || grep -h -m 1 ' ERROR ' "$log"; } 2>/dev/null |
+    cut -c1-200 | tr -d '"\\\t' || true)"
+  blog "$arm failed in $set: ${why:-see its log}"
+  record "{\"phase\":\"failed\",\"arm\":\"$arm\",\"set\":\"$set\",\"rep\":$rep,\"why\":\"${why:-see logs/mm2-$ARM_ALIAS.log}\"}"
+}
+
 # copy ARM SET TOPIC N SIZE REP: one arm copies a pre-loaded data set; window, CPU, peak RSS, and
 # the codecs of the batches the target stored (read from the broker's disk).
 copy() {
@@ -306,7 +320,11 @@ copy() {
   arm_start "$arm" "$alias" "$topic" "bench-$alias"
   local pids=(--pid "$ARM_PID") pid
   for pid in "${ARM_MORE_PIDS[@]}"; do pids+=(--pid "$pid"); done
-  out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" "${pids[@]}" "${WATCH_FLAGS[@]}")"
+  if ! out="$("$DRIVER" watch-copy --bootstrap "$TGT" --topic "$alias.$topic" --expect "$n" "${pids[@]}" "${WATCH_FLAGS[@]}")"; then
+    arm_failed "$arm" "$set" "$rep"
+    "$DRIVER" delete-topics --bootstrap "$TGT" "$alias.$topic"
+    return 0
+  fi
   arm_stop
   codec="$("$DRIVER" codec --data "$(kafka_dir target)/data" --topic "$alias.$topic")"
   record "{\"phase\":\"copy\",\"arm\":\"$arm\",\"set\":\"$set\",\"rep\":$rep,\"size\":$size,\"result\":$out,\"target_codec\":$codec}"
@@ -559,7 +577,11 @@ parts_copy() {
     --group-prefix "$group_prefix" >/dev/null
   blog "partitions: $arm copies $PARTS_N records over $count partitions (alias $alias)"
   arm_start "$arm" "$alias" "mp$count-.*" "mpg-$alias-.*"
-  out="$("$DRIVER" watch-copy --bootstrap "$TGT" "${remote_flags[@]}" --expect "$PARTS_N" --pid "$ARM_PID")"
+  if ! out="$("$DRIVER" watch-copy --bootstrap "$TGT" "${remote_flags[@]}" --expect "$PARTS_N" --pid "$ARM_PID")"; then
+    arm_failed "$arm" "p$count" "$rep"
+    "$DRIVER" delete-topics --bootstrap "$TGT" "${remote[@]}"
+    return 0
+  fi
   blog "partitions: $arm $count: $out"
   if [[ " ${PARTS_FRESH_ARMS:-ours} " == *" $arm "* ]]; then
     blog "partitions: $PARTS_GROUPS groups commit every $PARTS_COMMIT_MS ms for $PARTS_FRESH_S s through $arm"

@@ -80,7 +80,7 @@ fn open(name: &str) -> Result<tun::Device> {
 }
 
 /// Carries packets read from `from` to `to` on `schedule`, in order (the schedule's times
-/// never decrease).
+/// never decrease), until `from` cannot be read.
 fn forward(
     mut from: tun::Reader,
     mut to: tun::Writer,
@@ -103,10 +103,15 @@ fn forward(
         }
     });
     let mut buf = vec![0_u8; usize::from(MTU) + 4096];
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 {
-            continue;
-        }
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => continue,
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("wan-link: reading a device: {e}");
+                break;
+            }
+        };
         let Some(due) = schedule.admit(Instant::now(), n) else {
             counts.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -123,7 +128,8 @@ fn forward(
 
 /// Creates the devices `near` and `far` and carries packets between them until killed, with
 /// `rtt` and, when `rate_mib_s` is given, that cap in each direction and a queue of
-/// `queue_kib` in front of it. Prints what it carried and dropped every 10 s.
+/// `queue_kib` in front of it. Prints what it carried and dropped every 10 s. Fails once a
+/// direction stops (a device gone): a link that no longer carries packets must not look up.
 pub fn link(
     near: &str,
     far: &str,
@@ -140,8 +146,10 @@ pub fn link(
     let schedule = || Schedule::new(rtt, rate, queue_kib * 1024, now);
     let (s1, s2) = (schedule(), schedule());
     let (c1, c2) = (out.clone(), back.clone());
-    thread::spawn(move || forward(near_rx, far_tx, s1, c1));
-    thread::spawn(move || forward(far_rx, near_tx, s2, c2));
+    let directions = [
+        thread::spawn(move || forward(near_rx, far_tx, s1, c1)),
+        thread::spawn(move || forward(far_rx, near_tx, s2, c2)),
+    ];
     eprintln!(
         "wan-link: {near} <-> {far}, {} ms RTT, cap {}",
         rtt.as_millis(),
@@ -149,8 +157,16 @@ pub fn link(
             "{r} MiB/s, queue {queue_kib} KiB"
         ))
     );
+    let mut reported = Instant::now();
     loop {
-        thread::sleep(Duration::from_secs(10));
+        thread::sleep(Duration::from_secs(1));
+        if directions.iter().any(thread::JoinHandle::is_finished) {
+            anyhow::bail!("wan-link: a direction stopped carrying packets");
+        }
+        if reported.elapsed() < Duration::from_secs(10) {
+            continue;
+        }
+        reported = Instant::now();
         let line = |c: &Counts| {
             format!(
                 "{} packets, {} MiB, {} dropped at the cap, {} refused by the device",
