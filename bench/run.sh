@@ -298,8 +298,8 @@ arm_stop() {
 record() { printf '%s,"load_average":"%s"}\n' "${1%\}}" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW"; }
 
 # arm_failed ARM SET REP: a MirrorMaker arm that died during its copy (out of heap, say) ends
-# that copy, recorded with its log's last error, not the run; ours dying still fails the run
-# (what the smoke run checks).
+# that copy, not the run, recorded with its log's first OutOfMemoryError (else its first ERROR
+# line); ours dying still fails the run (what the smoke run checks).
 arm_failed() {
   local arm="$1" set="$2" rep="$3" why
   [[ "$arm" == mm2* ]] || die "$arm failed in $set (logs: $LOGS)"
