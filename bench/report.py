@@ -382,6 +382,10 @@ def markdown(summary):
         f"# MirrorFlow vs MirrorMaker 2: {c['date']} (tree {c['commit']}, replicator built "
         f"{c.get('binary_built', '?')}{mode}; scenarios: {c.get('phases', 'base')})",
         "",
+    ]
+    if c.get("ours_flow"):
+        lines += [f"Our flow with `{c['ours_flow']}` added (a trial).", ""]
+    lines += [
         f"Same two {clusters_text(c)} KRaft clusters on loopback"
         + (" (the WAN sets: a source broker of its own in a network namespace, across the WAN link; "
            "bench/README.md)" if "wan" in c.get("phases", "").split() else "")
@@ -732,7 +736,7 @@ def check(raw, summary):
                 problems.append(f"copy of {s} by {arm}: no target batches read")
         if s in ("big", "small") and not (e["pipe_rps"] and e["pipe_both_rps"]):
             problems.append(f"pipe limit of {s}: no figure")
-    if "base" in phases:
+    if "base" in phases or "latency" in phases:
         st = summary["steady"].get("ours")
         if not st or not st["latency_ms"]["count"] or st["freshness_ms"]["p99"] is None:
             problems.append("steady: no latency or freshness figure")

@@ -3,7 +3,7 @@
 # two local Kafka clusters of the bench's own (not the world's), against what the clusters
 # allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--compressed | --wan | --partitions | --brokers3] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan | --partitions | --brokers3 | --latency] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
 #                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
@@ -29,6 +29,9 @@
 #   BENCH_B3_RESTART=false  --brokers3 with the stopped nodes left down (a broker lost for good);
 #                   BENCH_B3_TARGET_AT=5: the target node stopped at 5 % of the copy instead of 30 %;
 #                   BENCH_B3_N: records in the data set (300000)
+#   --latency       the base scenario's steady phases alone (latency at 1000 records/s, checkpoint
+#                   freshness, re-reads): one per arm and repetition, arms rotating
+#   BENCH_OURS_FLOW="checkpoints: {interval: 5s}"  YAML added to our flow (trials; recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
 #                   oursq, mm2, mm2t)
@@ -64,7 +67,7 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false B3=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false B3=false LATENCY=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --wan) WAN=true ;;
     --partitions) PARTS=true ;;
     --brokers3) B3=true ;;
+    --latency) LATENCY=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
@@ -120,6 +124,8 @@ elif $WAN; then
   PHASES="wan"
 elif $COMPRESSED; then
   PHASES="compressed"
+elif $LATENCY; then
+  PHASES="latency"
 elif $SMOKE; then
   PHASES="base compressed wan partitions brokers3"
 else
@@ -131,6 +137,7 @@ $COMPRESSED && SUFFIX=-compressed
 $WAN && SUFFIX=-wan
 $PARTS && SUFFIX=-partitions
 $B3 && SUFFIX=-brokers3
+$LATENCY && SUFFIX=-latency
 $QUICK && SUFFIX=$SUFFIX-quick
 $SMOKE && SUFFIX=$SUFFIX-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
@@ -252,6 +259,7 @@ source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'$source_config}
 target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
+${BENCH_OURS_FLOW:-}
 EOF
       [ "$ARM_KIND" = ours2 ] && replicas=(bench-0 bench-1)
       for r in "${!replicas[@]}"; do
@@ -413,11 +421,23 @@ base() {
     if $SMOKE; then arms=(ours); fi
     for arm in $(arms_for "$rep" "${arms[@]}"); do copy "$arm" small bench-small "$SMALL_N" "$SMALL_SIZE" "$rep"; done
   done
-  # Latency drifts with the shared machine's load: one steady phase per arm and repetition,
-  # rotating who goes first, so the comparison is paired.
+  steadies "${steady_arms[@]}"
+}
+
+# steadies ARM...: latency drifts with the shared machine's load: one steady phase per arm and
+# repetition, rotating who goes first, so the comparison is paired.
+steadies() {
+  local rep arm
   for rep in $(seq 1 "$REPS"); do
-    for arm in $(arms_for "$rep" "${steady_arms[@]}"); do steady "$arm" "$rep"; done
+    for arm in $(arms_for "$rep" "$@"); do steady "$arm" "$rep"; done
   done
+}
+
+# The latency scenario: the base scenario's steady phases alone.
+latency() {
+  local arms=(ours mm2 mm2t)
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  steadies "${arms[@]}"
 }
 
 # The compressed scenario: JSON-like 1 KiB records in lz4 and in zstd batches, copied by ours
@@ -761,13 +781,14 @@ main() {
     kafka_start source
     kafka_start target
   fi
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_links\":\"$WAN_LINKS\",\"wan_limit_s\":$WAN_LIMIT_S,\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_links\":\"$WAN_LINKS\",\"wan_limit_s\":$WAN_LIMIT_S,\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"ours_flow\":\"$(printf '%s' "${BENCH_OURS_FLOW:-}" | sed 's/[\\"]/\\&/g')\",\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed
   has_phase wan && wan
   has_phase partitions && partitions
   has_phase brokers3 && brokers3
+  has_phase latency && latency
 
   if $PROFILE && has_phase base; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"

@@ -328,6 +328,16 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             message: format!("{} is out of range: use 1 to 64", spec.replicas),
         });
     }
+    if let Some(n) = spec.source_loop.consumers
+        && !(1..=8).contains(&n)
+    {
+        return Err(FlowError::Invalid {
+            field: "spec.sourceLoop.consumers",
+            message: format!(
+                "{n} is out of range: use 1 to 8, or leave it unset to follow the round trip to the source"
+            ),
+        });
+    }
     // Floors keep a typo from hammering the brokers; ceilings keep one ("5000h") from
     // silently switching a loop off.
     const HOUR: u64 = 3600;
@@ -478,6 +488,14 @@ mod tests {
                 .to_string()
                 .starts_with("spec.replicas")
         );
+        let s = spec(&format!("{BASE}sourceLoop: {{consumers: 0}}\n"));
+        assert!(
+            validate(&s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.sourceLoop.consumers")
+        );
+        assert!(validate(&spec(&format!("{BASE}sourceLoop: {{consumers: 8}}\n"))).is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use mirrorflow::kafka::{DEFAULT_SECRETS_DIR, SecretFiles};
-use mirrorflow::replicator::{self, Loop, Metrics, Readiness};
+use mirrorflow::replicator;
 
 /// MirrorFlow: Kafka replication with a failover-readiness status.
 #[derive(Parser)]
@@ -168,26 +168,8 @@ fn main() -> anyhow::Result<()> {
             let replica = replica.unwrap_or_else(|| {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
             });
-            let spec = &flow.spec;
-            let readiness = Arc::new(
-                Readiness::with_disabled(
-                    spec.source_loop.enabled,
-                    spec.checkpoints.enabled,
-                    spec.heartbeats.enabled,
-                )
-                .with_longest_turn(
-                    Loop::Heartbeat,
-                    replicator::heartbeat::longest_turn(spec.heartbeats.interval.as_duration()),
-                ),
-            );
-            let metrics = Metrics::new().context("creating metrics")?;
-            let ctx = Arc::new(replicator::Context {
-                clusters: replicator::reach::Clusters::new(&metrics),
-                metrics,
-                flow,
-                readiness,
-                replica,
-            });
+            let ctx =
+                Arc::new(replicator::Context::new(flow, replica).context("creating metrics")?);
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
                 let shutdown = CancellationToken::new();

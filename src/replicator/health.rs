@@ -83,7 +83,13 @@ impl Readiness {
 
     /// Called by a loop each time round its main loop.
     pub fn turned(&self, l: Loop) {
-        self.turns[l as usize].store(now_ms(), Ordering::Relaxed);
+        self.turned_at(l, now_ms());
+    }
+
+    /// A loop of several threads ([`crate::replicator::source::engine::workers`]) went round
+    /// last at `ms` since the epoch, counting its slowest thread.
+    pub fn turned_at(&self, l: Loop, ms: i64) {
+        self.turns[l as usize].store(ms, Ordering::Relaxed);
     }
 
     /// The enabled loops that went round at least once and then not for longer than their

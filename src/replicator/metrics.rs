@@ -31,6 +31,8 @@ pub struct Metrics {
     pub heartbeat_lag: Gauge,
     pub heartbeats_emitted: IntCounter,
     pub assigned_partitions: IntGauge,
+    /// Source consumers (copy loops) this replica runs (`spec.sourceLoop.consumers`).
+    pub source_consumers: IntGauge,
     /// 1 while this flow waits for an older flow that writes the same internal topics.
     pub writer_yielding: IntGauge,
     /// Errors by loop (`source`, `checkpoint`, `heartbeat`) and kind (`unreachable`, ...).
@@ -104,6 +106,10 @@ impl Metrics {
                 "assigned_partitions",
                 "Source partitions this replica copies",
             )?,
+            source_consumers: IntGauge::new(
+                "source_consumers",
+                "Source consumers this replica runs, each with its own connections and partitions",
+            )?,
             writer_yielding: IntGauge::new(
                 "writer_yielding",
                 "1 while an older flow writes this flow's internal topics on the target and this replicator copies nothing",
@@ -162,6 +168,7 @@ impl Metrics {
             .register(Box::new(m.heartbeats_emitted.clone()))?;
         m.registry
             .register(Box::new(m.assigned_partitions.clone()))?;
+        m.registry.register(Box::new(m.source_consumers.clone()))?;
         m.registry.register(Box::new(m.writer_yielding.clone()))?;
         m.registry.register(Box::new(m.errors.clone()))?;
         m.registry

@@ -39,6 +39,38 @@ pub struct Context {
     pub clusters: reach::Clusters,
 }
 
+impl Context {
+    /// A replica's context: fresh metrics, every enabled loop not ready yet.
+    pub fn new(flow: Flow, replica: String) -> Result<Self, prometheus::Error> {
+        let spec = &flow.spec;
+        let readiness = Arc::new(
+            Readiness::with_disabled(
+                spec.source_loop.enabled,
+                spec.checkpoints.enabled,
+                spec.heartbeats.enabled,
+            )
+            .with_longest_turn(
+                Loop::Heartbeat,
+                heartbeat::longest_turn(spec.heartbeats.interval.as_duration()),
+            ),
+        );
+        let metrics = Metrics::new()?;
+        Ok(Context {
+            clusters: reach::Clusters::new(&metrics),
+            metrics,
+            flow,
+            readiness,
+            replica,
+        })
+    }
+}
+
+#[cfg(test)]
+pub fn test_context() -> Context {
+    Context::new(crate::flow::test_flow("ns/test", ""), "test-0".into())
+        .expect("metrics of a fresh registry")
+}
+
 /// Runs the enabled loops and the health server until `shutdown` fires or a loop fails.
 pub async fn run(
     ctx: Arc<Context>,

@@ -257,6 +257,18 @@ pub fn steady(s: &Steady) -> Result<()> {
             .map(|(_, l)| *l as f64 / 1000.0)
             .collect();
 
+        // When the slow records were sent: the worst latency of each second of traffic, so a
+        // periodic stall (a chore every second, a check every 10 s) shows apart from noise.
+        let mut worst_by_second: Vec<f64> = Vec::new();
+        for (sent, l) in lat.iter().filter(|(sent, _)| *sent >= start_us) {
+            let second = usize::try_from((sent - start_us) / 1_000_000).unwrap_or(0);
+            if worst_by_second.len() <= second {
+                worst_by_second.resize(second + 1, 0.0);
+            }
+            let ms = (*l as f64 / 100.0).round() / 10.0;
+            worst_by_second[second] = worst_by_second[second].max(ms);
+        }
+
         // Freshness: first moment every partition a commit moved has a checkpoint at or past it.
         let mut by_p: HashMap<i32, Vec<(i64, i64)>> = HashMap::new();
         for c in &cps {
@@ -312,6 +324,7 @@ pub fn steady(s: &Steady) -> Result<()> {
                 "records_sent": expected,
                 "records_received": shared.received.load(Ordering::Relaxed),
                 "latency_ms": summary(lat_ms),
+                "latency_worst_by_second_ms": worst_by_second,
                 "commits": commits.len(),
                 "checkpoints_seen": cps.len(),
                 "freshness_ms": summary(fresh_ms),

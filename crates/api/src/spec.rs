@@ -385,6 +385,14 @@ pub struct SourceLoopSpec {
     #[serde(default = "defaults::replication_factor")]
     #[schemars(range(min = -1, max = 32))]
     pub replication_factor: i32,
+    /// Source consumers in each replica, each with its own connections to the source brokers
+    /// and its share of the replica's partitions. Far from the source one connection carries
+    /// about one TCP window per round trip, so more connections copy faster; each costs a
+    /// thread and its clients. Unset: one per 25 ms of round trip to the source measured at
+    /// start (1 nearby, 2 at 50 ms, at most 4), the fetch window split between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 8))]
+    pub consumers: Option<u8>,
 }
 
 /// Settings of the checkpoint loop.

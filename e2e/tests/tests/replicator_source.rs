@@ -784,6 +784,120 @@ async fn two_replicators_split_the_partitions() -> Result<()> {
     Ok(())
 }
 
+/// A replica far from the source runs several consumers by itself; `consumers: 2` forces that
+/// here. They split the replica's partitions as two replicas would, and a graceful stop hands
+/// all of them on: a replica with one consumer goes on from both consumers' positions without
+/// copying a record twice.
+#[tokio::test]
+async fn two_consumers_in_one_replica_split_its_partitions_and_hand_them_on() -> Result<()> {
+    let s = Setup::new("consumers")?;
+    let topic = unique("consumers");
+    kafka::create_topic(&s.world.source_bootstrap, &topic, 6).await?;
+    let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
+    let remote = s.remote(&topic);
+    produce(&producer, &topic, &records("before", 6, 600)).await?;
+    let two = s.flow(
+        &[&topic],
+        "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 2}\n",
+    );
+    let mut a = s.start("a", &two)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 600)
+        .await
+        .with_context(|| a.log_text())?;
+    // A standalone flow is named after its file, flow.yaml.
+    let group = format!(
+        "mirrorflow.flow.{}-{}.source",
+        s.source_alias, s.target_alias
+    );
+    // `heartbeats` is always replicated: its partitions are split too.
+    let total = 6.0
+        + end_offsets(&s.world.source_bootstrap, "heartbeats")
+            .map(|p| p.len() as f64)
+            .unwrap_or(0.0);
+    eventually(
+        "two consumers in the source group, each owning some partitions, the replica all once",
+        WAIT,
+        || {
+            let members = kafka::group_members(&s.world.source_bootstrap, &group).ok();
+            let consumers = a.metric("mirrorflow_source_consumers");
+            let assigned = a.metric("mirrorflow_assigned_partitions");
+            let owned = owned_by_consumer(&a.log_text());
+            async move {
+                let split = owned.len() == 2 && owned.values().all(|&n| n > 0);
+                Ok((split
+                    && members == Some(2)
+                    && consumers == Some(2.0)
+                    && assigned == Some(total))
+                .then_some(()))
+            }
+        },
+    )
+    .await
+    .with_context(|| a.log_text())?;
+    produce(&producer, &topic, &records("after", 6, 6000)).await?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 6600)
+        .await
+        .with_context(|| a.log_text())?;
+    assert_eq!(a.stop(Duration::from_secs(30)), Some(0), "SIGTERM exits 0");
+
+    produce(&producer, &topic, &records("later", 6, 600)).await?;
+    let one = s.flow(
+        &[&topic],
+        "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 1}\n",
+    );
+    let b = s.start("b", &one)?;
+    wait_for_count(&s.world.target_bootstrap, &remote, 7200)
+        .await
+        .with_context(|| b.log_text())?;
+    // Let any straggler land before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let source = read_all(&s.world.source_bootstrap, &topic)?;
+    let dups = check_all_present(&source, &read_all(&s.world.target_bootstrap, &remote)?)?;
+    assert_eq!(
+        dups, 0,
+        "both consumers stored their positions on a graceful stop"
+    );
+    assert_eq!(b.metric("mirrorflow_source_consumers"), Some(1.0));
+    Ok(())
+}
+
+/// Partitions each source consumer of a replica owns, by its latest assignment log line
+/// (`partitions=N consumer=I`; the text log colours field names, so escapes are dropped first).
+fn owned_by_consumer(log: &str) -> BTreeMap<u32, u32> {
+    let field = |line: &str, name: &str| -> Option<u32> {
+        let at = line.find(&format!(" {name}="))? + name.len() + 2;
+        let digits: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    let mut owned = BTreeMap::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("assigned to this consumer"))
+    {
+        let mut plain = String::with_capacity(line.len());
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // An escape sequence ends with its first letter (`ESC [ 3 m`).
+                for e in chars.by_ref() {
+                    if e.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                plain.push(c);
+            }
+        }
+        if let (Some(n), Some(i)) = (field(&plain, "partitions"), field(&plain, "consumer")) {
+            owned.insert(i, n);
+        }
+    }
+    owned
+}
+
 #[tokio::test]
 async fn an_invalid_flow_exits_non_zero_naming_the_field() -> Result<()> {
     let s = Setup::new("invalid")?;

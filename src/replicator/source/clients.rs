@@ -52,6 +52,55 @@ impl FetchWindow {
             queued_kbytes: fetch_bytes / 1024,
         }
     }
+
+    /// Each of `consumers`' share of this window, never under the base window near the source.
+    fn shared_by(self, consumers: usize) -> Self {
+        let fetch_bytes = (self.fetch_bytes / consumers.max(1)).max(Self::BASE);
+        FetchWindow {
+            fetch_bytes,
+            partition_bytes: (fetch_bytes / 4).max(Self::MIB),
+            queued_kbytes: fetch_bytes / 1024,
+        }
+    }
+}
+
+/// How many source consumers a replica runs, and the fetch window of each. One consumer has
+/// one connection per source broker, and one connection carries about one TCP window per round
+/// trip whatever the fetch size: at 50 ms one consumer copied 1 KiB records at 49.6 k/s, as
+/// fast as MirrorMaker 2 tuned with 8 tasks (8 connections), and two replicas at 87 k/s
+/// (bench/results/2026-12-04-wan-link, -wan-link-replicas). So far from the source a replica
+/// runs one consumer per [`Self::PER_CONSUMER`] of round trip, each with its share of the window,
+/// which keeps the memory of the fetch window where one consumer had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceFetch {
+    pub consumers: usize,
+    pub window: FetchWindow,
+}
+
+impl SourceFetch {
+    const PER_CONSUMER: Duration = Duration::from_millis(25);
+    const MAX_AUTO: usize = 4;
+
+    /// `configured`: `spec.sourceLoop.consumers`, which wins over the round trip.
+    pub fn plan(round_trip: Option<Duration>, configured: Option<u8>) -> Self {
+        let total = FetchWindow::for_round_trip(round_trip);
+        let consumers = match configured {
+            Some(n) => usize::from(n.max(1)),
+            None => {
+                // Rounded, so a link measured a little under 50 ms still gets its second one.
+                let per = Self::PER_CONSUMER.as_micros();
+                let n = round_trip
+                    .map(|rtt| (rtt.as_micros().saturating_add(per / 2)) / per)
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                    .unwrap_or(1);
+                n.clamp(1, Self::MAX_AUTO)
+            }
+        };
+        SourceFetch {
+            consumers,
+            window: total.shared_by(consumers),
+        }
+    }
 }
 
 /// The round trip to the source cluster: the fastest of three metadata requests on an open
@@ -242,6 +291,33 @@ mod tests {
             FetchWindow::for_round_trip(Some(Duration::MAX)).fetch_bytes,
             16 * mib
         );
+    }
+
+    #[test]
+    fn far_from_the_source_a_replica_runs_more_consumers_sharing_the_window() {
+        let plan =
+            |ms: u64, configured| SourceFetch::plan(Some(Duration::from_millis(ms)), configured);
+        let mib = 1 << 20;
+        let near = SourceFetch::plan(None, None);
+        assert_eq!(near.consumers, 1);
+        assert_eq!(near.window, FetchWindow::for_round_trip(None));
+        assert_eq!(plan(0, None).consumers, 1);
+        assert_eq!(plan(25, None).consumers, 1);
+        assert_eq!(plan(25, None).window.fetch_bytes, 8 * mib);
+        // A 50 ms link measured a little short still gets two.
+        assert_eq!(plan(48, None).consumers, 2);
+        assert_eq!(plan(50, None).consumers, 2);
+        assert_eq!(plan(50, None).window.fetch_bytes, 8 * mib);
+        assert_eq!(plan(50, None).window.queued_kbytes, 8192);
+        assert_eq!(plan(100, None).consumers, 4);
+        assert_eq!(plan(100, None).window.fetch_bytes, 4 * mib);
+        assert_eq!(plan(100, None).window.partition_bytes, mib);
+        assert_eq!(SourceFetch::plan(Some(Duration::MAX), None).consumers, 4);
+        // The spec wins either way; a share never drops under the base window.
+        assert_eq!(plan(100, Some(1)).consumers, 1);
+        assert_eq!(plan(100, Some(1)).window.fetch_bytes, 16 * mib);
+        assert_eq!(plan(0, Some(3)).consumers, 3);
+        assert_eq!(plan(0, Some(3)).window.fetch_bytes, 4 * mib);
     }
 
     #[test]

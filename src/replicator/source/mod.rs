@@ -69,6 +69,7 @@ use self::aligned::Aligned;
 use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
+use self::engine::workers::Worker;
 use self::engine::{Delivery, Shared};
 use self::exactly_once::ExactlyOnce;
 use self::refused::RefusalRecorder;
@@ -173,103 +174,122 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .ok()
         .flatten();
-    let window = clients::FetchWindow::for_round_trip(round_trip);
+    let fetch = clients::SourceFetch::plan(round_trip, spec.consumers);
     tracing::info!(
         ?round_trip,
-        fetch_max_bytes = window.fetch_bytes,
-        queued_max_kbytes = window.queued_kbytes,
-        "source fetch window"
+        consumers = fetch.consumers,
+        fetch_max_bytes = fetch.window.fetch_bytes,
+        queued_max_kbytes = fetch.window.queued_kbytes,
+        "source fetch plan"
     );
-    let source_consumer = || clients::consumer(&flow.source_client, &group, refresh, window);
+    ctx.metrics
+        .source_consumers
+        .set(i64::try_from(fetch.consumers).unwrap_or(i64::MAX));
+    let mut source_consumer = clients::consumer(&flow.source_client, &group, refresh, fetch.window);
+    let aligned = flow.spec.offsets == OffsetsMode::Aligned && !flow.spec.exactly_once;
+    if aligned {
+        // Only visible records are read: everything else is a jump the policy fills.
+        source_consumer.set("isolation.level", "read_committed");
+    }
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
-    let copy = engine::CopyLoop {
-        subscriptions,
-        ctx: ctx.clone(),
-        shutdown: shutdown.clone(),
-    };
     let limits = limits::RemoteLimits::default();
     let producer_config = clients::producer(&flow.target_client, refresh);
     let batch_cap = limits::batch_cap(
         producer_config.get("batch.size"),
         producer_config.get("message.max.bytes"),
     );
-    let positions = if flow.spec.exactly_once {
-        PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
-    } else {
-        PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
-    }
-    .context("creating the positions reader")?;
+    let positions_reader = || {
+        if flow.spec.exactly_once {
+            PositionReader::read_committed(&flow.target_client, positions_topic.clone(), &group)
+        } else {
+            PositionReader::new(&flow.target_client, positions_topic.clone(), &group)
+        }
+        .context("creating the positions reader")
+    };
     // One read serves the recorder (the refusals a previous run left, so those fixed meanwhile
-    // get their tombstone) and the engine, whose resume goes on from where it stopped.
-    let (positions, previous_refusals) = refused::read_previous(positions).await?;
+    // get their tombstone) and the first copy loop, whose resume goes on from where it stopped.
+    let (positions, previous_refusals) = refused::read_previous(positions_reader()?).await?;
     let mut recorder =
         RefusalRecorder::new(&flow.target_client, &positions_topic, previous_refusals)
             .context("creating the refusal recorder")?;
-    let shared = Shared {
-        sync_config: Shared::sync_config_of(&ctx),
-        started: std::time::Instant::now(),
-        ctx: ctx.clone(),
-        syncs_topic,
-        positions_topic,
-        positions,
-        probe: LogProbe::new(&flow.source_client, &flow.target_client)
-            .context("creating the log probe")?,
-        shutdown: shutdown.clone(),
-        source_health: source_health.clone(),
-        target_health: target_health.clone(),
-    };
-    // The at-least-once and aligned policies' idempotent producer and offset-sync producer.
-    let plain_producers = || {
-        producers(
-            flow,
-            &producer_config,
-            (syncs_cluster, health(syncs_cluster)),
-            &target_health,
-        )
-    };
-    let mut copying = if flow.spec.exactly_once {
+    if flow.spec.exactly_once {
         // `flow::validate` refuses exactly-once with syncs on the source.
         anyhow::ensure!(
             syncs_cluster == Side::Target,
             "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
         );
-        let policy = ExactlyOnce::new(shared, producer_config, limits.clone());
         tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
             "source loop starting (exactly-once: a transaction per partition)");
-        engine::spawn(policy, &source_consumer(), &source_health, copy)?
-    } else if flow.spec.offsets == OffsetsMode::Aligned {
-        let (producer, syncs) = plain_producers()?;
-        let policy = Aligned::new(aligned::Parts {
-            shared,
-            producer,
-            syncs,
-            producer_base: producer_config,
-            watermarks: clients::watermarks(&flow.source_client)
-                .create()
-                .context("creating the source watermark client")?,
-            target_watermarks: clients::watermarks(&flow.target_client)
-                .create()
-                .context("creating the target watermark client")?,
-            target_admin: target_admin.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        });
-        // Only visible records are read: everything else is a jump the policy fills.
-        let mut consumer_config = source_consumer();
-        consumer_config.set("isolation.level", "read_committed");
+    } else if aligned {
         tracing::info!(%group, "source loop starting (aligned offsets)");
-        engine::spawn(policy, &consumer_config, &source_health, copy)?
     } else {
-        let (producer, syncs) = plain_producers()?;
-        let policy = AtLeastOnce::new(at_least_once::Parts {
-            shared,
-            producer,
-            syncs,
-            limits: limits.clone(),
-            batch_cap,
-        });
         tracing::info!(%group, "source loop starting");
-        engine::spawn(policy, &source_consumer(), &source_health, copy)?
-    };
+    }
+    let mut loops = engine::Loops::new();
+    let mut first_positions = Some(positions);
+    for worker in Worker::crew(fetch.consumers) {
+        let positions = match first_positions.take() {
+            Some(read) => read,
+            None => positions_reader()?,
+        };
+        let shared = Shared {
+            sync_config: Shared::sync_config_of(&ctx),
+            started: std::time::Instant::now(),
+            ctx: ctx.clone(),
+            syncs_topic: syncs_topic.clone(),
+            positions_topic: positions_topic.clone(),
+            positions,
+            probe: LogProbe::new(&flow.source_client, &flow.target_client)
+                .context("creating the log probe")?,
+            shutdown: shutdown.clone(),
+            source_health: source_health.clone(),
+            target_health: target_health.clone(),
+            worker,
+        };
+        let copy = engine::CopyLoop {
+            subscriptions: subscriptions.clone(),
+            ctx: ctx.clone(),
+            shutdown: shutdown.clone(),
+        };
+        if flow.spec.exactly_once {
+            let policy = ExactlyOnce::new(shared, producer_config.clone(), limits.clone());
+            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+            continue;
+        }
+        // The at-least-once and aligned policies' idempotent producer and offset-sync producer.
+        let (producer, syncs) = producers(
+            flow,
+            &producer_config,
+            (syncs_cluster, health(syncs_cluster)),
+            &target_health,
+        )?;
+        if aligned {
+            let policy = Aligned::new(aligned::Parts {
+                shared,
+                producer,
+                syncs,
+                producer_base: producer_config.clone(),
+                watermarks: clients::watermarks(&flow.source_client)
+                    .create()
+                    .context("creating the source watermark client")?,
+                target_watermarks: clients::watermarks(&flow.target_client)
+                    .create()
+                    .context("creating the target watermark client")?,
+                target_admin: target_admin.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            });
+            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+        } else {
+            let policy = AtLeastOnce::new(at_least_once::Parts {
+                shared,
+                producer,
+                syncs,
+                limits: limits.clone(),
+                batch_cap,
+            });
+            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+        }
+    }
 
     let mut discovery = Discovery::new(
         flow.clone(),
@@ -315,17 +335,31 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             }
         }
     };
-    let result = tokio::select! {
-        joined = &mut copying => joined,
-        () = discover => copying.await,
+    let first = tokio::select! {
+        joined = loops.join_next() => joined,
+        () = discover => loops.join_next().await,
     };
-    // Whatever ended first, the other half has no reason to go on.
+    // Whatever ended first, the rest has no reason to go on.
     shutdown.cancel();
-    result
-        .context("the copy thread panicked")?
-        .context("the source consumer failed")?;
+    let mut result = copy_outcome(first);
+    while let Some(joined) = loops.join_next().await {
+        result = result.and(copy_outcome(Some(joined)));
+    }
+    result?;
     tracing::info!("source loop stopped");
     Ok(())
+}
+
+/// How a copy loop ended, as the source loop's result.
+fn copy_outcome(
+    joined: Option<Result<Result<(), rdkafka::error::KafkaError>, tokio::task::JoinError>>,
+) -> anyhow::Result<()> {
+    match joined {
+        None => Ok(()),
+        Some(joined) => joined
+            .context("the copy thread panicked")?
+            .context("the source consumer failed"),
+    }
 }
 
 /// The producers of the policies that write records outside transactions (at-least-once and

@@ -10,6 +10,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::engine::Shared;
 use super::engine::slots::{Keyed, SlotTable};
 use super::lock;
 use crate::replicator::Context;
@@ -23,7 +24,11 @@ pub trait Owner {
     /// The partitions owned now, one slot each.
     type Slot: Keyed;
     fn slots(&self) -> &SlotTable<Self::Slot>;
-    fn context(&self) -> &Context;
+    fn shared(&self) -> &Shared;
+
+    fn context(&self) -> &Context {
+        &self.shared().ctx
+    }
 
     /// Every partition owned now.
     fn owned(&self) -> TopicPartitionList {
@@ -39,14 +44,17 @@ pub trait Owner {
     /// The delivery mode, as log lines name it.
     const MODE: &str;
 
-    /// Publishes how many partitions this replica copies now.
+    /// Publishes how many partitions this consumer, and its replica, copy now.
     fn report_assignment(&self) {
         let n = self.slots().len();
-        self.context().metrics.assigned_partitions.set(n as i64);
+        let worker = &self.shared().worker;
+        let replica = worker.assigned(self.context(), n);
         tracing::info!(
             partitions = n,
+            consumer = worker.index(),
+            replica_partitions = replica,
             mode = Self::MODE,
-            "source partitions assigned to this replica"
+            "source partitions assigned to this consumer"
         );
     }
 }

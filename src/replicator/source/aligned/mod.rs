@@ -54,7 +54,6 @@ use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
-use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its

@@ -63,8 +63,8 @@ impl Owner for Aligned {
         &self.slots
     }
 
-    fn context(&self) -> &Context {
-        &self.shared.ctx
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     // The next owner fences the partition's transactions and resumes where the target ends.

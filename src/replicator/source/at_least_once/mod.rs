@@ -28,7 +28,6 @@ use super::progress::{Frontier, Progress};
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Gap};
 use crate::mm2::{OffsetSync, TopicPartition};
-use crate::replicator::Context;
 use crate::replicator::backoff::Backoff;
 
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them

@@ -107,8 +107,8 @@ impl Owner for AtLeastOnce {
         &self.slots
     }
 
-    fn context(&self) -> &Context {
-        &self.shared.ctx
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = false;

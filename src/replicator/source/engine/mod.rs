@@ -14,10 +14,12 @@
 //!   stored positions checked against both logs ([`super::continuity`]).
 //!
 //! The loop itself ([`run`]) follows discovery's subscription, polls, guards against a frozen
-//! thread, and runs the policy's chores on their intervals.
+//! thread, and runs the policy's chores on their intervals. A replica far from the source runs
+//! several such loops, each a consumer of the group with a policy of its own ([`workers`]).
 
 pub mod send;
 pub mod slots;
+pub mod workers;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use self::send::AckContext;
+use self::workers::Worker;
 use super::continuity::{self, LogProbe};
 use super::lock;
 use super::rebalance::{self, Owner};
@@ -157,6 +160,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub source_health: Arc<Reachability>,
     pub target_health: Arc<Reachability>,
+    /// Which of the replica's copy loops this policy runs in.
+    pub worker: Worker,
 }
 
 impl Shared {
@@ -305,21 +310,29 @@ pub struct CopyLoop {
     pub shutdown: CancellationToken,
 }
 
+/// The replica's running copy loops.
+pub type Loops = tokio::task::JoinSet<Result<(), KafkaError>>;
+
 /// Creates `policy`'s source consumer from `config` and runs the copy loop ([`run`]) on a
-/// blocking thread of its own.
+/// blocking thread of its own, in `loops`.
 pub fn spawn<P: Delivery>(
     policy: P,
     config: &rdkafka::ClientConfig,
     health: &Arc<Reachability>,
     copy: CopyLoop,
-) -> anyhow::Result<tokio::task::JoinHandle<Result<(), KafkaError>>> {
+    loops: &mut Loops,
+) -> anyhow::Result<()> {
     use anyhow::Context as _;
+    let worker = policy.shared().worker.index();
     let consumer: Source<P> = config
         .create_with_context(SourceContext::new(policy, health.clone()))
         .context("creating the source consumer")?;
-    Ok(tokio::task::spawn_blocking(move || {
+    let span = tracing::info_span!("consumer", n = worker);
+    loops.spawn_blocking(move || {
+        let _in = span.enter();
         run(consumer, copy.subscriptions, copy.ctx, copy.shutdown)
-    }))
+    });
+    Ok(())
 }
 
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
@@ -330,6 +343,7 @@ pub fn run<P: Delivery>(
     shutdown: CancellationToken,
 ) -> Result<(), KafkaError> {
     let policy = consumer.context().policy.clone();
+    let worker = lock(&policy).shared().worker.clone();
     let mut subscribed: Option<Arc<Vec<String>>> = None;
     let mut commit = Chore::new(P::COMMIT_EVERY);
     let mut idle = Chore::new(P::IDLE_CHECK_EVERY);
@@ -361,7 +375,7 @@ pub fn run<P: Delivery>(
         } else {
             IDLE_POLL
         };
-        ctx.readiness.turned(crate::replicator::Loop::Source);
+        worker.turned(&ctx);
         let polled = consumer.poll(timeout);
         // Checked before anything polled is handled: nothing acknowledged after a freeze may
         // reach an offset sync. Rebalance callbacks (which may wait seconds) reset the clock.

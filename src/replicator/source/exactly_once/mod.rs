@@ -57,7 +57,6 @@ use super::limits::{self, RemoteLimits};
 use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
-use crate::replicator::Context;
 use crate::replicator::backoff::{Backoff, Retry};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);

@@ -67,8 +67,8 @@ impl Owner for ExactlyOnce {
         &self.slots
     }
 
-    fn context(&self) -> &Context {
-        &self.shared.ctx
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = true;
