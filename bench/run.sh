@@ -488,6 +488,12 @@ auto.create.topics.enable=false
 # every connection to about 2-4 MiB/s at 50 ms, whatever the client does.
 socket.send.buffer.bytes=-1
 socket.receive.buffer.bytes=-1
+# Kafka's default, as on users' brokers (the world's test pace has 0, which above overrides):
+# a new group waits 3 s for more members before its first assignment, so a replica's source
+# consumers, which reach the coordinator a few ms apart, form one generation instead of
+# splitting the partitions seconds into the copy (results/2026-12-04-wan-consumers). MM2's
+# source consumers are in no group on the source.
+group.initial.rebalance.delay.ms=3000
 EOF
   id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
   kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$dir/server.properties" \

@@ -8,6 +8,18 @@ ROOT="$(cd "$HERE/.." && pwd)"
 cd "$ROOT"
 step() { printf '\n=== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
 
+# On a fresh machine the world's downloads and Go builds (about 12 minutes) run beside the Rust
+# builds below instead of after them: each leaves the cores idle at times (downloads, linking,
+# a last crate alone). On a warm machine they find everything cached within seconds.
+step "the world's tools, in the background (Kafka jars, etcd, Kubernetes, Helm)"
+tools_log="$(mktemp "${TMPDIR:-/tmp}/mirrorflow-world-tools.XXXXXX")"
+# A session of its own, so stopping it early (a failed lint) stops its builds too.
+setsid "$HERE/world.sh" tools >"$tools_log" 2>&1 &
+tools_pid=$!
+stop_tools() { kill -- -"$tools_pid" 2>/dev/null || true; }
+trap stop_tools EXIT
+echo "log: $tools_log"
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
@@ -19,6 +31,12 @@ step "the container image (podman build, smoke run)"
 "$HERE/world.sh" image
 
 step "the local world"
+tools_ok=true
+wait "$tools_pid" || tools_ok=false
+trap - EXIT
+sed -n 's/^\(\[world [0-9:]*\] .*done in .*\)$/\1/p' "$tools_log"
+$tools_ok || { cat "$tools_log"; echo "the world's tools failed to build (log above)" >&2; exit 1; }
+rm -f "$tools_log"
 started_here=false
 if ! "$HERE/world.sh" running; then
   started_here=true

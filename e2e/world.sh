@@ -37,7 +37,9 @@ build_rust() {
   (cd "$MF_ROOT" && cargo build --quiet -p mirrorflow) || die "cargo build failed"
 }
 
-setup() {
+# The downloads and Go builds: no Debian packages, no Rust, so they may run beside the Rust
+# builds (e2e/test.sh starts them first).
+tools() {
   need java "install a Java 17+ JDK"
   need go "install Go 1.26+"
   mkdir -p "$MF_CACHE"
@@ -47,6 +49,10 @@ setup() {
   with_progress "building kube-scheduler $K8S_VERSION (Go modules; a few minutes cold)" build_scheduler
   with_progress "building kubelet $KUBELET_VERSION (Go modules; about 4 min cold)" build_kubelet
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
+}
+
+setup() {
+  tools
   node_setup
   with_progress "building the mirrorflow binaries (cargo)" build_rust
   image_setup
@@ -154,6 +160,7 @@ status() {
 
 case "${1:-}" in
   setup) setup ;;
+  tools) tools ;;
   image) image_setup && image_build ;;
   image-setup) image_setup ;;
   up) up "${2:-}" ;;
