@@ -31,7 +31,9 @@
 #                   BENCH_B3_N: records in the data set (300000)
 #   --latency       the base scenario's steady phases alone (latency at 1000 records/s, checkpoint
 #                   freshness, re-reads): one per arm and repetition, arms rotating
-#   BENCH_OURS_FLOW="checkpoints: {interval: 5s}"  YAML added to our flow (trials; recorded)
+#   BENCH_OURS_FLOW="checkpoints: {interval: 5s}"  YAML added to our flow (trials; recorded);
+#   BENCH_OURS_SOURCE_CONFIG / BENCH_OURS_TARGET_CONFIG="linger.ms: '1'"  client properties of
+#                   our flow's source / target (trials; recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
 #                   oursq, mm2, mm2t)
@@ -253,6 +255,8 @@ arm_start() {
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
+      [ -n "${BENCH_OURS_SOURCE_CONFIG:-}" ] && source_config=", config: {$BENCH_OURS_SOURCE_CONFIG}"
+      [ -n "${BENCH_OURS_TARGET_CONFIG:-}" ] && target_config=", config: {$BENCH_OURS_TARGET_CONFIG}"
       mkdir -p "$dir/secrets"
       cat >"$dir/flow.yaml" <<EOF
 source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'$source_config}
@@ -341,9 +345,10 @@ copy() {
   "$DRIVER" delete-topics --bootstrap "$TGT" "$alias.$topic"
 }
 
-# steady ARM REP: fixed-rate traffic through the arm; latency, checkpoint freshness, re-reads.
+# steady ARM REP [PHASE]: fixed-rate traffic through the arm; latency, checkpoint freshness,
+# re-reads; recorded as PHASE (default steady: what the report reads).
 steady() {
-  local arm="$1" rep="$2" alias out
+  local arm="$1" rep="$2" phase="${3:-steady}" alias out
   alias="${ARM_LETTER[$arm]}latr$rep"
   local topic="lat-$alias" group="bench-$alias"
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" "$topic"
@@ -355,8 +360,8 @@ steady() {
     --checkpoints "$alias.checkpoints.internal" --group "$group" --rate "$RATE" --size "$BIG_SIZE" \
     --duration-s "$STEADY_S" --settle-s "$SETTLE_S" --pid "$ARM_PID")"
   arm_stop
-  record "{\"phase\":\"steady\",\"arm\":\"$arm\",\"rep\":$rep,\"result\":$out}"
-  blog "steady: $arm: $out"
+  record "{\"phase\":\"$phase\",\"arm\":\"$arm\",\"rep\":$rep,\"result\":$out}"
+  blog "$phase: $arm: $out"
 }
 
 # --- the clusters' own limit -----------------------------------------------------------------
@@ -433,10 +438,26 @@ steadies() {
   done
 }
 
+# ours_trial: what the BENCH_OURS_* settings change in our flow, for the results (one line).
+ours_trial() {
+  local parts=()
+  [ -n "${BENCH_OURS_FLOW:-}" ] && parts+=("${BENCH_OURS_FLOW}")
+  [ -n "${BENCH_OURS_SOURCE_CONFIG:-}" ] && parts+=("source config {${BENCH_OURS_SOURCE_CONFIG}}")
+  [ -n "${BENCH_OURS_TARGET_CONFIG:-}" ] && parts+=("target config {${BENCH_OURS_TARGET_CONFIG}}")
+  local IFS=';'
+  printf '%s' "${parts[*]}"
+}
+
 # The latency scenario: the base scenario's steady phases alone.
 latency() {
-  local arms=(ours mm2 mm2t)
+  local arms=(ours mm2 mm2t) arm
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  # Fresh brokers answer slowly for their first seconds of traffic (their JVMs compile the
+  # paths it takes: 100-220 ms at first, about 20 ms ten seconds later, for every arm;
+  # results/2026-12-04-latency-quick), so whoever went first lost. One unreported phase per
+  # arm first (raw.jsonl: steady_warmup), as the base scenario's copies do before its steady
+  # phases; users' brokers are long warm.
+  $SMOKE || for arm in "${arms[@]}"; do steady "$arm" 0 steady_warmup; done
   steadies "${arms[@]}"
 }
 
@@ -787,7 +808,7 @@ main() {
     kafka_start source
     kafka_start target
   fi
-  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_links\":\"$WAN_LINKS\",\"wan_limit_s\":$WAN_LIMIT_S,\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"ours_flow\":\"$(printf '%s' "${BENCH_OURS_FLOW:-}" | sed 's/[\\"]/\\&/g')\",\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
+  record "{\"phase\":\"config\",\"phases\":\"$PHASES\",\"quick\":$QUICK,\"smoke\":$SMOKE,\"reps\":$REPS,\"partitions\":$PARTITIONS,\"big_n\":$BIG_N,\"big_size\":$BIG_SIZE,\"small_n\":$SMALL_N,\"small_size\":$SMALL_SIZE,\"json_n\":$JSON_N,\"wan_n\":$WAN_N,\"wan_links\":\"$WAN_LINKS\",\"wan_limit_s\":$WAN_LIMIT_S,\"parts_counts\":\"$PARTS_COUNTS\",\"parts_n\":$PARTS_N,\"parts_groups\":$PARTS_GROUPS,\"parts_commit_ms\":$PARTS_COMMIT_MS,\"parts_fresh_s\":$PARTS_FRESH_S,\"b3_n\":$B3_N,\"b3_source_at\":$B3_SOURCE_AT,\"b3_target_at\":$B3_TARGET_AT,\"b3_stall_s\":$B3_STALL_S,\"kafka_nodes\":$(kafka_nodes),\"json_size\":$JSON_SIZE,\"rate\":$RATE,\"steady_s\":$STEADY_S,\"settle_s\":$SETTLE_S,\"ours_flow\":\"$(ours_trial | sed 's/[\\"]/\\&/g')\",\"nproc\":$(nproc),\"date\":\"$(date -u +%FT%TZ)\",\"commit\":\"$(git -C "$ROOT" describe --always --dirty)\",\"binary_built\":\"$(date -u -r "$MF_BIN" +%FT%TZ)\"}"
 
   has_phase base && base
   has_phase compressed && compressed
