@@ -143,12 +143,6 @@ pub fn consumer(
         "partition.assignment.strategy",
         "cooperative-sticky",
     );
-    // A member learns of a rebalance from its next heartbeat, and a cooperative rebalance
-    // takes two rounds: at the default 3 s a replica's second consumer (or a new replica) got
-    // its partitions 6.5 s after the first had them all, the bench's 300 MB copy at 50 ms
-    // nearly over by then (bench/results/2026-12-04-wan-consumers). The group is the flow's
-    // own; a heartbeat a second costs its coordinator nothing.
-    default(&mut c, "heartbeat.interval.ms", "1000");
     // New partitions must be noticed about as fast as discovery notices new topics.
     default(
         &mut c,
@@ -260,7 +254,6 @@ mod tests {
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("auto.offset.reset"), Some("error"));
         assert_eq!(c.get("topic.metadata.refresh.interval.ms"), Some("10000"));
-        assert_eq!(c.get("heartbeat.interval.ms"), Some("1000"));
         // The prefetch queue must not stall the loop for a second each time it fills.
         assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
         let mut tuned = user.clone();
