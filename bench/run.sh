@@ -41,8 +41,9 @@
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
 #                   the tests built), so its figures show that a phase works, not how fast
-#   --profile       after the measured runs, one more copy of the 1 KiB set by our replicator
-#                   under `perf record`; top symbols to profile.txt (not part of the figures)
+#   --profile       after the measured runs, one more copy of the 1 KiB set (with --compressed:
+#                   the lz4 set) by our replicator under `perf record`; top symbols to
+#                   profile.txt (not part of the figures)
 #   --no-build      use the release binaries as they are (default: cargo build --release first)
 #   --out DIR       results folder (default bench/results/<UTC date>[-compressed|-wan|-partitions|-brokers3][-quick][-smoke])
 #
@@ -817,20 +818,23 @@ main() {
   has_phase brokers3 && brokers3
   has_phase latency && latency
 
-  if $PROFILE && has_phase base; then
+  # The compressed scenario profiles the copy of its lz4 set, the base scenario its 1 KiB set.
+  local prof_topic=bench-big prof_n="$BIG_N" prof_size="$BIG_SIZE"
+  has_phase compressed && prof_topic=bench-lz4 prof_n="$JSON_N" prof_size="$JSON_SIZE JSON-like lz4"
+  if $PROFILE && { has_phase base || has_phase compressed; }; then
     command -v perf >/dev/null || die "--profile needs perf (apt-get install linux-perf)"
-    blog "profile: our replicator copies the 1 KiB set under perf record (figures not used)"
+    blog "profile: our replicator copies $prof_topic under perf record (figures not used)"
     ARM_WRAP=(perf record -F 999 -o "$OUT/perf.data" --)
-    arm_start ours op bench-big bench-op
+    arm_start ours op "$prof_topic" bench-op
     ARM_WRAP=(env)
     local perf_pid="$ARM_PID" child=""
     while [ -z "$child" ]; do child="$(pgrep -P "$perf_pid" | head -n 1)" || sleep 0.1; done
     ARM_PID="$child"
-    "$DRIVER" watch-copy --bootstrap "$TGT" --topic op.bench-big --expect "$BIG_N" --pid "$ARM_PID" >"$OUT/profile-copy.json"
+    "$DRIVER" watch-copy --bootstrap "$TGT" --topic "op.$prof_topic" --expect "$prof_n" --pid "$ARM_PID" >"$OUT/profile-copy.json"
     arm_stop
     wait "$perf_pid" 2>/dev/null || true
     {
-      echo "# perf record -F 999 of our replicator copying $BIG_N x $BIG_SIZE B (copy: $(cat "$OUT/profile-copy.json"))"
+      echo "# perf record -F 999 of our replicator copying $prof_n x $prof_size B (copy: $(cat "$OUT/profile-copy.json"))"
       echo "## CPU samples by thread"
       perf report -i "$OUT/perf.data" --stdio --sort comm 2>/dev/null | grep '%'
       echo "## Top symbols (thread, library, symbol; >= 0.4% of samples)"

@@ -491,6 +491,73 @@ async fn aligned_offsets_survive_kills_and_a_foreign_writer_is_surfaced() -> Res
     Ok(())
 }
 
+/// A transaction of another producer left open at the end of a remote partition when a replica
+/// resumes it: its `read_committed` end stops there, so the copy cannot learn where the
+/// partition really ends. The replica does not wait for it forever: it tries to end it as its
+/// own (it is not), then copies on, translated, with the break recorded; once the transaction
+/// ends, every source record is visible on the target.
+#[tokio::test]
+async fn an_open_transaction_at_the_remote_end_is_recorded_not_waited_for() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("fid-alo")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let topic = unique("alignedo");
+    let remote = format!("{}.{topic}", s.a);
+    kafka::create_topic(&source, &topic, 1).await?;
+    let plain = kafka::producer(&source, Duration::from_secs(30))?;
+    let before: Vec<String> = (0..3).map(|i| format!("before-{i}")).collect();
+    send_in(&plain, &topic, 0, &before).await?;
+    let flow = s.flow(false, &[&topic], &["none"], "offsets: Aligned\n");
+    let mut r = s.start("r", &flow).await?;
+    wait_copied(&source, &topic, &target, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    r.stop(Duration::from_secs(15));
+
+    let foreign = transactional(&target)?;
+    foreign.begin_transaction()?;
+    send_in(&foreign, &remote, 0, &["foreign-open".to_string()]).await?;
+    let after: Vec<String> = (0..3).map(|i| format!("after-{i}")).collect();
+    send_in(&plain, &topic, 0, &after).await?;
+    let started = Instant::now();
+    let r = s.start("r2", &flow).await?;
+    eventually(
+        "the open transaction is recorded as a break",
+        Duration::from_secs(40),
+        || async {
+            let now = misalignments(&target, &s.a, &topic)?;
+            Ok((!now.is_empty()).then_some(now))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!("open transaction recorded after {:?}", started.elapsed());
+    ensure!(
+        r.log_text()
+            .contains("a transaction of another producer stays open"),
+        "the replica's error names the open transaction and its fix"
+    );
+    foreign.abort_transaction(Duration::from_secs(30))?;
+    let expected: Vec<String> = before.iter().chain(&after).cloned().collect();
+    eventually(
+        "every source record visible on the target once the transaction ended",
+        Duration::from_secs(40),
+        || async {
+            let values: Vec<String> = read_visible(&target, &remote, 0)?
+                .into_iter()
+                .map(|c| c.value)
+                .collect();
+            Ok((values == expected).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    Ok(())
+}
+
 /// `offsets: Aligned` on a compacted topic, compacted before the flow starts (holes the copy
 /// must reproduce) and again while it runs: every record visible on the source is at the same
 /// offset on the target (which compacts on its own, with the copied configs).

@@ -167,6 +167,9 @@ impl LogProbe {
         let client = |base: &ClientConfig| -> Result<BaseConsumer, KafkaError> {
             base.clone()
                 .set("group.id", "mirrorflow-log-probe")
+                // Ends as the copy's read_committed consumer and the aligned resume see them
+                // (the last stable offset), whatever the flow's client properties say.
+                .set("isolation.level", "read_committed")
                 .set("enable.auto.commit", "false")
                 .set("topic.metadata.refresh.interval.ms", METADATA_REFRESH)
                 .create()
@@ -211,7 +214,7 @@ impl LogProbe {
     ) -> HashMap<(String, i32), i64> {
         log_bounds(&self.target, partitions, timeout)
             .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot read the remote partitions' offsets; trusting the stored positions");
+                tracing::warn!(error = %e, "cannot read the remote partitions' offsets; resumes trust the stored positions, aligned ones ask again");
                 HashMap::new()
             })
             .into_iter()

@@ -118,6 +118,27 @@ pub fn offset_syncs_topic(flow: &Flow) -> (Side, String) {
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// How a flow's records are written: one policy of the copy engine each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyMode {
+    AtLeastOnce,
+    /// `spec.offsets: Aligned` (exactly-once wins when both are set).
+    Aligned,
+    ExactlyOnce,
+}
+
+impl CopyMode {
+    fn of(flow: &Flow) -> Self {
+        if flow.spec.exactly_once {
+            CopyMode::ExactlyOnce
+        } else if flow.spec.offsets == OffsetsMode::Aligned {
+            CopyMode::Aligned
+        } else {
+            CopyMode::AtLeastOnce
+        }
+    }
+}
+
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
     let spec = &flow.spec.source_loop;
@@ -186,8 +207,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         .source_consumers
         .set(i64::try_from(fetch.consumers).unwrap_or(i64::MAX));
     let mut source_consumer = clients::consumer(&flow.source_client, &group, refresh, fetch.window);
-    let aligned = flow.spec.offsets == OffsetsMode::Aligned && !flow.spec.exactly_once;
-    if aligned {
+    let mode = CopyMode::of(flow);
+    if mode == CopyMode::Aligned {
         // Only visible records are read: everything else is a jump the policy fills.
         source_consumer.set("isolation.level", "read_committed");
     }
@@ -212,18 +233,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let mut recorder =
         RefusalRecorder::new(&flow.target_client, &positions_topic, previous_refusals)
             .context("creating the refusal recorder")?;
-    if flow.spec.exactly_once {
-        // `flow::validate` refuses exactly-once with syncs on the source.
-        anyhow::ensure!(
-            syncs_cluster == Side::Target,
-            "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
-        );
-        tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
-            "source loop starting (exactly-once: a transaction per partition)");
-    } else if aligned {
-        tracing::info!(%group, "source loop starting (aligned offsets)");
-    } else {
-        tracing::info!(%group, "source loop starting");
+    match mode {
+        CopyMode::ExactlyOnce => {
+            // `flow::validate` refuses exactly-once with syncs on the source.
+            anyhow::ensure!(
+                syncs_cluster == Side::Target,
+                "spec.exactlyOnce needs spec.sourceLoop.offsetSyncsLocation: Target"
+            );
+            tracing::info!(%group, commit_every = ?ExactlyOnce::COMMIT_EVERY,
+                "source loop starting (exactly-once: a transaction per partition)");
+        }
+        CopyMode::Aligned => tracing::info!(%group, "source loop starting (aligned offsets)"),
+        CopyMode::AtLeastOnce => tracing::info!(%group, "source loop starting"),
     }
     let mut loops = engine::Loops::new();
     let mut first_positions = Some(positions);
@@ -251,43 +272,49 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             ctx: ctx.clone(),
             shutdown: shutdown.clone(),
         };
-        if flow.spec.exactly_once {
-            let policy = ExactlyOnce::new(shared, producer_config.clone(), limits.clone());
-            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
-            continue;
-        }
         // The at-least-once and aligned policies' idempotent producer and offset-sync producer.
-        let (producer, syncs) = producers(
-            flow,
-            &producer_config,
-            (syncs_cluster, health(syncs_cluster)),
-            &target_health,
-        )?;
-        if aligned {
-            let policy = Aligned::new(aligned::Parts {
-                shared,
-                producer,
-                syncs,
-                producer_base: producer_config.clone(),
-                watermarks: clients::watermarks(&flow.source_client)
-                    .create()
-                    .context("creating the source watermark client")?,
-                target_watermarks: clients::watermarks(&flow.target_client)
-                    .create()
-                    .context("creating the target watermark client")?,
-                target_admin: target_admin.clone(),
-                runtime: tokio::runtime::Handle::current(),
-            });
-            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
-        } else {
-            let policy = AtLeastOnce::new(at_least_once::Parts {
-                shared,
-                producer,
-                syncs,
-                limits: limits.clone(),
-                batch_cap,
-            });
-            engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+        let plain_producers = || {
+            producers(
+                flow,
+                &producer_config,
+                (syncs_cluster, health(syncs_cluster)),
+                &target_health,
+            )
+        };
+        match mode {
+            CopyMode::ExactlyOnce => {
+                let policy = ExactlyOnce::new(shared, producer_config.clone(), limits.clone());
+                engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+            }
+            CopyMode::Aligned => {
+                let (producer, syncs) = plain_producers()?;
+                let policy = Aligned::new(aligned::Parts {
+                    shared,
+                    producer,
+                    syncs,
+                    producer_base: producer_config.clone(),
+                    watermarks: clients::watermarks(&flow.source_client)
+                        .create()
+                        .context("creating the source watermark client")?,
+                    target_watermarks: clients::watermarks(&flow.target_client)
+                        .create()
+                        .context("creating the target watermark client")?,
+                    target_admin: target_admin.clone(),
+                    runtime: tokio::runtime::Handle::current(),
+                });
+                engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+            }
+            CopyMode::AtLeastOnce => {
+                let (producer, syncs) = plain_producers()?;
+                let policy = AtLeastOnce::new(at_least_once::Parts {
+                    shared,
+                    producer,
+                    syncs,
+                    limits: limits.clone(),
+                    batch_cap,
+                });
+                engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+            }
         }
     }
 
@@ -432,5 +459,21 @@ mod tests {
             offset_syncs_topic(&flow("sourceLoop: {offsetSyncsLocation: Target}\n")),
             (Side::Target, "mm2-offset-syncs.a.internal".to_string())
         );
+    }
+
+    #[test]
+    fn the_copy_mode_follows_the_spec_and_exactly_once_wins() {
+        assert_eq!(CopyMode::of(&flow("")), CopyMode::AtLeastOnce);
+        assert_eq!(CopyMode::of(&flow("offsets: Aligned\n")), CopyMode::Aligned);
+        assert_eq!(
+            CopyMode::of(&flow(
+                "exactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n"
+            )),
+            CopyMode::ExactlyOnce
+        );
+        // The CRD refuses both; a flow that has them anyway copies exactly once.
+        let mut both = flow("offsets: Aligned\n");
+        both.spec.exactly_once = true;
+        assert_eq!(CopyMode::of(&both), CopyMode::ExactlyOnce);
     }
 }

@@ -31,6 +31,7 @@
 //! partition is copied on with translated offsets, its offset syncs carrying the new delta.
 //! Never silently misaligned.
 
+mod hanging;
 mod ownership;
 pub mod plan;
 mod resume;
@@ -116,6 +117,8 @@ pub struct AlignedSlot {
     /// A transaction wrapping this source offset failed: the record may be aborted on the
     /// target, so the partition resumes there, translated.
     wrap_failed: Option<i64>,
+    /// Tries to end a transaction left open at the remote partition's end ([`hanging`]).
+    open_closes: u32,
     backoff: Backoff,
 }
 

@@ -38,6 +38,7 @@ impl Owner for Aligned {
                 latest: None,
                 stored: None,
                 wrap_failed: None,
+                open_closes: 0,
                 backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
             };
             self.slots.insert(slot);

@@ -79,8 +79,17 @@ impl Aligned {
         let sources = self.shared.probe.source(&fenced);
         let ends = self.shared.probe.target_ends(&remotes);
         let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
-        let aborted = match tail::aborted_wraps(&self.shared.ctx.flow.target_client, &tails) {
-            Ok(a) => a,
+        let target = &self.shared.ctx.flow.target_client;
+        let settled = tail::open_transactions(target, &tails).and_then(|open| {
+            let closed: Vec<((String, i32), i64)> = tails
+                .iter()
+                .filter(|(k, _)| !open.contains_key(k))
+                .cloned()
+                .collect();
+            Ok((open, tail::aborted_wraps(target, &closed)?))
+        });
+        let (open, aborted) = match settled {
+            Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
                 for (topic, partition) in &fenced {
@@ -104,6 +113,18 @@ impl Aligned {
                 ends.get(&(slot.remote.clone(), partition)),
             ) else {
                 self.prepare_again(idx, Duration::from_secs(1));
+                continue;
+            };
+            if let Some(&high) = open.get(&(slot.remote.clone(), partition)) {
+                if let Some(offset) = self.open_at_end(idx, *bounds, end, high) {
+                    ready.push((topic, partition, offset));
+                }
+                continue;
+            }
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.open_closes = 0;
+            }
+            let Some(slot) = self.slots.get(idx) else {
                 continue;
             };
             let stored = self.shared.positions.get(&topic, partition);

@@ -4,6 +4,8 @@
 //! `init_transactions`: the offsets still match, but the record is invisible to
 //! `read_committed` readers. It is found by reading the record two offsets before the end both
 //! ways: a copied record (not a filler) that only `read_uncommitted` returns was aborted.
+//! Before that, a partition whose last transaction is still open (its records neither
+//! committed nor aborted yet) is not judged at all: its end is not known until it closes.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::FILLER_HEADER;
+use crate::kafka::log_bounds::log_bounds;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -43,6 +46,35 @@ pub fn aborted_wraps(
                 && visible.get(key).is_none_or(|v| v.0 != *at)
         })
         .map(|(key, _)| key)
+        .collect())
+}
+
+/// Of `stable` ((remote topic, partition) -> where the log ends for `read_committed` readers:
+/// the last stable offset), the partitions where a transaction is still open, with their high
+/// watermark beyond the stable end (or the stable end when it could not be read: open until
+/// known). Resuming at the stable end there put the next copy past its source offset.
+pub fn open_transactions(
+    target: &ClientConfig,
+    stable: &[((String, i32), i64)],
+) -> Result<HashMap<(String, i32), i64>, KafkaError> {
+    if stable.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let consumer: BaseConsumer = target
+        .clone()
+        .set("group.id", "mirrorflow-aligned-tail")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .create()?;
+    let keys: Vec<(String, i32)> = stable.iter().map(|(k, _)| k.clone()).collect();
+    let high = log_bounds(&consumer, &keys, READ_TIMEOUT)?;
+    Ok(stable
+        .iter()
+        .filter_map(|(key, end)| match high.get(key) {
+            Some(b) if b.end == *end => None,
+            Some(b) => Some((key.clone(), b.end)),
+            None => Some((key.clone(), *end)),
+        })
         .collect())
 }
 
