@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition};
-use mirrorflow_e2e::{World, eventually, kafka, unique};
+use mirrorflow_e2e::{World, eventually, fidelity, kafka, unique};
 use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, NewPartitions, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -790,15 +790,47 @@ async fn two_replicators_split_the_partitions() -> Result<()> {
 /// copying a record twice.
 #[tokio::test]
 async fn two_consumers_in_one_replica_split_its_partitions_and_hand_them_on() -> Result<()> {
-    let s = Setup::new("consumers")?;
-    let topic = unique("consumers");
+    two_consumers_split_and_hand_on("consumers", "").await?;
+    Ok(())
+}
+
+/// The same with `offsets: Aligned`: each consumer's partitions get their own transactional
+/// producers, and every copied record keeps its source offset across the split and the handover.
+#[tokio::test]
+async fn two_aligned_consumers_in_one_replica_keep_every_offset() -> Result<()> {
+    let (topic, remote) =
+        two_consumers_split_and_hand_on("consumersal", "offsets: Aligned\n").await?;
+    for p in 0..6 {
+        let source = fidelity::read_visible(&topic.0, &topic.1, p)?;
+        let target = fidelity::read_visible(&remote.0, &remote.1, p)?;
+        let at = |recs: &[fidelity::Rec]| -> Vec<(i64, String)> {
+            recs.iter().map(|r| (r.offset, r.value.clone())).collect()
+        };
+        ensure!(
+            at(&source) == at(&target),
+            "partition {p}: the target's records are not at their source offsets"
+        );
+    }
+    Ok(())
+}
+
+/// Runs the two-consumer scenario with `mode` added to the flow; returns (source bootstrap,
+/// topic) and (target bootstrap, remote topic).
+async fn two_consumers_split_and_hand_on(
+    prefix: &str,
+    mode: &str,
+) -> Result<((String, String), (String, String))> {
+    let s = Setup::new(prefix)?;
+    let topic = unique(prefix);
     kafka::create_topic(&s.world.source_bootstrap, &topic, 6).await?;
     let producer = kafka::producer(&s.world.source_bootstrap, Duration::from_secs(30))?;
     let remote = s.remote(&topic);
     produce(&producer, &topic, &records("before", 6, 600)).await?;
     let two = s.flow(
         &[&topic],
-        "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 2}\n",
+        &format!(
+            "{mode}sourceLoop: {{topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 2}}\n"
+        ),
     );
     let mut a = s.start("a", &two)?;
     wait_for_count(&s.world.target_bootstrap, &remote, 600)
@@ -843,7 +875,9 @@ async fn two_consumers_in_one_replica_split_its_partitions_and_hand_them_on() ->
     produce(&producer, &topic, &records("later", 6, 600)).await?;
     let one = s.flow(
         &[&topic],
-        "sourceLoop: {topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 1}\n",
+        &format!(
+            "{mode}sourceLoop: {{topicsRefreshInterval: 1s, offsetSyncInterval: 1s, consumers: 1}}\n"
+        ),
     );
     let b = s.start("b", &one)?;
     wait_for_count(&s.world.target_bootstrap, &remote, 7200)
@@ -858,7 +892,10 @@ async fn two_consumers_in_one_replica_split_its_partitions_and_hand_them_on() ->
         "both consumers stored their positions on a graceful stop"
     );
     assert_eq!(b.metric("mirrorflow_source_consumers"), Some(1.0));
-    Ok(())
+    Ok((
+        (s.world.source_bootstrap.clone(), topic),
+        (s.world.target_bootstrap.clone(), remote),
+    ))
 }
 
 /// Partitions each source consumer of a replica owns, by its latest assignment log line
