@@ -126,6 +126,15 @@ async fn source_topic_acls_reach_the_remote_topic_within_the_refresh_interval() 
         .into_iter()
         .next()
         .map_or(Ok(()), Err)?;
+    // The controller takes the binding before the broker that answers DescribeAcls applies
+    // it: the probe below must see the binding the test set up (CI once probed 1 s too early).
+    eventually("the closing ACL readable on the source", WAIT, || async {
+        let acls = source.topic_acls().await?;
+        Ok(acls
+            .contains(&allow(&topic, &other, Operation::Read))
+            .then_some(()))
+    })
+    .await?;
 
     let flow = format!(
         "source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n\
