@@ -96,11 +96,13 @@ struct Rec {
     timestamp: Option<i64>,
 }
 
+/// A reader of the tests' topics; it reports reaching a partition's end (see [`read_all`]).
 fn consumer(bootstrap: &str) -> Result<BaseConsumer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "mirrorflow-e2e-source-reader")
         .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
         .create()?)
 }
 
@@ -133,12 +135,7 @@ fn watermarks(bootstrap: &str, topic: &str) -> Result<Vec<(i64, i64)>> {
 fn read_all(bootstrap: &str, topic: &str) -> Result<Vec<Rec>> {
     let marks = watermarks(bootstrap, topic)?;
     let ends: Vec<i64> = marks.iter().map(|(_, h)| *h).collect();
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "mirrorflow-e2e-source-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()?;
+    let c = consumer(bootstrap)?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..ends.len() as i32 {
         tpl.add_partition_offset(topic, p, Offset::Beginning)?;

@@ -53,21 +53,16 @@ pub fn aborted_wraps(
 /// the last stable offset), the partitions where a transaction is still open, with their high
 /// watermark beyond the stable end (or the stable end when it could not be read: open until
 /// known). Resuming at the stable end there put the next copy past its source offset.
+/// `uncommitted`: a `read_uncommitted` client of the target (the policy's watermark reader).
 pub fn open_transactions(
-    target: &ClientConfig,
+    uncommitted: &BaseConsumer,
     stable: &[((String, i32), i64)],
 ) -> Result<HashMap<(String, i32), i64>, KafkaError> {
     if stable.is_empty() {
         return Ok(HashMap::new());
     }
-    let consumer: BaseConsumer = target
-        .clone()
-        .set("group.id", "mirrorflow-aligned-tail")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_uncommitted")
-        .create()?;
     let keys: Vec<(String, i32)> = stable.iter().map(|(k, _)| k.clone()).collect();
-    let high = log_bounds(&consumer, &keys, READ_TIMEOUT)?;
+    let high = log_bounds(uncommitted, &keys, READ_TIMEOUT)?;
     Ok(still_open(stable, &high))
 }
 
