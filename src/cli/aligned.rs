@@ -79,7 +79,7 @@ pub fn misaligned_partitions(
     Ok(reader
         .gaps()
         .iter()
-        .filter(|g| g.kind == crate::kafka::positions::GapKind::Misaligned)
+        .filter(|g| g.kind.breaks_alignment())
         .map(|g| (g.topic.clone(), g.partition))
         .collect())
 }

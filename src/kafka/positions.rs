@@ -66,6 +66,11 @@ pub enum GapKind {
     /// partition's log start with the source's could not be deleted (DeleteRecords refused),
     /// so consumers reading the remote topic from its beginning see them. Offsets are aligned.
     FillersNotDeleted,
+    /// Aligned copying: a transaction another producer opened on the remote partition at
+    /// TARGET offset `from` (its `read_committed` end) was still open when the replica took
+    /// the partition, whose high watermark was `to`. `read_committed` consumers of the remote
+    /// partition read nothing past `from` until it ends; the partition is copied on translated.
+    OpenTransaction,
 }
 
 impl GapKind {
@@ -85,6 +90,7 @@ impl GapKind {
             GapKind::RecordRejected { .. } => 3,
             GapKind::Misaligned => 4,
             GapKind::FillersNotDeleted => 5,
+            GapKind::OpenTransaction => 6,
         }
     }
 
@@ -100,6 +106,7 @@ impl GapKind {
             },
             4 => GapKind::Misaligned,
             5 => GapKind::FillersNotDeleted,
+            6 => GapKind::OpenTransaction,
             _ => return None,
         })
     }
@@ -113,7 +120,14 @@ impl GapKind {
             GapKind::RecordRejected { .. } => "RecordRejected",
             GapKind::Misaligned => "OffsetsMisaligned",
             GapKind::FillersNotDeleted => "FillersNotDeleted",
+            GapKind::OpenTransaction => "OpenTransaction",
         }
+    }
+
+    /// Whether the partition's offsets are translated from the break on (the status's
+    /// `OffsetsAligned`), rather than records missing (`Gapless`).
+    pub fn breaks_alignment(self) -> bool {
+        matches!(self, GapKind::Misaligned | GapKind::OpenTransaction)
     }
 }
 
@@ -164,6 +178,9 @@ impl Gap {
             GapKind::FillersNotDeleted => format!(
                 "{t}[{p}]: the {} filler records at target offsets {from}..{to} that align the remote partition with the source's log start could not be deleted (DeleteRecords refused), so consumers reading the remote topic from its beginning see them (header mirrorflow.filler); offsets are aligned. Grant the flow's target principal DELETE on the remote topic and delete records before offset {to} (kafka-delete-records.sh), or let retention remove them",
                 to.saturating_sub(from)
+            ),
+            GapKind::OpenTransaction => format!(
+                "{t}[{p}]: a transaction another producer opened on the remote partition at target offset {from} is still open (the partition then ended at {to}): read_committed consumers of the remote partition read nothing past offset {from} until it ends, and offsets from there on are translated through offset syncs. Find the other writer; an administrator of the target ends the transaction with: kafka-transactions.sh --bootstrap-server <target> abort --topic <remote topic of {t}> --partition {p} --start-offset {from}"
             ),
         }
     }
@@ -432,6 +449,29 @@ mod tests {
         assert_eq!((value.len(), value[1]), (18, 5));
         assert_eq!(Gap::decode(&key, &value), Some(gap.clone()));
         assert_eq!(gap.kind.reason(), "FillersNotDeleted");
+    }
+
+    #[test]
+    fn an_open_transaction_round_trips_and_names_the_fix() {
+        let gap = Gap {
+            topic: "orders".into(),
+            partition: 3,
+            kind: GapKind::OpenTransaction,
+            from: 22,
+            to: 40,
+            detected_ms: 1_800_000_000_000,
+        };
+        let (key, value) = gap.encode();
+        assert_eq!((value.len(), value[1]), (18, 6));
+        assert_eq!(Gap::decode(&key, &value), Some(gap.clone()));
+        assert_eq!(gap.kind.reason(), "OpenTransaction");
+        assert!(gap.kind.breaks_alignment() && GapKind::Misaligned.breaks_alignment());
+        assert!(!GapKind::FillersNotDeleted.breaks_alignment());
+        let said = gap.describe();
+        assert!(
+            said.contains("--partition 3 --start-offset 22") && said.contains("past offset 22"),
+            "{said}"
+        );
     }
 
     #[test]

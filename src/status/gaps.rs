@@ -18,7 +18,7 @@ pub(super) fn gap_list(
         Some(found) => found
             .iter()
             // Nothing was skipped there: `OffsetsAligned` reports it.
-            .filter(|g| g.kind != GapKind::Misaligned)
+            .filter(|g| !g.kind.breaks_alignment())
             .map(|g| {
                 let at = k8s_openapi::jiff::Timestamp::from_millisecond(g.detected_ms)
                     .map(|t| t.to_string())
@@ -116,11 +116,15 @@ pub(super) fn offsets_aligned(obs: &Observation, previous: &[Condition]) -> Verd
             "the flow's positions topic on the target could not be read yet, so whether every partition is aligned is not known; it is created when the replicator starts",
         );
     };
-    let mut broken: Vec<_> = found
-        .iter()
-        .filter(|g| g.kind == GapKind::Misaligned)
-        .collect();
+    let mut broken: Vec<_> = found.iter().filter(|g| g.kind.breaks_alignment()).collect();
     broken.sort_by_key(|g| g.detected_ms);
+    // An open transaction keeps the remote partition's read_committed consumers from reading
+    // on until an administrator ends it: that break is the one to show, whenever it happened.
+    let shown = broken
+        .iter()
+        .rev()
+        .find(|g| g.kind == GapKind::OpenTransaction)
+        .map(|g| ("an open transaction", *g));
     let Some(first) = broken.first() else {
         return verdict(
             OFFSETS_ALIGNED,
@@ -134,15 +138,16 @@ pub(super) fn offsets_aligned(obs: &Observation, previous: &[Condition]) -> Verd
         .map(|g| format!("{}[{}]", g.topic, g.partition))
         .collect();
     partitions.dedup();
+    let (label, shown) = shown.unwrap_or(("first", first));
     verdict(
         OFFSETS_ALIGNED,
         false,
         reason::OFFSETS_MISALIGNED,
         format!(
-            "{} partition(s) lost alignment ({}); first: {}. Consumers of those partitions must fail over through checkpoints (translated offsets), not by reusing source offsets. Find what else writes to the remote topic; a new flow with new remote topics aligns again.",
+            "{} partition(s) lost alignment ({}); {label}: {}. Consumers of those partitions must fail over through checkpoints (translated offsets), not by reusing source offsets. Find what else writes to the remote topic; a new flow with new remote topics aligns again.",
             partitions.len(),
             partitions.join(", "),
-            first.describe()
+            shown.describe()
         ),
     )
 }

@@ -461,6 +461,47 @@ fn aligned_flows_report_offsets_aligned_and_a_break_is_not_a_gap() {
 }
 
 #[test]
+fn an_open_transaction_is_the_alignment_break_shown_with_its_fix() {
+    let limits = FailoverReadinessSpec::default();
+    let t = 1_800_000_000_000;
+    let open = Observation {
+        aligned: true,
+        gaps: Some(vec![
+            Gap {
+                from: 120,
+                to: 125,
+                ..gap("orders", GapKind::Misaligned, t)
+            },
+            Gap {
+                partition: 4,
+                from: 22,
+                to: 30,
+                ..gap("payments", GapKind::OpenTransaction, t + 1)
+            },
+        ]),
+        ..healthy()
+    };
+    let s = status(None, &open, &limits, None, &now());
+    let c = cond(&s, OFFSETS_ALIGNED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::OFFSETS_MISALIGNED)
+    );
+    assert!(
+        c.message.starts_with("2 partition(s) lost alignment")
+            && c.message.contains("an open transaction: payments[4]")
+            && c.message.contains(
+                "abort --topic <remote topic of payments> --partition 4 --start-offset 22"
+            ),
+        "{}",
+        c.message
+    );
+    // Nothing was skipped: neither break is a gap.
+    assert!(s.gaps.is_empty());
+    assert_eq!(cond(&s, GAPLESS).status, "True");
+}
+
+#[test]
 fn unread_positions_keep_the_last_alignment_verdict() {
     let limits = FailoverReadinessSpec::default();
     let unknown = Observation {

@@ -517,6 +517,7 @@ async fn an_open_transaction_at_the_remote_end_is_recorded_not_waited_for() -> R
         .with_context(|| r.log_text())?;
     r.stop(Duration::from_secs(15));
 
+    let (_, opened_at) = reader(&target)?.fetch_watermarks(&remote, 0, Duration::from_secs(10))?;
     let foreign = transactional(&target)?;
     foreign.begin_transaction()?;
     send_in(&foreign, &remote, 0, &["foreign-open".to_string()]).await?;
@@ -524,17 +525,22 @@ async fn an_open_transaction_at_the_remote_end_is_recorded_not_waited_for() -> R
     send_in(&plain, &topic, 0, &after).await?;
     let started = Instant::now();
     let r = s.start("r2", &flow).await?;
-    eventually(
+    let open = eventually(
         "the open transaction is recorded as a break",
         Duration::from_secs(40),
         || async {
-            let now = misalignments(&target, &s.a, &topic)?;
+            let now = gaps_of(&target, &s.a, &topic, GapKind::OpenTransaction)?;
             Ok((!now.is_empty()).then_some(now))
         },
     )
     .await
     .with_context(|| r.log_text())?;
     println!("open transaction recorded after {:?}", started.elapsed());
+    // At the transaction's first offset: the offset the administrator's abort names.
+    ensure!(
+        open.iter().all(|&(p, from, _)| (p, from) == (0, opened_at)),
+        "the break names the open transaction's first offset {opened_at}: {open:?}"
+    );
     ensure!(
         r.log_text()
             .contains("a transaction of another producer stays open"),

@@ -10,7 +10,8 @@
 //! filler to the partition and aborts ends it, the stray record aborted with the filler. The
 //! copy then goes on translated from the stray record's offset, its break recorded. An open
 //! transaction of another producer cannot be ended that way: after a few tries the partition is
-//! copied on translated and the break recorded, and the error names the administrator's fix.
+//! copied on translated and the break recorded ([`GapKind::OpenTransaction`]: the status names
+//! the administrator's fix).
 
 use super::write::{filler, filler_headers};
 use super::*;
@@ -57,8 +58,20 @@ impl Aligned {
         tracing::error!(%topic, partition, %remote, stable_end, high,
             "a transaction of another producer stays open on the remote partition: its read_committed readers cannot read past offset {stable_end} until it ends (an administrator can end it: kafka-transactions.sh abort --topic {remote} --partition {partition} --start-offset {stable_end}); copying on, translated");
         self.count_error("open_transaction");
-        let gap = continuity::found_now(&topic, partition, (GapKind::Misaligned, stable_end, high));
-        self.write_gap(&gap);
+        // Taken again later (a rebalance), the same transaction is the same break.
+        let recorded = self.shared.positions.gaps().iter().any(|g| {
+            g.kind == GapKind::OpenTransaction
+                && (g.topic.as_str(), g.partition, g.from)
+                    == (topic.as_str(), partition, stable_end)
+        });
+        if !recorded {
+            let gap = continuity::found_now(
+                &topic,
+                partition,
+                (GapKind::OpenTransaction, stable_end, high),
+            );
+            self.write_gap(&gap);
+        }
         self.resume_translated(
             idx,
             self.shared.positions.get(&topic, partition),

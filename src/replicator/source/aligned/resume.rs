@@ -128,9 +128,10 @@ impl Aligned {
                 continue;
             };
             let stored = self.shared.positions.get(&topic, partition);
-            let broke_before = self.shared.positions.gaps().iter().any(|g| {
-                g.kind == GapKind::Misaligned && g.topic == topic && g.partition == partition
-            });
+            let broke_before =
+                self.shared.positions.gaps().iter().any(|g| {
+                    g.kind.breaks_alignment() && g.topic == topic && g.partition == partition
+                });
             let mut recorded = broke_before;
             if aborted.contains(&(slot.remote.clone(), partition)) && !broke_before {
                 // The previous writer died inside the transaction wrapping the record at
