@@ -85,6 +85,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         target_reach.clone(),
         tx,
         None,
+        None,
         move |m| {
             let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
             (hb.source_alias == want_source && hb.target_alias == want_target)

@@ -23,7 +23,13 @@
 //! MM2's monotonic rule ([`CheckpointTracker`]): first checkpoint, group rewound upstream, or
 //! downstream advanced. The tracker is rebuilt from the checkpoints topic before anything is
 //! written, and keeps following it for the groups other replicas own, so a restart or a
-//! group moving between replicas stays monotonic. A checkpoint counts as written once the
+//! group moving between replicas stays monotonic. After every assignment nothing is written
+//! until the follower has read the topic up to its end as of the assignment (a mark), and
+//! what it reads meanwhile may advance the tracker even for the groups this replica owns:
+//! their previous owner may have written after this replica last looked (a replica frozen
+//! past its session timeout comes back owning groups others checkpointed meanwhile, with
+//! offset syncs that lag theirs; without this it wrote checkpoints thousands of records
+//! behind theirs, found by the chaos test). A checkpoint counts as written once the
 //! target acknowledged it; a failed write is retried with backoff.
 //!
 //! Group offset sync into the target is optional and lives in [`group_sync`]; its per-group
@@ -49,7 +55,9 @@ use tokio_util::sync::CancellationToken;
 use self::group_sync::GroupView;
 use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use self::support::{AckedProducer, Reachability, assign_only_consumer, follow_partition};
+use self::support::{
+    AckedProducer, EndMarks, Reachability, assign_only_consumer, follow_partition,
+};
 use super::Context;
 use crate::api::OffsetSyncsLocation;
 use crate::mm2::{
@@ -82,6 +90,8 @@ pub enum Event {
     /// A checkpoint read back from the checkpoints topic, with its record timestamp.
     CheckpointRead(Checkpoint, Option<i64>),
     CheckpointsLoaded,
+    /// The checkpoints follower read everything the topic held when mark N was asked for.
+    CheckpointsMark(u64),
 }
 
 const EVENT_BUFFER: usize = 4096;
@@ -109,6 +119,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let readers = shutdown.child_token();
     let _stop_readers = readers.clone().drop_guard();
     let (tx, mut rx) = mpsc::channel(EVENT_BUFFER);
+    let (mark_sender, mark_requests) = std::sync::mpsc::channel();
 
     follow_partition(
         "the checkpoints topic",
@@ -118,6 +129,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         target_reach.clone(),
         tx.clone(),
         Some(Event::CheckpointsLoaded),
+        Some(EndMarks {
+            requests: mark_requests,
+            reached: Event::CheckpointsMark,
+        }),
         |m| {
             let cp = Checkpoint::decode(m.key()?, m.payload()?).ok()?;
             Some(Event::CheckpointRead(cp, m.timestamp().to_millis()))
@@ -149,6 +164,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         syncs_reach,
         tx.clone(),
         Some(Event::SyncsLoaded),
+        None,
         move |m| {
             let Some((sync, origin)) = crate::kafka::checkpoints::offset_sync(m) else {
                 sync_errors.inc();
@@ -168,6 +184,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         Offset::Beginning,
         target_reach.clone(),
         tx.clone(),
+        None,
         None,
         |m| {
             let gap = crate::kafka::positions::Gap::decode(m.key()?, m.payload()?)?;
@@ -242,6 +259,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             target_alias: flow.target_alias(),
         }),
     };
+    shell.core.marks = Some(mark_sender);
 
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -298,6 +316,11 @@ struct Core<'a> {
     dirty: HashSet<(String, TopicPartition)>,
     assigned_once: bool,
     checkpoints_loaded: bool,
+    /// Where mark requests go (the checkpoints follower); none in tests without one.
+    marks: Option<std::sync::mpsc::Sender<u64>>,
+    last_mark: u64,
+    /// The mark asked for at the latest assignment, until the follower reaches it.
+    awaited_mark: Option<u64>,
     last_checkpoint: HashMap<String, SystemTime>,
     /// Per group, committed source partitions without a translation.
     uncovered: HashMap<String, HashSet<TopicPartition>>,
@@ -331,6 +354,9 @@ impl<'a> Core<'a> {
             dirty: HashSet::new(),
             assigned_once: false,
             checkpoints_loaded: false,
+            marks: None,
+            last_mark: 0,
+            awaited_mark: None,
             last_checkpoint: HashMap::new(),
             uncovered: HashMap::new(),
             changed_groups: HashSet::new(),
@@ -341,13 +367,29 @@ impl<'a> Core<'a> {
 }
 
 impl Core<'_> {
-    fn ready_to_evaluate(&self) -> bool {
+    fn inputs_loaded(&self) -> bool {
         self.checkpoints_loaded && self.store.is_loaded()
     }
 
-    /// Whether everything the loop reads at start is loaded: the readiness the pod reports.
+    fn ready_to_evaluate(&self) -> bool {
+        self.inputs_loaded() && self.awaited_mark.is_none()
+    }
+
+    /// Whether everything the loop reads at start is loaded: the readiness the pod reports
+    /// (a mark after a later assignment takes a fetch or two; readiness does not flap on it).
     fn loaded(&self) -> bool {
-        self.ready_to_evaluate() && self.assigned_once && self.commits.all_caught_up()
+        self.inputs_loaded() && self.assigned_once && self.commits.all_caught_up()
+    }
+
+    /// Asks the checkpoints follower for a mark; nothing is evaluated until it arrives.
+    fn await_checkpoints_mark(&mut self) {
+        let Some(marks) = &self.marks else {
+            return;
+        };
+        self.last_mark += 1;
+        if marks.send(self.last_mark).is_ok() {
+            self.awaited_mark = Some(self.last_mark);
+        }
     }
 
     fn handle(&mut self, event: Event) {
@@ -358,6 +400,7 @@ impl Core<'_> {
                     self.commits.assign(p);
                 }
                 self.assigned_once = true;
+                self.await_checkpoints_mark();
             }
             Event::Revoked(partitions) => {
                 tracing::info!(partitions = ?partitions, "revoked __consumer_offsets partitions");
@@ -436,14 +479,30 @@ impl Core<'_> {
             }
             Event::CheckpointRead(cp, timestamp_ms) => {
                 // Groups this replica owns are authoritative in memory: a read-back of its own
-                // older write must not roll the tracker back.
-                if !self.checkpoints_loaded || !self.commits.is_owned_group(&cp.group) {
+                // older write must not roll the tracker back. Until the mark of an assignment,
+                // another owner's later writes may still come: taken when they advance.
+                let owned = self.checkpoints_loaded && self.commits.is_owned_group(&cp.group);
+                let advances = || {
+                    self.tracker
+                        .last(&cp.group, &cp.topic_partition)
+                        .is_none_or(|(_, down)| cp.downstream_offset > down)
+                };
+                if !owned || (self.awaited_mark.is_some() && advances()) {
                     self.tracker.record_at(&cp, timestamp_ms);
                     if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
                         let at = UNIX_EPOCH + Duration::from_millis(ms);
                         let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
                         *last = (*last).max(at);
                     }
+                }
+            }
+            Event::CheckpointsMark(mark) => {
+                if self.awaited_mark == Some(mark) {
+                    self.awaited_mark = None;
+                    tracing::debug!(
+                        mark,
+                        "checkpoints read up to their end as of the latest assignment"
+                    );
                 }
             }
             Event::CheckpointsLoaded => {

@@ -165,10 +165,19 @@ pub fn assign_only_consumer(client: &ClientConfig) -> Result<BaseConsumer<QuietE
         .create_with_context(QuietEof)
 }
 
+/// Requests to a follower ([`follow_partition`]): "tell me once you have read everything the
+/// partition held when this request arrived". Each request is a number; the follower answers
+/// with `reached(number)` through its channel, after every record before that end.
+pub struct EndMarks<E> {
+    pub requests: std::sync::mpsc::Receiver<u64>,
+    pub reached: fn(u64) -> E,
+}
+
 /// Follows partition 0 of `topic` from `start` on a dedicated thread, mapping each record
 /// with `on_record` into the channel, and sending `loaded` once the partition's end as of
 /// the start was reached (at once when the topic does not exist yet; records that appear
-/// later still flow). The thread ends when `shutdown` fires or the receiver is dropped.
+/// later still flow), and answering `marks` (see [`EndMarks`]). The thread ends when
+/// `shutdown` fires or the receiver is dropped.
 #[allow(clippy::too_many_arguments)]
 pub fn follow_partition<E, F>(
     what: &'static str,
@@ -178,6 +187,7 @@ pub fn follow_partition<E, F>(
     reach: Arc<Reachability>,
     tx: mpsc::Sender<E>,
     loaded: Option<E>,
+    marks: Option<EndMarks<E>>,
     mut on_record: F,
     shutdown: CancellationToken,
 ) -> std::thread::JoinHandle<()>
@@ -231,11 +241,39 @@ where
             return;
         }
         let mut last_probe = Instant::now();
+        // The offset after the last record read, and the marks waiting for it: (mark, end).
+        let mut next_offset = 0i64;
+        let mut unanswered: Vec<u64> = Vec::new();
+        let mut waiting: Vec<(u64, i64)> = Vec::new();
         while !shutdown.is_cancelled() {
+            if let Some(marks) = &marks {
+                unanswered.extend(marks.requests.try_iter());
+                if !unanswered.is_empty() {
+                    // Unreachable: asked again on the next round (the loop waits meanwhile).
+                    if let Ok((low, high)) =
+                        consumer.fetch_watermarks(&topic, 0, Duration::from_secs(2))
+                    {
+                        let end = if high > low { high } else { 0 };
+                        waiting.extend(unanswered.drain(..).map(|mark| (mark, end)));
+                    }
+                }
+                let mut failed = false;
+                waiting.retain(|&(mark, end)| {
+                    if next_offset < end || failed {
+                        return true;
+                    }
+                    failed = tx.blocking_send((marks.reached)(mark)).is_err();
+                    false
+                });
+                if failed {
+                    return;
+                }
+            }
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
                     reach.ok();
                     let offset = m.offset();
+                    next_offset = offset.saturating_add(1);
                     if let Some(event) = on_record(&m)
                         && tx.blocking_send(event).is_err()
                     {

@@ -528,6 +528,102 @@ fn checkpoints_read_back_rebuild_the_tracker_but_never_roll_back_an_owned_group(
     assert_eq!(c.last_checkpoint.get("other"), Some(&at_ms(1_500)));
 }
 
+/// The chaos test's failure (exactly-once, a replica frozen past its session timeout): the
+/// frozen replica comes back owning the group again, with offset syncs that lag; meanwhile
+/// another replica checkpointed the group from fresher syncs. Its conservative translation
+/// of the same commit must not be written after theirs.
+#[test]
+fn after_an_assignment_another_owners_later_checkpoints_are_read_before_anything_is_written() {
+    let n = names();
+    let mut c = core(&n);
+    let (marks, requests) = std::sync::mpsc::channel();
+    c.marks = Some(marks);
+    for event in [
+        Event::CheckpointsLoaded,
+        Event::SyncsLoaded,
+        Event::Assigned(vec![3]),
+    ] {
+        c.handle(event);
+    }
+    assert_eq!(
+        requests.try_recv().ok(),
+        Some(1),
+        "a mark asked for at the assignment"
+    );
+    c.handle(sync(tp("t", 1), 399, 400, 1));
+    c.handle(commit(3, "g", tp("t", 1), 399));
+    c.handle(Event::CaughtUp(3));
+    assert!(
+        flush_acked(&mut c, at_ms(1)).is_empty(),
+        "nothing before the mark"
+    );
+    c.handle(Event::CheckpointsMark(1));
+    assert_eq!(
+        flush_acked(&mut c, at_ms(2)),
+        [checkpoint("g", tp("A.t", 1), 399, 400)]
+    );
+
+    // Frozen; the group moved to another replica, which wrote from syncs this one lacks;
+    // back, this replica loses the partition and is given it again.
+    c.handle(Event::Revoked(vec![3]));
+    c.handle(Event::Assigned(vec![3]));
+    assert_eq!(requests.try_recv().ok(), Some(2));
+    c.handle(commit(3, "g", tp("t", 1), 4563));
+    c.handle(Event::CaughtUp(3));
+    assert!(
+        flush_acked(&mut c, at_ms(3)).is_empty(),
+        "nothing before the mark, though the commit is dirty"
+    );
+    c.handle(Event::CheckpointRead(
+        checkpoint("g", tp("A.t", 1), 4563, 4565),
+        Some(3),
+    ));
+    // A read-back of this replica's own older write does not roll the tracker back.
+    c.handle(Event::CheckpointRead(
+        checkpoint("g", tp("A.t", 1), 399, 400),
+        Some(4),
+    ));
+    c.handle(Event::CheckpointsMark(2));
+    assert_eq!(c.tracker.last("g", &tp("A.t", 1)), Some((4563, 4565)));
+    assert!(
+        flush_acked(&mut c, at_ms(4)).is_empty(),
+        "4563 translates to 401 through the lagging syncs: behind the other owner's 4565"
+    );
+    c.handle(sync(tp("t", 1), 4600, 4602, 5));
+    assert!(
+        flush_acked(&mut c, at_ms(5)).is_empty(),
+        "still not past 4565"
+    );
+    c.handle(commit(3, "g", tp("t", 1), 4601));
+    assert_eq!(
+        flush_acked(&mut c, at_ms(6)),
+        [checkpoint("g", tp("A.t", 1), 4601, 4603)]
+    );
+}
+
+#[test]
+fn a_mark_of_an_older_assignment_does_not_end_the_wait_for_a_newer_one() {
+    let n = names();
+    let mut c = core(&n);
+    let (marks, _requests) = std::sync::mpsc::channel();
+    c.marks = Some(marks);
+    for event in [
+        Event::CheckpointsLoaded,
+        Event::SyncsLoaded,
+        Event::Assigned(vec![0]),
+        Event::Assigned(vec![1]),
+        Event::CaughtUp(0),
+        Event::CaughtUp(1),
+        Event::CheckpointsMark(1),
+    ] {
+        c.handle(event);
+    }
+    assert!(!c.ready_to_evaluate(), "mark 2 is awaited");
+    assert!(c.loaded(), "readiness does not wait for marks");
+    c.handle(Event::CheckpointsMark(2));
+    assert!(c.ready_to_evaluate());
+}
+
 #[test]
 fn a_groups_last_checkpoint_time_is_the_newest_read_back() {
     let n = names();
