@@ -40,9 +40,14 @@ rm -f "$tools_log"
 started_here=false
 smoke_pid=""
 # Stops what this script started and is still running when it ends (a failure included).
+# No `a && b` here: under `set -e` a failing b (a smoke run already ended, so nothing to kill)
+# ends the trap before the world is stopped.
 finish() {
-  [ -n "$smoke_pid" ] && kill -- -"$smoke_pid" 2>/dev/null
-  $started_here && "$HERE/world.sh" down
+  if [ -n "$smoke_pid" ]; then
+    kill -- -"$smoke_pid" 2>/dev/null || true
+    echo "(the benchmark smoke run's output so far: $smoke_log)"
+  fi
+  if $started_here; then "$HERE/world.sh" down; fi
   return 0
 }
 trap finish EXIT
