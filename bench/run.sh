@@ -36,7 +36,8 @@
 #                   our flow's source / target (trials; recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   oursq, mm2, mm2t)
+#                   oursq, ours2, oursp, mm2, mm2t); oursp (--compressed only): the driver's
+#                   batch-passthrough copy, a measurement of a copy without re-encoding, not the product
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
@@ -204,7 +205,7 @@ mm2_tuned() {
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursp]=p [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -239,14 +240,17 @@ cleanup() {
 
 # --- the two arms ----------------------------------------------------------------------------
 
-# arm_start ours|oursn|mm2|mm2t ALIAS TOPIC GROUP: starts a replicator of TOPIC (source alias
+# arm_start ARM ALIAS TOPIC GROUP: starts a replicator of TOPIC (source alias
 # ALIAS, target alias tALIAS, so no two runs share an offset-syncs topic) that also checkpoints
 # GROUP; returns at once (the watchers wait for it). oursn: ours writing uncompressed batches
 # (the producer default before issue 20); oursf: ours with 4x the fetch bytes in flight (a
 # trial for long round trips); oursq: ours with 8x the producer queue (32 MiB, a trial for
 # slow acknowledgements); ours2: the flow with 2 replicas, each a process with its own share of
 # the partitions and its own source connection (a trial for long round trips, where one
-# connection carries one window per round trip; copies only); mm2t: MirrorMaker 2 tuned.
+# connection carries one window per round trip; copies only); oursp: `mirrorflow-bench
+# passthrough`, the source's record batches written to the target as they are (what a copy costs
+# without decoding and compressing every record again; no offset syncs or checkpoints: copies
+# only); mm2t: MirrorMaker 2 tuned.
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
@@ -274,6 +278,11 @@ EOF
         if [ "$r" = 0 ]; then ARM_PID=$!; else ARM_MORE_PIDS+=($!); fi
       done
       ;;
+    oursp)
+      "$DRIVER" passthrough --source "$ARM_SRC" --target "$TGT" --topic "$topic" \
+        --remote-topic "$ARM_ALIAS.$topic" >"$LOGS/passthrough-$ARM_ALIAS.log" 2>&1 &
+      ARM_PID=$!
+      ;;
     mm2 | mm2t)
       local tuned=()
       [ "$ARM_KIND" = mm2t ] && mapfile -t tuned < <(mm2_tuned "$ARM_ALIAS" "t$ARM_ALIAS")
@@ -287,7 +296,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2)
+    ours | oursn | oursf | oursq | ours2 | oursp)
       local pid
       for pid in "$ARM_PID" "${ARM_MORE_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
@@ -464,11 +473,13 @@ latency() {
 
 # The compressed scenario: JSON-like 1 KiB records in lz4 and in zstd batches, copied by ours
 # (lz4 writes by default), ours writing uncompressed (the default before), MM2 defaults (writes
-# uncompressed) and MM2 tuned (lz4).
+# uncompressed) and MM2 tuned (lz4); with BENCH_ARMS also by the batch passthrough (oursp, the
+# source's codec kept).
 compressed() {
   local arms=(ours oursn mm2 mm2t) rep arm codec
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
-  if $SMOKE; then arms=(ours mm2t); fi
+  # Smoke: the passthrough measurement too, so it keeps working (seconds: no JVM to start).
+  if $SMOKE; then arms=(ours oursp mm2t); fi
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-lz4 bench-zstd
   blog "loading the compressed data sets: $JSON_N x $JSON_SIZE B JSON-like, lz4 and zstd batches"
   load_json bench-lz4 "$JSON_N" lz4

@@ -1,6 +1,6 @@
-//! The measuring side of `bench/run.sh`: it never replicates anything itself, it watches a
-//! replicator (ours or MirrorMaker 2) from outside through the clusters, so both arms are
-//! measured the same way.
+//! The measuring side of `bench/run.sh`: it watches a replicator (ours or MirrorMaker 2) from
+//! outside through the clusters, so both arms are measured the same way; apart from one
+//! measuring arm (`passthrough`), it never replicates anything itself.
 //!
 //! - `watch-copy`: waits until target topics hold a pre-loaded data set; copy window, CPU
 //!   seconds and peak RSS of the replicator process.
@@ -21,9 +21,14 @@
 //! - `init-groups`, `groups` (`groups.rs`): many groups committing on many partitions, and the
 //!   freshness of their checkpoints.
 //!
+//! - `passthrough` (`passthrough/`): the one exception to "never replicates": an arm for the
+//!   compressed scenario that copies record batches as they are, to measure what a copy costs
+//!   without decoding and compressing every record again (not the product; see its module).
+//!
 //! Every figure is printed as one JSON object on stdout.
 
 mod groups;
+mod passthrough;
 mod pipe;
 mod records;
 mod steady;
@@ -200,6 +205,26 @@ enum Cmd {
         #[arg(long)]
         topic: String,
     },
+    /// Copies `topic`'s record batches as they are into `remote_topic` until killed (an arm
+    /// of the compressed scenario, `oursp`: the cost of a copy without re-encoding).
+    Passthrough {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        remote_topic: String,
+        /// The product's fetch defaults below 25 ms of round trip.
+        #[arg(long, default_value_t = 4 << 20)]
+        max_bytes: i32,
+        #[arg(long, default_value_t = 1 << 20)]
+        partition_max_bytes: i32,
+        /// Produce requests outstanding (librdkafka's max.in.flight is 5).
+        #[arg(long, default_value_t = 5)]
+        in_flight: usize,
+    },
     /// Commits offset 0 for `groups` groups, group g on every partition of topic g mod topics.
     InitGroups {
         #[arg(long)]
@@ -341,6 +366,23 @@ fn main() -> Result<()> {
             size,
             codec,
         } => records::load_json(&bootstrap, &topics, n, size, &codec),
+        Cmd::Passthrough {
+            source,
+            target,
+            topic,
+            remote_topic,
+            max_bytes,
+            partition_max_bytes,
+            in_flight,
+        } => passthrough::run(&passthrough::Options {
+            source,
+            target,
+            topic,
+            remote_topic,
+            max_bytes,
+            partition_max_bytes,
+            in_flight,
+        }),
         Cmd::InitGroups {
             bootstrap,
             topics,
