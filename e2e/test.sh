@@ -47,7 +47,16 @@ finish() {
     kill -- -"$smoke_pid" 2>/dev/null || true
     echo "(the benchmark smoke run's output so far: $smoke_log)"
   fi
-  if $started_here; then "$HERE/world.sh" down; fi
+  if $started_here; then
+    # The world's state goes with it: keep the test logs of a failed run (the pods' logs of
+    # each failed test included) where the next look finds them.
+    if grep -qs "^FAIL" "${MF_STATE:-/nonexistent}/test-logs/summary"; then
+      kept="$(mktemp -d "${TMPDIR:-/tmp}/mirrorflow-test-logs.XXXXXX")"
+      cp -r "$MF_STATE/test-logs/." "$kept/" 2>/dev/null || true
+      echo "(the failed run's test logs are kept in $kept)"
+    fi
+    "$HERE/world.sh" down
+  fi
   return 0
 }
 trap finish EXIT

@@ -50,14 +50,17 @@ run_one() {
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))" >>"$LOGS/summary"
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))"
   if [ "$status" = FAIL ]; then
-    echo "----- $name (last 40 lines of $LOGS/$name.log, backtraces left out)"
+    # A failed test leaves its pods behind; their logs are what explains the failure, and
+    # the kubelet removes them with the pods.
+    cp -r "$MF_STATE/node/pod-logs" "$LOGS/$name.pods" 2>/dev/null || true
+    echo "----- $name (last 40 lines of $LOGS/$name.log, backtraces left out; pods' logs: $LOGS/$name.pods)"
     grep -Ev '^ +([0-9]+: |at )' "$LOGS/$name.log" | tail -n 40
     echo "-----"
     return 1
   fi
 }
 export -f run_one
-export ROOT LOGS
+export ROOT LOGS MF_STATE
 
 : >"$LOGS/summary"
 start=$SECONDS

@@ -314,6 +314,9 @@ where
                         tracing::error!(topic = %topic, error = %e, "cannot assign {what} again; not following it");
                         return;
                     }
+                    // Reading starts over in a log that may now be shorter: a mark's end is
+                    // reached by what is read from here on, not by the old log's offsets.
+                    next_offset = 0;
                 }
                 Some(Err(e)) => {
                     tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
