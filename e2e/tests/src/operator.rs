@@ -81,7 +81,14 @@ pub async fn wait_for_flow(
             .status
             .iter()
             .flat_map(|s| &s.conditions)
-            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+            .map(|c| {
+                // A timeout's message is all a failed CI run shows: say why each is not True.
+                if c.status == "True" {
+                    format!("{}={} ({})", c.type_, c.status, c.reason)
+                } else {
+                    format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message)
+                }
+            })
             .collect();
         anyhow::bail!("now {}", seen.join(", "))
     })

@@ -177,7 +177,15 @@ pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConf
         .set("enable.idempotence", "true")
         // Remote topics are created by discovery with the right partitions and configs.
         .set("allow.auto.create.topics", "false");
-    default(&mut c, "linger.ms", "5");
+    // Each copied record waits up to `linger.ms` here on top of its producer's own wait. At
+    // 5 ms (Kafka's Java producer default, MirrorMaker 2's) ours was 1 ms slower at the median
+    // than MirrorMaker 2 at 1000 records/s and lost two of three paired p99s
+    // (bench/results/2026-12-04-latency-full-reps3). Part of that is how the wait is kept:
+    // librdkafka sleeps in whole milliseconds rounded up, so 5 ms are 5-6 when other
+    // partitions' records wake it in between, where the Java producer's millisecond clock
+    // averages 5. At 3 ms ours won all three (bench/results/2026-12-05-latency-linger3-reps3; the
+    // cost under heavy traffic: -compressed-linger3); a flow may set its own.
+    default(&mut c, "linger.ms", "3");
     default(&mut c, "batch.size", "1000000");
     default(&mut c, "batch.num.messages", "10000");
     // The consumer hands over decompressed records, so the source producers' codec is gone by
