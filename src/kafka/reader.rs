@@ -14,6 +14,19 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+/// How far `consumer` has read partition 0 of `topic`: its position, which after compaction or
+/// transaction markers at the end is past the last record delivered. `None` when unknown.
+pub fn position_in<C, X>(consumer: &C, topic: &str) -> Option<i64>
+where
+    C: Consumer<X>,
+    X: rdkafka::consumer::ConsumerContext,
+{
+    match consumer.position().ok()?.find_partition(topic, 0)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
 /// A cluster that does not answer metadata within this does not answer at all.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -175,10 +188,7 @@ impl PartitionReader {
                 None => {
                     // Compaction or transaction markers can leave the last offsets without a
                     // record: the consumer's position tells how far the log was read.
-                    if let Ok(pos) = self.consumer.position()
-                        && let Some(Offset::Offset(o)) =
-                            pos.find_partition(&self.topic, 0).map(|e| e.offset())
-                    {
+                    if let Some(o) = position_in(&self.consumer, &self.topic) {
                         self.next = self.next.max(o);
                     }
                 }

@@ -28,6 +28,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use super::probe::ProbeContext;
 use crate::kafka::checkpoints::{self, CheckpointIndex};
 use crate::kafka::positions::{self, Frontier, Gap};
+use crate::kafka::reader::position_in;
 use crate::kafka::refusals::Refusals;
 use crate::kafka::writers::Claims;
 use crate::mm2::Heartbeat;
@@ -440,9 +441,7 @@ impl Cluster {
                 None => {
                     // Compaction or transaction markers can leave the last offsets without a
                     // record: the consumer's position tells how far the log was read.
-                    if let Ok(pos) = self.client.position()
-                        && let Some(Offset::Offset(o)) =
-                            pos.find_partition(topic, 0).map(|e| e.offset())
+                    if let Some(o) = position_in(&self.client, topic)
                         && let Some(t) = tails.get_mut(topic)
                     {
                         t.next = t.next.max(o);

@@ -17,6 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::kafka::reader::position_in;
 use crate::replicator::backoff::Backoff;
 pub use crate::replicator::reach::{Reachability, is_unreachable};
 
@@ -291,8 +292,10 @@ where
                     // At the end the position may be past the last record read: transaction
                     // markers (an MM2 writing checkpoints with exactly-once support) are
                     // never delivered, and a mark's end would stay out of reach.
-                    if marks.is_some() {
-                        next_offset = next_offset.max(end_position(&consumer, &topic));
+                    if marks.is_some()
+                        && let Some(position) = position_in(&consumer, &topic)
+                    {
+                        next_offset = next_offset.max(position);
                     }
                     if let Some(event) = loaded.take()
                         && tx.blocking_send(event).is_err()
@@ -335,19 +338,6 @@ where
             }
         }
     })
-}
-
-/// The consumer's position in partition 0 of `topic` (0 when unknown).
-fn end_position(consumer: &BaseConsumer<QuietEof>, topic: &str) -> i64 {
-    consumer
-        .position()
-        .ok()
-        .and_then(|list| list.find_partition(topic, 0).map(|p| p.offset()))
-        .and_then(|offset| match offset {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
