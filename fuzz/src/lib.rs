@@ -109,3 +109,46 @@ fn check_prefix_round_trip(policy: &PrefixPolicy, topic: &str) {
         assert_eq!(policy.topic_source(&remote), None);
     }
 }
+
+/// The input is a fetch answer's records for one partition. Every complete batch goes through
+/// the `read_committed` filter (the first transactional batch's producer counts as aborted from
+/// that batch on) and, when admitted, through [`batch::restamp`]: the copy must be one batch of
+/// the same size and records with a valid CRC, or the source batch's CRC must be wrong.
+pub fn fetched_batches(data: &[u8]) {
+    use mirrorflow_core::batch::{self, Admission, Committed, Stamp};
+    let all: Vec<batch::Batch<'_>> = batch::batches(data).map_while(Result::ok).collect();
+    let aborted: Vec<(i64, i64)> = all
+        .iter()
+        .find(|b| b.header.is_transactional())
+        .map(|b| (b.header.producer_id, b.header.base_offset))
+        .into_iter()
+        .collect();
+    let mut committed = Committed::new(&aborted);
+    let stamp = Stamp {
+        producer_id: 5,
+        producer_epoch: 1,
+        base_sequence: i32::MAX,
+        transactional: true,
+    };
+    for b in &all {
+        if committed.admit(b) != Ok(Admission::Copy) {
+            continue;
+        }
+        let mut out = Vec::new();
+        if batch::restamp(b, &stamp, &mut out).is_err() {
+            assert!(out.is_empty(), "a refused batch writes nothing");
+            continue;
+        }
+        let copies: Vec<_> = batch::batches(&out).collect();
+        assert_eq!(copies.len(), 1, "one batch in, one batch out");
+        let copy = copies[0].as_ref().expect("a restamped batch parses");
+        assert_eq!(out.len(), b.bytes().len());
+        assert_eq!(out[batch::HEADER_LEN..], b.bytes()[batch::HEADER_LEN..]);
+        assert_eq!(copy.header.producer_id, 5);
+        let mut again = Vec::new();
+        assert!(
+            batch::restamp(copy, &stamp, &mut again).is_ok(),
+            "a restamped batch's CRC holds"
+        );
+    }
+}

@@ -103,49 +103,7 @@ fn decode_value(bytes: &[u8]) -> Result<OffsetCommitValue, DecodeError> {
 mod tests {
     use super::*;
 
-    /// Builds records field by field as the JSON schemas lay them out.
-    #[derive(Default)]
-    struct W(Vec<u8>);
-
-    impl W {
-        fn i16(mut self, v: i16) -> Self {
-            self.0.extend_from_slice(&v.to_be_bytes());
-            self
-        }
-        fn i32(mut self, v: i32) -> Self {
-            self.0.extend_from_slice(&v.to_be_bytes());
-            self
-        }
-        fn i64(mut self, v: i64) -> Self {
-            self.0.extend_from_slice(&v.to_be_bytes());
-            self
-        }
-        fn string(self, s: &str) -> Self {
-            let mut w = self.i16(i16::try_from(s.len()).unwrap());
-            w.0.extend_from_slice(s.as_bytes());
-            w
-        }
-        fn uvarint(mut self, mut v: u32) -> Self {
-            loop {
-                let b = (v & 0x7f) as u8;
-                v >>= 7;
-                if v == 0 {
-                    self.0.push(b);
-                    return self;
-                }
-                self.0.push(b | 0x80);
-            }
-        }
-        fn compact_string(self, s: &str) -> Self {
-            let mut w = self.uvarint(u32::try_from(s.len() + 1).unwrap());
-            w.0.extend_from_slice(s.as_bytes());
-            w
-        }
-        fn raw(mut self, bytes: &[u8]) -> Self {
-            self.0.extend_from_slice(bytes);
-            self
-        }
-    }
+    use crate::fields::Fields as W;
 
     fn key(version: i16) -> Vec<u8> {
         W::default()

@@ -14,11 +14,17 @@
 //! | committed source offset -> target offset | [`OffsetSyncStore`], [`Translation`] |
 //! | when to write a checkpoint | [`CheckpointTracker`] |
 //! | target offset -> source offset (failback) | [`InverseSyncs`] |
+//! | record batches copied whole | [`batch`] |
+//! | the Kafka requests that copy sends | [`protocol`] |
 
+pub mod batch;
 mod checkpoint;
 pub mod consumer_offsets;
+#[cfg(test)]
+mod fields;
 mod filter;
 mod policy;
+pub mod protocol;
 mod records;
 mod sync;
 mod wire;

@@ -38,6 +38,12 @@ pub enum DecodeError {
     Negative { field: &'static str, value: i64 },
     #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
     OffsetTooLarge { field: &'static str, value: i64 },
+    #[error("field `{field}`: {got} where {expected} was expected")]
+    Mismatch {
+        field: &'static str,
+        expected: i64,
+        got: i64,
+    },
 }
 
 /// The largest offset a decoded record may carry: 2^62, far beyond any log Kafka can hold (a
@@ -56,6 +62,7 @@ impl DecodeError {
             DecodeError::BadVarint { .. } => "bad_varint",
             DecodeError::Negative { .. } => "negative_value",
             DecodeError::OffsetTooLarge { .. } => "offset_too_large",
+            DecodeError::Mismatch { .. } => "mismatch",
         }
     }
 }
@@ -69,6 +76,10 @@ pub enum EncodeError {
     Negative { field: &'static str, value: i64 },
     #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
     OffsetTooLarge { field: &'static str, value: i64 },
+    #[error("field `{field}`: {len} elements or bytes exceed the int32 length limit")]
+    TooLong { field: &'static str, len: usize },
+    #[error("field `{field}`: written before the topic it belongs to")]
+    NoTopic { field: &'static str },
 }
 
 /// Appends fields to a record buffer, refusing values MM2 cannot read back.
@@ -84,9 +95,47 @@ impl Writer {
         }
     }
 
+    pub(crate) fn i8(&mut self, v: i8) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
     pub(crate) fn i16(&mut self, v: i16) -> &mut Self {
         self.buf.extend_from_slice(&v.to_be_bytes());
         self
+    }
+
+    pub(crate) fn i32(&mut self, v: i32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// An array's or a byte string's int32 length.
+    pub(crate) fn len(&mut self, field: &'static str, n: usize) -> Result<&mut Self, EncodeError> {
+        let n = i32::try_from(n).map_err(|_| EncodeError::TooLong { field, len: n })?;
+        Ok(self.i32(n))
+    }
+
+    /// Nullable `STRING`: `None` is written as length -1.
+    pub(crate) fn nullable_string(
+        &mut self,
+        field: &'static str,
+        s: Option<&str>,
+    ) -> Result<&mut Self, EncodeError> {
+        match s {
+            Some(s) => self.string(field, s),
+            None => Ok(self.i16(-1)),
+        }
+    }
+
+    /// The buffer written so far, for fields whose bytes another module writes in place.
+    pub(crate) fn buf_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
     }
 
     /// A non-negative int32 (partitions).
@@ -193,6 +242,43 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
         self.take::<8>(field).map(i64::from_be_bytes)
+    }
+
+    /// What is left unread.
+    pub(crate) fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
+
+    /// An array's element count; a null array (-1) reads as empty. Each element takes at least
+    /// one byte, so a count beyond what is left ends in a truncation, not a long loop.
+    pub(crate) fn array_len(&mut self, field: &'static str) -> Result<usize, DecodeError> {
+        match self.i32(field)? {
+            -1 => Ok(0),
+            n => {
+                let n = usize::try_from(n).map_err(|_| DecodeError::Negative {
+                    field,
+                    value: i64::from(n),
+                })?;
+                if n > self.rest.len() {
+                    return Err(self.truncated(field, n));
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Nullable `BYTES` (int32 length); null reads as empty.
+    pub(crate) fn nullable_bytes(&mut self, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        match self.i32(field)? {
+            -1 => Ok(&[]),
+            n => {
+                let n = usize::try_from(n).map_err(|_| DecodeError::Negative {
+                    field,
+                    value: i64::from(n),
+                })?;
+                self.bytes(field, n)
+            }
+        }
     }
 
     /// A version field: the version when it is 0 to `newest`.

@@ -1,26 +1,31 @@
 //! `passthrough`: a measuring arm, not a replicator. It copies one topic's record batches from
 //! the source to a target topic as they are (compressed records neither decoded nor compressed
-//! again; only the producer fields of each batch header cleared and the CRC computed anew), to
-//! measure what a copy costs when no client decodes every record: the question behind issue
-//! 20's CPU-per-GB target, which the product's librdkafka clients cannot meet (they take and
-//! give records, not batches). No offset syncs, checkpoints, retries or leader changes; single
-//! leader per side; plaintext.
+//! again), to measure what a copy costs when no client decodes every record: the question
+//! behind issue 20's CPU-per-GB target, which the product's librdkafka clients cannot meet
+//! (they take and give records, not batches). Batches go through the project's own pieces for
+//! such a copy (`mirrorflow_core::batch` and `::protocol`): fetched `read_committed`, aborted
+//! transactions and markers left out, written by an idempotent producer (its id, epoch and
+//! sequences stamped into each batch, the source's CRC checked and a new one computed). No
+//! offset syncs, checkpoints, retries or leader changes; single leader per side; plaintext.
 //!
 //! One thread fetches (one request in flight, as a consumer's fetcher has) and hands the
 //! batches on; the calling thread produces them with up to `in_flight` requests outstanding,
-//! one batch per partition per request (what Produce v3+ allows).
+//! one batch per partition per request (what Produce v3+ allows), each batch restamped
+//! straight into the request.
 
-mod batch;
 mod wire;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::mpsc;
+use std::ops::Range;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use mirrorflow_core::batch::{self, Admission, Committed, Stamp};
+use mirrorflow_core::protocol::{self, FetchPartition, FetchRequest, Isolation, ProduceRequest};
 use rdkafka::consumer::Consumer;
 
-use wire::{Conn, FetchLimits};
+use wire::{CLIENT_ID, Conn};
 
 pub struct Options {
     pub source: String,
@@ -32,8 +37,8 @@ pub struct Options {
     pub in_flight: usize,
 }
 
-/// Fetched batches handed from the fetching thread to the producing one.
-type Fetched = Vec<(i32, Vec<u8>)>;
+/// One fetch answer's body and the batches to copy in it: (partition, byte range).
+type Fetched = (Arc<Vec<u8>>, Vec<(i32, Range<usize>)>);
 
 pub fn run(o: &Options) -> Result<()> {
     let (source_leader, partitions) = leader(&o.source, &o.topic)?;
@@ -48,15 +53,19 @@ pub fn run(o: &Options) -> Result<()> {
     );
 
     let (tx, rx) = mpsc::sync_channel::<Fetched>(4);
-    let limits = FetchLimits {
-        max_wait_ms: 100,
-        max_bytes: o.max_bytes,
-        partition_max_bytes: o.partition_max_bytes,
-    };
     let topic = o.topic.clone();
+    let (max_bytes, partition_max_bytes) = (o.max_bytes, o.partition_max_bytes);
     let fetcher = std::thread::Builder::new()
         .name("fetch".into())
-        .spawn(move || fetch_loop(&source_leader, &topic, &partitions, limits, &tx))?;
+        .spawn(move || {
+            fetch_loop(
+                &source_leader,
+                &topic,
+                &partitions,
+                (max_bytes, partition_max_bytes),
+                &tx,
+            )
+        })?;
     let produced = produce_loop(&target_leader, &o.remote_topic, o.in_flight, &rx);
     // The producer only ends on an error; the fetcher's own error says more when it ended first.
     match fetcher.join() {
@@ -69,31 +78,77 @@ fn fetch_loop(
     leader: &str,
     topic: &str,
     partitions: &[i32],
-    limits: FetchLimits,
+    (max_bytes, partition_max_bytes): (i32, i32),
     tx: &mpsc::SyncSender<Fetched>,
 ) -> Result<()> {
     let mut conn = Conn::open(leader)?;
     let mut offsets: BTreeMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
     loop {
-        let wanted: Vec<(i32, i64)> = offsets.iter().map(|(&p, &o)| (p, o)).collect();
-        let id = conn.send_fetch(topic, &wanted, limits)?;
-        let answer = conn.recv(id)?;
-        let mut out = Fetched::new();
-        for part in wire::fetched(&answer)? {
+        let request = FetchRequest {
+            max_wait_ms: 100,
+            min_bytes: 1,
+            max_bytes,
+            isolation: Isolation::ReadCommitted,
+            topics: vec![(
+                topic,
+                offsets
+                    .iter()
+                    .map(|(&partition, &offset)| FetchPartition {
+                        partition,
+                        offset,
+                        max_bytes: partition_max_bytes,
+                    })
+                    .collect(),
+            )],
+        };
+        let id = conn.correlation();
+        conn.send(&protocol::fetch_request(id, CLIENT_ID, &request)?)?;
+        let body = Arc::new(conn.recv(id)?);
+        let answer = protocol::decode_fetch(&body)?;
+        if answer.error.is_error() {
+            bail!("fetch: {}", answer.error);
+        }
+        let mut copy = Vec::new();
+        for part in answer.topics.iter().flat_map(|(_, p)| p) {
             let Some(offset) = offsets.get_mut(&part.partition) else {
                 bail!("fetch answered partition {} not asked for", part.partition);
             };
-            let passable = batch::passable(part.records, *offset)
-                .with_context(|| format!("{topic}-{}", part.partition))?;
-            if let Some(next) = passable.next_offset {
-                *offset = next.max(*offset);
+            if part.error.is_error() {
+                bail!("fetch {topic}-{}: {}", part.partition, part.error);
             }
-            out.extend(passable.batches.into_iter().map(|b| (part.partition, b)));
+            let mut committed = Committed::new(&part.aborted);
+            // Where this partition's records start in the answer's body.
+            let base = part.records.as_ptr() as usize - body.as_ptr() as usize;
+            let mut at = 0usize;
+            for b in batch::batches(part.records) {
+                let b = b.with_context(|| format!("{topic}-{}", part.partition))?;
+                let size = b.bytes().len();
+                // The broker answers from the start of the batch holding the offset asked for.
+                let fresh = b.header.next_offset() > *offset;
+                *offset = (*offset).max(b.header.next_offset());
+                if fresh && committed.admit(&b)? == Admission::Copy {
+                    if let Err(why) = b.header.whole() {
+                        bail!(
+                            "{topic}-{} at {}: {why:?}: a batch to decode, which this arm does not",
+                            part.partition,
+                            b.header.base_offset
+                        );
+                    }
+                    copy.push((part.partition, base + at..base + at + size));
+                }
+                at += size;
+            }
         }
-        if !out.is_empty() && tx.send(out).is_err() {
+        if !copy.is_empty() && tx.send((body.clone(), copy)).is_err() {
             return Ok(()); // the producer ended; its error is the one to report
         }
     }
+}
+
+/// A batch waiting for its produce request.
+struct Pending {
+    body: Arc<Vec<u8>>,
+    range: Range<usize>,
 }
 
 fn produce_loop(
@@ -103,39 +158,81 @@ fn produce_loop(
     rx: &mpsc::Receiver<Fetched>,
 ) -> Result<()> {
     let mut conn = Conn::open(leader)?;
-    let mut pending: BTreeMap<i32, VecDeque<Vec<u8>>> = BTreeMap::new();
+    let id = conn.correlation();
+    conn.send(&protocol::init_producer_id_request(
+        id, CLIENT_ID, None, 60_000,
+    )?)?;
+    let (error, producer_id, producer_epoch) = protocol::decode_init_producer_id(&conn.recv(id)?)?;
+    if error.is_error() {
+        bail!("InitProducerId: {error}");
+    }
+    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut pending: BTreeMap<i32, VecDeque<Pending>> = BTreeMap::new();
     let mut outstanding: VecDeque<i32> = VecDeque::new();
     let mut queued = 0usize;
     loop {
         if queued == 0 && outstanding.is_empty() {
-            let Ok(batches) = rx.recv() else {
+            let Ok(fetched) = rx.recv() else {
                 bail!("the fetching thread ended");
             };
-            queue(&mut pending, &mut queued, batches);
+            queue(&mut pending, &mut queued, fetched);
         }
-        while let Ok(batches) = rx.try_recv() {
-            queue(&mut pending, &mut queued, batches);
+        while let Ok(fetched) = rx.try_recv() {
+            queue(&mut pending, &mut queued, fetched);
         }
         if queued > 0 && outstanding.len() < in_flight.max(1) {
+            let id = conn.correlation();
+            let mut request = ProduceRequest::new(id, CLIENT_ID, None, -1, 30_000, 4 << 20)?;
+            request.topic(topic)?;
             // One batch per partition: the head of each partition's queue, in order.
-            let request: Vec<(i32, Vec<u8>)> = pending
-                .iter_mut()
-                .filter_map(|(&p, q)| q.pop_front().map(|b| (p, b)))
-                .collect();
-            queued -= request.len();
-            outstanding.push_back(conn.send_produce(topic, &request)?);
+            for (&partition, q) in &mut pending {
+                let Some(next) = q.pop_front() else { continue };
+                queued -= 1;
+                let Some(Ok(b)) = batch::batches(&next.body[next.range.clone()]).next() else {
+                    bail!("{topic}-{partition}: a fetched batch no longer parses");
+                };
+                let sequence = sequences.entry(partition).or_insert(0);
+                let stamp = Stamp {
+                    producer_id,
+                    producer_epoch,
+                    base_sequence: *sequence,
+                    transactional: false,
+                };
+                request.partition::<anyhow::Error>(partition, |out| {
+                    batch::restamp(&b, &stamp, out)?;
+                    Ok(())
+                })?;
+                *sequence = batch::next_sequence(*sequence, b.header.record_count);
+            }
+            conn.send(&request.finish()?)?;
+            outstanding.push_back(id);
             continue;
         }
         if let Some(id) = outstanding.pop_front() {
-            wire::produced(&conn.recv(id)?)?;
+            let answer = protocol::decode_produce(&conn.recv(id)?)?;
+            for p in answer.topics.iter().flat_map(|(_, p)| p) {
+                if p.error.is_error() {
+                    bail!(
+                        "produce {topic}-{}: {} {} {:?}",
+                        p.partition,
+                        p.error,
+                        p.message,
+                        p.record_errors
+                    );
+                }
+            }
         }
     }
 }
 
-fn queue(pending: &mut BTreeMap<i32, VecDeque<Vec<u8>>>, queued: &mut usize, batches: Fetched) {
+fn queue(pending: &mut BTreeMap<i32, VecDeque<Pending>>, queued: &mut usize, fetched: Fetched) {
+    let (body, batches) = fetched;
     *queued += batches.len();
-    for (p, b) in batches {
-        pending.entry(p).or_default().push_back(b);
+    for (partition, range) in batches {
+        pending.entry(partition).or_default().push_back(Pending {
+            body: body.clone(),
+            range,
+        });
     }
 }
 
