@@ -11,6 +11,8 @@
 
 use thiserror::Error;
 
+pub mod sequencer;
+
 /// Bytes of a batch header, from its base offset to its record count.
 pub const HEADER_LEN: usize = 61;
 /// The base offset and batch length, which the batch length does not count.

@@ -21,7 +21,8 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use mirrorflow_core::batch::{self, Admission, Committed, Stamp};
+use mirrorflow_core::batch::sequencer::{Answer, Sequencer, Ticket};
+use mirrorflow_core::batch::{self, Admission, Committed};
 use mirrorflow_core::protocol::{self, FetchPartition, FetchRequest, Isolation, ProduceRequest};
 use rdkafka::consumer::Consumer;
 
@@ -166,9 +167,10 @@ fn produce_loop(
     if error.is_error() {
         bail!("InitProducerId: {error}");
     }
-    let mut sequences: BTreeMap<i32, i32> = BTreeMap::new();
+    let mut sequencers: BTreeMap<i32, Sequencer<Pending>> = BTreeMap::new();
     let mut pending: BTreeMap<i32, VecDeque<Pending>> = BTreeMap::new();
-    let mut outstanding: VecDeque<i32> = VecDeque::new();
+    // Requests outstanding: their correlation id and each partition's ticket.
+    let mut outstanding: VecDeque<(i32, Vec<(i32, Ticket)>)> = VecDeque::new();
     let mut queued = 0usize;
     loop {
         if queued == 0 && outstanding.is_empty() {
@@ -184,42 +186,63 @@ fn produce_loop(
             let id = conn.correlation();
             let mut request = ProduceRequest::new(id, CLIENT_ID, None, -1, 30_000, 4 << 20)?;
             request.topic(topic)?;
+            let mut tickets = Vec::new();
             // One batch per partition: the head of each partition's queue, in order.
             for (&partition, q) in &mut pending {
+                let sequencer = sequencers
+                    .entry(partition)
+                    .or_insert_with(|| Sequencer::new(producer_id, producer_epoch));
+                if q.is_empty() || !sequencer.has_room() {
+                    continue;
+                }
                 let Some(next) = q.pop_front() else { continue };
                 queued -= 1;
-                let Some(Ok(b)) = batch::batches(&next.body[next.range.clone()]).next() else {
+                let body = next.body.clone();
+                let Some(Ok(b)) = batch::batches(&body[next.range.clone()]).next() else {
                     bail!("{topic}-{partition}: a fetched batch no longer parses");
                 };
-                let sequence = sequences.entry(partition).or_insert(0);
-                let stamp = Stamp {
-                    producer_id,
-                    producer_epoch,
-                    base_sequence: *sequence,
-                    transactional: false,
+                let Some((stamp, ticket)) = sequencer.assign(b.header.record_count, next) else {
+                    bail!("{topic}-{partition}: no room after checking for it");
                 };
                 request.partition::<anyhow::Error>(partition, |out| {
                     batch::restamp(&b, &stamp, out)?;
                     Ok(())
                 })?;
-                *sequence = batch::next_sequence(*sequence, b.header.record_count);
+                tickets.push((partition, ticket));
             }
-            conn.send(&request.finish()?)?;
-            outstanding.push_back(id);
-            continue;
+            if !tickets.is_empty() {
+                conn.send(&request.finish()?)?;
+                outstanding.push_back((id, tickets));
+                continue;
+            }
         }
-        if let Some(id) = outstanding.pop_front() {
-            let answer = protocol::decode_produce(&conn.recv(id)?)?;
-            for p in answer.topics.iter().flat_map(|(_, p)| p) {
-                if p.error.is_error() {
-                    bail!(
-                        "produce {topic}-{}: {} {} {:?}",
-                        p.partition,
-                        p.error,
-                        p.message,
-                        p.record_errors
-                    );
-                }
+        let Some((id, tickets)) = outstanding.pop_front() else {
+            continue;
+        };
+        let answer = protocol::decode_produce(&conn.recv(id)?)?;
+        for p in answer.topics.iter().flat_map(|(_, p)| p) {
+            let ticket = tickets
+                .iter()
+                .find(|(partition, _)| *partition == p.partition);
+            let (Some((_, ticket)), Some(sequencer)) = (ticket, sequencers.get_mut(&p.partition))
+            else {
+                bail!("produce answered partition {} not written", p.partition);
+            };
+            match sequencer.answer(*ticket, p.error, p.base_offset) {
+                Answer::Written { .. } => {}
+                // One leader that stays: anything else ends the measurement.
+                other => bail!(
+                    "produce {topic}-{}: {} {} {:?}: {}",
+                    p.partition,
+                    p.error,
+                    p.message,
+                    p.record_errors,
+                    match other {
+                        Answer::Resend(_) => "would be sent again; this arm does not retry",
+                        Answer::Fault { .. } => "a fault",
+                        _ => "a stale answer",
+                    }
+                ),
             }
         }
     }
