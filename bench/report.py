@@ -19,7 +19,7 @@ NAMES = {
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
     "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
     "ours2": "MirrorFlow, 2 replicas (trial; CPU and RSS of both)",
-    "oursp": "batch passthrough (driver spike, not the product)",
+    "oursp": "batch passthrough (bench arm on the batch pieces, not the product)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }

@@ -36,8 +36,9 @@
 #                   our flow's source / target (trials; recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   oursq, ours2, oursp, mm2, mm2t); oursp (--compressed only): the driver's
-#                   batch-passthrough copy, a measurement of a copy without re-encoding, not the product
+#                   oursq, ours2, oursp, mm2, mm2t); oursp (compressed data: --compressed,
+#                   --brokers3): the driver's batch-passthrough copy, a measurement of a copy
+#                   without re-encoding, not the product
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those

@@ -152,3 +152,51 @@ pub fn fetched_batches(data: &[u8]) {
         );
     }
 }
+
+/// The first byte picks the answer's kind, the rest is the answer body a broker sent. Decoding
+/// never panics and what decodes keeps the bounds the copy relies on: addresses are TCP ports,
+/// offsets are -1 or a real offset, fetched records are bytes of the answer itself.
+pub fn broker_answers(data: &[u8]) {
+    use mirrorflow_core::protocol::{self, list_offsets, metadata};
+    let Some((&kind, body)) = data.split_first() else {
+        return;
+    };
+    match kind % 7 {
+        0 => {
+            if let Ok(m) = metadata::decode_metadata(body) {
+                assert!(m.brokers.iter().all(|b| (1..=65535).contains(&b.port)));
+            }
+        }
+        1 => {
+            if let Ok(listed) = list_offsets::decode_list_offsets(body) {
+                assert!(listed.iter().all(|(_, l)| l.offset >= -1));
+            }
+        }
+        2 => {
+            if let Ok(answer) = protocol::decode_fetch(body) {
+                let range = body.as_ptr_range();
+                for (_, partitions) in &answer.topics {
+                    for p in partitions {
+                        let r = p.records.as_ptr_range();
+                        assert!(
+                            p.records.is_empty() || (range.start <= r.start && r.end <= range.end)
+                        );
+                    }
+                }
+            }
+        }
+        3 => {
+            let _ = protocol::decode_produce(body);
+        }
+        4 => {
+            let _ = protocol::decode_api_versions(body);
+        }
+        5 => {
+            let _ = protocol::decode_init_producer_id(body);
+        }
+        _ => {
+            let _ = protocol::decode_sasl_handshake(body);
+            let _ = protocol::decode_sasl_authenticate(body);
+        }
+    }
+}

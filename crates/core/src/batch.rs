@@ -323,6 +323,46 @@ impl Committed {
     }
 }
 
+/// What a fetch answer's records for one partition give a copy that reads from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToCopy {
+    /// Byte ranges (within the records) of the batches to copy, in offset order.
+    pub ranges: Vec<std::ops::Range<usize>>,
+    /// The position after the complete batches: past those to copy, and past markers and
+    /// aborted batches; `offset` when there was none.
+    pub next_offset: i64,
+    /// Bytes of a batch cut short at the end (a fetch's size limit).
+    pub partial: usize,
+}
+
+/// Splits one partition's fetched `records` into the batches to copy ([`Committed`] with the
+/// answer's `aborted` list). A broker answers from the start of the batch holding `offset`, so
+/// batches that end before it are not copied again; they still go through the filter, so that
+/// an aborted transaction that began in one of them is known.
+pub fn to_copy(records: &[u8], aborted: &[(i64, i64)], offset: i64) -> Result<ToCopy, BatchError> {
+    let mut committed = Committed::new(aborted);
+    let (mut ranges, mut next_offset, mut at) = (Vec::new(), offset, 0usize);
+    let mut all = batches(records);
+    for b in all.by_ref() {
+        let b = b?;
+        let size = b.bytes().len();
+        let fresh = b.header.next_offset() > next_offset;
+        let admission = committed.admit(&b)?;
+        if fresh {
+            next_offset = b.header.next_offset();
+            if admission == Admission::Copy {
+                ranges.push(at..at + size);
+            }
+        }
+        at += size;
+    }
+    Ok(ToCopy {
+        ranges,
+        next_offset,
+        partial: all.partial_len(),
+    })
+}
+
 /// The type of a control batch's one record (its key: int16 version, int16 type). Control
 /// batches are never compressed, so the record follows the header as written.
 fn control_type(batch: &Batch<'_>) -> Result<i16, BatchError> {

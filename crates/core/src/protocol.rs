@@ -1,5 +1,7 @@
 //! The Kafka requests a copy that keeps record batches whole needs, in their last versions
-//! without tagged fields: ApiVersions v0, Fetch v11, Produce v8, InitProducerId v1. Requests are
+//! without tagged fields: ApiVersions v0, Metadata v8 ([`metadata`]), ListOffsets v4
+//! ([`list_offsets`]), Fetch v11, Produce v8, InitProducerId v1, and SASL's SaslHandshake v1
+//! and SaslAuthenticate v1. Requests are
 //! encoded into whole frames (size, header v1, body); answers are decoded from a frame's body
 //! after the correlation id ([`answer_body`]). Decoding is bounded by the answer's own bytes
 //! and never panics; every malformed field is a [`DecodeError`] naming it.
@@ -8,13 +10,24 @@
 
 use crate::wire::{DecodeError, EncodeError, Reader, Writer};
 
+pub mod list_offsets;
+pub mod metadata;
+
 pub const API_PRODUCE: i16 = 0;
 pub const API_FETCH: i16 = 1;
+pub const API_LIST_OFFSETS: i16 = 2;
+pub const API_METADATA: i16 = 3;
 pub const API_INIT_PRODUCER_ID: i16 = 22;
+pub const API_SASL_HANDSHAKE: i16 = 17;
 pub const API_VERSIONS: i16 = 18;
+pub const API_SASL_AUTHENTICATE: i16 = 36;
 pub const FETCH_VERSION: i16 = 11;
+pub const LIST_OFFSETS_VERSION: i16 = 4;
+pub const METADATA_VERSION: i16 = 8;
 pub const PRODUCE_VERSION: i16 = 8;
 pub const INIT_PRODUCER_ID_VERSION: i16 = 1;
+pub const SASL_HANDSHAKE_VERSION: i16 = 1;
+pub const SASL_AUTHENTICATE_VERSION: i16 = 1;
 
 /// A Kafka error code, named for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +36,9 @@ pub struct ErrorCode(pub i16);
 impl ErrorCode {
     pub const NONE: Self = Self(0);
     pub const OFFSET_OUT_OF_RANGE: Self = Self(1);
+    pub const CORRUPT_MESSAGE: Self = Self(2);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: Self = Self(3);
+    pub const LEADER_NOT_AVAILABLE: Self = Self(5);
     pub const NOT_LEADER_OR_FOLLOWER: Self = Self(6);
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
     pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);
@@ -41,14 +57,19 @@ impl ErrorCode {
             6 => "NOT_LEADER_OR_FOLLOWER",
             7 => "REQUEST_TIMED_OUT",
             10 => "MESSAGE_TOO_LARGE",
+            14 => "COORDINATOR_LOAD_IN_PROGRESS",
             15 => "COORDINATOR_NOT_AVAILABLE",
+            16 => "NOT_COORDINATOR",
             19 => "NOT_ENOUGH_REPLICAS",
             20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             29 => "TOPIC_AUTHORIZATION_FAILED",
+            33 => "UNSUPPORTED_SASL_MECHANISM",
+            34 => "ILLEGAL_SASL_STATE",
             35 => "UNSUPPORTED_VERSION",
             45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
             46 => "DUPLICATE_SEQUENCE_NUMBER",
             47 => "INVALID_PRODUCER_EPOCH",
+            58 => "SASL_AUTHENTICATION_FAILED",
             59 => "UNKNOWN_PRODUCER_ID",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
@@ -61,7 +82,7 @@ impl ErrorCode {
     /// Errors a client sends the same request again for (after new metadata where the leader
     /// moved), as Kafka's clients do.
     pub fn is_retriable(self) -> bool {
-        matches!(self.0, 2 | 3 | 5 | 6 | 7 | 15 | 19 | 20 | 74 | 75)
+        matches!(self.0, 2 | 3 | 5 | 6 | 7 | 14 | 15 | 16 | 19 | 20 | 74 | 75)
     }
 }
 
@@ -162,6 +183,20 @@ pub struct FetchRequest<'a> {
     pub max_bytes: i32,
     pub isolation: Isolation,
     pub topics: Vec<(&'a str, Vec<FetchPartition>)>,
+}
+
+impl<'a> FetchRequest<'a> {
+    /// One topic's `partitions`, `read_committed`, answered as soon as there is a byte or
+    /// after 100 ms.
+    pub fn committed(topic: &'a str, partitions: Vec<FetchPartition>, max_bytes: i32) -> Self {
+        Self {
+            max_wait_ms: 100,
+            min_bytes: 1,
+            max_bytes,
+            isolation: Isolation::ReadCommitted,
+            topics: vec![(topic, partitions)],
+        }
+    }
 }
 
 pub fn fetch_request(
@@ -457,6 +492,74 @@ pub fn decode_init_producer_id(body: &[u8]) -> Result<(ErrorCode, i64, i16), Dec
         r.i64("producer_id")?,
         r.i16("producer_epoch")?,
     ))
+}
+
+/// SaslHandshake v1: the mechanism the client will authenticate with (the exchange itself
+/// then goes in SaslAuthenticate requests).
+pub fn sasl_handshake_request(
+    correlation_id: i32,
+    client_id: &str,
+    mechanism: &str,
+) -> Result<Vec<u8>, EncodeError> {
+    let mut w = frame(
+        API_SASL_HANDSHAKE,
+        SASL_HANDSHAKE_VERSION,
+        correlation_id,
+        client_id,
+        16,
+    )?;
+    w.string("mechanism", mechanism)?;
+    finish_frame(w)
+}
+
+/// (error, the mechanisms the broker enables).
+pub fn decode_sasl_handshake(body: &[u8]) -> Result<(ErrorCode, Vec<String>), DecodeError> {
+    let mut r = Reader::new(body);
+    let error = ErrorCode(r.i16("error_code")?);
+    let mut mechanisms = Vec::new();
+    for _ in 0..r.array_len("mechanisms")? {
+        mechanisms.push(r.string("mechanism")?);
+    }
+    Ok((error, mechanisms))
+}
+
+/// SaslAuthenticate v1: one message of the mechanism's exchange.
+pub fn sasl_authenticate_request(
+    correlation_id: i32,
+    client_id: &str,
+    auth_bytes: &[u8],
+) -> Result<Vec<u8>, EncodeError> {
+    let mut w = frame(
+        API_SASL_AUTHENTICATE,
+        SASL_AUTHENTICATE_VERSION,
+        correlation_id,
+        client_id,
+        auth_bytes.len() + 4,
+    )?;
+    w.len("auth_bytes", auth_bytes.len())?;
+    w.buf_mut().extend_from_slice(auth_bytes);
+    finish_frame(w)
+}
+
+/// A SaslAuthenticate answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslAnswer<'a> {
+    pub error: ErrorCode,
+    pub message: String,
+    pub auth_bytes: &'a [u8],
+    /// How long the broker keeps the session before the client must authenticate again (0:
+    /// no limit).
+    pub session_lifetime_ms: i64,
+}
+
+pub fn decode_sasl_authenticate(body: &[u8]) -> Result<SaslAnswer<'_>, DecodeError> {
+    let mut r = Reader::new(body);
+    Ok(SaslAnswer {
+        error: ErrorCode(r.i16("error_code")?),
+        message: r.nullable_string("error_message")?,
+        auth_bytes: r.nullable_bytes("auth_bytes")?,
+        session_lifetime_ms: r.i64("session_lifetime_ms")?,
+    })
 }
 
 #[cfg(test)]

@@ -38,6 +38,13 @@ pub enum DecodeError {
     Negative { field: &'static str, value: i64 },
     #[error("field `{field}`: offset {value} is beyond any real log (at most {MAX_OFFSET})")]
     OffsetTooLarge { field: &'static str, value: i64 },
+    #[error("field `{field}`: {value} outside {min}..={max}")]
+    OutOfRange {
+        field: &'static str,
+        value: i64,
+        min: i64,
+        max: i64,
+    },
     #[error("field `{field}`: {got} where {expected} was expected")]
     Mismatch {
         field: &'static str,
@@ -62,6 +69,7 @@ impl DecodeError {
             DecodeError::BadVarint { .. } => "bad_varint",
             DecodeError::Negative { .. } => "negative_value",
             DecodeError::OffsetTooLarge { .. } => "offset_too_large",
+            DecodeError::OutOfRange { .. } => "out_of_range",
             DecodeError::Mismatch { .. } => "mismatch",
         }
     }
@@ -230,6 +238,10 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.truncated(field, len))?;
         self.rest = tail;
         Ok(head)
+    }
+
+    pub(crate) fn i8(&mut self, field: &'static str) -> Result<i8, DecodeError> {
+        self.take::<1>(field).map(i8::from_be_bytes)
     }
 
     pub(crate) fn i16(&mut self, field: &'static str) -> Result<i16, DecodeError> {

@@ -65,6 +65,11 @@ fn fetched_batches_corpus() {
 }
 
 #[test]
+fn broker_answers_corpus() {
+    assert!(run_with_mutations("broker_answers", fuzz_bodies::broker_answers, 1) > 100);
+}
+
+#[test]
 fn policy_filter_corpus() {
     // Compiling regexes is slow in debug builds: flip fewer bytes.
     assert!(run_with_mutations("policy_filter", fuzz_bodies::policy_filter, 5) > 100);
@@ -147,12 +152,13 @@ fn bounded_random_fuzzing_of_every_target() {
                 | 1
         });
     println!("MF_FUZZ_SEED={seed} MF_FUZZ_SECONDS={seconds}");
-    let targets: [(&str, FuzzBody); 5] = [
+    let targets: [(&str, FuzzBody); 6] = [
         ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
         ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
         ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
         ("policy_filter", fuzz_bodies::policy_filter),
         ("fetched_batches", fuzz_bodies::fetched_batches),
+        ("broker_answers", fuzz_bodies::broker_answers),
     ];
     let mut rng = Rng(seed);
     for (name, body) in targets {

@@ -3,30 +3,59 @@
 //! again), to measure what a copy costs when no client decodes every record: the question
 //! behind issue 20's CPU-per-GB target, which the product's librdkafka clients cannot meet
 //! (they take and give records, not batches). Batches go through the project's own pieces for
-//! such a copy (`mirrorflow_core::batch` and `::protocol`): fetched `read_committed`, aborted
-//! transactions and markers left out, written by an idempotent producer (its id, epoch and
-//! sequences stamped into each batch, the source's CRC checked and a new one computed). No
-//! offset syncs, checkpoints, retries or leader changes; single leader per side; plaintext.
+//! such a copy (`mirrorflow_core::batch` and `::protocol`, `mirrorflow_conn`'s `Fetcher` and
+//! `Writer`): fetched `read_committed` from each partition's leader, aborted transactions and
+//! markers left out, written by an idempotent producer to each target partition's leader (its
+//! id, epoch and sequences stamped into each batch, the source's CRC checked and a new one
+//! computed). Leaders that move are followed on both sides, and writes that may have failed
+//! are sent again with their sequences. No offset syncs or checkpoints; a batch that needs
+//! decoding or a write that faults ends the run; plaintext.
 //!
-//! One thread fetches (one request in flight, as a consumer's fetcher has) and hands the
-//! batches on; the calling thread produces them with up to `in_flight` requests outstanding,
-//! one batch per partition per request (what Produce v3+ allows), each batch restamped
-//! straight into the request.
+//! One thread fetches (one request in flight per source leader, as a consumer's fetcher has)
+//! and hands the batches on; the calling thread writes them with up to `in_flight` requests
+//! outstanding per target leader, one batch per partition per request (what Produce v3+
+//! allows), each batch restamped straight into the request.
 
-mod wire;
-
-use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use mirrorflow_core::batch::sequencer::{Answer, Sequencer, Ticket};
-use mirrorflow_core::batch::{self, Admission, Committed};
-use mirrorflow_core::protocol::{self, FetchPartition, FetchRequest, Isolation, ProduceRequest};
-use rdkafka::consumer::Consumer;
+use mirrorflow_conn::writer::Item;
+use mirrorflow_conn::{Cluster, FetchLimits, Fetcher, Options as ConnOptions, Security, Writer};
+use mirrorflow_core::batch;
 
-use wire::{CLIENT_ID, Conn};
+const CLIENT_ID: &str = "mirrorflow-bench-passthrough";
+
+/// The bench's clusters: plaintext, one thread's connections.
+fn cluster(bootstrap: &str) -> Result<Cluster> {
+    let options = ConnOptions {
+        client_id: CLIENT_ID.into(),
+        // Longer than the writer's produce timeout (librdkafka's `socket.timeout.ms`).
+        timeout: Duration::from_secs(60),
+        // A fetch's `max_bytes` plus its framing, with room to spare.
+        max_frame: 256 << 20,
+    };
+    Ok(Cluster::new(bootstrap, Security::default(), options)?)
+}
+
+/// The leaders of `topic`'s partitions, once every partition has one.
+fn leaders(cluster: &mut Cluster, topic: &str) -> Result<std::collections::BTreeSet<i32>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metadata = cluster.metadata(&[topic])?;
+        let t = metadata
+            .topic(topic)
+            .with_context(|| format!("{topic}: not in the metadata"))?;
+        if !t.error.is_error() && t.partitions.iter().all(|p| p.leader >= 0) {
+            return Ok(t.partitions.iter().map(|p| p.leader).collect());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("{topic}: {} 30 s after it was created", t.error);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
 
 pub struct Options {
     pub source: String,
@@ -42,12 +71,21 @@ pub struct Options {
 type Fetched = (Arc<Vec<u8>>, Vec<(i32, Range<usize>)>);
 
 pub fn run(o: &Options) -> Result<()> {
-    let (source_leader, partitions) = leader(&o.source, &o.topic)?;
+    let mut source = cluster(&o.source)?;
+    let source_leaders = leaders(&mut source, &o.topic)?;
+    let partitions: Vec<i32> = {
+        let metadata = source.metadata(&[&o.topic])?;
+        let found = metadata
+            .topic(&o.topic)
+            .context("the source topic's metadata")?;
+        found.partitions.iter().map(|p| p.partition).collect()
+    };
     let count = i32::try_from(partitions.len()).context("partition count")?;
     crate::create_topics_rf(&o.target, count, -1, std::slice::from_ref(&o.remote_topic))?;
-    let (target_leader, _) = leader(&o.target, &o.remote_topic)?;
+    let mut target = cluster(&o.target)?;
+    let target_leaders = leaders(&mut target, &o.remote_topic)?;
     eprintln!(
-        "passthrough: {} ({} partitions, leader {source_leader}) -> {} (leader {target_leader})",
+        "passthrough: {} ({} partitions, leaders {source_leaders:?}) -> {} (leaders {target_leaders:?})",
         o.topic,
         partitions.len(),
         o.remote_topic
@@ -56,18 +94,19 @@ pub fn run(o: &Options) -> Result<()> {
     let (tx, rx) = mpsc::sync_channel::<Fetched>(4);
     let topic = o.topic.clone();
     let (max_bytes, partition_max_bytes) = (o.max_bytes, o.partition_max_bytes);
-    let fetcher = std::thread::Builder::new()
-        .name("fetch".into())
-        .spawn(move || {
-            fetch_loop(
-                &source_leader,
-                &topic,
-                &partitions,
-                (max_bytes, partition_max_bytes),
-                &tx,
-            )
-        })?;
-    let produced = produce_loop(&target_leader, &o.remote_topic, o.in_flight, &rx);
+    let fetcher =
+        std::thread::Builder::new()
+            .name("fetch".into())
+            .spawn(move || -> Result<()> {
+                fetch_loop(
+                    source,
+                    &topic,
+                    &partitions,
+                    (max_bytes, partition_max_bytes),
+                    &tx,
+                )
+            })?;
+    let produced = produce_loop(target, &o.remote_topic, o.in_flight, &rx);
     // The producer only ends on an error; the fetcher's own error says more when it ended first.
     match fetcher.join() {
         Ok(Err(e)) => Err(e.context("fetching")),
@@ -75,210 +114,168 @@ pub fn run(o: &Options) -> Result<()> {
     }
 }
 
+/// Fetches every partition from offset 0 on through [`Fetcher`] and hands the batches on.
+/// Leader moves are followed (the fetcher asks for metadata again); any other trouble ends
+/// the measurement.
 fn fetch_loop(
-    leader: &str,
+    source: Cluster,
     topic: &str,
     partitions: &[i32],
     (max_bytes, partition_max_bytes): (i32, i32),
     tx: &mpsc::SyncSender<Fetched>,
 ) -> Result<()> {
-    let mut conn = Conn::open(leader)?;
-    let mut offsets: BTreeMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
+    let limits = FetchLimits {
+        max_bytes,
+        partition_max_bytes,
+        max_wait: Duration::from_millis(100),
+    };
+    let mut fetcher = Fetcher::new(source, limits);
+    for &p in partitions {
+        fetcher.assign(topic, p, 0);
+    }
+    let mut log = Log::default();
     loop {
-        let request = FetchRequest {
-            max_wait_ms: 100,
-            min_bytes: 1,
-            max_bytes,
-            isolation: Isolation::ReadCommitted,
-            topics: vec![(
-                topic,
-                offsets
-                    .iter()
-                    .map(|(&partition, &offset)| FetchPartition {
-                        partition,
-                        offset,
-                        max_bytes: partition_max_bytes,
-                    })
-                    .collect(),
-            )],
-        };
-        let id = conn.correlation();
-        conn.send(&protocol::fetch_request(id, CLIENT_ID, &request)?)?;
-        let body = Arc::new(conn.recv(id)?);
-        let answer = protocol::decode_fetch(&body)?;
-        if answer.error.is_error() {
-            bail!("fetch: {}", answer.error);
+        let round = fetcher.round();
+        log.note(
+            "fetch",
+            round.failure.as_deref(),
+            round.troubles.iter().map(|t| {
+                format!(
+                    "{}-{} at {}: {:?}",
+                    t.topic, t.partition, t.offset, t.trouble
+                )
+            }),
+        );
+        if let Some(t) = round.troubles.iter().find(|t| t.paused) {
+            bail!(
+                "fetch {}-{} at {}: {:?}",
+                t.topic,
+                t.partition,
+                t.offset,
+                t.trouble
+            );
         }
-        let mut copy = Vec::new();
-        for part in answer.topics.iter().flat_map(|(_, p)| p) {
-            let Some(offset) = offsets.get_mut(&part.partition) else {
-                bail!("fetch answered partition {} not asked for", part.partition);
-            };
-            if part.error.is_error() {
-                bail!("fetch {topic}-{}: {}", part.partition, part.error);
-            }
-            let mut committed = Committed::new(&part.aborted);
-            // Where this partition's records start in the answer's body.
-            let base = part.records.as_ptr() as usize - body.as_ptr() as usize;
-            let mut at = 0usize;
-            for b in batch::batches(part.records) {
-                let b = b.with_context(|| format!("{topic}-{}", part.partition))?;
-                let size = b.bytes().len();
-                // The broker answers from the start of the batch holding the offset asked for.
-                let fresh = b.header.next_offset() > *offset;
-                *offset = (*offset).max(b.header.next_offset());
-                if fresh && committed.admit(&b)? == Admission::Copy {
-                    if let Err(why) = b.header.whole() {
-                        bail!(
-                            "{topic}-{} at {}: {why:?}: a batch to decode, which this arm does not",
-                            part.partition,
-                            b.header.base_offset
-                        );
-                    }
-                    copy.push((part.partition, base + at..base + at + size));
+        for f in round.fetched {
+            let mut copy = Vec::with_capacity(f.batches.len());
+            for range in f.batches {
+                if let Some(Ok(b)) = batch::batches(&f.body[range.clone()]).next()
+                    && let Err(why) = b.header.whole()
+                {
+                    bail!(
+                        "{topic}-{} at {}: {why:?}: a batch to decode, which this arm does not",
+                        f.partition,
+                        b.header.base_offset
+                    );
                 }
-                at += size;
+                copy.push((f.partition, range));
             }
-        }
-        if !copy.is_empty() && tx.send((body.clone(), copy)).is_err() {
-            return Ok(()); // the producer ended; its error is the one to report
+            if tx.send((f.body, copy)).is_err() {
+                return Ok(()); // the producer ended; its error is the one to report
+            }
         }
     }
 }
 
-/// A batch waiting for its produce request.
-struct Pending {
-    body: Arc<Vec<u8>>,
-    range: Range<usize>,
-}
-
+/// Writes every batch handed on through [`Writer`]: leader moves and retriable errors are
+/// handled there (the batches written again with their sequences); a fault ends the
+/// measurement.
 fn produce_loop(
-    leader: &str,
+    target: Cluster,
     topic: &str,
     in_flight: usize,
     rx: &mpsc::Receiver<Fetched>,
 ) -> Result<()> {
-    let mut conn = Conn::open(leader)?;
-    let id = conn.correlation();
-    conn.send(&protocol::init_producer_id_request(
-        id, CLIENT_ID, None, 60_000,
-    )?)?;
-    let (error, producer_id, producer_epoch) = protocol::decode_init_producer_id(&conn.recv(id)?)?;
-    if error.is_error() {
-        bail!("InitProducerId: {error}");
-    }
-    let mut sequencers: BTreeMap<i32, Sequencer<Pending>> = BTreeMap::new();
-    let mut pending: BTreeMap<i32, VecDeque<Pending>> = BTreeMap::new();
-    // Requests outstanding: their correlation id and each partition's ticket.
-    let mut outstanding: VecDeque<(i32, Vec<(i32, Ticket)>)> = VecDeque::new();
-    let mut queued = 0usize;
+    let topic: Arc<str> = Arc::from(topic);
+    let mut writer: Writer<()> = Writer::new(target, in_flight);
+    let mut log = Log::default();
+    // At most this many batches wait for their write: the fetcher waits in its channel then.
+    let most = 64usize;
     loop {
-        if queued == 0 && outstanding.is_empty() {
+        if writer.pending() == 0 {
             let Ok(fetched) = rx.recv() else {
                 bail!("the fetching thread ended");
             };
-            queue(&mut pending, &mut queued, fetched);
+            queue(&mut writer, &topic, fetched)?;
         }
-        while let Ok(fetched) = rx.try_recv() {
-            queue(&mut pending, &mut queued, fetched);
+        while writer.pending() < most
+            && let Ok(fetched) = rx.try_recv()
+        {
+            queue(&mut writer, &topic, fetched)?;
         }
-        if queued > 0 && outstanding.len() < in_flight.max(1) {
-            let id = conn.correlation();
-            let mut request = ProduceRequest::new(id, CLIENT_ID, None, -1, 30_000, 4 << 20)?;
-            request.topic(topic)?;
-            let mut tickets = Vec::new();
-            // One batch per partition: the head of each partition's queue, in order.
-            for (&partition, q) in &mut pending {
-                let sequencer = sequencers
-                    .entry(partition)
-                    .or_insert_with(|| Sequencer::new(producer_id, producer_epoch));
-                if q.is_empty() || !sequencer.has_room() {
-                    continue;
-                }
-                let Some(next) = q.pop_front() else { continue };
-                queued -= 1;
-                let body = next.body.clone();
-                let Some(Ok(b)) = batch::batches(&body[next.range.clone()]).next() else {
-                    bail!("{topic}-{partition}: a fetched batch no longer parses");
-                };
-                let Some((stamp, ticket)) = sequencer.assign(b.header.record_count, next) else {
-                    bail!("{topic}-{partition}: no room after checking for it");
-                };
-                request.partition::<anyhow::Error>(partition, |out| {
-                    batch::restamp(&b, &stamp, out)?;
-                    Ok(())
-                })?;
-                tickets.push((partition, ticket));
-            }
-            if !tickets.is_empty() {
-                conn.send(&request.finish()?)?;
-                outstanding.push_back((id, tickets));
-                continue;
-            }
-        }
-        let Some((id, tickets)) = outstanding.pop_front() else {
-            continue;
-        };
-        let answer = protocol::decode_produce(&conn.recv(id)?)?;
-        for p in answer.topics.iter().flat_map(|(_, p)| p) {
-            let ticket = tickets
+        let progress = writer.pump();
+        log.note(
+            "write",
+            progress.failure.as_deref(),
+            progress
+                .troubles
                 .iter()
-                .find(|(partition, _)| *partition == p.partition);
-            let (Some((_, ticket)), Some(sequencer)) = (ticket, sequencers.get_mut(&p.partition))
-            else {
-                bail!("produce answered partition {} not written", p.partition);
-            };
-            match sequencer.answer(*ticket, p.error, p.base_offset) {
-                Answer::Written { .. } => {}
-                // One leader that stays: anything else ends the measurement.
-                other => bail!(
-                    "produce {topic}-{}: {} {} {:?}: {}",
-                    p.partition,
-                    p.error,
-                    p.message,
-                    p.record_errors,
-                    match other {
-                        Answer::Resend(_) => "would be sent again; this arm does not retry",
-                        Answer::Fault { .. } => "a fault",
-                        _ => "a stale answer",
-                    }
-                ),
-            }
+                .map(|(t, p, e)| format!("{t}-{p}: {e}")),
+        );
+        if let Some(fault) = progress.faults.first() {
+            bail!(
+                "produce {}-{}: {}: {} batches not written; this arm does not copy again",
+                fault.topic,
+                fault.partition,
+                fault.error,
+                fault.tokens.len()
+            );
         }
     }
 }
 
-fn queue(pending: &mut BTreeMap<i32, VecDeque<Pending>>, queued: &mut usize, fetched: Fetched) {
+fn queue(writer: &mut Writer<()>, topic: &Arc<str>, fetched: Fetched) -> Result<()> {
     let (body, batches) = fetched;
-    *queued += batches.len();
     for (partition, range) in batches {
-        pending.entry(partition).or_default().push_back(Pending {
+        let item = Item {
             body: body.clone(),
             range,
-        });
+            token: (),
+        };
+        if writer.push(topic, partition, item).is_err() {
+            bail!("{topic}: not a topic name Kafka takes");
+        }
+    }
+    Ok(())
+}
+
+/// What went wrong and was retried (leaders that moved, connections lost), on stderr at most
+/// once a second, with the time since the start: the log says why a copy paused.
+struct Log {
+    start: std::time::Instant,
+    last: Option<std::time::Instant>,
+    skipped: usize,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            start: std::time::Instant::now(),
+            last: None,
+            skipped: 0,
+        }
     }
 }
 
-/// The one broker leading every partition of `topic`, as host:port, and the partitions.
-fn leader(bootstrap: &str, topic: &str) -> Result<(String, Vec<i32>)> {
-    let consumer = crate::plain_consumer(bootstrap)?;
-    crate::partitions(&consumer, topic, Duration::from_secs(30))?;
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let t = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .with_context(|| format!("{topic}: not in the metadata"))?;
-    let leaders: std::collections::BTreeSet<i32> =
-        t.partitions().iter().map(|p| p.leader()).collect();
-    let [id] = leaders.into_iter().collect::<Vec<_>>()[..] else {
-        bail!("{topic}: the passthrough spike needs one leader for every partition");
-    };
-    let broker = md
-        .brokers()
-        .iter()
-        .find(|b| b.id() == id)
-        .with_context(|| format!("{topic}: leader {id} not among the brokers"))?;
-    let partitions = t.partitions().iter().map(|p| p.id()).collect();
-    Ok((format!("{}:{}", broker.host(), broker.port()), partitions))
+impl Log {
+    fn note(&mut self, side: &str, failure: Option<&str>, troubles: impl Iterator<Item = String>) {
+        let troubles: Vec<String> = troubles.collect();
+        if failure.is_none() && troubles.is_empty() {
+            return;
+        }
+        if self
+            .last
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            self.skipped += 1;
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        eprintln!(
+            "{:.1} s {side}: {} {} ({} more rounds with troubles since the last line)",
+            self.start.elapsed().as_secs_f64(),
+            failure.unwrap_or(""),
+            troubles.join(", "),
+            std::mem::take(&mut self.skipped)
+        );
+    }
 }

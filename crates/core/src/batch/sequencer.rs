@@ -188,6 +188,12 @@ impl<T> Sequencer<T> {
         }
     }
 
+    /// Gives every unacknowledged batch back, as a fault the writer found itself (a batch
+    /// that could not be written at all): always [`Answer::Fault`].
+    pub fn abandon(&mut self, error: ErrorCode) -> Answer<T> {
+        self.fault(error)
+    }
+
     fn fault(&mut self, error: ErrorCode) -> Answer<T> {
         self.attempt = self.attempt.wrapping_add(1);
         let tokens = self.in_flight.drain(..).map(|b| b.token).collect();

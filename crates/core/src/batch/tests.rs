@@ -210,6 +210,51 @@ fn aborted_transactions_and_markers_are_not_copied() {
 }
 
 #[test]
+fn a_fetch_from_inside_a_batch_copies_what_follows_and_moves_past_markers() {
+    let mut log = Vec::new();
+    log.extend(Source::data(0, 4, b"already-copied").bytes());
+    log.extend(Source::data(4, 3, b"p7-aborted").transactional(7).bytes());
+    log.extend(Source::marker(7, 7, ABORT_MARKER).bytes());
+    log.extend(Source::data(8, 2, b"next").bytes());
+    let sizes: Vec<usize> = all(&log).iter().map(|b| b.bytes().len()).collect();
+    let next_start = sizes[0] + sizes[1] + sizes[2];
+    // The first batch ends before offset 4: a broker may send it again; it is not copied.
+    let mut cut = log.clone();
+    cut.extend_from_slice(&Source::data(10, 1, b"partial").bytes()[..20]);
+    assert_eq!(
+        to_copy(&cut, &[(7, 4)], 4),
+        Ok(ToCopy {
+            ranges: std::iter::once(next_start..next_start + sizes[3]).collect(),
+            next_offset: 10,
+            partial: 20,
+        })
+    );
+    // From the start: the first batch too.
+    let from_zero = to_copy(&log, &[(7, 4)], 0).expect("readable");
+    assert_eq!(from_zero.ranges[0], 0..sizes[0]);
+    assert_eq!(from_zero.ranges.len(), 2);
+    // Only the aborted batch and its marker: nothing to copy, and the position moves past them.
+    let tail = &log[sizes[0]..next_start];
+    assert_eq!(
+        to_copy(tail, &[(7, 4)], 4),
+        Ok(ToCopy {
+            ranges: vec![],
+            next_offset: 8,
+            partial: 0,
+        })
+    );
+    // Nothing whole: the position stays.
+    assert_eq!(
+        to_copy(&log[..30], &[], 0),
+        Ok(ToCopy {
+            ranges: vec![],
+            next_offset: 0,
+            partial: 30,
+        })
+    );
+}
+
+#[test]
 fn an_aborted_transaction_opens_at_its_first_offset_not_before() {
     let mut log = Source::data(0, 2, b"before").transactional(7).bytes();
     log.extend(Source::data(2, 2, b"aborted").transactional(7).bytes());

@@ -10,20 +10,12 @@ fn header(api: i16, version: i16, id: i32) -> Bytes {
 
 #[test]
 fn a_fetch_request_is_laid_out_as_the_spec_lists_it() {
-    let request = FetchRequest {
-        max_wait_ms: 100,
-        min_bytes: 1,
-        max_bytes: 1 << 20,
-        isolation: Isolation::ReadCommitted,
-        topics: vec![(
-            "orders",
-            vec![FetchPartition {
-                partition: 3,
-                offset: 42,
-                max_bytes: 65536,
-            }],
-        )],
+    let partition = FetchPartition {
+        partition: 3,
+        offset: 42,
+        max_bytes: 65536,
     };
+    let request = FetchRequest::committed("orders", vec![partition], 1 << 20);
     let expected = header(API_FETCH, 11, 7)
         .i32(-1)
         .i32(100)
@@ -221,6 +213,52 @@ fn api_versions_and_producer_ids_round_trip() {
 }
 
 #[test]
+fn sasl_handshake_and_authenticate_round_trip() {
+    assert_eq!(
+        sasl_handshake_request(5, "mf", "SCRAM-SHA-512"),
+        Ok(header(API_SASL_HANDSHAKE, 1, 5)
+            .string("SCRAM-SHA-512")
+            .framed())
+    );
+    let body = Bytes::default()
+        .i16(33)
+        .i32(2)
+        .string("PLAIN")
+        .string("SCRAM-SHA-256")
+        .0;
+    let (error, mechanisms) = decode_sasl_handshake(&body).expect("well-formed");
+    assert_eq!(error.name(), "UNSUPPORTED_SASL_MECHANISM");
+    assert_eq!(mechanisms, ["PLAIN", "SCRAM-SHA-256"]);
+
+    assert_eq!(
+        sasl_authenticate_request(6, "mf", b"n,,n=user,r=abc"),
+        Ok(header(API_SASL_AUTHENTICATE, 1, 6)
+            .bytes(b"n,,n=user,r=abc")
+            .framed())
+    );
+    let body = Bytes::default()
+        .i16(58)
+        .string("Authentication failed")
+        .bytes(b"")
+        .i64(0)
+        .0;
+    let answer = decode_sasl_authenticate(&body).expect("well-formed");
+    assert_eq!(answer.error.name(), "SASL_AUTHENTICATION_FAILED");
+    assert_eq!(answer.message, "Authentication failed");
+    let body = Bytes::default()
+        .i16(0)
+        .i16(-1)
+        .bytes(b"v=sig")
+        .i64(3_600_000)
+        .0;
+    let answer = decode_sasl_authenticate(&body).expect("well-formed");
+    assert_eq!(
+        (answer.auth_bytes, answer.session_lifetime_ms),
+        (&b"v=sig"[..], 3_600_000)
+    );
+}
+
+#[test]
 fn an_answer_to_another_request_is_refused() {
     let frame = Bytes::default().i32(8).i16(0).0;
     assert_eq!(answer_body(&frame, 8), Ok(&[0u8, 0][..]));
@@ -255,6 +293,10 @@ proptest! {
         let _ = decode_produce(&bytes);
         let _ = decode_api_versions(&bytes);
         let _ = decode_init_producer_id(&bytes);
+        let _ = decode_sasl_handshake(&bytes);
+        let _ = decode_sasl_authenticate(&bytes);
+        let _ = metadata::decode_metadata(&bytes);
+        let _ = list_offsets::decode_list_offsets(&bytes);
         let _ = answer_body(&bytes, 0);
     }
 }

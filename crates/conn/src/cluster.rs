@@ -1,0 +1,340 @@
+//! A cluster as a copy sees it: its bootstrap addresses, the brokers its metadata names, and
+//! one connection per broker, opened on first use and forgotten when it fails (the next use
+//! opens it again). Requests go to the broker that leads a partition; which one that is comes
+//! from [`Cluster::metadata`], asked again by the caller after an answer says it moved.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mirrorflow_core::protocol::list_offsets::{self, ListedOffset};
+use mirrorflow_core::protocol::metadata::{self, Metadata, TopicMetadata};
+use mirrorflow_core::protocol::{self, ErrorCode, Isolation};
+
+use crate::{Conn, ConnError, Options, Security};
+
+/// At most this many bootstrap addresses are tried (a spec lists a handful).
+pub const MAX_BOOTSTRAP: usize = 32;
+
+pub struct Cluster {
+    bootstrap: Vec<String>,
+    security: Security,
+    options: Options,
+    /// Node id to `host:port`, as the last metadata answer gave them.
+    addresses: HashMap<i32, String>,
+    conns: HashMap<i32, Conn>,
+    /// The connection metadata was last read on, kept for the next metadata request and used
+    /// for nothing else.
+    metadata_conn: Option<Conn>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("bootstrap", &self.bootstrap)
+            .field("addresses", &self.addresses)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// `bootstrap` is a comma-separated `host:port` list, as in a client's
+    /// `bootstrap.servers`. Nothing is connected yet.
+    pub fn new(bootstrap: &str, security: Security, options: Options) -> Result<Self, ConnError> {
+        let bootstrap: Vec<String> = bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if bootstrap.is_empty() || bootstrap.len() > MAX_BOOTSTRAP {
+            return Err(ConnError::Bootstrap {
+                count: bootstrap.len(),
+                max: MAX_BOOTSTRAP,
+            });
+        }
+        Ok(Cluster {
+            bootstrap,
+            security,
+            options,
+            addresses: HashMap::new(),
+            conns: HashMap::new(),
+            metadata_conn: None,
+        })
+    }
+
+    /// `topics`' partitions and leaders, from any broker that answers: on the cluster's own
+    /// metadata connection, never on a broker connection a fetch or write may have requests
+    /// outstanding on (an answer read there would be theirs). That connection is opened to a
+    /// broker the last answer named, or else to the bootstrap addresses in order. The brokers
+    /// the answer names replace the ones known; connections to brokers gone or moved are
+    /// closed.
+    pub fn metadata(&mut self, topics: &[&str]) -> Result<Metadata, ConnError> {
+        let ask = |conn: &mut Conn| {
+            conn.require(
+                protocol::API_METADATA,
+                "Metadata",
+                protocol::METADATA_VERSION,
+            )?;
+            conn.ask(
+                |id, client| metadata::metadata_request(id, client, topics),
+                metadata::decode_metadata,
+            )
+        };
+        let mut last = None;
+        let mut answer = None;
+        if let Some(mut conn) = self.metadata_conn.take() {
+            match ask(&mut conn) {
+                Ok(m) => {
+                    answer = Some(m);
+                    self.metadata_conn = Some(conn);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if answer.is_none() {
+            let mut known: Vec<String> = self.addresses.values().cloned().collect();
+            known.sort();
+            for addr in known.iter().chain(&self.bootstrap) {
+                match Conn::open(addr, &self.security, &self.options).and_then(|mut conn| {
+                    let m = ask(&mut conn)?;
+                    Ok((conn, m))
+                }) {
+                    Ok((conn, m)) => {
+                        answer = Some(m);
+                        self.metadata_conn = Some(conn);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+        }
+        let Some(metadata) = answer else {
+            return Err(last.unwrap_or(ConnError::Bootstrap {
+                count: 0,
+                max: MAX_BOOTSTRAP,
+            }));
+        };
+        self.addresses = metadata
+            .brokers
+            .iter()
+            .map(|b| (b.node_id, b.address()))
+            .collect();
+        let addresses = &self.addresses;
+        self.conns
+            .retain(|node, conn| addresses.get(node).is_some_and(|a| a == conn.peer()));
+        Ok(metadata)
+    }
+
+    /// The connection to broker `node_id` as the last metadata answer addressed it, opened
+    /// when there is none.
+    pub fn broker(&mut self, node_id: i32) -> Result<&mut Conn, ConnError> {
+        if !self.conns.contains_key(&node_id) {
+            let addr = self
+                .addresses
+                .get(&node_id)
+                .ok_or(ConnError::UnknownBroker { node_id })?;
+            let conn = Conn::open(addr, &self.security, &self.options)?;
+            self.conns.insert(node_id, conn);
+        }
+        self.conns
+            .get_mut(&node_id)
+            .ok_or(ConnError::UnknownBroker { node_id })
+    }
+
+    /// Closes the connection to `node_id` (after it failed); the next use opens a new one.
+    pub fn forget(&mut self, node_id: i32) {
+        self.conns.remove(&node_id);
+    }
+
+    /// The offsets `asks` (partition, timestamp: [`list_offsets::LATEST`],
+    /// [`list_offsets::EARLIEST`] or a time) name, each asked of its partition's leader in
+    /// `topic`. A partition without a leader, or whose leader failed to answer, comes back
+    /// with an error code (retriable ones mean: ask for metadata again); only a request that
+    /// could not be encoded fails the whole call.
+    pub fn list_offsets(
+        &mut self,
+        topic: &TopicMetadata,
+        asks: &[(i32, i64)],
+        isolation: Isolation,
+    ) -> Result<Vec<ListedOffset>, ConnError> {
+        let mut by_leader: HashMap<i32, Vec<(i32, i64)>> = HashMap::new();
+        let mut listed = Vec::with_capacity(asks.len());
+        for &(partition, timestamp) in asks {
+            match topic.partitions.iter().find(|p| p.partition == partition) {
+                Some(p) if p.leader >= 0 => by_leader
+                    .entry(p.leader)
+                    .or_default()
+                    .push((partition, timestamp)),
+                found => listed.push(ListedOffset {
+                    partition,
+                    error: if found.is_some() {
+                        ErrorCode::LEADER_NOT_AVAILABLE
+                    } else {
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                    },
+                    offset: -1,
+                    leader_epoch: -1,
+                }),
+            }
+        }
+        for (leader, asks) in by_leader {
+            let answer = self.broker(leader).and_then(|conn| {
+                conn.ask(
+                    |id, client| {
+                        list_offsets::list_offsets_request(
+                            id,
+                            client,
+                            isolation,
+                            &topic.name,
+                            &asks,
+                        )
+                    },
+                    list_offsets::decode_list_offsets,
+                )
+            });
+            match answer {
+                Ok(answered) => {
+                    for &(partition, _) in &asks {
+                        let got = answered
+                            .iter()
+                            .find(|(t, l)| *t == topic.name && l.partition == partition);
+                        listed.push(got.map(|(_, l)| *l).unwrap_or(ListedOffset {
+                            partition,
+                            error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                            offset: -1,
+                            leader_epoch: -1,
+                        }));
+                    }
+                }
+                Err(ConnError::Encode(e)) => return Err(ConnError::Encode(e)),
+                Err(_) => {
+                    self.forget(leader);
+                    listed.extend(asks.iter().map(|&(partition, _)| ListedOffset {
+                        partition,
+                        error: ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                        offset: -1,
+                        leader_epoch: -1,
+                    }));
+                }
+            }
+        }
+        listed.sort_by_key(|l| l.partition);
+        Ok(listed)
+    }
+}
+
+/// Spaces out the metadata requests of a fetcher or writer whose leaders moved: at most one
+/// per `every`.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl Pacer {
+    pub(crate) fn new(every: Duration) -> Self {
+        Pacer { every, last: None }
+    }
+
+    /// Whether a request may go now; if so, it counts as sent.
+    pub(crate) fn ready(&mut self) -> bool {
+        if self.last.is_some_and(|at| at.elapsed() < self.every) {
+            return false;
+        }
+        self.last = Some(Instant::now());
+        true
+    }
+}
+
+/// The topics of partition keys, each once (keys in topic order).
+pub(crate) fn topics_of<'a, V>(
+    keys: impl Iterator<Item = (&'a (Arc<str>, i32), V)>,
+) -> Vec<&'a str> {
+    let mut topics: Vec<&str> = keys.map(|((t, _), _)| t.as_ref()).collect();
+    topics.dedup();
+    topics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn options() -> Options {
+        Options {
+            client_id: "mf".into(),
+            timeout: Duration::from_millis(200),
+            max_frame: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn metadata_requests_are_spaced_out() {
+        let mut slow = Pacer::new(Duration::from_secs(3600));
+        assert!(slow.ready());
+        assert!(!slow.ready(), "a second request within the interval");
+        let mut fast = Pacer::new(Duration::ZERO);
+        assert!(fast.ready() && fast.ready());
+    }
+
+    #[test]
+    fn a_bootstrap_list_is_one_to_thirty_two_addresses() {
+        assert!(Cluster::new(" , ", Security::default(), options()).is_err());
+        let many = vec!["127.0.0.1:1"; MAX_BOOTSTRAP + 1].join(",");
+        assert!(Cluster::new(&many, Security::default(), options()).is_err());
+        let cluster = Cluster::new("a:1, b:2", Security::default(), options());
+        assert_eq!(
+            cluster.map(|c| c.bootstrap).ok(),
+            Some(vec!["a:1".into(), "b:2".into()])
+        );
+    }
+
+    #[test]
+    fn no_answering_bootstrap_address_is_the_last_connection_error() {
+        // A port nothing listens on: refused at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let addr = listener.local_addr().expect("its address").to_string();
+        drop(listener);
+        let mut cluster = Cluster::new(&addr, Security::default(), options()).expect("one address");
+        match cluster.metadata(&["orders"]) {
+            Err(ConnError::Io { peer, .. }) => assert_eq!(peer, addr),
+            other => panic!("expected a connection error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_broker_no_metadata_named_is_unknown() {
+        let mut cluster =
+            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+        assert!(matches!(
+            cluster.broker(3),
+            Err(ConnError::UnknownBroker { node_id: 3 })
+        ));
+    }
+
+    #[test]
+    fn partitions_without_a_leader_answer_an_error_without_a_request() {
+        let mut cluster =
+            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+        let topic = TopicMetadata {
+            name: "orders".into(),
+            error: ErrorCode::NONE,
+            partitions: vec![mirrorflow_core::protocol::metadata::PartitionLeader {
+                partition: 0,
+                error: ErrorCode::LEADER_NOT_AVAILABLE,
+                leader: -1,
+                leader_epoch: -1,
+            }],
+        };
+        let listed = cluster
+            .list_offsets(
+                &topic,
+                &[(0, list_offsets::LATEST), (1, list_offsets::LATEST)],
+                Isolation::ReadCommitted,
+            )
+            .expect("nothing to encode wrongly");
+        assert_eq!(listed[0].error, ErrorCode::LEADER_NOT_AVAILABLE);
+        assert_eq!(listed[1].error, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+}
