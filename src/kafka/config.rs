@@ -10,8 +10,9 @@ use rdkafka::error::KafkaError;
 
 use crate::api::client_properties::{self, Refusal};
 use crate::api::rules;
-use crate::api::{ClusterSpec, OAuthBearerSpec, SaslMechanism, SaslSpec, SecretKeyRef};
+use crate::api::{ClusterSpec, OAuthBearerSpec, SaslMechanism, SaslSpec, SecretKeyRef, TlsSpec};
 
+use super::client_cert::{ClientIdentity, client_certificate};
 use super::secrets::{SecretFiles, check_secret_ref};
 
 /// The reason of a client property the Kafka client itself refuses (unknown to it, or a value
@@ -274,11 +275,11 @@ pub fn client_config(
     };
     config.set("security.protocol", protocol);
     if let Some(tls) = &cluster.tls {
-        if let Some(ca) = &tls.ca_secret_ref {
-            let pem = secrets.read(&format!("{field}.tls.caSecretRef"), ca)?;
+        let (ca_pem, identity) = tls_material(tls, field, secrets)?;
+        if let Some(pem) = ca_pem {
             config.set("ssl.ca.pem", pem);
         }
-        if let Some(id) = super::client_cert::client_certificate(tls, field, secrets)? {
+        if let Some(id) = identity {
             config.set("ssl.certificate.pem", id.cert_pem);
             config.set("ssl.key.pem", id.key_pem);
         }
@@ -291,24 +292,97 @@ pub fn client_config(
             SaslMechanism::OAuthBearer => "OAUTHBEARER",
         };
         config.set("sasl.mechanisms", mechanism);
-        match (
-            &sasl.oauthbearer,
-            &sasl.username_secret_ref,
-            &sasl.password_secret_ref,
-        ) {
-            (Some(oauth), _, _) => set_oauthbearer(&mut config, oauth, field, secrets)?,
-            (None, Some(user_ref), Some(password_ref)) => {
-                let user = secrets.read(&format!("{field}.sasl.usernameSecretRef"), user_ref)?;
-                let password =
-                    secrets.read(&format!("{field}.sasl.passwordSecretRef"), password_ref)?;
-                config.set("sasl.username", user);
-                config.set("sasl.password", password);
-            }
-            // check_sasl refused every other combination above.
-            (None, _, _) => {}
+        if let Some(oauth) = &sasl.oauthbearer {
+            set_oauthbearer(&mut config, oauth, field, secrets)?;
+        } else if let Some((user, password)) = sasl_password(sasl, field, secrets)? {
+            config.set("sasl.username", user);
+            config.set("sasl.password", password);
         }
     }
     Ok(config)
+}
+
+/// The CA certificates and the client certificate `tls` names, read from their Secrets.
+fn tls_material(
+    tls: &TlsSpec,
+    field: &str,
+    secrets: &SecretFiles,
+) -> Result<(Option<String>, Option<ClientIdentity>), ConfigError> {
+    let ca_pem = match &tls.ca_secret_ref {
+        Some(ca) => Some(secrets.read(&format!("{field}.tls.caSecretRef"), ca)?),
+        None => None,
+    };
+    Ok((ca_pem, client_certificate(tls, field, secrets)?))
+}
+
+/// The SASL user name and password, for the mechanisms that take them.
+fn sasl_password(
+    sasl: &SaslSpec,
+    field: &str,
+    secrets: &SecretFiles,
+) -> Result<Option<(String, String)>, ConfigError> {
+    match (&sasl.username_secret_ref, &sasl.password_secret_ref) {
+        (Some(user_ref), Some(password_ref)) if sasl.oauthbearer.is_none() => {
+            let user = secrets.read(&format!("{field}.sasl.usernameSecretRef"), user_ref)?;
+            let password =
+                secrets.read(&format!("{field}.sasl.passwordSecretRef"), password_ref)?;
+            Ok(Some((user, password)))
+        }
+        // check_sasl refused every other combination.
+        _ => Ok(None),
+    }
+}
+
+/// The same cluster's TLS and SASL for the batch copy's own connections
+/// ([`mirrorflow_conn`]), read from the same Secrets as [`client_config`]'s. Brokers' host
+/// names are always checked (the spec cannot turn that off). OAUTHBEARER is refused: those
+/// connections do not speak it yet.
+pub fn conn_security(
+    cluster: &ClusterSpec,
+    field: &str,
+    secrets: &SecretFiles,
+) -> Result<mirrorflow_conn::Security, ConfigError> {
+    check_addresses(cluster, field)?;
+    let tls = match &cluster.tls {
+        Some(tls) => {
+            let (ca_pem, identity) = tls_material(tls, field, secrets)?;
+            Some(mirrorflow_conn::Tls {
+                ca_pem,
+                client: identity.map(|id| (id.cert_pem, id.key_pem)),
+                verify_hostname: true,
+            })
+        }
+        None => None,
+    };
+    let sasl = match &cluster.sasl {
+        None => None,
+        Some(sasl) => {
+            let refused = || ConfigError::InvalidSasl {
+                field: format!("{field}.sasl.mechanism"),
+                message: "OAUTHBEARER is not spoken by the batch copy's connections yet; \
+                          use PLAIN or SCRAM for this flow"
+                    .into(),
+            };
+            let Some((user, password)) = sasl_password(sasl, field, secrets)? else {
+                return Err(refused());
+            };
+            Some(match sasl.mechanism {
+                SaslMechanism::Plain => mirrorflow_conn::Sasl::Plain { user, password },
+                SaslMechanism::ScramSha256 => mirrorflow_conn::Sasl::Scram {
+                    hash: mirrorflow_conn::ScramHash::Sha256,
+                    user,
+                    password,
+                },
+                SaslMechanism::ScramSha512 => mirrorflow_conn::Sasl::Scram {
+                    hash: mirrorflow_conn::ScramHash::Sha512,
+                    user,
+                    password,
+                },
+                SaslMechanism::OAuthBearer => return Err(refused()),
+            })
+        }
+    };
+    Ok(mirrorflow_conn::Security { tls, sasl })
 }
 
 /// librdkafka's own OIDC client (`sasl.oauthbearer.method=oidc`): it posts the client
@@ -411,6 +485,23 @@ mod tests {
         );
     }
 
+    /// `mechanism` with the user name and password in Secret `creds`, keys `user` and
+    /// `password`.
+    fn password_sasl(mechanism: SaslMechanism) -> SaslSpec {
+        let key = |key: &str| {
+            Some(SecretKeyRef {
+                name: "creds".into(),
+                key: key.into(),
+            })
+        };
+        SaslSpec {
+            mechanism,
+            username_secret_ref: key("user"),
+            password_secret_ref: key("password"),
+            oauthbearer: None,
+        }
+    }
+
     #[test]
     fn sasl_credentials_come_from_files_and_a_missing_one_names_the_secret() {
         let dir = std::env::temp_dir().join(format!("mf-secrets-{}", std::process::id()));
@@ -419,18 +510,7 @@ mod tests {
         std::fs::write(dir.join("creds/password"), "s3cret").unwrap();
         let mut c = cluster();
         c.tls = Some(TlsSpec::default());
-        c.sasl = Some(SaslSpec {
-            mechanism: SaslMechanism::ScramSha512,
-            username_secret_ref: Some(SecretKeyRef {
-                name: "creds".into(),
-                key: "user".into(),
-            }),
-            password_secret_ref: Some(SecretKeyRef {
-                name: "creds".into(),
-                key: "password".into(),
-            }),
-            oauthbearer: None,
-        });
+        c.sasl = Some(password_sasl(SaslMechanism::ScramSha512));
         let secrets = SecretFiles::new(&dir);
         let cfg = client_config(&c, "spec.source", &secrets, ClientUse::Replicator).unwrap();
         assert_eq!(cfg.get("security.protocol"), Some("SASL_SSL"));
@@ -447,6 +527,60 @@ mod tests {
         assert!(
             text.contains("spec.source.sasl.passwordSecretRef") && text.contains("'absent'"),
             "{text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_batch_copys_connections_get_the_same_credentials_and_refuse_oauthbearer() {
+        let dir = std::env::temp_dir().join(format!("mf-conn-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("creds")).unwrap();
+        std::fs::write(dir.join("creds/user"), "alice\n").unwrap();
+        std::fs::write(dir.join("creds/password"), "s3cret").unwrap();
+        std::fs::write(dir.join("creds/ca"), "-----BEGIN CERTIFICATE-----").unwrap();
+        let secrets = SecretFiles::new(&dir);
+        let plain = conn_security(&cluster(), "spec.target", &secrets).unwrap();
+        assert!(plain.tls.is_none() && plain.sasl.is_none());
+
+        let mut c = cluster();
+        c.tls = Some(TlsSpec {
+            ca_secret_ref: Some(SecretKeyRef {
+                name: "creds".into(),
+                key: "ca".into(),
+            }),
+            ..TlsSpec::default()
+        });
+        c.sasl = Some(password_sasl(SaslMechanism::ScramSha256));
+        let security = conn_security(&c, "spec.target", &secrets).unwrap();
+        let tls = security.tls.expect("TLS");
+        assert_eq!(tls.ca_pem.as_deref(), Some("-----BEGIN CERTIFICATE-----"));
+        assert!(tls.verify_hostname && tls.client.is_none());
+        match security.sasl {
+            Some(mirrorflow_conn::Sasl::Scram {
+                hash: mirrorflow_conn::ScramHash::Sha256,
+                user,
+                password,
+            }) => assert_eq!((user.as_str(), password.as_str()), ("alice", "s3cret")),
+            other => panic!("SCRAM-SHA-256 expected, got {other:?}"),
+        }
+
+        if let Some(r) = c.sasl.as_mut().and_then(|s| s.username_secret_ref.as_mut()) {
+            r.name = "absent".into();
+        }
+        let err = conn_security(&c, "spec.target", &secrets).unwrap_err();
+        assert_eq!(err.reason(), "SecretMissing");
+        assert!(
+            err.to_string()
+                .contains("spec.target.sasl.usernameSecretRef"),
+            "{err}"
+        );
+
+        let err = conn_security(&oauth_cluster(), "spec.target", &secrets).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(
+            err.to_string()
+                .starts_with("spec.target.sasl.mechanism: OAUTHBEARER"),
+            "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

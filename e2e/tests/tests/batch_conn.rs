@@ -1,24 +1,28 @@
 //! The batch-keeping copy's own pieces against the world's brokers: connections over SASL_SSL
 //! (SCRAM-SHA-512) and mutual TLS (`mirrorflow-conn`), and the requests and batch rules of
-//! `mirrorflow_core::{protocol, batch}`. Record batches a real producer wrote (lz4, one
-//! committed and one aborted transaction) are fetched `read_committed` from the source, written
-//! whole by an idempotent producer to the target, and read back with librdkafka: the committed
-//! records arrive in order at offsets that follow the source's batches, the aborted ones and
-//! the markers do not, and the target keeps lz4. Wrong credentials and an untrusted CA are
-//! refused with errors that say so. A `Cluster` finds partitions' leaders and offsets on the
-//! listener it was asked on, and asking for a topic's metadata never creates it; a `Fetcher`
-//! follows several partitions to their ends, handing on only the batches to copy, and pauses
-//! one asked for beyond its log until it is moved; a `Writer` writes what it handed on, over
+//! `mirrorflow_core::{protocol, batch}`, with the TLS and SASL a flow's cluster spec resolves to
+//! for them (`mirrorflow::kafka::config::conn_security`, from Secret files). Record batches a real
+//! producer wrote (lz4, one committed and one aborted transaction) are fetched `read_committed`
+//! from the source, written whole by an idempotent producer to the target, and read back with
+//! librdkafka: the committed records arrive in order at offsets that follow the source's batches,
+//! the aborted ones and the markers do not, and the target keeps lz4. Wrong credentials and an
+//! untrusted CA are refused with errors that say so. A `Cluster` finds partitions' leaders and
+//! offsets on the listener it was asked on, and asking for a topic's metadata never creates it; a
+//! `Fetcher` follows several partitions to their ends, handing on only the batches to copy, and
+//! pauses one asked for beyond its log until it is moved; a `Writer` writes what it handed on, over
 //! mutual TLS, each partition in order.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use mirrorflow::api::{ClusterSpec, SaslMechanism, SaslSpec, SecretKeyRef, TlsSpec};
+use mirrorflow::kafka::SecretFiles;
+use mirrorflow::kafka::config::conn_security;
 use mirrorflow_conn::fetcher::Trouble;
 use mirrorflow_conn::writer::Item;
 use mirrorflow_conn::{
-    Cluster, Conn, ConnError, FetchLimits, Fetcher, Options, Sasl, ScramHash, Security, Tls, Writer,
+    Cluster, Conn, ConnError, FetchLimits, Fetcher, Options, Security, Tls, Writer,
 };
 use mirrorflow_core::batch::sequencer::{Answer, Sequencer};
 use mirrorflow_core::batch::{self, Admission, Codec, Committed};
@@ -43,19 +47,55 @@ fn options() -> Options {
     }
 }
 
-fn scram(secure: &SecureKafka, password: &str) -> Security {
-    Security {
-        tls: Some(Tls {
-            ca_pem: Some(secure.ca_pem.clone()),
-            client: None,
-            verify_hostname: true,
-        }),
-        sasl: Some(Sasl::Scram {
-            hash: ScramHash::Sha512,
-            user: secure.user.clone(),
-            password: password.to_owned(),
-        }),
+/// What the replicator makes of a flow's cluster spec for the batch copy's connections
+/// (`mirrorflow::kafka::config::conn_security`): its TLS and SASL with these Secret values, kept
+/// as files of Secret `conn` in a folder of their own for as long as it takes.
+fn spec_security(values: &[(&str, &str)], sasl: Option<SaslMechanism>) -> Result<Security> {
+    let dir = std::env::temp_dir().join(unique("batch-conn-secrets"));
+    std::fs::create_dir_all(dir.join("conn"))?;
+    for (key, value) in values {
+        std::fs::write(dir.join("conn").join(key), value)?;
     }
+    let key = |name: &str| {
+        values
+            .iter()
+            .any(|(k, _)| *k == name)
+            .then(|| SecretKeyRef {
+                name: "conn".into(),
+                key: name.into(),
+            })
+    };
+    let cluster = ClusterSpec {
+        alias: "batch".into(),
+        bootstrap_servers: "127.0.0.1:9092".into(),
+        tls: Some(TlsSpec {
+            ca_secret_ref: key("ca"),
+            cert_secret_ref: key("cert"),
+            key_secret_ref: key("key"),
+            ..TlsSpec::default()
+        }),
+        sasl: sasl.map(|mechanism| SaslSpec {
+            mechanism,
+            username_secret_ref: key("user"),
+            password_secret_ref: key("password"),
+            oauthbearer: None,
+        }),
+        config: Default::default(),
+    };
+    let security = conn_security(&cluster, "spec.source", &SecretFiles::new(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(security?)
+}
+
+fn scram(secure: &SecureKafka, password: &str) -> Result<Security> {
+    spec_security(
+        &[
+            ("ca", &secure.ca_pem),
+            ("user", &secure.user),
+            ("password", password),
+        ],
+        Some(SaslMechanism::ScramSha512),
+    )
 }
 
 fn mtls(ca_pem: &str) -> Result<Security> {
@@ -63,17 +103,11 @@ fn mtls(ca_pem: &str) -> Result<Security> {
         let path = var(n)?;
         std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))
     };
-    Ok(Security {
-        tls: Some(Tls {
-            ca_pem: Some(ca_pem.to_owned()),
-            client: Some((
-                read("MF_KAFKA_CLIENT_CERT_PEM")?,
-                read("MF_KAFKA_CLIENT_KEY_PEM")?,
-            )),
-            verify_hostname: true,
-        }),
-        sasl: None,
-    })
+    let (cert, key) = (
+        read("MF_KAFKA_CLIENT_CERT_PEM")?,
+        read("MF_KAFKA_CLIENT_KEY_PEM")?,
+    );
+    spec_security(&[("ca", ca_pem), ("cert", &cert), ("key", &key)], None)
 }
 
 /// A record's value: its name, then enough repeated text that lz4 shrinks the batch (librdkafka
@@ -204,7 +238,7 @@ fn whole_batches_cross_sasl_ssl_and_mutual_tls_with_their_records() -> Result<()
 
     let mut source = Conn::open(
         &secure.source_bootstrap,
-        &scram(&secure, &secure.password),
+        &scram(&secure, &secure.password)?,
         &options(),
     )?;
     source.require(protocol::API_FETCH, "Fetch", protocol::FETCH_VERSION)?;
@@ -304,7 +338,7 @@ fn a_wrong_password_and_an_untrusted_ca_are_refused_by_name() -> Result<()> {
     let secure = SecureKafka::from_env()?;
     let wrong = Conn::open(
         &secure.source_bootstrap,
-        &scram(&secure, "not-the-password"),
+        &scram(&secure, "not-the-password")?,
         &options(),
     );
     match wrong {
@@ -318,7 +352,7 @@ fn a_wrong_password_and_an_untrusted_ca_are_refused_by_name() -> Result<()> {
     let dir = std::env::temp_dir().join(unique("batch-conn-ca"));
     std::fs::create_dir_all(&dir)?;
     let (other_ca, _) = self_signed(&dir, "not-the-brokers-ca")?;
-    let mut untrusted = scram(&secure, &secure.password);
+    let mut untrusted = scram(&secure, &secure.password)?;
     if let Some(tls) = untrusted.tls.as_mut() {
         tls.ca_pem = Some(std::fs::read_to_string(&other_ca)?);
     }
@@ -383,7 +417,7 @@ fn leaders_and_offsets_come_from_the_listener_asked_and_no_topic_is_created() ->
 
     let mut cluster = Cluster::new(
         &secure.source_bootstrap,
-        scram(&secure, &secure.password),
+        scram(&secure, &secure.password)?,
         options(),
     )?;
     let metadata = cluster.metadata(&[&topic, &missing])?;
@@ -515,7 +549,7 @@ fn a_fetcher_and_a_writer_copy_every_partition_and_a_partition_read_out_of_range
 
     let cluster = Cluster::new(
         &secure.source_bootstrap,
-        scram(&secure, &secure.password),
+        scram(&secure, &secure.password)?,
         options(),
     )?;
     let mut fetcher = Fetcher::new(
