@@ -93,6 +93,24 @@ struct Lane<T> {
     leader: Option<i32>,
 }
 
+impl<T> Lane<T> {
+    /// The lane's writes failed for good: its unacknowledged batches (`unacknowledged`, from
+    /// the sequencer) and its queued ones go back to the caller, oldest first, and the lane
+    /// waits for a sequencer under a new producer id.
+    fn fault(&mut self, key: &Key, error: ErrorCode, unacknowledged: Vec<Item<T>>) -> Fault<T> {
+        let mut tokens: Vec<T> = unacknowledged.into_iter().map(|i| i.token).collect();
+        tokens.extend(self.queue.drain(..).map(|i| i.token));
+        self.resending.clear();
+        self.sequencer = None;
+        Fault {
+            topic: key.0.clone(),
+            partition: key.1,
+            error,
+            tokens,
+        }
+    }
+}
+
 /// A request outstanding on a leader's connection: its correlation id, and the ticket of each
 /// partition's batch in it.
 struct Outstanding {
@@ -333,22 +351,12 @@ impl<T> Writer<T> {
                 Err(_) => {
                     // The bytes changed since the source broker wrote them (their CRC fails):
                     // no write of them can be right. The lane's batches go back to the caller.
-                    let Answer::Fault { error, tokens } =
+                    if let Answer::Fault { error, tokens } =
                         sequencer.abandon(ErrorCode::CORRUPT_MESSAGE)
-                    else {
-                        continue;
-                    };
-                    let mut all: Vec<T> = tokens.into_iter().map(|i| i.token).collect();
-                    all.extend(lane.queue.drain(..).map(|i| i.token));
-                    lane.resending.clear();
-                    lane.sequencer = None;
-                    self.producer = None;
-                    progress.faults.push(Fault {
-                        topic: key.0.clone(),
-                        partition: key.1,
-                        error,
-                        tokens: all,
-                    });
+                    {
+                        progress.faults.push(lane.fault(key, error, tokens));
+                        self.producer = None;
+                    }
                 }
             }
         }
@@ -438,23 +446,12 @@ impl<T> Writer<T> {
             }),
             Answer::Resend(error) => {
                 progress.troubles.push((key.0.clone(), key.1, error));
-                if matches!(error.0, 3 | 5 | 6 | 74 | 75) {
-                    self.stale = true;
-                }
+                self.stale |= error.is_leadership();
                 lane.resending = resend(sequencer);
             }
             Answer::Fault { error, tokens } => {
-                let mut all: Vec<T> = tokens.into_iter().map(|i| i.token).collect();
-                all.extend(lane.queue.drain(..).map(|i| i.token));
-                lane.resending.clear();
-                lane.sequencer = None;
+                progress.faults.push(lane.fault(key, error, tokens));
                 self.producer = None;
-                progress.faults.push(Fault {
-                    topic: key.0.clone(),
-                    partition: key.1,
-                    error,
-                    tokens: all,
-                });
             }
             Answer::Stale => {}
         }

@@ -79,6 +79,11 @@ impl ErrorCode {
         }
     }
 
+    /// Errors that say the partition's leader moved or is not known: ask for metadata again.
+    pub fn is_leadership(self) -> bool {
+        matches!(self.0, 3 | 5 | 6 | 74 | 75)
+    }
+
     /// Errors a client sends the same request again for (after new metadata where the leader
     /// moved), as Kafka's clients do.
     pub fn is_retriable(self) -> bool {
