@@ -19,12 +19,13 @@ NAMES = {
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
     "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
     "ours2": "MirrorFlow, 2 replicas (trial; CPU and RSS of both)",
+    "oursb": "MirrorFlow, whole batches (copy: Batches)",
     "oursp": "batch passthrough (bench arm on the batch pieces, not the product)",
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "ours2", "oursp", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "ours2": "#4292c6", "oursp": "#c6dbef", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "ours2", "oursb", "oursp", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "ours2": "#4292c6", "oursb": "#08306b", "oursp": "#c6dbef", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -435,7 +436,7 @@ def markdown(summary):
                          f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['cpu_per_gb'], 1)} | {fmt(a['rss_mib'], 0)} | "
                          f"{fmt(a['startup_s'], 1)} | {a['codec']}, {fmt(stored, 1)} | {a['load']} |")
             label = ""
-        pairs = [("ours", b) for b in ("oursn", "oursf", "mm2", "mm2t")] + [("ours2", "mm2t"), ("oursp", "mm2t")]
+        pairs = [("ours", b) for b in ("oursn", "oursf", "mm2", "mm2t")] + [("ours2", "mm2t"), ("oursb", "mm2"), ("oursb", "mm2t"), ("oursp", "mm2t")]
         for mine, base in pairs:
             o, b = e["arms"].get(mine), e["arms"].get(base)
             if not o or not b:

@@ -36,7 +36,8 @@
 #                   our flow's source / target (trials; recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   oursq, ours2, oursp, mm2, mm2t); oursp (compressed data: --compressed,
+#                   oursq, ours2, oursb, oursp, mm2, mm2t); oursb: the product copying whole
+#                   record batches (spec.sourceLoop.copy: Batches); oursp (compressed data: --compressed,
 #                   --brokers3): the driver's batch-passthrough copy, a measurement of a copy
 #                   without re-encoding, not the product
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
@@ -206,7 +207,7 @@ mm2_tuned() {
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursp]=p [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursb]=b [oursp]=p [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -251,13 +252,16 @@ cleanup() {
 # connection carries one window per round trip; copies only); oursp: `mirrorflow-bench
 # passthrough`, the source's record batches written to the target as they are (what a copy costs
 # without decoding and compressing every record again; no offset syncs or checkpoints: copies
-# only); mm2t: MirrorMaker 2 tuned.
+# only); oursb: ours copying whole record batches (`sourceLoop: {copy: Batches}`); mm2t:
+# MirrorMaker 2 tuned.
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2)
+    ours | oursn | oursf | oursq | ours2 | oursb)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config="" replicas=(bench) r
+      local copy_unit=""
+      [ "$ARM_KIND" = oursb ] && copy_unit="sourceLoop: {copy: Batches}"
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
@@ -269,6 +273,7 @@ source: {alias: $ARM_ALIAS, bootstrapServers: '$ARM_SRC'$source_config}
 target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
+$copy_unit
 ${BENCH_OURS_FLOW:-}
 EOF
       [ "$ARM_KIND" = ours2 ] && replicas=(bench-0 bench-1)
@@ -297,7 +302,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2 | oursp)
+    ours | oursn | oursf | oursq | ours2 | oursb | oursp)
       local pid
       for pid in "$ARM_PID" "${ARM_MORE_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rdkafka::ClientConfig;
 
 use crate::api::rules::alias_contains_separator;
-use crate::api::{MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
+use crate::api::{CopyUnit, MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
 use crate::kafka::writers::Writer;
 use crate::kafka::{self, ClientUse, SecretFiles};
 use crate::mm2::{
@@ -78,6 +78,15 @@ pub struct Flow {
     /// Who this flow is in the internal topics it shares with other flows
     /// ([`kafka::writers`]).
     pub writer: Writer,
+    /// The batch copy's connections (`spec.sourceLoop.copy: Batches`).
+    pub batch_security: Option<BatchSecurity>,
+}
+
+/// The TLS and SASL of the batch copy's own connections to both clusters.
+#[derive(Clone)]
+pub struct BatchSecurity {
+    pub source: mirrorflow_conn::Security,
+    pub target: mirrorflow_conn::Security,
 }
 
 impl std::fmt::Debug for Flow {
@@ -231,7 +240,15 @@ pub fn resolve(
     let target_client = client(target, "spec.target", ClientUse::Replicator)?;
     let source_probe_client = client(source, "spec.source", ClientUse::Probe)?;
     let target_probe_client = client(target, "spec.target", ClientUse::Probe)?;
+    let batch_security = match spec.source_loop.copy {
+        CopyUnit::Records => None,
+        CopyUnit::Batches => Some(BatchSecurity {
+            source: kafka::config::conn_security(source, "spec.source", secrets)?,
+            target: kafka::config::conn_security(target, "spec.target", secrets)?,
+        }),
+    };
     Ok(Flow {
+        batch_security,
         writer: Writer::unnamed(&name),
         name,
         spec,
@@ -424,6 +441,25 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 .into(),
         });
     }
+    if spec.source_loop.copy == CopyUnit::Batches {
+        // Whole batches keep the source producer's commit markers out and their offsets
+        // apart: neither a transaction per partition nor aligned offsets can be built on them.
+        let other = if spec.exactly_once {
+            Some("spec.exactlyOnce")
+        } else if spec.offsets == OffsetsMode::Aligned {
+            Some("spec.offsets: Aligned")
+        } else {
+            None
+        };
+        if let Some(other) = other {
+            return Err(FlowError::Invalid {
+                field: "spec.sourceLoop.copy",
+                message: format!(
+                    "Batches copies at least once with translated offsets and cannot be combined with {other}: set copy to Records, or turn {other} off"
+                ),
+            });
+        }
+    }
     Ok(())
 }
 
@@ -583,6 +619,30 @@ mod tests {
         let bad: Result<crate::api::MirrorFlowSpec, _> =
             serde_yaml::from_str(&format!("{BASE}offsets: Same\n"));
         assert!(bad.is_err(), "an unknown offsets mode must not parse");
+    }
+
+    #[test]
+    fn batch_copies_refuse_exactly_once_and_aligned_offsets_and_resolve_their_connections() {
+        let batches = "sourceLoop: {copy: Batches, offsetSyncsLocation: Target}\n";
+        for (other, named) in [
+            ("exactlyOnce: true\n", "spec.exactlyOnce"),
+            ("offsets: Aligned\n", "spec.offsets: Aligned"),
+        ] {
+            let err = validate(&spec(&format!("{BASE}{other}{batches}")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("spec.sourceLoop.copy") && err.contains(named),
+                "{err}"
+            );
+        }
+        let flow = test_flow("f", batches);
+        assert_eq!(flow.spec.source_loop.copy, CopyUnit::Batches);
+        assert!(flow.batch_security.is_some());
+        assert!(test_flow("f", "").batch_security.is_none());
+        let bad: Result<crate::api::MirrorFlowSpec, _> =
+            serde_yaml::from_str(&format!("{BASE}sourceLoop: {{copy: Bytes}}\n"));
+        assert!(bad.is_err(), "an unknown copy unit must not parse");
     }
 
     #[test]

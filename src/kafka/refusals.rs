@@ -101,7 +101,7 @@ fn fix(code: RDKafkaErrorCode, what: TopicChange) -> &'static str {
     }
 }
 
-fn truncated(mut message: String) -> String {
+pub fn truncated(mut message: String) -> String {
     if message.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
         while !message.is_char_boundary(end) {

@@ -60,12 +60,16 @@ impl ErrorCode {
             14 => "COORDINATOR_LOAD_IN_PROGRESS",
             15 => "COORDINATOR_NOT_AVAILABLE",
             16 => "NOT_COORDINATOR",
+            18 => "RECORD_LIST_TOO_LARGE",
             19 => "NOT_ENOUGH_REPLICAS",
             20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             29 => "TOPIC_AUTHORIZATION_FAILED",
+            31 => "CLUSTER_AUTHORIZATION_FAILED",
+            32 => "INVALID_TIMESTAMP",
             33 => "UNSUPPORTED_SASL_MECHANISM",
             34 => "ILLEGAL_SASL_STATE",
             35 => "UNSUPPORTED_VERSION",
+            44 => "POLICY_VIOLATION",
             45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
             46 => "DUPLICATE_SEQUENCE_NUMBER",
             47 => "INVALID_PRODUCER_EPOCH",
@@ -73,6 +77,7 @@ impl ErrorCode {
             59 => "UNKNOWN_PRODUCER_ID",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
+            76 => "UNSUPPORTED_COMPRESSION_TYPE",
             87 => "INVALID_RECORD",
             90 => "PRODUCER_FENCED",
             _ => "error",
@@ -82,6 +87,12 @@ impl ErrorCode {
     /// Errors that say the partition's leader moved or is not known: ask for metadata again.
     pub fn is_leadership(self) -> bool {
         matches!(self.0, 3 | 5 | 6 | 74 | 75)
+    }
+
+    /// Errors a write of the same records gets again until someone changes the target (a
+    /// topic's limits or ACLs, a policy): too large, not authorized, invalid records.
+    pub fn refuses_the_records(self) -> bool {
+        matches!(self.0, 10 | 18 | 29 | 31 | 32 | 44 | 76 | 87)
     }
 
     /// Errors a client sends the same request again for (after new metadata where the leader

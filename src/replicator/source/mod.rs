@@ -8,7 +8,7 @@
 //! | what the clusters refused, recorded for the operator | [`refused`] |
 //! | topic ACL sync (I/O; the pure part is [`crate::kafka::acls`]) | [`acl_sync`] |
 //! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
-//! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`] |
+//! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`], [`aligned`], [`batches`] |
 //! | what may be committed per partition (pure) | [`progress`] |
 //! | positions topic format and reader | [`crate::kafka::positions`] |
 //! | client settings | [`clients`] |
@@ -44,6 +44,7 @@
 pub mod acl_sync;
 pub mod aligned;
 pub mod at_least_once;
+pub mod batches;
 pub mod clients;
 pub mod continuity;
 pub mod discovery;
@@ -74,7 +75,7 @@ use self::engine::{Delivery, Shared};
 use self::exactly_once::ExactlyOnce;
 use self::refused::RefusalRecorder;
 use super::{Context, Flow};
-use crate::api::{OffsetSyncsLocation, OffsetsMode};
+use crate::api::{CopyUnit, OffsetSyncsLocation, OffsetsMode};
 use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
 use crate::replicator::reach::{Reachability, Side};
@@ -125,11 +126,15 @@ enum CopyMode {
     /// `spec.offsets: Aligned` (exactly-once wins when both are set).
     Aligned,
     ExactlyOnce,
+    /// `spec.sourceLoop.copy: Batches` (at least once; validation refuses the other modes).
+    Batches,
 }
 
 impl CopyMode {
     fn of(flow: &Flow) -> Self {
-        if flow.spec.exactly_once {
+        if flow.spec.source_loop.copy == CopyUnit::Batches {
+            CopyMode::Batches
+        } else if flow.spec.exactly_once {
             CopyMode::ExactlyOnce
         } else if flow.spec.offsets == OffsetsMode::Aligned {
             CopyMode::Aligned
@@ -138,6 +143,12 @@ impl CopyMode {
         }
     }
 }
+
+/// How long a batch fetch waits at the leader for records (a consumer's `fetch.max.wait.ms`).
+const BATCH_FETCH_WAIT: Duration = Duration::from_millis(100);
+/// Produce requests outstanding per target leader (librdkafka's `max.in.flight` for an
+/// idempotent producer).
+const BATCH_WRITES_IN_FLIGHT: usize = 5;
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
@@ -244,8 +255,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 "source loop starting (exactly-once: a transaction per partition)");
         }
         CopyMode::Aligned => tracing::info!(%group, "source loop starting (aligned offsets)"),
+        CopyMode::Batches => tracing::info!(%group, "source loop starting (whole record batches)"),
         CopyMode::AtLeastOnce => tracing::info!(%group, "source loop starting"),
     }
+    let stops = batches::no_stops();
     let mut loops = engine::Loops::new();
     let mut first_positions = Some(positions);
     for worker in Worker::crew(fetch.consumers) {
@@ -304,6 +317,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 });
                 engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
             }
+            CopyMode::Batches => {
+                let (producer, syncs) = plain_producers()?;
+                let (source, writer) = batch_connections(flow, fetch.window)?;
+                let policy = batches::Batches::new(batches::Parts {
+                    shared,
+                    producer,
+                    syncs,
+                    writer,
+                    source,
+                    limits: batch_fetch_limits(fetch.window),
+                    stops: stops.clone(),
+                })
+                .context("starting the batch fetching thread")?;
+                engine::spawn(policy, &source_consumer, &source_health, copy, &mut loops)?;
+            }
             CopyMode::AtLeastOnce => {
                 let (producer, syncs) = plain_producers()?;
                 let policy = AtLeastOnce::new(at_least_once::Parts {
@@ -337,7 +365,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                         count("discovery");
                         tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
                     }
-                    if let Err(e) = recorder.round(&round.refused).await {
+                    let stopped = batches::stops_now(&stops);
+                    if let Err(e) = recorder.round(&round.refused, stopped).await {
                         count("refusal_record");
                         tracing::warn!(error = %e, "could not record the refused topic changes for the operator; retrying next round");
                     }
@@ -375,6 +404,53 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     result?;
     tracing::info!("source loop stopped");
     Ok(())
+}
+
+/// The batch copy's source fetch: the consumer's window ([`clients::SourceFetch`]).
+fn batch_fetch_limits(window: clients::FetchWindow) -> mirrorflow_conn::FetchLimits {
+    let bytes = |b: usize| i32::try_from(b).unwrap_or(i32::MAX);
+    mirrorflow_conn::FetchLimits {
+        max_bytes: bytes(window.fetch_bytes),
+        partition_max_bytes: bytes(window.partition_bytes),
+        max_wait: BATCH_FETCH_WAIT,
+    }
+}
+
+/// The batch copy's connections: a source cluster for the fetching thread and the writer on
+/// the target, with the flow's TLS and SASL ([`crate::flow::BatchSecurity`]).
+fn batch_connections(
+    flow: &Flow,
+    window: clients::FetchWindow,
+) -> anyhow::Result<(
+    mirrorflow_conn::Cluster,
+    mirrorflow_conn::Writer<batches::Token>,
+)> {
+    let security = (flow.batch_security.clone())
+        .context("spec.sourceLoop.copy: Batches without its connections' security")?;
+    let options = |frame: usize| mirrorflow_conn::Options {
+        client_id: format!("mirrorflow-{}", flow.name.replace('/', ".")),
+        // Longer than a write the target may hold for its replicas.
+        timeout: mirrorflow_conn::writer::PRODUCE_TIMEOUT + Duration::from_secs(30),
+        max_frame: frame,
+    };
+    // A fetch answer is at most its `max_bytes` plus one batch past it; writes answer small.
+    let fetch_frame = window.fetch_bytes.saturating_mul(2).max(16 << 20);
+    let source = mirrorflow_conn::Cluster::new(
+        &flow.spec.source.bootstrap_servers,
+        security.source,
+        options(fetch_frame),
+    )
+    .context("spec.source.bootstrapServers")?;
+    let target = mirrorflow_conn::Cluster::new(
+        &flow.spec.target.bootstrap_servers,
+        security.target,
+        options(1 << 20),
+    )
+    .context("spec.target.bootstrapServers")?;
+    Ok((
+        source,
+        mirrorflow_conn::Writer::new(target, BATCH_WRITES_IN_FLIGHT),
+    ))
 }
 
 /// How a copy loop ended, as the source loop's result.

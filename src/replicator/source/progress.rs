@@ -63,6 +63,29 @@ impl Progress {
         sync
     }
 
+    /// The target acknowledged `count` records copied together (a whole batch): source
+    /// offsets from `upstream`, target offsets from `downstream` on, one by one. Returns the
+    /// offset sync to write, if the policy wants one (at the first record: within the run
+    /// the delta does not change).
+    pub fn acknowledged_run(
+        &mut self,
+        upstream: i64,
+        downstream: i64,
+        count: i64,
+        now: Duration,
+    ) -> Option<OffsetSync> {
+        let sync = self.policy.observe_run(upstream, downstream, count, now);
+        if sync.is_some() {
+            self.pending_syncs.push_back(self.latest);
+        }
+        let rest = count.saturating_sub(1).max(0);
+        self.latest = Some(Frontier {
+            next: upstream.saturating_add(rest).saturating_add(1),
+            downstream: downstream.saturating_add(rest),
+        });
+        sync
+    }
+
     /// The record at `upstream`, after every one acknowledged so far, will never be on the
     /// target (it was refused): the position moves past it, target offsets stay. The next
     /// acknowledged record changes the offset delta, so the policy writes a sync for it.
@@ -278,5 +301,25 @@ mod tests {
             p.acknowledged(3, 7, T).is_some(),
             "the first record after a rewind gets a sync"
         );
+    }
+
+    #[test]
+    fn a_batch_acknowledged_at_once_moves_past_all_its_records() {
+        let mut p = progress(None);
+        let sync = p.acknowledged_run(10, 100, 5, Duration::ZERO);
+        assert_eq!(
+            sync.map(|s| (s.upstream_offset, s.downstream_offset)),
+            Some((10, 100))
+        );
+        assert_eq!(p.latest(), at(15, 104));
+        assert_eq!(p.committable(), None, "held by its unacknowledged sync");
+        p.sync_acknowledged();
+        assert_eq!(p.committable(), at(15, 104));
+        assert_eq!(
+            p.acknowledged_run(15, 105, 3, Duration::ZERO),
+            None,
+            "same delta"
+        );
+        assert_eq!(p.latest(), at(18, 107));
     }
 }

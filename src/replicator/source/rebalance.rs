@@ -41,6 +41,9 @@ pub trait Owner {
     /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
     /// next owner's fencing settles open transactions) or in good order (positions stored).
     const FAILED_REBALANCE_IS_LOST: bool;
+    /// Partitions are paused as soon as they are assigned: the copier fetches them itself and
+    /// uses the consumer for the group's assignment only.
+    const PAUSE_ASSIGNED: bool = false;
     /// The delivery mode, as log lines name it.
     const MODE: &str;
 
@@ -72,10 +75,15 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
     let outcome = match err {
         RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
             lock(owner).assigned(tpl);
-            if cooperative {
+            let assigned = if cooperative {
                 consumer.incremental_assign(tpl)
             } else {
                 consumer.assign(tpl)
+            };
+            // Before `poll` returns: no fetch of them has started yet.
+            match assigned {
+                Ok(()) if O::PAUSE_ASSIGNED => consumer.pause(tpl),
+                other => other,
             }
         }
         RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

@@ -47,14 +47,18 @@ impl RefusalRecorder {
         })
     }
 
-    /// Records this round's refusals: new and changed ones, and a tombstone for each that no
-    /// longer holds. What could not be written is written again next round.
+    /// Records this round's refusals (`refused` by discovery, `stopped` by the copy): new and
+    /// changed ones, and a tombstone for each that no longer holds. What could not be written
+    /// is written again next round.
     pub async fn round(
         &mut self,
         refused: &[AdminError],
+        stopped: Vec<Refusal>,
     ) -> Result<(), rdkafka::error::KafkaError> {
         let now = now_ms();
-        let found = refused.iter().filter_map(|e| Refusal::of(e, now)).collect();
+        let found = (refused.iter().filter_map(|e| Refusal::of(e, now)))
+            .chain(stopped)
+            .collect();
         let before = self.written.clone();
         let records = refusals::changes(&mut self.written, found);
         let mut pending = Vec::with_capacity(records.len());

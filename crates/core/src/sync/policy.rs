@@ -145,6 +145,31 @@ impl SyncPolicy {
         ))
     }
 
+    /// Observes a run of `count` records copied together, their source offsets from `upstream`
+    /// and target offsets from `downstream` on, one by one (a record batch written whole).
+    /// Within a run the delta cannot change, so only its first record can need a sync for a
+    /// reason other than the count (`max_records`), which is checked at the next run.
+    pub fn observe_run(
+        &mut self,
+        upstream: i64,
+        downstream: i64,
+        count: i64,
+        now: Duration,
+    ) -> Option<OffsetSync> {
+        let sync = self.observe(upstream, downstream, now);
+        let rest = count.saturating_sub(1);
+        if rest > 0
+            && let Some(last) = self.last.as_mut()
+        {
+            last.upstream = last.upstream.saturating_add(rest);
+            last.downstream = last.downstream.saturating_add(rest);
+            last.records_since_sync = last
+                .records_since_sync
+                .saturating_add(u64::try_from(rest).unwrap_or(0));
+        }
+        sync
+    }
+
     fn reason(&self, upstream: i64, downstream: i64, now: Duration) -> Option<SyncReason> {
         let Some(last) = self.last else {
             return Some(SyncReason::First);
@@ -339,5 +364,33 @@ mod tests {
         p.observe(0, 0, Duration::ZERO);
         assert_eq!(p.observe(1, -1, Duration::ZERO), None);
         assert_eq!(emitted(&mut p, 2, 1, 0), Some(SyncReason::First));
+    }
+
+    proptest::proptest! {
+        /// Runs (whole batches: contiguous source offsets, one target offset each) observed at
+        /// once give the syncs and coverage their records give one by one, when only the
+        /// delta and the clock decide (the dense policy's configuration).
+        #[test]
+        fn a_run_syncs_like_its_records(runs in proptest::collection::vec((0i64..3, 0i64..3, 1i64..6, 0u64..3), 1..40)) {
+            let config = Some(Duration::from_millis(2));
+            let (mut by_run, mut by_record) = (policy(0, config), policy(0, config));
+            let (mut up, mut down, mut ms) = (0i64, 0i64, 0u64);
+            for (skip_up, skip_down, count, tick) in runs {
+                up += skip_up;
+                down += skip_down;
+                ms += tick;
+                let now = Duration::from_millis(ms);
+                let run_sync = by_run.observe_run(up, down, count, now);
+                let first_sync = by_record.observe(up, down, now);
+                for i in 1..count {
+                    proptest::prop_assert_eq!(by_record.observe(up + i, down + i, now), None);
+                }
+                proptest::prop_assert_eq!(run_sync, first_sync);
+                proptest::prop_assert_eq!(by_run.coverage(), by_record.coverage());
+                proptest::prop_assert_eq!(by_run.records_since_sync(), by_record.records_since_sync());
+                up += count;
+                down += count;
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::super::engine::send::{Ack, Landed, SendError};
 use super::super::engine::slots::{InFlightQueue, Keyed, SlotTable};
 pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
+use super::super::engine::tracked::Tracked;
 use super::super::progress::{Frontier, Progress};
 use crate::mm2::OffsetSync;
 use crate::replicator::backoff::Backoff;
@@ -92,6 +93,24 @@ pub struct Slot {
 impl Keyed for Slot {
     fn key(&self) -> (&str, i32) {
         (&self.topic, self.partition)
+    }
+}
+
+impl Tracked for Slot {
+    fn generation(&self) -> u32 {
+        self.generation
+    }
+    fn remote(&self) -> &str {
+        &self.remote
+    }
+    fn copying(&self) -> bool {
+        self.fault.is_none()
+    }
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+    fn progress_mut(&mut self) -> &mut Progress {
+        &mut self.progress
     }
 }
 

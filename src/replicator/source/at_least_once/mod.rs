@@ -22,6 +22,7 @@ use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
 use super::continuity::{self, Resume};
 use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
 use super::engine::slots::SlotTable;
+use super::engine::tracked;
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
@@ -33,8 +34,6 @@ use crate::replicator::backoff::Backoff;
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long storing a position waits for room in the producer's queue.
-const POSITION_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wait between two attempts to queue a record while the producer's queue is full.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
@@ -176,19 +175,7 @@ impl Delivery for AtLeastOnce {
     /// Writes the tail sync of every owned partition that went idle with acknowledged records
     /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
     fn idle_syncs(&mut self) {
-        let now = self.shared.now();
-        let mut syncs = Vec::new();
-        for (idx, slot) in self.slots.iter_mut() {
-            if slot.fault.is_none()
-                && let Some(sync) = slot.progress.idle_sync(now)
-            {
-                syncs.push((idx, slot.generation, sync));
-            }
-        }
-        for (idx, generation, sync) in syncs {
-            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
-                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
-                "partition idle: offset sync at its last record");
+        for (idx, generation, sync) in tracked::idle_syncs(&self.shared, &mut self.slots) {
             self.write_sync(idx, generation, &sync);
         }
     }
@@ -197,19 +184,9 @@ impl Delivery for AtLeastOnce {
     /// was deleted, and discovery created it again) among those not written to right now
     /// (written ones notice from their acknowledgements). One ListOffsets per broker.
     fn check_targets(&mut self) {
-        let idle = self
-            .slots
-            .iter()
-            .filter_map(|(idx, s)| {
-                let latest = s.progress.latest()?;
-                (s.fault.is_none() && s.in_flight.is_empty() && latest.downstream >= 0)
-                    .then(|| ((idx, latest.downstream), s.remote.to_string(), s.partition))
-            })
-            .collect();
-        for ((idx, downstream), end) in self.shared.probe.remote_ends(idle) {
-            if end <= downstream {
-                self.target_rewound(idx, downstream.saturating_add(1), end);
-            }
+        let quiet = |s: &Slot| s.in_flight.is_empty();
+        for (idx, from, to) in tracked::rewound_targets(&self.shared, &self.slots, quiet) {
+            self.target_rewound(idx, from, to);
         }
     }
 
@@ -544,35 +521,7 @@ impl AtLeastOnce {
 
     /// Writes the position of each of `idxs` whose committable point moved.
     fn persist(&mut self, idxs: &[usize]) {
-        for &idx in idxs {
-            let Some(slot) = self.slots.get_mut(idx) else {
-                continue;
-            };
-            if slot.fault.is_some() {
-                continue;
-            }
-            let Some(position) = slot.progress.take_to_store() else {
-                continue;
-            };
-            let key = positions::encode_key(&slot.topic, slot.partition);
-            let value = positions::encode_value(position);
-            let record = send::internal(
-                &self.shared.positions_topic,
-                &key,
-                &value,
-                opaque(idx, slot.generation, true),
-            );
-            let deadline = Some(Instant::now() + POSITION_SEND_TIMEOUT);
-            // Serves callbacks, which only queue acks: `slot` stays valid.
-            if let Err(e) =
-                send::send_waiting(&self.producer, record, &self.shared.shutdown, deadline)
-            {
-                tracing::warn!(topic = %slot.topic, partition = slot.partition, error = %e,
-                    "cannot store the source position now; retrying");
-                slot.progress.store_failed();
-                self.count_error("positions");
-            }
-        }
+        tracked::persist(&self.shared, &self.producer, &mut self.slots, idxs);
     }
 
     /// Waits until every record and sync written so far is acknowledged (or `timeout`); the

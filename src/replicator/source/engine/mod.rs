@@ -19,6 +19,7 @@
 
 pub mod send;
 pub mod slots;
+pub mod tracked;
 pub mod workers;
 
 use std::sync::{Arc, Mutex};

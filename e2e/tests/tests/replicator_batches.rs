@@ -1,0 +1,338 @@
+//! Whole-batch copies (`spec.sourceLoop.copy: Batches`) against the world's real Kafka
+//! clusters, with the replicator binary as a child process: zstd batches with committed and
+//! aborted transactions land whole (still zstd, where a copy of records would write the
+//! product's lz4) with exactly the visible records; groups
+//! translate onto the record they read next; a graceful restart neither repeats nor skips; and
+//! a batch that cannot be copied whole (records compacted away) stops its partition with a
+//! `Replicating` condition that names the fix, which then works.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use mirrorflow_conn::{Conn, Options, Security};
+use mirrorflow_core::batch::{self, Admission, Codec, Committed};
+use mirrorflow_core::protocol::{self, FetchPartition, FetchRequest};
+use mirrorflow_e2e::fidelity::*;
+use mirrorflow_e2e::replicator::measured_condition;
+use mirrorflow_e2e::{eventually, kafka, unique};
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+/// The fidelity flow with whole-batch copies.
+fn batches_flow(s: &Setup, topics: &[&str], groups: &[&str]) -> String {
+    let flow = s.flow(false, topics, groups, "");
+    let batches = flow.replace(
+        "offsetSyncInterval: 1s}",
+        "offsetSyncInterval: 1s, copy: Batches}",
+    );
+    assert_ne!(flow, batches, "the fidelity flow's sourceLoop line changed");
+    batches
+}
+
+/// A producer that packs what it is given within 20 ms into one zstd batch per partition.
+fn zstd_producer(bootstrap: &str, transactional: bool) -> Result<FutureProducer> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.type", "zstd")
+        .set("linger.ms", "20")
+        .set("acks", "all");
+    if transactional {
+        config.set("transactional.id", unique("batches-txid"));
+    }
+    let producer: FutureProducer = config.create()?;
+    if transactional {
+        producer.init_transactions(Duration::from_secs(30))?;
+    }
+    Ok(producer)
+}
+
+/// Sends `values` to `partition` at once (so they share batches) and waits for them.
+async fn send_together(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    key: Option<&str>,
+    values: &[String],
+) -> Result<()> {
+    let mut queued = Vec::with_capacity(values.len());
+    for v in values {
+        let mut record = FutureRecord::to(topic).partition(partition).payload(v);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        queued.push(producer.send_result(record).map_err(|(e, _)| e)?);
+    }
+    for delivery in queued {
+        delivery.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+/// The codec of every committed data batch of `topic`'s `partition`, read from its leader on
+/// `bootstrap` (the world's clusters have one broker).
+fn stored_codecs(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Codec>> {
+    let options = Options {
+        client_id: "mirrorflow-e2e-batches".into(),
+        timeout: Duration::from_secs(10),
+        max_frame: 64 << 20,
+    };
+    let mut conn = Conn::open(bootstrap, &Security::default(), &options)?;
+    let (mut codecs, mut offset) = (Vec::new(), 0i64);
+    for _ in 0..100 {
+        let id = conn.correlation();
+        let request = FetchRequest::committed(
+            topic,
+            vec![FetchPartition {
+                partition,
+                offset,
+                max_bytes: 1 << 20,
+            }],
+            1 << 20,
+        );
+        let frame = protocol::fetch_request(id, conn.client_id(), &request)?;
+        let body = conn.call(id, &frame)?;
+        let answer = protocol::decode_fetch(&body)?;
+        let Some(part) = answer.topics.first().and_then(|(_, p)| p.first()) else {
+            bail!("the fetch answer has no partition");
+        };
+        ensure!(!part.error.is_error(), "fetch: {}", part.error);
+        let mut committed = Committed::new(&part.aborted);
+        for b in batch::batches(part.records) {
+            let b = b?;
+            if b.header.next_offset() <= offset {
+                continue;
+            }
+            offset = b.header.next_offset();
+            if committed.admit(&b)? == Admission::Copy {
+                codecs.push(b.header.codec()?);
+            }
+        }
+        if offset >= part.high_watermark {
+            return Ok(codecs);
+        }
+    }
+    bail!("{topic}-{partition}: not read to its end in 100 fetches")
+}
+
+/// Values of `records`, in order.
+fn values(records: &[Rec]) -> Vec<&str> {
+    records.iter().map(|r| r.value.as_str()).collect()
+}
+
+#[tokio::test]
+async fn whole_batches_keep_their_codec_and_groups_translate_exactly() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("batches")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let partitions = 2;
+    let topic = unique("batches");
+    let remote = format!("{}.{topic}", s.a);
+    let group = unique("batches-app");
+    let cps_topic = format!("{}.checkpoints.internal", s.a);
+    kafka::create_topic(&source, &topic, partitions).await?;
+    let tx = zstd_producer(&source, true)?;
+    let plain = zstd_producer(&source, false)?;
+    let mut aborted = HashSet::new();
+    let history = |tag: &'static str| {
+        let (tx, plain) = (&tx, &plain);
+        let topic = topic.clone();
+        async move {
+            let mut aborted = Vec::new();
+            for (i, (n, commit)) in [(5, true), (3, false), (4, true), (2, false), (3, true)]
+                .into_iter()
+                .enumerate()
+            {
+                tx.begin_transaction()?;
+                for p in 0..partitions {
+                    let vals: Vec<String> =
+                        (0..n).map(|j| format!("{tag}-t{i}-p{p}-{j}")).collect();
+                    send_together(tx, &topic, p, None, &vals).await?;
+                    if !commit {
+                        aborted.extend(vals);
+                    }
+                }
+                if commit {
+                    tx.commit_transaction(Duration::from_secs(30))?;
+                } else {
+                    tx.abort_transaction(Duration::from_secs(30))?;
+                }
+            }
+            for p in 0..partitions {
+                let vals: Vec<String> = (0..6).map(|j| format!("{tag}-plain-p{p}-{j}")).collect();
+                send_together(plain, &topic, p, None, &vals).await?;
+            }
+            anyhow::Ok(aborted)
+        }
+    };
+    aborted.extend(history("before").await?);
+    let flow = batches_flow(&s, &[&topic], &[&group]);
+    let mut r = s.start("r", &flow).await?;
+    aborted.extend(history("during").await?);
+
+    for p in 0..partitions {
+        let visible = wait_copied(&source, &topic, &target, &remote, p)
+            .await
+            .with_context(|| r.log_text())?;
+        let copied = read_visible(&target, &remote, p)?;
+        ensure!(
+            values(&copied) == values(&visible),
+            "p{p}: the target holds\n{:?}\nnot\n{:?}\n{}",
+            values(&copied),
+            values(&visible),
+            r.log_text()
+        );
+        ensure!(
+            copied.iter().all(|c| !aborted.contains(&c.value)),
+            "an aborted record was copied"
+        );
+        let codecs = stored_codecs(&target, &remote, p)?;
+        ensure!(
+            !codecs.is_empty() && codecs.iter().all(|c| *c == Codec::Zstd),
+            "p{p}: the target stored {codecs:?}"
+        );
+        println!(
+            "p{p}: {} visible records in {} zstd batches on the target",
+            copied.len(),
+            codecs.len()
+        );
+
+        // A group part way (inside a transaction's run) and at the end of what was produced:
+        // each checkpoint lands on the record it reads next.
+        let mut next = 0usize;
+        for n in [7, visible.len() - 7] {
+            let (read, c) = consume_and_commit(&source, &group, &topic, p, n)?;
+            ensure!(
+                read.as_slice() == &visible[next..next + n],
+                "the group read {read:?}"
+            );
+            next += n;
+            let cp = checkpoint_for(&target, &cps_topic, &group, &remote, p, c, true)
+                .await
+                .with_context(|| r.log_text())?;
+            let first = first_from(&target, &remote, p, cp.downstream_offset)?;
+            let l = landing(&visible, next, first.as_ref())?;
+            println!(
+                "p{p}: committed {c} -> checkpoint {}->{}: skipped {}, re-read {}",
+                cp.upstream_offset, cp.downstream_offset, l.skipped, l.reread
+            );
+            ensure!(
+                l.skipped == 0 && l.reread == 0,
+                "p{p} after {next} records: {l:?}"
+            );
+        }
+    }
+    let copied = r.metric("mirrorflow_records_replicated_total");
+    ensure!(
+        copied.is_some_and(|n| n > 0.0),
+        "records_replicated_total {copied:?}"
+    );
+
+    // A graceful restart: the positions it stored are where the next run goes on, exactly.
+    r.stop(Duration::from_secs(30));
+    let after: Vec<String> = (0..5).map(|j| format!("after-{j}")).collect();
+    send_together(&plain, &topic, 0, None, &after).await?;
+    let r = s.start("r2", &flow).await?;
+    let visible = wait_copied(&source, &topic, &target, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    let copied = read_visible(&target, &remote, 0)?;
+    ensure!(
+        values(&copied) == values(&visible),
+        "after a restart the target holds\n{:?}\nnot\n{:?}\n{}",
+        values(&copied),
+        values(&visible),
+        r.log_text()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_with_compacted_records_stops_its_partition_and_says_how_to_copy_it() -> Result<()>
+{
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("batches-compact")?;
+    let source = s.world.source_bootstrap.clone();
+    let topic = unique("batches-compact");
+    let remote = format!("{}.{topic}", s.a);
+    create_compacted(&source, &topic).await?;
+    // Each round is one batch of ten repeated keys and a key of its own (and a segment of its
+    // own): compaction keeps the last round's repeated keys, so every earlier batch keeps only
+    // its own key, one record under the offsets of eleven.
+    let producer = zstd_producer(&source, false)?;
+    for round in 0..4 {
+        let mut queued = Vec::new();
+        let own = format!("own{round}");
+        let keyed = (0..10)
+            .map(|k| (format!("k{k}"), format!("round{round}-k{k}")))
+            .chain([(own.clone(), own)]);
+        for (key, value) in keyed {
+            let record = FutureRecord::to(&topic)
+                .partition(0)
+                .key(&key)
+                .payload(&value);
+            queued.push(producer.send_result(record).map_err(|(e, _)| e)?);
+        }
+        for delivery in queued {
+            delivery.await?.map_err(|(e, _)| e)?;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    send_together(&producer, &topic, 0, Some("roll"), &[unique("roll")]).await?;
+    let kept = compacted(&source, &topic).await?;
+    println!("compacted: {} records kept", kept.len());
+
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&s.name);
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    let flow = batches_flow(&s, &[&topic], &[]);
+    std::fs::write(&flow_file, &flow)?;
+    let mut r = s.start("r", &flow).await?;
+    let stopped = eventually(
+        "Replicating False naming the stopped partition",
+        WAIT,
+        || {
+            let (world, file) = (&s.world, &flow_file);
+            async move {
+                let c = measured_condition(&world.repo_root, file, "Replicating")?;
+                Ok((c["status"] == "False"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("cannot be copied whole")))
+                .then_some(c))
+            }
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!("stopped: {stopped}");
+    let message = stopped["message"].as_str().unwrap_or_default();
+    ensure!(
+        message.contains(&remote) && message.contains("spec.sourceLoop.copy: Records"),
+        "the condition names the topic and the fix: {message}"
+    );
+
+    // The fix it names: the same flow copying records.
+    r.stop(Duration::from_secs(30));
+    let records = flow.replace(", copy: Batches}", "}");
+    std::fs::write(&flow_file, &records)?;
+    let r = s.start("r2", &records).await?;
+    let visible = wait_copied(&source, &topic, &s.world.target_bootstrap, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    println!("copied as records: {} records", visible.len());
+    eventually("the stop cleared", WAIT, || {
+        let (world, file) = (&s.world, &flow_file);
+        async move {
+            let c = measured_condition(&world.repo_root, file, "Replicating")?;
+            Ok((c["reason"] != "TopicChangesRefused").then_some(c))
+        }
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    Ok(())
+}

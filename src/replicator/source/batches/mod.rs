@@ -1,0 +1,579 @@
+//! Batch copy (`spec.sourceLoop.copy: Batches`): the source's record batches written to the
+//! target whole, at least once, with translated offsets.
+//!
+//! The source group still decides who copies what: librdkafka's consumer joins it as in the
+//! other policies, but every partition it is given is paused at once, so it fetches nothing.
+//! A [`fetch::FetchThread`] fetches the owned partitions' batches `read_committed` from their
+//! leaders ([`mirrorflow_conn::Fetcher`]: aborted transactions and markers left out), and the
+//! copy thread hands them to a [`Writer`], which restamps each one for its own idempotent
+//! producer and writes it to the remote partition's leader. Compressed records are never
+//! decompressed: that is the CPU this mode saves.
+//!
+//! Everything else is the at-least-once bookkeeping ([`Progress`]): a written batch of `n`
+//! records at target offset `t` acknowledges the run of its source offsets at `t..t+n`, offset
+//! syncs follow the dense policy (one per delta change; a batch's records share one delta),
+//! positions are stored about every second in the positions topic, and a failed write or sync
+//! rewinds its partition to the last committable position.
+//!
+//! A batch that cannot be written as it is stops its partition ([`Stop`]): records compacted
+//! away leave gaps in its offsets, which a producer's batch may not have, and a log-append-time
+//! batch carries the source broker's time; the target refusing a batch (too large, corrupt,
+//! not authorized) does the same. A stopped partition is named to the operator, which shows it
+//! in `Replicating`, and is tried again with a growing backoff, so a fixed cause (a larger
+//! `max.message.bytes`) resumes it.
+
+pub mod fetch;
+mod ownership;
+mod settle;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mirrorflow_conn::fetcher::{PartitionTrouble, Trouble};
+use mirrorflow_conn::writer::{Item, Progress as Written};
+use mirrorflow_conn::{FetchLimits, Writer};
+use mirrorflow_core::batch;
+use mirrorflow_core::protocol::ErrorCode;
+use prometheus::local::{LocalHistogram, LocalIntCounter};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::producer::{BaseProducer, Producer};
+
+use self::fetch::{Command, FetchThread, Tagged};
+use super::continuity;
+use super::engine::send::{Ack, AckContext, serve_reports};
+use super::engine::slots::{Keyed, SlotTable, opaque, unpack};
+use super::engine::tracked::{self, Tracked};
+use super::engine::{Delivery, GapWrite, Shared, Source};
+use super::lock;
+use super::progress::{Frontier, Progress};
+use crate::kafka::positions::{Gap, GapKind};
+use crate::kafka::refusals::{Refusal, Refusals};
+use crate::mm2::{OffsetSync, TopicPartition};
+use crate::replicator::backoff::Backoff;
+
+/// How long one [`Delivery::service`] call moves batches before the consumer is polled again
+/// (rebalances wait at most that long).
+const SLICE: Duration = Duration::from_millis(50);
+/// Bytes of batches handed to the writer and not yet answered, in fetches: beyond them no
+/// fetched round is taken. With the rounds queued behind ([`fetch`]), what a copy holds is a
+/// few fetch answers, whatever the partition count.
+const PENDING_FETCHES: usize = 4;
+/// How long a rebalance or shutdown waits for outstanding writes.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Backoff of a faulted partition: a stopped one is tried again at most this rarely.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Why a partition stopped, by remote topic, for the source loop's refusal record: what the
+/// operator shows in `Replicating`. Shared with the discovery loop, which writes it.
+pub type Stops = Arc<Mutex<Refusals>>;
+
+/// What the writer carries for each batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Token {
+    idx: usize,
+    generation: u32,
+    /// The source offset of its first record.
+    base: i64,
+    records: i64,
+    bytes: u64,
+    max_timestamp: i64,
+    read_at: Instant,
+}
+
+/// A partition that cannot go on as it is.
+#[derive(Debug)]
+struct Stop {
+    offset: i64,
+    message: String,
+}
+
+#[derive(Debug)]
+struct Fault {
+    retry_at: Instant,
+    resume_from: Option<Frontier>,
+}
+
+/// One owned source partition.
+#[derive(Debug)]
+pub struct Slot {
+    topic: String,
+    partition: i32,
+    remote: Arc<str>,
+    generation: u32,
+    progress: Progress,
+    fault: Option<Fault>,
+    backoff: Backoff,
+    /// Stopped, and named in the stops, until a batch of it is written.
+    stopped: bool,
+}
+
+impl Keyed for Slot {
+    fn key(&self) -> (&str, i32) {
+        (&self.topic, self.partition)
+    }
+}
+
+impl Tracked for Slot {
+    fn generation(&self) -> u32 {
+        self.generation
+    }
+    fn remote(&self) -> &str {
+        &self.remote
+    }
+    fn copying(&self) -> bool {
+        self.fault.is_none()
+    }
+    fn progress(&self) -> &Progress {
+        &self.progress
+    }
+    fn progress_mut(&mut self) -> &mut Progress {
+        &mut self.progress
+    }
+}
+
+impl Slot {
+    fn live(&self, generation: u32) -> bool {
+        self.generation == generation && self.fault.is_none()
+    }
+}
+
+struct Meters {
+    records: LocalIntCounter,
+    bytes: LocalIntCounter,
+    record_age: LocalHistogram,
+    latency: LocalHistogram,
+}
+
+pub struct Parts {
+    pub shared: Shared,
+    /// Positions and breaks (a librdkafka producer on the target).
+    pub producer: BaseProducer<AckContext>,
+    pub syncs: BaseProducer<AckContext>,
+    pub writer: Writer<Token>,
+    pub source: mirrorflow_conn::Cluster,
+    pub limits: FetchLimits,
+    pub stops: Stops,
+}
+
+/// Bytes handed to the writer and not answered yet: every batch comes back once, written or
+/// in a fault, whatever its generation.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: u64,
+    limit: u64,
+}
+
+impl Pending {
+    fn room(&self) -> bool {
+        self.bytes < self.limit
+    }
+    fn add(&mut self, t: &Token) {
+        self.bytes = self.bytes.saturating_add(t.bytes);
+    }
+    fn answered(&mut self, t: &Token) {
+        self.bytes = self.bytes.saturating_sub(t.bytes);
+    }
+}
+
+pub struct Batches {
+    shared: Shared,
+    producer: BaseProducer<AckContext>,
+    syncs: BaseProducer<AckContext>,
+    writer: Writer<Token>,
+    fetch: FetchThread,
+    slots: SlotTable<Slot>,
+    acks: Vec<Ack>,
+    meters: Meters,
+    stops: Stops,
+    pending: Pending,
+}
+
+impl Batches {
+    pub fn new(p: Parts) -> std::io::Result<Self> {
+        let name = format!("fetch-{}", p.shared.worker.index());
+        let fetch_bytes = u64::try_from(p.limits.max_bytes.max(1)).unwrap_or(1);
+        let pending = Pending {
+            bytes: 0,
+            limit: fetch_bytes.saturating_mul(PENDING_FETCHES as u64),
+        };
+        let fetch = FetchThread::spawn(p.source, p.limits, name)?;
+        let m = &p.shared.ctx.metrics;
+        let meters = Meters {
+            records: m.records_replicated.local(),
+            bytes: m.bytes_replicated.local(),
+            record_age: m.record_age.local(),
+            latency: m.replication_latency.local(),
+        };
+        Ok(Batches {
+            shared: p.shared,
+            producer: p.producer,
+            syncs: p.syncs,
+            writer: p.writer,
+            fetch,
+            slots: SlotTable::default(),
+            acks: Vec::with_capacity(256),
+            meters,
+            stops: p.stops,
+            pending,
+        })
+    }
+}
+
+impl Delivery for Batches {
+    const COMMIT_EVERY: Duration = Duration::from_secs(1);
+    const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+    /// Owned partitions are paused in the consumer: a record polled anyway (fetched before
+    /// the pause) is copied by the batch fetcher too, so it is dropped here.
+    fn copy(&mut self, _m: &BorrowedMessage<'_>) {}
+
+    /// While partitions are owned, the consumer is only polled between slices of batch work.
+    fn busy(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    fn service(&mut self, _consumer: &Source<Self>) {
+        let until = Instant::now() + SLICE;
+        loop {
+            while self.pending.room() {
+                match self.fetch.rounds.try_recv() {
+                    Ok(round) => self.take(round),
+                    Err(_) => break,
+                }
+            }
+            if self.writer.pending() > 0 {
+                let written = self.writer.pump();
+                self.settle(written);
+            }
+            self.serve_acks();
+            let now = Instant::now();
+            if now >= until || self.shared.shutdown.is_cancelled() {
+                break;
+            }
+            if self.writer.pending() == 0 {
+                match self.fetch.rounds.recv_timeout(until - now) {
+                    Ok(round) => self.take(round),
+                    Err(_) => break,
+                }
+            }
+        }
+        self.retry_faults();
+        self.meters.records.flush();
+        self.meters.bytes.flush();
+        self.meters.record_age.flush();
+        self.meters.latency.flush();
+    }
+
+    fn commit(&mut self, consumer: &Source<Self>) {
+        self.service(consumer);
+        self.persist(&self.slots.indices());
+    }
+
+    fn idle_syncs(&mut self) {
+        for (idx, generation, sync) in tracked::idle_syncs(&self.shared, &mut self.slots) {
+            self.write_sync(idx, generation, &sync);
+        }
+    }
+
+    /// Remote partitions that end before the newest written copy (the remote topic was deleted
+    /// and created again): copied again from the source's log start. Only partitions with
+    /// nothing pending are asked about (the writer's answers tell about the others).
+    fn check_targets(&mut self) {
+        if self.writer.pending() > 0 {
+            return;
+        }
+        for (idx, from, to) in tracked::rewound_targets(&self.shared, &self.slots, |_| true) {
+            let start = self.source_start(idx).map(|next| Frontier {
+                next,
+                downstream: -1,
+            });
+            self.restart(idx, start, (GapKind::TargetRewound, from, to));
+        }
+    }
+
+    /// The consumer never fetches (its partitions are paused); the batch fetcher reports an
+    /// offset out of range itself ([`Self::take`]).
+    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {}
+
+    /// See [`super::at_least_once`]: nothing written after a freeze may become an offset sync.
+    fn stalled(&mut self, stalled: Duration) {
+        let idxs = self.slots.indices();
+        if idxs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?stalled,
+            partitions = idxs.len(),
+            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
+        );
+        for idx in idxs {
+            self.fault(idx, "stall", "the copy thread stalled");
+        }
+    }
+
+    fn stop(&mut self) {
+        self.persist_and_wait(&self.slots.indices());
+    }
+}
+
+impl Batches {
+    /// Hands a fetched round's batches to the writer; troubles fault or move their partition.
+    fn take(&mut self, round: Tagged) {
+        if let Some(failure) = &round.failure {
+            self.count_error("consume");
+            self.shared
+                .source_health
+                .unreachable("fetching record batches", failure);
+        } else if !round.fetched.is_empty() {
+            self.shared.source_health.ok();
+        }
+        for (generation, t) in round.troubles {
+            self.trouble(generation, &t);
+        }
+        let read_at = Instant::now();
+        for (generation, f) in round.fetched {
+            let Some(idx) = self.slots.index(&f.topic, f.partition) else {
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx).filter(|s| s.live(generation)) else {
+                continue;
+            };
+            let remote = slot.remote.clone();
+            for range in f.batches {
+                let header = match batch::batches(&f.body[range.clone()]).next() {
+                    Some(Ok(b)) => b.header,
+                    // The fetcher parsed it already: not expected.
+                    _ => continue,
+                };
+                if let Err(why) = header.whole() {
+                    let stop = Stop {
+                        offset: header.base_offset,
+                        message: format!(
+                            "the batch at offset {} of {}-{} cannot be copied whole ({why:?}: records compacted away, or the source broker's log-append time); copy this topic with spec.sourceLoop.copy: Records, or exclude it with spec.topicsExclude",
+                            header.base_offset, f.topic, f.partition
+                        ),
+                    };
+                    self.stop(idx, stop);
+                    break;
+                }
+                let token = Token {
+                    idx,
+                    generation,
+                    base: header.base_offset,
+                    records: i64::from(header.last_offset_delta).saturating_add(1),
+                    bytes: u64::try_from(range.len()).unwrap_or(u64::MAX),
+                    max_timestamp: header.max_timestamp,
+                    read_at,
+                };
+                let item = Item {
+                    body: f.body.clone(),
+                    range,
+                    token,
+                };
+                self.pending.add(&token);
+                if let Err(back) = self.writer.push(&remote, f.partition, item) {
+                    self.pending.answered(&back.token);
+                    let stop = Stop {
+                        offset: header.base_offset,
+                        message: format!("{remote} is not a topic name Kafka takes"),
+                    };
+                    self.stop(idx, stop);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A partition's fetch went wrong: out of range is a break copied past, anything the
+    /// fetcher paused for faults the partition, the rest the fetcher retries by itself.
+    fn trouble(&mut self, generation: u32, t: &PartitionTrouble) {
+        let Some(idx) = self.slots.index(&t.topic, t.partition) else {
+            return;
+        };
+        if !self.slots.get(idx).is_some_and(|s| s.live(generation)) {
+            return;
+        }
+        match &t.trouble {
+            Trouble::Broker(ErrorCode::OFFSET_OUT_OF_RANGE) => self.out_of_range(idx, t.offset),
+            trouble if t.paused => {
+                let message = format!(
+                    "fetching {}-{} at {}: {trouble:?}",
+                    t.topic, t.partition, t.offset
+                );
+                self.stop(
+                    idx,
+                    Stop {
+                        offset: t.offset,
+                        message,
+                    },
+                );
+            }
+            trouble => {
+                tracing::debug!(topic = %t.topic, partition = t.partition, ?trouble, "fetch retried");
+            }
+        }
+    }
+
+    /// The partition's next offset left its log (records deleted before they were copied):
+    /// the break is recorded and copying goes on from the log start.
+    fn out_of_range(&mut self, idx: usize, next: i64) {
+        let Some(slot) = self.slots.get(idx) else {
+            return;
+        };
+        let key = (slot.topic.clone(), slot.partition);
+        let downstream = slot.progress.latest().map_or(-1, |f| f.downstream);
+        let bounds = self.shared.probe.source(std::slice::from_ref(&key));
+        let Some(b) = bounds.get(&key) else {
+            self.fault(idx, "consume", "the source's log bounds are unknown");
+            return;
+        };
+        match continuity::out_of_range(next, *b) {
+            Some(found) => {
+                let start = Frontier {
+                    next: b.start,
+                    downstream,
+                };
+                self.restart(idx, Some(start), found);
+            }
+            // Back in range by now (a leader that was behind): fetch again.
+            None => self.fault(idx, "consume", "offset out of range"),
+        }
+    }
+
+    /// Forgets the partition's pending writes (their answers carry the old generation) and
+    /// stops fetching it; after its backoff it is fetched again from its last committable
+    /// position.
+    fn fault(&mut self, idx: usize, kind: &str, reason: &str) {
+        self.count_error(kind);
+        let generation = self.slots.next_generation();
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.fault.is_none() {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition, %reason,
+                "copy failed; the partition will be copied again from its last safe position");
+        }
+        slot.generation = generation;
+        let resume_from = slot.progress.rewind();
+        slot.fault = Some(Fault {
+            retry_at: Instant::now() + slot.backoff.next_delay(),
+            resume_from,
+        });
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        self.fetch.send(Command::Drop { topic, partition });
+    }
+
+    /// A fault the flow's owner has to hear of: named in the refusal record, tried again
+    /// after the backoff like any fault.
+    fn stop(&mut self, idx: usize, stop: Stop) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if !slot.stopped {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition, offset = stop.offset,
+                reason = %stop.message, "partition stopped");
+        }
+        slot.stopped = true;
+        let remote = slot.remote.to_string();
+        lock(&self.stops)
+            .entry(remote.clone())
+            .or_insert_with(|| Refusal {
+                topic: remote,
+                detected_ms: crate::clock::now_ms(),
+                message: crate::kafka::refusals::truncated(stop.message.clone()),
+            });
+        self.fault(idx, "batch_stopped", &stop.message);
+    }
+
+    /// Records a break and copies the partition again from `start` at once.
+    fn restart(&mut self, idx: usize, start: Option<Frontier>, found: (GapKind, i64, i64)) {
+        let generation = self.slots.next_generation();
+        let config = self.shared.sync_config;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let gap = continuity::found_now(&slot.topic, slot.partition, found);
+        slot.generation = generation;
+        slot.progress = Progress::new(
+            TopicPartition::new(gap.topic.clone(), gap.partition),
+            config,
+            start,
+        );
+        slot.fault = Some(Fault {
+            retry_at: Instant::now(),
+            resume_from: start,
+        });
+        self.write_gap(&gap, start);
+        self.retry_faults();
+    }
+
+    fn write_gap(&self, gap: &Gap, start: Option<Frontier>) {
+        self.shared
+            .record_gap(&self.producer, gap, start, GapWrite::Flush);
+    }
+
+    /// The source log start of the slot's partition, when it can be read.
+    fn source_start(&self, idx: usize) -> Option<i64> {
+        let slot = self.slots.get(idx)?;
+        let key = (slot.topic.clone(), slot.partition);
+        self.shared
+            .probe
+            .source(std::slice::from_ref(&key))
+            .get(&key)
+            .map(|b| b.start)
+    }
+
+    /// Fetches every faulted partition whose backoff ran out again, from where it resumes.
+    fn retry_faults(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = (self.slots.iter())
+            .filter(|(_, s)| s.fault.as_ref().is_some_and(|f| f.retry_at <= now))
+            .map(|(idx, _)| idx)
+            .collect();
+        for idx in due {
+            let resume = self
+                .slots
+                .get(idx)
+                .and_then(|s| s.fault.as_ref())
+                .and_then(|f| f.resume_from);
+            let offset = match resume {
+                Some(f) => Some(f.next),
+                None => self.source_start(idx),
+            };
+            let Some(slot) = self.slots.get_mut(idx) else {
+                continue;
+            };
+            let Some(offset) = offset else {
+                // The log start could not be read: later.
+                if let Some(f) = slot.fault.as_mut() {
+                    f.retry_at = now + slot.backoff.next_delay();
+                }
+                continue;
+            };
+            slot.fault = None;
+            let command = Command::Fetch {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                offset,
+                generation: slot.generation,
+            };
+            self.fetch.send(command);
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        super::engine::count_error(&self.shared.ctx, kind);
+    }
+}
+
+/// The stops recorded so far, for the discovery loop's refusal record.
+pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
+    lock(stops).values().cloned().collect()
+}
+
+/// A place for stops that nothing fills (the other policies).
+pub fn no_stops() -> Stops {
+    Arc::new(Mutex::new(BTreeMap::new()))
+}

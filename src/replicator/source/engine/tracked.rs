@@ -1,0 +1,119 @@
+//! What the policies that store positions outside a transaction (at-least-once, whole batches)
+//! do alike with their partitions' [`Progress`]: store the positions that moved, and find the
+//! tail syncs of partitions gone idle.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::BaseProducer;
+
+use super::Shared;
+use super::send::{self, AckContext};
+use super::slots::{Keyed, SlotTable, opaque};
+use crate::kafka::positions;
+use crate::mm2::OffsetSync;
+use crate::replicator::source::progress::Progress;
+
+/// How long storing a position waits for room in the producer's queue.
+const POSITION_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A partition whose progress is tracked record by record (or batch by batch).
+pub trait Tracked: Keyed {
+    fn generation(&self) -> u32;
+    fn remote(&self) -> &str;
+    /// Whether it is being copied: nothing of a faulted partition is stored or synced until it
+    /// is copied again.
+    fn copying(&self) -> bool;
+    fn progress(&self) -> &Progress;
+    fn progress_mut(&mut self) -> &mut Progress;
+
+    fn tracked(&mut self) -> Option<&mut Progress> {
+        if self.copying() {
+            Some(self.progress_mut())
+        } else {
+            None
+        }
+    }
+}
+
+/// Queues the position of each of `idxs` whose committable point moved on the positions
+/// topic through `producer` (its report comes back as a position write of the slot). A
+/// position that cannot be queued now is handed out again next time.
+pub fn persist<S: Tracked>(
+    shared: &Shared,
+    producer: &BaseProducer<AckContext>,
+    slots: &mut SlotTable<S>,
+    idxs: &[usize],
+) {
+    for &idx in idxs {
+        let Some(slot) = slots.get_mut(idx) else {
+            continue;
+        };
+        let (topic, partition) = slot.key();
+        let key = positions::encode_key(topic, partition);
+        let generation = slot.generation();
+        let Some(progress) = slot.tracked() else {
+            continue;
+        };
+        let Some(position) = progress.take_to_store() else {
+            continue;
+        };
+        let value = positions::encode_value(position);
+        let record = send::internal(
+            &shared.positions_topic,
+            &key,
+            &value,
+            opaque(idx, generation, true),
+        );
+        let deadline = Some(Instant::now() + POSITION_SEND_TIMEOUT);
+        // Serves callbacks, which only queue reports: the slot stays valid.
+        if let Err(e) = send::send_waiting(producer, record, &shared.shutdown, deadline) {
+            progress.store_failed();
+            super::count_error(&shared.ctx, "positions");
+            let (topic, partition) = slot.key();
+            tracing::warn!(%topic, partition, error = %e,
+                "cannot store the source position now; retrying");
+        }
+    }
+}
+
+/// The tail sync of every partition that went idle with copies after its last sync
+/// ([`Progress::idle_sync`]), with its slot and generation; one cheap check per partition.
+pub fn idle_syncs<S: Tracked>(
+    shared: &Shared,
+    slots: &mut SlotTable<S>,
+) -> Vec<(usize, u32, OffsetSync)> {
+    let now = shared.now();
+    let mut syncs = Vec::new();
+    for (idx, slot) in slots.iter_mut() {
+        let generation = slot.generation();
+        if let Some(sync) = slot.tracked().and_then(|p| p.idle_sync(now)) {
+            tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
+                upstream = sync.upstream_offset, downstream = sync.downstream_offset,
+                "partition idle: offset sync at its last record");
+            syncs.push((idx, generation, sync));
+        }
+    }
+    syncs
+}
+
+/// The remote partitions that end at or before the newest copy of theirs (the remote topic was
+/// deleted, and discovery created it again), among the copying partitions `quiet` says
+/// nothing is written to now (written ones notice from their answers): (slot, the first
+/// offset missing, the remote end). One ListOffsets per broker.
+pub fn rewound_targets<S: Tracked>(
+    shared: &Shared,
+    slots: &SlotTable<S>,
+    quiet: impl Fn(&S) -> bool,
+) -> Vec<(usize, i64, i64)> {
+    let idle = (slots.iter())
+        .filter_map(|(idx, s)| {
+            let latest = s.progress().latest()?;
+            (s.copying() && quiet(s) && latest.downstream >= 0)
+                .then(|| ((idx, latest.downstream), s.remote().to_string(), s.key().1))
+        })
+        .collect();
+    (shared.probe.remote_ends(idle).into_iter())
+        .filter(|&((_, downstream), end)| end <= downstream)
+        .map(|((idx, downstream), end)| (idx, downstream.saturating_add(1), end))
+        .collect()
+}
