@@ -484,8 +484,9 @@ latency() {
 compressed() {
   local arms=(ours oursn mm2 mm2t) rep arm codec
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
-  # Smoke: the passthrough measurement too, so it keeps working (seconds: no JVM to start).
-  if $SMOKE; then arms=(ours oursp mm2t); fi
+  # Smoke: the whole-batch copy and the passthrough measurement too, so they keep working
+  # (seconds: no JVM to start).
+  if $SMOKE; then arms=(ours oursb oursp mm2t); fi
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-lz4 bench-zstd
   blog "loading the compressed data sets: $JSON_N x $JSON_SIZE B JSON-like, lz4 and zstd batches"
   load_json bench-lz4 "$JSON_N" lz4
