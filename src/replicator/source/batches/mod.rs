@@ -48,7 +48,7 @@ use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::lock;
 use super::progress::{Frontier, Progress};
 use crate::kafka::positions::{Gap, GapKind};
-use crate::kafka::refusals::{Refusal, Refusals};
+use crate::kafka::refusals::Refusal;
 use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::backoff::Backoff;
 
@@ -65,9 +65,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Why a partition stopped, by remote topic, for the source loop's refusal record: what the
-/// operator shows in `Replicating`. Shared with the discovery loop, which writes it.
-pub type Stops = Arc<Mutex<Refusals>>;
+/// Why each stopped partition stopped, by remote topic and partition, for the source loop's
+/// refusal record (one record per remote topic, naming each of its stopped partitions): what
+/// the operator shows in `Replicating`. Shared with the discovery loop, which writes it.
+pub type Stops = Arc<Mutex<BTreeMap<(String, i32), Refusal>>>;
 
 /// What the writer carries for each batch.
 #[derive(Debug, Clone, Copy)]
@@ -478,7 +479,7 @@ impl Batches {
         slot.stopped = true;
         let remote = slot.remote.to_string();
         lock(&self.stops)
-            .entry(remote.clone())
+            .entry((remote.clone(), slot.partition))
             .or_insert_with(|| Refusal {
                 topic: remote,
                 detected_ms: crate::clock::now_ms(),
@@ -568,7 +569,8 @@ impl Batches {
     }
 }
 
-/// The stops recorded so far, for the discovery loop's refusal record.
+/// The stops recorded so far, for the discovery loop's refusal record (which joins those of
+/// one remote topic into one).
 pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
     lock(stops).values().cloned().collect()
 }

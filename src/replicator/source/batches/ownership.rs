@@ -81,7 +81,7 @@ impl Owner for Batches {
             if let Some(slot) = self.slots.remove(e.topic(), e.partition())
                 && slot.stopped
             {
-                lock(&self.stops).remove(slot.remote.as_ref());
+                lock(&self.stops).remove(&(slot.remote.to_string(), slot.partition));
             }
             self.fetch.send(Command::Drop {
                 topic: e.topic().to_string(),

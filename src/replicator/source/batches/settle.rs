@@ -37,7 +37,7 @@ impl Batches {
             };
             if slot.stopped {
                 slot.stopped = false;
-                lock(&self.stops).remove(slot.remote.as_ref());
+                lock(&self.stops).remove(&(slot.remote.to_string(), slot.partition));
             }
             slot.backoff.reset();
             self.meters
