@@ -34,6 +34,8 @@
 #   BENCH_OURS_FLOW="checkpoints: {interval: 5s}"  YAML added to our flow (trials; recorded);
 #   BENCH_OURS_SOURCE_CONFIG / BENCH_OURS_TARGET_CONFIG="linger.ms: '1'"  client properties of
 #                   our flow's source / target (trials; recorded)
+#   BENCH_OURSB_LOOP="consumers: 4"  more sourceLoop fields of the oursb arm's flow (trials;
+#                   recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
 #                   oursq, ours2, oursb, oursp, mm2, mm2t); oursb: the product copying whole
@@ -261,7 +263,7 @@ arm_start() {
     ours | oursn | oursf | oursq | ours2 | oursb)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config="" replicas=(bench) r
       local copy_unit=""
-      [ "$ARM_KIND" = oursb ] && copy_unit="sourceLoop: {copy: Batches}"
+      [ "$ARM_KIND" = oursb ] && copy_unit="sourceLoop: {copy: Batches${BENCH_OURSB_LOOP:+, $BENCH_OURSB_LOOP}}"
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
@@ -460,6 +462,7 @@ ours_trial() {
   [ -n "${BENCH_OURS_FLOW:-}" ] && parts+=("${BENCH_OURS_FLOW}")
   [ -n "${BENCH_OURS_SOURCE_CONFIG:-}" ] && parts+=("source config {${BENCH_OURS_SOURCE_CONFIG}}")
   [ -n "${BENCH_OURS_TARGET_CONFIG:-}" ] && parts+=("target config {${BENCH_OURS_TARGET_CONFIG}}")
+  [ -n "${BENCH_OURSB_LOOP:-}" ] && parts+=("oursb sourceLoop {${BENCH_OURSB_LOOP}}")
   local IFS=';'
   printf '%s' "${parts[*]}"
 }

@@ -230,9 +230,19 @@ impl Delivery for Batches {
     /// the pause) is copied by the batch fetcher too, so it is dropped here.
     fn copy(&mut self, _m: &BorrowedMessage<'_>) {}
 
-    /// While partitions are owned, the consumer is only polled between slices of batch work.
     fn busy(&self) -> bool {
         !self.slots.is_empty()
+    }
+
+    /// While partitions are owned the consumer only brings rebalances: it is polled without
+    /// waiting between slices of batch work, which wait for the fetcher and the target
+    /// themselves ([`Delivery::service`]).
+    fn poll_timeout(&self) -> Duration {
+        if self.busy() {
+            Duration::ZERO
+        } else {
+            super::engine::IDLE_POLL
+        }
     }
 
     fn service(&mut self, _consumer: &Source<Self>) {

@@ -59,7 +59,7 @@ const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// Poll timeouts: short while writes are outstanding, so acknowledgements (and the positions
 /// and syncs that follow them) stay fresh.
 const BUSY_POLL: Duration = Duration::from_millis(5);
-const IDLE_POLL: Duration = Duration::from_millis(100);
+pub const IDLE_POLL: Duration = Duration::from_millis(100);
 
 /// The source consumer of a policy `P`.
 pub type Source<P> = BaseConsumer<SourceContext<P>>;
@@ -74,6 +74,10 @@ pub trait Delivery: Owner + Send + Sized + 'static {
     fn copy(&mut self, m: &BorrowedMessage<'_>);
     /// Writes are outstanding: poll briefly.
     fn busy(&self) -> bool;
+    /// How long the consumer's poll may wait for a record or a rebalance.
+    fn poll_timeout(&self) -> Duration {
+        if self.busy() { BUSY_POLL } else { IDLE_POLL }
+    }
     /// Serves delivery reports and retries; after an empty poll and every [`SERVICE_EVERY`]
     /// records.
     fn service(&mut self, _consumer: &Source<Self>) {}
@@ -371,11 +375,7 @@ pub fn run<P: Delivery>(
                     .store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let timeout = if lock(&policy).busy() {
-            BUSY_POLL
-        } else {
-            IDLE_POLL
-        };
+        let timeout = lock(&policy).poll_timeout();
         worker.turned(&ctx);
         let polled = consumer.poll(timeout);
         // Checked before anything polled is handled: nothing acknowledged after a freeze may
