@@ -129,6 +129,7 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", nanos & 0xff_ffff_ffff)
 }
 
+pub mod batches;
 pub mod fidelity;
 pub mod kafka;
 pub mod mm2;

@@ -25,11 +25,12 @@ use mirrorflow_conn::{
     Cluster, Conn, ConnError, FetchLimits, Fetcher, Options, Security, Tls, Writer,
 };
 use mirrorflow_core::batch::sequencer::{Answer, Sequencer};
-use mirrorflow_core::batch::{self, Admission, Codec, Committed};
+use mirrorflow_core::batch::{self, Admission, Codec};
 use mirrorflow_core::protocol::list_offsets::{EARLIEST, LATEST, ListedOffset};
 use mirrorflow_core::protocol::{
     self, ErrorCode, FetchPartition, FetchRequest, Isolation, ProduceRequest,
 };
+use mirrorflow_e2e::batches::committed_batches;
 use mirrorflow_e2e::secure::{SecureKafka, self_signed};
 use mirrorflow_e2e::{World, kafka, unique};
 use rdkafka::ClientConfig;
@@ -182,48 +183,18 @@ fn write_plain(bootstrap: &str, topic: &str, name: &str, counts: &[(i32, usize)]
 /// batch to copy, and what the fetch saw.
 fn fetch_committed(conn: &mut Conn, topic: &str) -> Result<(Vec<Vec<u8>>, Vec<Admission>)> {
     let (mut copy, mut seen) = (Vec::new(), Vec::new());
-    let mut offset = 0i64;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        ensure!(
-            Instant::now() < deadline,
-            "fetching {topic} stalled at {offset}"
-        );
-        let id = conn.correlation();
-        let partition = FetchPartition {
-            partition: 0,
-            offset,
-            max_bytes: 1 << 20,
-        };
-        let request = FetchRequest::committed(topic, vec![partition], 1 << 20);
-        let body = conn.call(
-            id,
-            &protocol::fetch_request(id, conn.client_id(), &request)?,
-        )?;
-        let answer = protocol::decode_fetch(&body)?;
-        let Some(part) = answer.topics.first().and_then(|(_, p)| p.first()) else {
-            bail!("the fetch answer has no partition");
-        };
-        ensure!(!part.error.is_error(), "fetch: {}", part.error);
-        let mut committed = Committed::new(&part.aborted);
-        for b in batch::batches(part.records) {
-            let b = b?;
-            if b.header.next_offset() <= offset {
-                continue;
-            }
-            offset = b.header.next_offset();
-            let admission = committed.admit(&b)?;
-            seen.push(admission);
-            if admission == Admission::Copy {
-                ensure!(b.header.whole().is_ok(), "a fresh batch needs decoding");
-                ensure!(b.header.codec()? == Codec::Lz4, "the source wrote lz4");
-                copy.push(b.bytes().to_vec());
-            }
-        }
-        if offset >= part.last_stable_offset && part.last_stable_offset > 0 {
-            return Ok((copy, seen));
+    for (admission, bytes) in committed_batches(conn, topic, 0)? {
+        seen.push(admission);
+        if admission == Admission::Copy {
+            let Some(Ok(b)) = batch::batches(&bytes).next() else {
+                bail!("a fetched batch does not parse");
+            };
+            ensure!(b.header.whole().is_ok(), "a fresh batch needs decoding");
+            ensure!(b.header.codec()? == Codec::Lz4, "the source wrote lz4");
+            copy.push(bytes);
         }
     }
+    Ok((copy, seen))
 }
 
 #[test]

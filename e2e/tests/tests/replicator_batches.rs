@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow_conn::{Conn, Options, Security};
-use mirrorflow_core::batch::{self, Admission, Codec, Committed};
-use mirrorflow_core::protocol::{self, FetchPartition, FetchRequest};
+use mirrorflow_core::batch::{self, Admission, Codec};
+use mirrorflow_e2e::batches::committed_batches;
 use mirrorflow_e2e::fidelity::*;
 use mirrorflow_e2e::replicator::measured_condition;
 use mirrorflow_e2e::{eventually, kafka, unique};
@@ -79,41 +79,17 @@ fn stored_codecs(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Cod
         max_frame: 64 << 20,
     };
     let mut conn = Conn::open(bootstrap, &Security::default(), &options)?;
-    let (mut codecs, mut offset) = (Vec::new(), 0i64);
-    for _ in 0..100 {
-        let id = conn.correlation();
-        let request = FetchRequest::committed(
-            topic,
-            vec![FetchPartition {
-                partition,
-                offset,
-                max_bytes: 1 << 20,
-            }],
-            1 << 20,
-        );
-        let frame = protocol::fetch_request(id, conn.client_id(), &request)?;
-        let body = conn.call(id, &frame)?;
-        let answer = protocol::decode_fetch(&body)?;
-        let Some(part) = answer.topics.first().and_then(|(_, p)| p.first()) else {
-            bail!("the fetch answer has no partition");
+    let mut codecs = Vec::new();
+    for (admission, bytes) in committed_batches(&mut conn, topic, partition)? {
+        if admission != Admission::Copy {
+            continue;
+        }
+        let Some(Ok(b)) = batch::batches(&bytes).next() else {
+            bail!("a stored batch does not parse");
         };
-        ensure!(!part.error.is_error(), "fetch: {}", part.error);
-        let mut committed = Committed::new(&part.aborted);
-        for b in batch::batches(part.records) {
-            let b = b?;
-            if b.header.next_offset() <= offset {
-                continue;
-            }
-            offset = b.header.next_offset();
-            if committed.admit(&b)? == Admission::Copy {
-                codecs.push(b.header.codec()?);
-            }
-        }
-        if offset >= part.high_watermark {
-            return Ok(codecs);
-        }
+        codecs.push(b.header.codec()?);
     }
-    bail!("{topic}-{partition}: not read to its end in 100 fetches")
+    Ok(codecs)
 }
 
 /// Values of `records`, in order.

@@ -17,8 +17,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::super::engine::send::{Ack, Landed, SendError};
 use super::super::engine::slots::{InFlightQueue, Keyed, SlotTable};
 pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
+pub use super::super::engine::tracked::Fault;
 use super::super::engine::tracked::Tracked;
-use super::super::progress::{Frontier, Progress};
+use super::super::progress::Progress;
 use crate::mm2::OffsetSync;
 use crate::replicator::backoff::Backoff;
 
@@ -33,13 +34,6 @@ pub struct InFlight {
     /// refusal as too large is about this record alone.
     pub alone: bool,
     pub read_at: Instant,
-}
-
-/// A faulted partition: copied again from `resume_from` at `retry_at`.
-#[derive(Debug, Clone, Copy)]
-pub struct Fault {
-    pub retry_at: Instant,
-    pub resume_from: Option<Frontier>,
 }
 
 /// Why a partition faults; each cause counts under its own error kind.

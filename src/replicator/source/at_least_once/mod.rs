@@ -12,7 +12,6 @@ mod ownership;
 
 use std::time::{Duration, Instant};
 
-use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
@@ -22,7 +21,7 @@ use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
 use super::continuity::{self, Resume};
 use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
 use super::engine::slots::SlotTable;
-use super::engine::tracked;
+use super::engine::tracked::{self, CopyMeters};
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::limits::{self, Admit, RemoteLimits};
 use super::progress::{Frontier, Progress};
@@ -37,34 +36,17 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Wait between two attempts to queue a record while the producer's queue is full.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
-/// The metrics of delivered records, counted thread-locally and flushed on service.
+/// The metrics of delivered records ([`CopyMeters`]), with the wall clock of the reports being
+/// settled, for record ages.
 struct Meters {
-    records: LocalIntCounter,
-    bytes: LocalIntCounter,
-    record_age: LocalHistogram,
-    latency: LocalHistogram,
-    /// Wall clock of the batch of reports being settled, for record ages.
+    copy: CopyMeters,
     wall_ms: i64,
 }
 
 impl Tally for Meters {
     fn delivered(&mut self, sent: &InFlight, landed: Landed) {
-        self.records.inc();
-        self.bytes.inc_by(sent.bytes);
-        self.latency.observe(sent.read_at.elapsed().as_secs_f64());
-        if let Some(ts) = landed.timestamp {
-            self.record_age
-                .observe(self.wall_ms.saturating_sub(ts).max(0) as f64 / 1000.0);
-        }
-    }
-}
-
-impl Meters {
-    fn flush(&self) {
-        self.records.flush();
-        self.bytes.flush();
-        self.record_age.flush();
-        self.latency.flush();
+        let age_ms = landed.timestamp.map(|ts| self.wall_ms.saturating_sub(ts));
+        self.copy.copied(1, sent.bytes, sent.read_at, age_ms);
     }
 }
 
@@ -164,7 +146,7 @@ impl Delivery for AtLeastOnce {
         serve_reports(&self.producer);
         self.service_acks();
         self.retry_faults(consumer);
-        self.meters.flush();
+        self.meters.copy.flush();
     }
 
     fn commit(&mut self, consumer: &Source<Self>) {
@@ -259,12 +241,8 @@ impl Delivery for AtLeastOnce {
 
 impl AtLeastOnce {
     pub fn new(p: Parts) -> Self {
-        let m = &p.shared.ctx.metrics;
         let meters = Meters {
-            records: m.records_replicated.local(),
-            bytes: m.bytes_replicated.local(),
-            record_age: m.record_age.local(),
-            latency: m.replication_latency.local(),
+            copy: CopyMeters::new(&p.shared.ctx.metrics),
             wall_ms: 0,
         };
         AtLeastOnce {
@@ -441,24 +419,9 @@ impl AtLeastOnce {
     }
 
     fn process_sync_acks(&mut self) {
-        let mut acks = Vec::new();
-        self.syncs.context().take(&mut acks);
-        for ack in acks {
-            let (idx, generation, _) = acks::unpack(ack.opaque);
-            let slot = self.slots.get_mut(idx);
-            let Some(slot) = slot.filter(|s| s.generation == generation) else {
-                continue;
-            };
-            match ack.result {
-                Ok(_) => {
-                    slot.progress.sync_acknowledged();
-                    self.shared.ctx.metrics.offset_syncs.inc();
-                }
-                Err(e) => {
-                    let (topic, error) = (self.shared.syncs_topic.clone(), SendError::Kafka(e));
-                    self.fault(idx, Cause::Sync { topic, error });
-                }
-            }
+        for (idx, e) in tracked::settle_syncs(&self.shared, &self.syncs, &mut self.slots) {
+            let (topic, error) = (self.shared.syncs_topic.clone(), SendError::Kafka(e));
+            self.fault(idx, Cause::Sync { topic, error });
         }
     }
 

@@ -61,10 +61,11 @@ impl FetchThread {
         Ok(FetchThread { commands, rounds })
     }
 
-    /// Asks for a command; false when the thread has ended (it only ends when this end is
-    /// dropped, so that means it panicked).
-    pub fn send(&self, command: Command) -> bool {
-        self.commands.send(command).is_ok()
+    /// Gives the thread a command. One for a thread that ended is dropped: the copy thread
+    /// learns of the end from the rounds channel.
+    pub fn send(&self, command: Command) {
+        // An error only says the thread ended.
+        let _ = self.commands.send(command);
     }
 }
 

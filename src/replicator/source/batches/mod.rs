@@ -26,7 +26,8 @@ pub mod fetch;
 mod ownership;
 mod settle;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,6 @@ use mirrorflow_conn::writer::{Item, Progress as Written};
 use mirrorflow_conn::{FetchLimits, Writer};
 use mirrorflow_core::batch;
 use mirrorflow_core::protocol::ErrorCode;
-use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 
@@ -43,10 +43,11 @@ use self::fetch::{Command, FetchThread, Tagged};
 use super::continuity;
 use super::engine::send::{Ack, AckContext, serve_reports};
 use super::engine::slots::{Keyed, SlotTable, opaque, unpack};
-use super::engine::tracked::{self, Tracked};
+use super::engine::tracked::{self, CopyMeters, Fault, Tracked};
 use super::engine::{Delivery, GapWrite, Shared, Source};
 use super::lock;
 use super::progress::{Frontier, Progress};
+use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
 use crate::kafka::refusals::Refusal;
 use crate::mm2::{OffsetSync, TopicPartition};
@@ -88,12 +89,6 @@ pub struct Token {
 struct Stop {
     offset: i64,
     message: String,
-}
-
-#[derive(Debug)]
-struct Fault {
-    retry_at: Instant,
-    resume_from: Option<Frontier>,
 }
 
 /// One owned source partition.
@@ -140,13 +135,6 @@ impl Slot {
     }
 }
 
-struct Meters {
-    records: LocalIntCounter,
-    bytes: LocalIntCounter,
-    record_age: LocalHistogram,
-    latency: LocalHistogram,
-}
-
 pub struct Parts {
     pub shared: Shared,
     /// Positions and breaks (a librdkafka producer on the target).
@@ -186,7 +174,7 @@ pub struct Batches {
     fetch: FetchThread,
     slots: SlotTable<Slot>,
     acks: Vec<Ack>,
-    meters: Meters,
+    meters: CopyMeters,
     stops: Stops,
     pending: Pending,
 }
@@ -200,13 +188,7 @@ impl Batches {
             limit: fetch_bytes.saturating_mul(PENDING_FETCHES as u64),
         };
         let fetch = FetchThread::spawn(p.source, p.limits, name)?;
-        let m = &p.shared.ctx.metrics;
-        let meters = Meters {
-            records: m.records_replicated.local(),
-            bytes: m.bytes_replicated.local(),
-            record_age: m.record_age.local(),
-            latency: m.replication_latency.local(),
-        };
+        let meters = CopyMeters::new(&p.shared.ctx.metrics);
         Ok(Batches {
             shared: p.shared,
             producer: p.producer,
@@ -251,7 +233,8 @@ impl Delivery for Batches {
             while self.pending.room() {
                 match self.fetch.rounds.try_recv() {
                     Ok(round) => self.take(round),
-                    Err(_) => break,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return self.fetching_ended(),
                 }
             }
             if self.writer.pending() > 0 {
@@ -266,15 +249,13 @@ impl Delivery for Batches {
             if self.writer.pending() == 0 {
                 match self.fetch.rounds.recv_timeout(until - now) {
                     Ok(round) => self.take(round),
-                    Err(_) => break,
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return self.fetching_ended(),
                 }
             }
         }
         self.retry_faults();
-        self.meters.records.flush();
-        self.meters.bytes.flush();
-        self.meters.record_age.flush();
-        self.meters.latency.flush();
+        self.meters.flush();
     }
 
     fn commit(&mut self, consumer: &Source<Self>) {
@@ -295,8 +276,11 @@ impl Delivery for Batches {
         if self.writer.pending() > 0 {
             return;
         }
-        for (idx, from, to) in tracked::rewound_targets(&self.shared, &self.slots, |_| true) {
-            let start = self.source_start(idx).map(|next| Frontier {
+        let rewound = tracked::rewound_targets(&self.shared, &self.slots, |_| true);
+        let idxs: Vec<usize> = rewound.iter().map(|&(idx, _, _)| idx).collect();
+        let starts = self.source_starts(&idxs);
+        for (idx, from, to) in rewound {
+            let start = starts.get(&idx).map(|&next| Frontier {
                 next,
                 downstream: -1,
             });
@@ -340,8 +324,11 @@ impl Batches {
         } else if !round.fetched.is_empty() {
             self.shared.source_health.ok();
         }
-        for (generation, t) in round.troubles {
-            self.trouble(generation, &t);
+        let out_of_range: Vec<(usize, i64)> = (round.troubles.iter())
+            .filter_map(|(generation, t)| self.trouble(*generation, t))
+            .collect();
+        if !out_of_range.is_empty() {
+            self.out_of_range(&out_of_range);
         }
         let read_at = Instant::now();
         for (generation, f) in round.fetched {
@@ -397,17 +384,16 @@ impl Batches {
         }
     }
 
-    /// A partition's fetch went wrong: out of range is a break copied past, anything the
-    /// fetcher paused for faults the partition, the rest the fetcher retries by itself.
-    fn trouble(&mut self, generation: u32, t: &PartitionTrouble) {
-        let Some(idx) = self.slots.index(&t.topic, t.partition) else {
-            return;
-        };
+    /// A partition's fetch went wrong: anything the fetcher paused for faults the partition,
+    /// the rest the fetcher retries by itself. An offset out of range is returned as (slot,
+    /// offset), for [`Self::out_of_range`].
+    fn trouble(&mut self, generation: u32, t: &PartitionTrouble) -> Option<(usize, i64)> {
+        let idx = self.slots.index(&t.topic, t.partition)?;
         if !self.slots.get(idx).is_some_and(|s| s.live(generation)) {
-            return;
+            return None;
         }
         match &t.trouble {
-            Trouble::Broker(ErrorCode::OFFSET_OUT_OF_RANGE) => self.out_of_range(idx, t.offset),
+            Trouble::Broker(ErrorCode::OFFSET_OUT_OF_RANGE) => return Some((idx, t.offset)),
             trouble if t.paused => {
                 let message = format!(
                     "fetching {}-{} at {}: {trouble:?}",
@@ -425,31 +411,33 @@ impl Batches {
                 tracing::debug!(topic = %t.topic, partition = t.partition, ?trouble, "fetch retried");
             }
         }
+        None
     }
 
-    /// The partition's next offset left its log (records deleted before they were copied):
-    /// the break is recorded and copying goes on from the log start.
-    fn out_of_range(&mut self, idx: usize, next: i64) {
-        let Some(slot) = self.slots.get(idx) else {
-            return;
-        };
-        let key = (slot.topic.clone(), slot.partition);
-        let downstream = slot.progress.latest().map_or(-1, |f| f.downstream);
-        let bounds = self.shared.probe.source(std::slice::from_ref(&key));
-        let Some(b) = bounds.get(&key) else {
-            self.fault(idx, "consume", "the source's log bounds are unknown");
-            return;
-        };
-        match continuity::out_of_range(next, *b) {
-            Some(found) => {
-                let start = Frontier {
-                    next: b.start,
-                    downstream,
-                };
-                self.restart(idx, Some(start), found);
+    /// The partitions' next offsets (slot, offset) left their logs (records deleted before
+    /// they were copied): each break is recorded and copying goes on from the log start.
+    fn out_of_range(&mut self, hits: &[(usize, i64)]) {
+        let idxs: Vec<usize> = hits.iter().map(|&(idx, _)| idx).collect();
+        let bounds = self.source_bounds(&idxs);
+        for &(idx, next) in hits {
+            let Some(b) = bounds.get(&idx) else {
+                self.fault(idx, "consume", "the source's log bounds are unknown");
+                continue;
+            };
+            match continuity::out_of_range(next, *b) {
+                Some(found) => {
+                    let downstream = (self.slots.get(idx))
+                        .and_then(|s| s.progress.latest())
+                        .map_or(-1, |f| f.downstream);
+                    let start = Frontier {
+                        next: b.start,
+                        downstream,
+                    };
+                    self.restart(idx, Some(start), found);
+                }
+                // Back in range by now (a leader that was behind): fetch again.
+                None => self.fault(idx, "consume", "offset out of range"),
             }
-            // Back in range by now (a leader that was behind): fetch again.
-            None => self.fault(idx, "consume", "offset out of range"),
         }
     }
 
@@ -525,33 +513,50 @@ impl Batches {
             .record_gap(&self.producer, gap, start, GapWrite::Flush);
     }
 
-    /// The source log start of the slot's partition, when it can be read.
-    fn source_start(&self, idx: usize) -> Option<i64> {
-        let slot = self.slots.get(idx)?;
-        let key = (slot.topic.clone(), slot.partition);
-        self.shared
-            .probe
-            .source(std::slice::from_ref(&key))
-            .get(&key)
-            .map(|b| b.start)
+    /// The source log bounds of the slots `idxs`' partitions that can be read, by slot: one
+    /// ListOffsets per source leader for all of them.
+    fn source_bounds(&self, idxs: &[usize]) -> HashMap<usize, LogBounds> {
+        let keys: Vec<(usize, (String, i32))> = (idxs.iter())
+            .filter_map(|&idx| {
+                let slot = self.slots.get(idx)?;
+                Some((idx, (slot.topic.clone(), slot.partition)))
+            })
+            .collect();
+        if keys.is_empty() {
+            return HashMap::new();
+        }
+        let partitions: Vec<(String, i32)> = keys.iter().map(|(_, k)| k.clone()).collect();
+        let bounds = self.shared.probe.source(&partitions);
+        (keys.into_iter())
+            .filter_map(|(idx, key)| bounds.get(&key).map(|b| (idx, *b)))
+            .collect()
     }
 
-    /// Fetches every faulted partition whose backoff ran out again, from where it resumes.
+    fn source_starts(&self, idxs: &[usize]) -> HashMap<usize, i64> {
+        (self.source_bounds(idxs).into_iter())
+            .map(|(idx, b)| (idx, b.start))
+            .collect()
+    }
+
+    /// Fetches every faulted partition whose backoff ran out again, from where it resumes
+    /// (the source log start for one with nothing copied yet).
     fn retry_faults(&mut self) {
         let now = Instant::now();
-        let due: Vec<usize> = (self.slots.iter())
-            .filter(|(_, s)| s.fault.as_ref().is_some_and(|f| f.retry_at <= now))
-            .map(|(idx, _)| idx)
+        let due: Vec<(usize, Option<Frontier>)> = (self.slots.iter())
+            .filter_map(|(idx, s)| {
+                let f = s.fault.as_ref().filter(|f| f.retry_at <= now)?;
+                Some((idx, f.resume_from))
+            })
             .collect();
-        for idx in due {
-            let resume = self
-                .slots
-                .get(idx)
-                .and_then(|s| s.fault.as_ref())
-                .and_then(|f| f.resume_from);
+        let from_start: Vec<usize> = (due.iter())
+            .filter(|(_, resume)| resume.is_none())
+            .map(|&(idx, _)| idx)
+            .collect();
+        let starts = self.source_starts(&from_start);
+        for (idx, resume) in due {
             let offset = match resume {
                 Some(f) => Some(f.next),
-                None => self.source_start(idx),
+                None => starts.get(&idx).copied(),
             };
             let Some(slot) = self.slots.get_mut(idx) else {
                 continue;
@@ -572,6 +577,15 @@ impl Batches {
             };
             self.fetch.send(command);
         }
+    }
+
+    /// The fetching thread ended, which it only does by panicking: nothing would be copied
+    /// again, and polling its channel would spin. The replicator stops (its pod restarts),
+    /// settling the writes it has.
+    fn fetching_ended(&mut self) {
+        self.count_error("fetch_thread");
+        tracing::error!("the batch fetching thread ended; stopping the replicator");
+        self.shared.shutdown.cancel();
     }
 
     fn count_error(&self, kind: &str) {

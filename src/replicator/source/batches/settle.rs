@@ -15,7 +15,7 @@ impl Batches {
         for (remote, partition, error) in &written.troubles {
             tracing::debug!(%remote, partition, %error, "write retried");
         }
-        let now = self.shared.now();
+        let (now, wall_ms) = (self.shared.now(), crate::clock::now_ms());
         let mut syncs = Vec::new();
         for w in &written.written {
             let t = w.token;
@@ -40,17 +40,10 @@ impl Batches {
                 lock(&self.stops).remove(&(slot.remote.to_string(), slot.partition));
             }
             slot.backoff.reset();
+            let age_ms = wall_ms.saturating_sub(t.max_timestamp);
+            let records = u64::try_from(t.records).unwrap_or(0);
             self.meters
-                .records
-                .inc_by(u64::try_from(t.records).unwrap_or(0));
-            self.meters.bytes.inc_by(t.bytes);
-            self.meters
-                .latency
-                .observe(t.read_at.elapsed().as_secs_f64());
-            let age_ms = crate::clock::now_ms()
-                .saturating_sub(t.max_timestamp)
-                .max(0);
-            self.meters.record_age.observe(age_ms as f64 / 1000.0);
+                .copied(records, t.bytes, t.read_at, Some(age_ms));
             if let Some(sync) = sync {
                 syncs.push((t.idx, t.generation, sync));
             }
@@ -93,29 +86,11 @@ impl Batches {
 
     pub(super) fn serve_acks(&mut self) {
         serve_reports(&self.syncs);
-        let mut acks = std::mem::take(&mut self.acks);
-        self.syncs.context().take(&mut acks);
-        for ack in acks.drain(..) {
-            let (idx, generation, _) = unpack(ack.opaque);
-            let Some(slot) = self
-                .slots
-                .get_mut(idx)
-                .filter(|s| s.generation == generation)
-            else {
-                continue;
-            };
-            match ack.result {
-                Ok(_) => {
-                    slot.progress.sync_acknowledged();
-                    self.shared.ctx.metrics.offset_syncs.inc();
-                }
-                Err(e) => {
-                    let message =
-                        format!("writing an offset sync to {}: {e}", self.shared.syncs_topic);
-                    self.fault(idx, "offset_sync", &message);
-                }
-            }
+        for (idx, e) in tracked::settle_syncs(&self.shared, &self.syncs, &mut self.slots) {
+            let message = format!("writing an offset sync to {}: {e}", self.shared.syncs_topic);
+            self.fault(idx, "offset_sync", &message);
         }
+        let mut acks = std::mem::take(&mut self.acks);
         serve_reports(&self.producer);
         self.producer.context().take(&mut acks);
         for ack in acks.drain(..) {

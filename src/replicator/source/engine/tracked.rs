@@ -1,20 +1,68 @@
 //! What the policies that store positions outside a transaction (at-least-once, whole batches)
-//! do alike with their partitions' [`Progress`]: store the positions that moved, and find the
-//! tail syncs of partitions gone idle.
+//! do alike with their partitions' [`Progress`]: store the positions that moved, find the
+//! tail syncs of partitions gone idle and the remote partitions gone back, rewind a faulted
+//! partition, and count what the target acknowledged.
 
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::BaseProducer;
+use prometheus::local::{LocalHistogram, LocalIntCounter};
+use rdkafka::producer::{BaseProducer, Producer};
 
 use super::Shared;
 use super::send::{self, AckContext};
-use super::slots::{Keyed, SlotTable, opaque};
+use super::slots::{Keyed, SlotTable, opaque, unpack};
 use crate::kafka::positions;
 use crate::mm2::OffsetSync;
-use crate::replicator::source::progress::Progress;
+use crate::replicator::Metrics;
+use crate::replicator::source::progress::{Frontier, Progress};
 
 /// How long storing a position waits for room in the producer's queue.
 const POSITION_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A faulted partition: copied again from `resume_from` at `retry_at`.
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    pub retry_at: Instant,
+    pub resume_from: Option<Frontier>,
+}
+
+/// The metrics of copies the target acknowledged, counted thread-locally on the copy thread
+/// and flushed on service.
+pub struct CopyMeters {
+    records: LocalIntCounter,
+    bytes: LocalIntCounter,
+    record_age: LocalHistogram,
+    latency: LocalHistogram,
+}
+
+impl CopyMeters {
+    pub fn new(m: &Metrics) -> Self {
+        CopyMeters {
+            records: m.records_replicated.local(),
+            bytes: m.bytes_replicated.local(),
+            record_age: m.record_age.local(),
+            latency: m.replication_latency.local(),
+        }
+    }
+
+    /// `records` records (`bytes` bytes) read at `read_at` were acknowledged; the newest of
+    /// them was `age_ms` old then, when its timestamp is known.
+    pub fn copied(&mut self, records: u64, bytes: u64, read_at: Instant, age_ms: Option<i64>) {
+        self.records.inc_by(records);
+        self.bytes.inc_by(bytes);
+        self.latency.observe(read_at.elapsed().as_secs_f64());
+        if let Some(age) = age_ms {
+            self.record_age.observe(age.max(0) as f64 / 1000.0);
+        }
+    }
+
+    pub fn flush(&self) {
+        self.records.flush();
+        self.bytes.flush();
+        self.record_age.flush();
+        self.latency.flush();
+    }
+}
 
 /// A partition whose progress is tracked record by record (or batch by batch).
 pub trait Tracked: Keyed {
@@ -74,6 +122,33 @@ pub fn persist<S: Tracked>(
                 "cannot store the source position now; retrying");
         }
     }
+}
+
+/// Settles the offset syncs `syncs` acknowledged since the last call (each partition's in the
+/// order they were written) and returns the slots of those it failed, with the error, for the
+/// caller to fault. Reports of an older generation of a slot are ignored.
+pub fn settle_syncs<S: Tracked>(
+    shared: &Shared,
+    syncs: &BaseProducer<AckContext>,
+    slots: &mut SlotTable<S>,
+) -> Vec<(usize, rdkafka::error::KafkaError)> {
+    let mut acks = Vec::new();
+    syncs.context().take(&mut acks);
+    let mut failed = Vec::new();
+    for ack in acks {
+        let (idx, generation, _) = unpack(ack.opaque);
+        let Some(slot) = slots.get_mut(idx).filter(|s| s.generation() == generation) else {
+            continue;
+        };
+        match ack.result {
+            Ok(_) => {
+                slot.progress_mut().sync_acknowledged();
+                shared.ctx.metrics.offset_syncs.inc();
+            }
+            Err(e) => failed.push((idx, e)),
+        }
+    }
+    failed
 }
 
 /// The tail sync of every partition that went idle with copies after its last sync
