@@ -5,14 +5,17 @@
 #
 #   e2e/world-tests.sh [NAME...]     all test binaries, or only those named (e.g. operator chaos)
 #
-# Env: MF_TEST_JOBS (binaries at once, default 3). Each binary's output goes to
-# $MF_STATE/test-logs/<name>.log; a failure prints its tail. Exit status 1 if any failed.
+# Env: MF_TEST_JOBS (binaries at once, default 3); MF_TEST_TIMEOUT (seconds one binary may run,
+# default 1200: the longest, chaos, takes about 500). Each binary's output goes to
+# $MF_STATE/test-logs/<name>.log; a failure or a timeout prints its tail. Exit status 1 if any
+# failed.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 cd "$ROOT"
 : "${MF_STATE:?run through e2e/test.sh, or eval \"\$(e2e/world.sh env)\" first}"
 JOBS="${MF_TEST_JOBS:-3}"
+TIMEOUT="${MF_TEST_TIMEOUT:-1200}"
 LOGS="$MF_STATE/test-logs"
 mkdir -p "$LOGS"
 
@@ -43,10 +46,19 @@ while IFS=$'\t' read -r NAME EXE; do
 done <"$LOGS/binaries.tsv"
 
 run_one() {
-  local name="${1%%=*}" exe="${1#*=}" start=$SECONDS status=PASS
+  local name="${1%%=*}" exe="${1#*=}" start=$SECONDS status=PASS rc=0
   # Tests find the repository from the crate's directory, as under cargo.
   # --nocapture: the figures tests print (chaos losses and duplicates, ...) stay in the log.
-  (cd "$ROOT/e2e/tests" && "$exe" --test-threads 2 --nocapture) >"$LOGS/$name.log" 2>&1 || status=FAIL
+  # A hung binary would hold the whole run until CI's limit: `timeout` runs it in a process
+  # group of its own and stops the group (the binary, the replicators and brokers it started).
+  (cd "$ROOT/e2e/tests" && timeout -k 30 "$TIMEOUT" "$exe" --test-threads 2 --nocapture) \
+    >"$LOGS/$name.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    status=FAIL
+    echo "(stopped: still running after ${TIMEOUT} s, MF_TEST_TIMEOUT)" >>"$LOGS/$name.log"
+  elif [ "$rc" -ne 0 ]; then
+    status=FAIL
+  fi
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))" >>"$LOGS/summary"
   printf '%s %-28s %4d s\n' "$status" "$name" "$((SECONDS - start))"
   if [ "$status" = FAIL ]; then
@@ -60,7 +72,7 @@ run_one() {
   fi
 }
 export -f run_one
-export ROOT LOGS MF_STATE
+export ROOT LOGS MF_STATE TIMEOUT
 
 : >"$LOGS/summary"
 start=$SECONDS

@@ -294,34 +294,53 @@ async fn produce(bootstrap: String, topics: Vec<String>, total: u64, over: Durat
 }
 
 /// A consumer group on the source that consumes the first topic and commits every 300 ms,
-/// so the checkpoint loop has commits to translate during the faults.
+/// so the checkpoint loop has commits to translate during the faults. Sends the number of
+/// commits it asked for once stopped.
+///
+/// The commits are asynchronous: a synchronous commit in flight while the source broker
+/// restarted once never returned (librdkafka kept waiting for the group's coordinator), and
+/// the test waited on it for over an hour.
 fn committing_consumer(
     bootstrap: String,
     group: String,
     topic: String,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<Result<u64>> {
+) -> std::sync::mpsc::Receiver<Result<u64>> {
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
+        let consumer: BaseConsumer = match ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
-            .create()?;
-        consumer.subscribe(&[&topic])?;
+            .create()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e.into()));
+                return;
+            }
+        };
+        if let Err(e) = consumer.subscribe(&[&topic]) {
+            let _ = tx.send(Err(e.into()));
+            return;
+        }
         let mut last_commit = Instant::now();
-        let mut commits = 0;
+        let mut asked = 0;
         while !stop.load(Ordering::Relaxed) {
             let _ = consumer.poll(Duration::from_millis(50));
             if last_commit.elapsed() >= Duration::from_millis(300) {
                 last_commit = Instant::now();
-                if consumer.commit_consumer_state(CommitMode::Sync).is_ok() {
-                    commits += 1;
+                // Refused at once when the consumer holds no position yet.
+                if consumer.commit_consumer_state(CommitMode::Async).is_ok() {
+                    asked += 1;
                 }
             }
         }
-        Ok(commits)
-    })
+        let _ = tx.send(Ok(asked));
+        // Closing the consumer can wait on the same coordinator: the count is sent first.
+    });
+    rx
 }
 
 /// Every record of a partition as (offset, value), read to its end with `isolation`.
@@ -654,20 +673,27 @@ async fn chaos(mode: Mode, scale: bool) -> Result<Tally> {
         scaled.push_str(" -r3(killed)");
     }
     let faults_done = started.elapsed();
+    // Progress lines: a run that hangs shows in its log where.
+    eprintln!("chaos: faults done after {faults_done:?}; waiting for the copies to catch up");
     run.revive()?;
     let caught_up = wait_caught_up(&run, Duration::from_secs(240)).await;
     stop_consumer.store(true, Ordering::Relaxed);
     let commits = consumer
-        .join()
-        .map_err(|_| anyhow::anyhow!("the committing consumer panicked"))??;
+        .recv_timeout(Duration::from_secs(30))
+        .context("the committing consumer did not stop within 30 s")??;
     if let Err(e) = caught_up {
         bail!("{e:#}\nreplicator logs:\n{}", run.logs());
     }
+    eprintln!(
+        "chaos: caught up after {:?}; stopping the replicas",
+        started.elapsed()
+    );
     // Let the checkpoint loop translate the last commits, then stop gracefully.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for r in run.replicas.values_mut() {
         r.stop(Duration::from_secs(30));
     }
+    eprintln!("chaos: comparing source and target");
     let tally = compare(&run)?;
     // Every replica that ran, also those scaled away (logs survive restarts: appended).
     let fenced: usize = run
@@ -691,7 +717,7 @@ async fn chaos(mode: Mode, scale: bool) -> Result<Tally> {
     println!(
         "chaos[{label}]: {} source records over {} partitions, lost {}, duplicated {} ({:.3}%), foreign {}; \
          {kills} replica SIGKILLs, zombie (SIGSTOP 10 s, SIGCONT): {zombie} ({fenced} fenced writes reported), target restart {:?}, source restart {:?}, scaling:{}; \
-         {} commits, {} checkpoints ({} backwards, {} skipping); faults over {:?}, total {:?}",
+         {} commits asked, {} checkpoints ({} backwards, {} skipping); faults over {:?}, total {:?}",
         tally.source,
         TOPICS as i32 * PARTITIONS,
         tally.lost,

@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{Reachability, is_unreachable};
@@ -94,6 +95,75 @@ impl Tracked {
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long one group's sync may go without an answer before the pass is reported stuck: its
+/// three requests (describe, read offsets, commit) have [`REQUEST_TIMEOUT`] each, and creating
+/// the client takes well under a second.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
+
+type PassResults = Vec<(String, Option<GroupSyncStatus>)>;
+
+/// One pass's requests, on a thread of their own. librdkafka's synchronous commit can wait
+/// without end for a group's coordinator (a commit in flight while a broker restarted never
+/// returned, in the project's chaos test), so the loop never waits on a pass: it takes the
+/// results when the thread sends them, reports a pass that finished no group for
+/// [`STUCK_AFTER`], and starts no other pass meanwhile, so at most one thread is held.
+struct Pass {
+    results: oneshot::Receiver<PassResults>,
+    started: Instant,
+    /// Milliseconds from `started` to the last group the pass finished.
+    progress: Arc<AtomicU64>,
+    reported_stuck: bool,
+}
+
+impl Pass {
+    fn start(
+        due: Vec<(String, BTreeMap<TopicPartition, i64>, usize)>,
+        sync: impl Fn(&str, &BTreeMap<TopicPartition, i64>, usize) -> Option<GroupSyncStatus>
+        + Send
+        + 'static,
+    ) -> std::io::Result<Pass> {
+        let (tx, results) = oneshot::channel();
+        let started = Instant::now();
+        let progress = Arc::new(AtomicU64::new(0));
+        let done = progress.clone();
+        std::thread::Builder::new()
+            .name("group-sync".into())
+            .spawn(move || {
+                let results = due
+                    .into_iter()
+                    .map(|(group, checkpoints, uncovered)| {
+                        let status = sync(&group, &checkpoints, uncovered);
+                        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        done.store(ms, Ordering::Relaxed);
+                        (group, status)
+                    })
+                    .collect();
+                let _ = tx.send(results);
+            })?;
+        Ok(Pass {
+            results,
+            started,
+            progress,
+            reported_stuck: false,
+        })
+    }
+
+    /// How long the pass has gone at `now` without finishing a group.
+    fn silent_for(&self, now: Instant) -> Duration {
+        let last = self.started + Duration::from_millis(self.progress.load(Ordering::Relaxed));
+        now.saturating_duration_since(last)
+    }
+}
+
+/// The running pass's results; never ready without one.
+async fn finished(pass: &mut Option<Pass>) -> PassResults {
+    match pass {
+        // A thread that ended without sending (a panic) leaves its groups unattempted.
+        Some(p) => (&mut p.results).await.unwrap_or_default(),
+        None => std::future::pending().await,
+    }
+}
+
 pub async fn run(
     target: ClientConfig,
     interval: Duration,
@@ -103,6 +173,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut groups: HashMap<String, Tracked> = HashMap::new();
+    let mut pass: Option<Pass> = None;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -120,8 +191,33 @@ pub async fn run(
                     groups.remove(&group);
                 }
             },
+            results = finished(&mut pass) => {
+                if let Some(p) = pass.take().filter(|p| p.reported_stuck) {
+                    tracing::info!(after_s = p.started.elapsed().as_secs(),
+                        "the stuck group offset sync pass ended; syncing again");
+                }
+                let now = Instant::now();
+                for (group, status) in results {
+                    let Some(t) = groups.get_mut(&group) else { continue };
+                    if let Some(status) = t.attempted(now, status) {
+                        tracing::info!(group = %group, state = status.state.reason(), message = %status.message,
+                            "group offset sync state changed");
+                    }
+                }
+            }
             _ = tick.tick() => {
                 let now = Instant::now();
+                if let Some(p) = pass.as_mut() {
+                    let silent = p.silent_for(now);
+                    if silent >= STUCK_AFTER && !p.reported_stuck {
+                        p.reported_stuck = true;
+                        reach.refused("syncing group offsets", &format!(
+                            "a request to the target has not returned for {} s; no group is synced until it does",
+                            silent.as_secs()
+                        ));
+                    }
+                    continue;
+                }
                 let due: Vec<(String, BTreeMap<TopicPartition, i64>, usize)> = groups
                     .iter()
                     .filter(|(_, t)| t.is_due(now, refresh))
@@ -131,24 +227,13 @@ pub async fn run(
                     continue;
                 }
                 let client = target.clone();
-                let reach = reach.clone();
-                let results = tokio::task::spawn_blocking(move || {
-                    due.into_iter()
-                        .map(|(group, checkpoints, uncovered)| {
-                            let status = sync_one(&client, &reach, &group, &checkpoints, uncovered);
-                            (group, status)
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .await
-                .unwrap_or_default();
-                let now = Instant::now();
-                for (group, status) in results {
-                    let Some(t) = groups.get_mut(&group) else { continue };
-                    if let Some(status) = t.attempted(now, status) {
-                        tracing::info!(group = %group, state = status.state.reason(), message = %status.message,
-                            "group offset sync state changed");
-                    }
+                let reach_pass = reach.clone();
+                let sync = move |group: &str, checkpoints: &BTreeMap<TopicPartition, i64>, uncovered| {
+                    sync_one(&client, &reach_pass, group, checkpoints, uncovered)
+                };
+                match Pass::start(due, sync) {
+                    Ok(p) => pass = Some(p),
+                    Err(e) => reach.refused("starting a group offset sync thread", &e),
                 }
             }
         }
@@ -427,6 +512,54 @@ mod tests {
         );
         assert!(t.attempted(t0, Some(synced())).is_some());
         assert!(!t.is_due(t0 + Duration::from_millis(500), refresh));
+    }
+
+    #[tokio::test]
+    async fn a_pass_that_hangs_grows_silent_and_its_results_still_arrive() {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = std::sync::Mutex::new(wait);
+        let (entered, hanging) = std::sync::mpsc::channel::<()>();
+        let due = vec![
+            ("quick".to_string(), BTreeMap::from([(tp(0), 1)]), 0),
+            ("hangs".to_string(), BTreeMap::from([(tp(0), 1)]), 0),
+        ];
+        let mut pass = Some(
+            Pass::start(due, move |group, _, _| {
+                if group == "hangs" {
+                    let _ = entered.send(());
+                    // Stands in for a commit librdkafka never answers, until released.
+                    let _ = wait.lock().map(|w| w.recv());
+                }
+                Some(synced())
+            })
+            .unwrap(),
+        );
+        hanging.recv_timeout(Duration::from_secs(5)).unwrap();
+        let p = pass.as_ref().unwrap();
+        assert!(p.silent_for(Instant::now()) < STUCK_AFTER);
+        assert!(p.silent_for(Instant::now() + STUCK_AFTER) >= STUCK_AFTER);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), finished(&mut pass))
+                .await
+                .is_err(),
+            "no results while a group hangs"
+        );
+        release.send(()).unwrap();
+        let results = tokio::time::timeout(Duration::from_secs(5), finished(&mut pass))
+            .await
+            .expect("the results once it returns");
+        let groups: Vec<&str> = results.iter().map(|(g, _)| g.as_str()).collect();
+        assert_eq!(groups, ["quick", "hangs"]);
+    }
+
+    #[tokio::test]
+    async fn without_a_pass_nothing_is_finished() {
+        let mut none = None;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), finished(&mut none))
+                .await
+                .is_err()
+        );
     }
 
     #[test]
