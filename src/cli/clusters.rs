@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -15,12 +15,15 @@ use super::CliError;
 use crate::api::OffsetSyncsLocation;
 use crate::flow::Flow;
 use crate::kafka::checkpoints::{ReadError, read_offset_syncs};
+use crate::kafka::commit::commit_within;
 use crate::mm2::{OffsetSync, SyncOrigin};
 
 /// Metadata, group and offset requests.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Reading a whole checkpoints or offset-syncs topic.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// A commit waits for the group's coordinator: longer than one request, bounded all the same.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Groups planned at the same time (each on its own clients).
 pub const WORKERS: usize = 8;
@@ -182,7 +185,7 @@ pub fn commit(
         }
     }
     let c = consumer(client, cluster, group)?;
-    c.commit(&tpl, CommitMode::Sync)
+    commit_within(c, tpl, COMMIT_TIMEOUT)
         .map_err(kafka(format!("committing offsets of group '{group}'")))?;
     let partitions: Vec<Partition> = offsets.iter().map(|(tp, _, _)| tp.clone()).collect();
     let back = committed(client, cluster, group, &partitions)?;

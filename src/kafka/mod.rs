@@ -6,6 +6,7 @@ pub mod admin;
 pub mod checkpoints;
 pub mod client_cert;
 pub mod cluster_id;
+pub mod commit;
 pub mod config;
 pub mod groups;
 pub mod log_bounds;

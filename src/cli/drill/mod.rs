@@ -18,19 +18,20 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use self::judge::{Around, Finding, Seen};
-use super::clusters::Partition;
+use super::clusters::{COMMIT_TIMEOUT, Partition};
 use super::failover::{self, Landing};
 use super::records::{kafka_error, newest_before, read_range, reader, seen};
 use super::table::Table;
 use super::{ApplyArgs, CliError, EXIT_REFUSED, FlowArgs, GroupSelection, OutputFormat};
 use crate::flow::Flow;
+use crate::kafka::commit::commit_within;
 
 /// The prefix of drill groups.
 pub const DRILL_GROUP_PREFIX: &str = "mirrorflow-drill.";
@@ -165,12 +166,10 @@ fn clone_and_read(
                 "target",
             ))?;
     }
-    consumer
-        .commit(&tpl, CommitMode::Sync)
-        .map_err(kafka_error(
-            format!("committing into drill group '{group}'"),
-            "target",
-        ))?;
+    let consumer = commit_within(consumer, tpl, COMMIT_TIMEOUT).map_err(kafka_error(
+        format!("committing into drill group '{group}'"),
+        "target",
+    ))?;
     // Resume as a failed-over consumer does: from the group's committed offsets.
     let mut stored = TopicPartitionList::new();
     for (topic, partition) in offsets.keys() {
