@@ -17,6 +17,7 @@
 #                   1 KiB copied by each arm on each link (a copy is measured over at most
 #                   BENCH_WAN_LIMIT_S=60 s: MM2 at its defaults would take minutes)
 #   BENCH_WAN_LINKS="50 100c50"  the links to run instead (RTT ms, cCAP for a cap in MiB/s)
+#   BENCH_WAN_N=1000000  records in the WAN data set (300000; more for a longer copy to profile)
 #   --partitions    the many-partitions scenario instead: 300 k JSON-like 1 KiB records (lz4)
 #                   over 8, 200 and 2,000 source partitions (1 topic x 8, 20 and 200 topics x
 #                   10), copied by each arm (throughput, peak RSS); then, with our replicator
@@ -102,7 +103,7 @@ RATE=1000 # records/s of 1 KiB in the steady phase: ~1 MB/s, well under every ar
 # Pipe limit: seconds per client count, most clients tried.
 PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
 # WAN: each link as RTT in ms, and cCAP for a cap in MiB/s; records; the longest copy window.
-WAN_LINKS="${BENCH_WAN_LINKS:-0 25 50 100 50c50 100c50}" WAN_N=300000 WAN_LIMIT_S="${BENCH_WAN_LIMIT_S:-60}"
+WAN_LINKS="${BENCH_WAN_LINKS:-0 25 50 100 50c50 100c50}" WAN_N="${BENCH_WAN_N:-300000}" WAN_LIMIT_S="${BENCH_WAN_LIMIT_S:-60}"
 # Many partitions: source partition counts, records over them, groups committing, how often
 # each commits (Kafka's auto-commit default), for how long.
 PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60

@@ -10,10 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mirrorflow_conn::fetcher::{Fetched, PartitionTrouble};
 use mirrorflow_conn::{Cluster, FetchLimits, Fetcher};
+
+use super::timing::TimeSplit;
 
 /// Rounds waiting for the copy thread: with the writer's own bound, what a replica holds is
 /// about this many fetch answers.
@@ -41,6 +43,16 @@ pub struct Tagged {
     pub fetched: Vec<(u32, Fetched)>,
     pub troubles: Vec<(u32, PartitionTrouble)>,
     pub failure: Option<String>,
+}
+
+impl Tagged {
+    /// The batches' bytes.
+    pub fn bytes(&self) -> usize {
+        (self.fetched.iter())
+            .flat_map(|(_, f)| f.batches.iter())
+            .map(|b| b.len())
+            .sum()
+    }
 }
 
 /// The copy thread's end: commands out, rounds in. Dropping it stops the thread.
@@ -71,6 +83,7 @@ impl FetchThread {
 
 fn run(mut fetcher: Fetcher, commands: &Receiver<Command>, rounds: &SyncSender<Tagged>) {
     let mut generations: HashMap<(Arc<str>, i32), u32> = HashMap::new();
+    let mut timing = TimeSplit::new("fetch", ["fetching", "handing over"]);
     loop {
         // Commands first: a round never fetches a partition the copy thread gave up before it.
         loop {
@@ -104,7 +117,9 @@ fn run(mut fetcher: Fetcher, commands: &Receiver<Command>, rounds: &SyncSender<T
         if generations.is_empty() {
             continue;
         }
+        let fetching = Instant::now();
         let round = fetcher.round();
+        timing.spent(0, fetching);
         let tag = |topic: &Arc<str>, partition: i32| {
             generations
                 .get(&(topic.clone(), partition))
@@ -121,10 +136,15 @@ fn run(mut fetcher: Fetcher, commands: &Receiver<Command>, rounds: &SyncSender<T
             failure: round.failure,
         };
         if tagged.fetched.is_empty() && tagged.troubles.is_empty() && tagged.failure.is_none() {
+            timing.round(0);
             continue;
         }
+        let bytes = tagged.bytes();
+        let handing = Instant::now();
         if rounds.send(tagged).is_err() {
             return; // the copy thread is gone
         }
+        timing.spent(1, handing);
+        timing.round(bytes);
     }
 }

@@ -25,6 +25,7 @@
 pub mod fetch;
 mod ownership;
 mod settle;
+mod timing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
@@ -177,6 +178,7 @@ pub struct Batches {
     meters: CopyMeters,
     stops: Stops,
     pending: Pending,
+    timing: timing::TimeSplit,
 }
 
 impl Batches {
@@ -200,6 +202,7 @@ impl Batches {
             meters,
             stops: p.stops,
             pending,
+            timing: timing::TimeSplit::new("copy", ["writing", "waiting for rounds"]),
         })
     }
 }
@@ -238,7 +241,9 @@ impl Delivery for Batches {
                 }
             }
             if self.writer.pending() > 0 {
+                let pumping = Instant::now();
                 let written = self.writer.pump();
+                self.timing.spent(0, pumping);
                 self.settle(written);
             }
             self.serve_acks();
@@ -247,7 +252,10 @@ impl Delivery for Batches {
                 break;
             }
             if self.writer.pending() == 0 {
-                match self.fetch.rounds.recv_timeout(until - now) {
+                let waiting = Instant::now();
+                let next = self.fetch.rounds.recv_timeout(until - now);
+                self.timing.spent(1, waiting);
+                match next {
                     Ok(round) => self.take(round),
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => return self.fetching_ended(),
@@ -316,6 +324,7 @@ impl Delivery for Batches {
 impl Batches {
     /// Hands a fetched round's batches to the writer; troubles fault or move their partition.
     fn take(&mut self, round: Tagged) {
+        self.timing.round(round.bytes());
         if let Some(failure) = &round.failure {
             self.count_error("consume");
             self.shared
