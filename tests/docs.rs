@@ -74,6 +74,8 @@ fn reasons() -> Vec<&'static str> {
         reason::CHILD_REJECTED,
         reason::SAME_CLUSTER,
         reason::CONFLICTING_FLOW,
+        reason::REPLICATION_LOOP,
+        reason::CHILD_CONFLICT,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here

@@ -59,6 +59,20 @@ pub fn against_commit(
     }
 }
 
+/// A group's membership for the member guard, failing closed: a group whose members could
+/// not be read is not known to be idle, so the error stands unless `--force` overrides the
+/// guard (then the group counts as having no members, as `--force` treats active ones).
+pub fn membership_or_refuse(
+    read: Result<Membership, super::CliError>,
+    o: Overrides,
+) -> Result<Option<Membership>, super::CliError> {
+    match read {
+        Ok(m) => Ok(Some(m)),
+        Err(_) if o.force => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The group's members when they block a commit: active and not overridden (committing would
 /// race them, and Kafka refuses commits from outside a group with live members).
 pub fn blocking_members(members: Option<&Membership>, o: Overrides) -> Option<&Membership> {

@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use super::apply::{
     self, Overrides, PartitionAction, PlannedGroup, Report, Verdict, against_commit,
-    blocking_members, commit_groups, decide_group, group_names, plan_groups, render, title,
+    blocking_members, commit_groups, decide_group, group_names, membership_or_refuse, plan_groups,
+    render, title,
 };
 use super::clusters::{self, Membership, Partition, TIMEOUT};
 use super::table::{Table, serde_plain};
@@ -334,8 +335,14 @@ pub fn plan(
         let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
         let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
         let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
-        let to_group = clusters::membership(&flow.source_client, "source", &group).ok();
-        let from_group = clusters::membership(&flow.target_client, "target", &group).ok();
+        let to_group = membership_or_refuse(
+            clusters::membership(&flow.source_client, "source", &group),
+            overrides,
+        )?;
+        let from_group = membership_or_refuse(
+            clusters::membership(&flow.target_client, "target", &group),
+            overrides,
+        )?;
         let mut partitions = Vec::new();
         for ((remote_topic, p), c_b) in &remote {
             let topic = upstream(remote_topic);

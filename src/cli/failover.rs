@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::aligned::{as_is, misaligned_partitions};
 use super::apply::{
     self, Overrides, PartitionAction, PlannedGroup, Report, Verdict, against_commit, commit_groups,
-    decide_group, group_names, plan_groups, render, title,
+    decide_group, group_names, membership_or_refuse, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
 use super::table::{Table, age, serde_plain};
@@ -420,7 +420,10 @@ pub fn plan(
             .collect();
         let target_committed =
             clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
-        let membership = clusters::membership(&flow.target_client, "target", &group).ok();
+        let membership = membership_or_refuse(
+            clusters::membership(&flow.target_client, "target", &group),
+            overrides,
+        )?;
         let source_committed = match &source {
             Ok(_) => Some(clusters::committed(
                 &flow.source_client,

@@ -274,6 +274,14 @@ async fn load_from_apiserver(name: &str, namespace: Option<&str>) -> Result<Flow
                     r.name, r.key
                 ),
             })?;
+        // The CLI runs with whoever's kubeconfig: it sends a Secret only where the Secret's
+        // owner allowed this flow to send it, exactly as the operator does.
+        crate::operator::guards::secret_grant(&secret, name, &mf.spec, &field, &ns).map_err(
+            |b| CliError::Usage {
+                flag: "--name",
+                message: b.message,
+            },
+        )?;
         let bytes = secret
             .data
             .as_ref()

@@ -33,6 +33,179 @@ pub fn secret_not_shared(field: &str, secret: &str, ns: &str, flow: &str) -> Blo
     )
 }
 
+/// A child of the flow would take the name of an object the flow does not own.
+pub fn child_conflict(kind: &str, name: &str, ns: &str) -> Blocked {
+    Blocked::new(
+        reason::CHILD_CONFLICT,
+        format!(
+            "metadata.name: the {kind} '{name}' in namespace '{ns}' exists and does not belong to this flow, so nothing of this flow is applied (it would replace that object's content and delete it with the flow); rename the flow, or delete or rename that {kind} if it is not needed"
+        ),
+    )
+}
+
+/// The annotation by which a Secret's owner names where its values may be sent: comma-separated
+/// `host:port`, `host` (any port), `*.domain[:port]` (any host under the domain) or `*`
+/// (anywhere). Token endpoints are named by their URL's host and port. Opting in a flow is not
+/// enough: whoever may edit that flow could point it at their own broker.
+pub const SECRET_ALLOWED_DESTINATIONS: &str = "mirrorflow.io/allowed-destinations";
+/// The annotation by which a Secret's owner lets its values cross the network unencrypted
+/// (`"true"`): SASL without `tls`, or an `http://` token endpoint.
+pub const SECRET_ALLOW_PLAINTEXT: &str = "mirrorflow.io/allow-plaintext";
+
+/// A place a Secret's value is sent to: a broker or a token endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Destination {
+    host: String,
+    port: u16,
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// `host:port` or `[v6]:port`; `None` for anything else (the spec rules refuse it earlier).
+fn host_port(s: &str) -> Option<Destination> {
+    let s = s.trim();
+    let (host, port) = match s.strip_prefix('[') {
+        Some(rest) => {
+            let (h, p) = rest.split_once("]:")?;
+            (h, p)
+        }
+        None => s.rsplit_once(':')?,
+    };
+    Some(Destination {
+        host: host.to_ascii_lowercase(),
+        port: port.parse().ok()?,
+    })
+}
+
+/// Where the value behind `field` (one of [`crate::kafka::config::secret_refs`]'s fields)
+/// leaves the pod for, and whether it travels unencrypted. TLS material is only used for
+/// proofs in the handshake and is never sent: `None`.
+pub fn destinations(
+    spec: &crate::api::MirrorFlowSpec,
+    field: &str,
+) -> Option<(Vec<Destination>, bool)> {
+    let cluster = if field.starts_with("spec.source.") {
+        &spec.source
+    } else if field.starts_with("spec.target.") {
+        &spec.target
+    } else {
+        return None;
+    };
+    if field.ends_with(".sasl.oauthbearer.clientSecretSecretRef") {
+        let url = &cluster
+            .sasl
+            .as_ref()?
+            .oauthbearer
+            .as_ref()?
+            .token_endpoint_url;
+        let (scheme, rest) = url.split_once("://")?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+        let plain = scheme.eq_ignore_ascii_case("http");
+        let default_port = if plain { 80 } else { 443 };
+        let d = host_port(authority).unwrap_or_else(|| Destination {
+            host: authority.trim_matches(['[', ']']).to_ascii_lowercase(),
+            port: default_port,
+        });
+        return Some((vec![d], plain));
+    }
+    if field.contains(".sasl.") {
+        let brokers = cluster
+            .bootstrap_servers
+            .split(',')
+            .filter_map(host_port)
+            .collect();
+        return Some((brokers, cluster.tls.is_none()));
+    }
+    None
+}
+
+/// Whether `entry` of the annotation allows `d`.
+fn entry_allows(entry: &str, d: &Destination) -> bool {
+    let entry = entry.trim().to_ascii_lowercase();
+    if entry == "*" {
+        return true;
+    }
+    let (host, port) = match host_port(&entry) {
+        Some(hp) => (hp.host, Some(hp.port)),
+        None => (entry.trim_matches(['[', ']']).to_string(), None),
+    };
+    let host_ok = match host.strip_prefix("*.") {
+        Some(domain) => d
+            .host
+            .strip_suffix(domain)
+            .is_some_and(|h| h.ends_with('.')),
+        None => host == d.host,
+    };
+    host_ok && port.is_none_or(|p| p == d.port)
+}
+
+/// Whether the Secret may be used by flow `flow` (spec `spec`) for the key behind `field`: the
+/// Secret opted in to the flow, names every place the value would be sent, and allows
+/// plaintext where the value would cross the network unencrypted. The operator and the CLI
+/// both decide with this; `Err` names the field and the annotation that fixes it.
+pub fn secret_grant(
+    secret: &Secret,
+    flow: &str,
+    spec: &crate::api::MirrorFlowSpec,
+    field: &str,
+    ns: &str,
+) -> Result<(), Blocked> {
+    let name = secret.name_any();
+    if !secret_allows(secret, flow) {
+        return Err(secret_not_shared(field, &name, ns, flow));
+    }
+    let Some((to, plaintext)) = destinations(spec, field) else {
+        return Ok(());
+    };
+    let annotations = secret.annotations();
+    let listed: Vec<&str> = annotations
+        .get(SECRET_ALLOWED_DESTINATIONS)
+        .map(|v| v.split(',').filter(|e| !e.trim().is_empty()).collect())
+        .unwrap_or_default();
+    let wanted = to
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let refuse = |why: String| {
+        Blocked::new(
+            reason::SECRET_NOT_SHARED,
+            format!("{field}: Secret '{name}' {why}, so it is not used"),
+        )
+    };
+    if let Some(d) = to
+        .iter()
+        .find(|d| !listed.iter().any(|e| entry_allows(e, d)))
+    {
+        let named = if listed.is_empty() {
+            "names no place its value may be sent to".to_string()
+        } else {
+            format!("may be sent only to {}, not to {d}", listed.join(","))
+        };
+        return Err(refuse(format!(
+            "{named} (this flow would send it to {wanted}); if those are the Secret's own brokers or token endpoint, whoever manages the Secret can allow them: kubectl annotate secret {name} -n {ns} --overwrite {SECRET_ALLOWED_DESTINATIONS}={wanted}"
+        )));
+    }
+    let plaintext_allowed = annotations
+        .get(SECRET_ALLOW_PLAINTEXT)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if plaintext && !plaintext_allowed {
+        return Err(refuse(format!(
+            "would cross the network unencrypted to {wanted} (no TLS on that side, or an http:// token endpoint); turn on TLS for it (spec.<side>.tls, an https:// token endpoint), or whoever manages the Secret can allow plaintext: kubectl annotate secret {name} -n {ns} {SECRET_ALLOW_PLAINTEXT}=true"
+        )));
+    }
+    Ok(())
+}
+
 /// A flow may pick its replicator image (`spec.pod.image`) only among those the operator's
 /// installer allowed: the image runs with the Secrets the flow names mounted. `allowed` are
 /// image prefixes; the operator's own replicator image is always allowed.
@@ -105,10 +278,88 @@ fn older(a: &MirrorFlow, b: &MirrorFlow) -> bool {
     (created(a), key(a)) < (created(b), key(b))
 }
 
+/// The reasons a flow's `Ready` carries when it did not pass its own checks (refused, waiting
+/// for a Secret, rejected children) or cannot reach its target: such a flow writes nothing
+/// there, so it shares nothing with another flow and blocks none. A squatter that names a
+/// victim's target without being able to use it therefore changes nothing.
+const NOT_STANDING: &[&str] = &[
+    reason::INVALID_SPEC,
+    reason::INVALID_CLIENT_CONFIG,
+    reason::SECRET_MISSING,
+    reason::SECRET_NOT_SHARED,
+    reason::IMAGE_NOT_ALLOWED,
+    reason::SAME_CLUSTER,
+    reason::CONFLICTING_FLOW,
+    reason::REPLICATION_LOOP,
+    reason::CHILD_REJECTED,
+    reason::CHILD_CONFLICT,
+    reason::TARGET_UNREACHABLE,
+    reason::TARGET_AUTHENTICATION_FAILED,
+    reason::TARGET_TLS_FAILED,
+    reason::TARGET_CERTIFICATE_REFUSED,
+    reason::TARGET_CLIENT_CREDENTIALS_REFUSED,
+    reason::TARGET_TOKEN_ENDPOINT_UNREACHABLE,
+    reason::TARGET_TOKEN_REFUSED,
+];
+
+/// Whether `f` passed its own checks and reached its target when last probed. A flow with no
+/// status yet (seconds old) counts: two flows applied together must not both deploy.
+fn in_good_standing(f: &MirrorFlow) -> bool {
+    let ready = f.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crate::status::READY)
+    });
+    ready.is_none_or(|c| c.status == "True" || !NOT_STANDING.contains(&c.reason.as_str()))
+}
+
+/// The one rule by which another flow may change this flow's fate: it is older, it replicates
+/// (an Observe flow writes nothing, so it blocks nothing), it is in good standing, and it is
+/// not this flow. Every cross-flow check goes through here.
+fn contenders<'a>(
+    this: &'a MirrorFlow,
+    others: &'a [Arc<MirrorFlow>],
+) -> impl Iterator<Item = &'a MirrorFlow> + 'a {
+    let this_key = key(this);
+    others
+        .iter()
+        .map(|o| o.as_ref())
+        .filter(move |o| key(o) != this_key)
+        .filter(|o| replicating(o) && in_good_standing(o) && older(o, this))
+}
+
+fn same_namespace(a: &MirrorFlow, b: &MirrorFlow) -> bool {
+    a.namespace() == b.namespace()
+}
+
+/// How a message names another flow: by `namespace/name` in this flow's namespace, and never
+/// across namespaces (a message must not tell one tenant what another runs).
+fn named(this: &MirrorFlow, other: &MirrorFlow) -> String {
+    if same_namespace(this, other) {
+        format!("flow '{}'", key(other))
+    } else {
+        "an older flow in another namespace".to_string()
+    }
+}
+
+/// Whether two flows' clusters are one. Within a namespace by cluster id when both are known
+/// (bootstrap strings can differ for one cluster), else by bootstrap servers. Across
+/// namespaces by bootstrap servers only: a cluster id is whatever the tenant's own broker
+/// says, so it must not let one tenant claim another's cluster.
+fn one_cluster(
+    same_ns: bool,
+    (this_servers, this_id): (&str, Option<&String>),
+    (other_servers, other_id): (&str, Option<&String>),
+) -> bool {
+    match (this_id, other_id) {
+        (Some(a), Some(b)) if same_ns => a == b,
+        _ => servers(this_servers) == servers(other_servers),
+    }
+}
+
 /// Two flows with the same source alias into one target cluster keep their positions,
 /// checkpoints and (with syncs on the target) offset syncs in the same topics there, and each
-/// reads the other's records as its own. Clusters are the same when their ids are (both
-/// known) or their bootstrap server sets are.
+/// reads the other's records as its own: the later one is refused.
 pub fn conflicting_flow(
     this: &MirrorFlow,
     others: &[Arc<MirrorFlow>],
@@ -117,59 +368,67 @@ pub fn conflicting_flow(
     if !replicating(this) {
         return None;
     }
-    let this_key = key(this);
-    let this_ids = ids_of(&this_key);
-    let same_target = |other: &MirrorFlow| match (&this_ids.target, &ids_of(&key(other)).target) {
-        (Some(a), Some(b)) => a == b,
-        _ => {
-            servers(&this.spec.target.bootstrap_servers)
-                == servers(&other.spec.target.bootstrap_servers)
-        }
-    };
-    others
-        .iter()
-        .filter(|o| key(o) != this_key && replicating(o) && older(o, this))
-        .find(|o| o.spec.source.alias == this.spec.source.alias && same_target(o))
+    let this_ids = ids_of(&key(this));
+    contenders(this, others)
+        .filter(|o| o.spec.source.alias == this.spec.source.alias)
+        .find(|o| {
+            one_cluster(
+                same_namespace(this, o),
+                (&this.spec.target.bootstrap_servers, this_ids.target.as_ref()),
+                (&o.spec.target.bootstrap_servers, ids_of(&key(o)).target.as_ref()),
+            )
+        })
         .map(|o| {
             let alias = &this.spec.source.alias;
             Blocked::new(
                 reason::CONFLICTING_FLOW,
                 format!(
-                    "spec.source.alias: flow '{}' (older) already replicates source alias '{alias}' into this target cluster; both would keep their positions and checkpoints in the same topics there (mirrorflow-positions.{alias}.internal, {alias}.checkpoints.internal) and corrupt each other, so this flow is not deployed; put this flow's topics into that flow, or give one of the two source clusters another alias",
-                    key(o)
+                    "spec.source.alias: {} (older) already replicates source alias '{alias}' into this target cluster; both would keep their positions and checkpoints in the same topics there (mirrorflow-positions.{alias}.internal, {alias}.checkpoints.internal) and corrupt each other, so this flow is not deployed; put this flow's topics into that flow, or give one of the two source clusters another alias",
+                    named(this, o)
                 ),
             )
         })
 }
 
-/// With the Identity policy nothing marks a record as copied, so a flow back the other way
-/// copies every record again, forever. Flows between the same two clusters (compared by
-/// bootstrap servers) are checked; the message names both flows.
-pub fn identity_loop(this: &MirrorFlow, others: &[Arc<MirrorFlow>]) -> Option<Blocked> {
-    let identity = |f: &MirrorFlow| f.spec.replication_policy.kind == PolicyKind::Identity;
-    if !identity(this) {
+/// With the Identity policy nothing marks a record as copied, so two flows in opposite
+/// directions between the same clusters, either of them Identity, copy records back and forth
+/// forever. The later of the two is refused; the older keeps running.
+pub fn replication_loop(
+    this: &MirrorFlow,
+    others: &[Arc<MirrorFlow>],
+    ids_of: impl Fn(&str) -> ClusterIds,
+) -> Option<Blocked> {
+    if !replicating(this) {
         return None;
     }
-    let (src, tgt) = (
-        servers(&this.spec.source.bootstrap_servers),
-        servers(&this.spec.target.bootstrap_servers),
-    );
-    others
-        .iter()
-        .find(|other| {
-            key(other) != key(this)
-                && servers(&other.spec.source.bootstrap_servers) == tgt
-                && servers(&other.spec.target.bootstrap_servers) == src
+    let identity = |f: &MirrorFlow| f.spec.replication_policy.kind == PolicyKind::Identity;
+    let this_ids = ids_of(&key(this));
+    contenders(this, others)
+        .filter(|o| identity(this) || identity(o))
+        .find(|o| {
+            let same_ns = same_namespace(this, o);
+            let o_ids = ids_of(&key(o));
+            one_cluster(
+                same_ns,
+                (&this.spec.source.bootstrap_servers, this_ids.source.as_ref()),
+                (&o.spec.target.bootstrap_servers, o_ids.target.as_ref()),
+            ) && one_cluster(
+                same_ns,
+                (&this.spec.target.bootstrap_servers, this_ids.target.as_ref()),
+                (&o.spec.source.bootstrap_servers, o_ids.source.as_ref()),
+            )
         })
-        .map(|other| {
+        .map(|o| {
+            let fix = match (identity(this), identity(o)) {
+                (true, true) => "use type Prefix on this flow, and on the older one",
+                (true, false) => "use type Prefix on this flow",
+                _ => "the older flow uses Identity: change that flow to Prefix first",
+            };
             Blocked::new(
-                reason::INVALID_SPEC,
+                reason::REPLICATION_LOOP,
                 format!(
-                    "spec.replicationPolicy.type: Identity, and flow '{}' copies {} back to {}: records would be copied back and forth forever, since Identity names cannot tell a copy from an original; use type Prefix on {}",
-                    other.name_any(),
-                    this.spec.target.alias,
-                    this.spec.source.alias,
-                    if identity(other) { "both flows" } else { "this flow" },
+                    "spec.replicationPolicy.type: {} (older) copies from this flow's target to its source, and Identity names cannot tell a copy from an original, so records would be copied back and forth forever; this flow is not deployed; {fix}",
+                    named(this, o)
                 ),
             )
         })
@@ -237,6 +496,158 @@ mod tests {
         );
     }
 
+    fn granted(annotations: &[(&str, &str)]) -> Secret {
+        annotated_secret(
+            "creds",
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn spec_of(yaml: &str) -> crate::api::MirrorFlowSpec {
+        flow("ns", "orders", 1, yaml).spec.clone()
+    }
+
+    const SASL: &str = "source: {alias: a, bootstrapServers: 'kafka-0.prod.example:9093,kafka-1.prod.example:9093', tls: {}, sasl: {mechanism: PLAIN, usernameSecretRef: {name: creds, key: u}, passwordSecretRef: {name: creds, key: p}}}\ntarget: {alias: b, bootstrapServers: 'b:1'}\n";
+    const PASSWORD_FIELD: &str = "spec.source.sasl.passwordSecretRef";
+
+    #[test]
+    fn a_secret_goes_only_where_its_owner_named() {
+        let spec = spec_of(SASL);
+        let to = |dest: &str| {
+            granted(&[
+                (SECRET_ALLOWED_FLOWS, "orders"),
+                (SECRET_ALLOWED_DESTINATIONS, dest),
+            ])
+        };
+        for ok in [
+            "kafka-0.prod.example:9093,kafka-1.prod.example:9093",
+            "*.prod.example:9093",
+            "*.prod.example",
+            "KAFKA-0.prod.example, kafka-1.prod.example",
+            "*",
+        ] {
+            assert_eq!(
+                secret_grant(&to(ok), "orders", &spec, PASSWORD_FIELD, "ns"),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "",
+            "kafka-0.prod.example:9093",
+            "*.prod.example:9092",
+            "*.example.evil",
+            "prod.example",
+            "*.kafka-0.prod.example",
+        ] {
+            let b = secret_grant(&to(bad), "orders", &spec, PASSWORD_FIELD, "ns").expect_err(bad);
+            assert_eq!(b.reason, reason::SECRET_NOT_SHARED);
+            assert!(b.message.starts_with(PASSWORD_FIELD), "{}", b.message);
+            assert!(
+                b.message.contains("mirrorflow.io/allowed-destinations=kafka-0.prod.example:9093,kafka-1.prod.example:9093"),
+                "{}",
+                b.message
+            );
+        }
+        // The attack: the flow re-pointed at another broker after the owner opted it in.
+        let moved = spec_of(&SASL.replace(
+            "kafka-0.prod.example:9093,kafka-1",
+            "evil.example:9093,kafka-1",
+        ));
+        let owner = to("kafka-0.prod.example:9093,kafka-1.prod.example:9093");
+        let b =
+            secret_grant(&owner, "orders", &moved, PASSWORD_FIELD, "ns").expect_err("re-pointed");
+        assert!(
+            b.message.contains("not to evil.example:9093"),
+            "{}",
+            b.message
+        );
+        // Not opted in to the flow at all: the flow-level refusal comes first.
+        let other_flow = granted(&[
+            (SECRET_ALLOWED_FLOWS, "billing"),
+            (SECRET_ALLOWED_DESTINATIONS, "*"),
+        ]);
+        let b = secret_grant(&other_flow, "orders", &spec, PASSWORD_FIELD, "ns")
+            .expect_err("not shared");
+        assert!(b.message.contains(SECRET_ALLOWED_FLOWS), "{}", b.message);
+    }
+
+    #[test]
+    fn a_secret_crosses_plaintext_only_when_its_owner_said_so() {
+        let plain = spec_of(&SASL.replace(" tls: {},", ""));
+        let base = [
+            (SECRET_ALLOWED_FLOWS, "*"),
+            (SECRET_ALLOWED_DESTINATIONS, "*"),
+        ];
+        let b = secret_grant(&granted(&base), "orders", &plain, PASSWORD_FIELD, "ns")
+            .expect_err("plaintext");
+        assert!(
+            b.message.contains("unencrypted") && b.message.contains(SECRET_ALLOW_PLAINTEXT),
+            "{}",
+            b.message
+        );
+        let mut allowed = base.to_vec();
+        allowed.push((SECRET_ALLOW_PLAINTEXT, "true"));
+        assert_eq!(
+            secret_grant(&granted(&allowed), "orders", &plain, PASSWORD_FIELD, "ns"),
+            Ok(())
+        );
+        // With TLS the same Secret needs no such word.
+        assert_eq!(
+            secret_grant(
+                &granted(&base),
+                "orders",
+                &spec_of(SASL),
+                PASSWORD_FIELD,
+                "ns"
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn an_oauth_client_secret_goes_only_to_its_token_endpoint() {
+        let spec = spec_of(
+            "source: {alias: a, bootstrapServers: 'k:9093', tls: {}, sasl: {mechanism: OAUTHBEARER, oauthbearer: {tokenEndpointUrl: 'https://idp.example.com/realms/k/token', clientId: c, clientSecretSecretRef: {name: creds, key: s}}}}\ntarget: {alias: b, bootstrapServers: 'b:1'}\n",
+        );
+        let field = "spec.source.sasl.oauthbearer.clientSecretSecretRef";
+        let with = |d: &str| {
+            granted(&[
+                (SECRET_ALLOWED_FLOWS, "*"),
+                (SECRET_ALLOWED_DESTINATIONS, d),
+            ])
+        };
+        assert_eq!(
+            secret_grant(&with("idp.example.com:443"), "orders", &spec, field, "ns"),
+            Ok(())
+        );
+        assert_eq!(
+            secret_grant(&with("idp.example.com"), "orders", &spec, field, "ns"),
+            Ok(())
+        );
+        let b = secret_grant(&with("k:9093"), "orders", &spec, field, "ns")
+            .expect_err("the broker is not the endpoint");
+        assert!(b.message.contains("idp.example.com:443"), "{}", b.message);
+        // TLS material is never sent anywhere: no destination needed.
+        let tls = spec_of(
+            "source: {alias: a, bootstrapServers: 'k:9093', tls: {caSecretRef: {name: creds, key: ca}}}\ntarget: {alias: b, bootstrapServers: 'b:1'}\n",
+        );
+        let only_flow = granted(&[(SECRET_ALLOWED_FLOWS, "*")]);
+        assert_eq!(
+            secret_grant(
+                &only_flow,
+                "orders",
+                &tls,
+                "spec.source.tls.caSecretRef",
+                "ns"
+            ),
+            Ok(())
+        );
+    }
+
     #[test]
     fn only_allowed_images_run() {
         let own = "ghcr.io/mirrorflow/mirrorflow:0.1.0";
@@ -286,74 +697,220 @@ mod tests {
         assert_eq!(same_cluster(&ClusterIds::default()), None);
     }
 
-    #[test]
-    fn the_later_of_two_flows_sharing_internal_topics_is_refused() {
-        let first = flow("x", "first", 100, A_TO_B);
-        // Another namespace, other bootstrap order and case: the same target cluster.
-        let second = flow(
-            "y",
-            "second",
-            200,
-            "source: {alias: a, bootstrapServers: 'other:1'}\ntarget: {alias: c, bootstrapServers: 'B2:1, b:1'}\n",
-        );
-        let all = [first.clone(), second.clone()];
-        let unknown = |_: &str| ClusterIds::default();
-        assert_eq!(conflicting_flow(&first, &all, unknown), None);
-        let b = conflicting_flow(&second, &all, unknown).expect("a conflict");
-        assert_eq!(b.reason, reason::CONFLICTING_FLOW);
-        assert!(b.message.contains("flow 'x/first'"), "{}", b.message);
+    /// A flow with a `Ready` condition of this reason, as the operator last wrote it.
+    fn with_ready(f: &Arc<MirrorFlow>, status: &str, why: &str) -> Arc<MirrorFlow> {
+        let mut mf = (**f).clone();
+        mf.status = Some(crate::api::MirrorFlowStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: crate::status::READY.into(),
+                status: status.into(),
+                reason: why.into(),
+                message: String::new(),
+                last_transition_time: Time(
+                    k8s_openapi::jiff::Timestamp::from_second(0).expect("a time"),
+                ),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        Arc::new(mf)
+    }
 
-        // Different bootstrap strings, one cluster id: still a conflict.
-        let third = flow(
-            "y",
-            "third",
-            300,
-            "source: {alias: a, bootstrapServers: 'a:1'}\ntarget: {alias: b, bootstrapServers: 'lb:9092'}\n",
-        );
-        let ids = |k: &str| ClusterIds {
-            source: None,
-            target: Some(if k == "y/second" { "other" } else { "T" }.into()),
+    const B_TO_A: &str = "source: {alias: b, bootstrapServers: 'b2:1,b:1'}\ntarget: {alias: a, bootstrapServers: 'A:1'}\n";
+    const UNKNOWN: fn(&str) -> ClusterIds = |_| ClusterIds::default();
+
+    /// Every cross-flow check, as (name, check): both follow one rule.
+    #[allow(clippy::type_complexity)]
+    fn checks() -> [(
+        &'static str,
+        fn(&MirrorFlow, &[Arc<MirrorFlow>]) -> Option<Blocked>,
+    ); 2] {
+        [
+            ("conflict", |t, o| conflicting_flow(t, o, UNKNOWN)),
+            ("loop", |t, o| replication_loop(t, o, UNKNOWN)),
+        ]
+    }
+
+    /// For each check, a pair (older, later) that the check finds harmful.
+    fn harmful_pair(check: &str) -> (Arc<MirrorFlow>, Arc<MirrorFlow>) {
+        match check {
+            "conflict" => (
+                flow("x", "first", 100, A_TO_B),
+                flow(
+                    "x",
+                    "second",
+                    200,
+                    "source: {alias: a, bootstrapServers: 'other:1'}\ntarget: {alias: c, bootstrapServers: 'B2:1, b:1'}\n",
+                ),
+            ),
+            _ => (
+                flow(
+                    "x",
+                    "there",
+                    100,
+                    &format!("{A_TO_B}replicationPolicy: {{type: Identity}}\n"),
+                ),
+                flow("x", "back", 200, B_TO_A),
+            ),
+        }
+    }
+
+    #[test]
+    fn only_the_later_of_two_harmful_flows_is_refused() {
+        for (name, check) in checks() {
+            let (first, second) = harmful_pair(name);
+            let all = [first.clone(), second.clone()];
+            assert_eq!(check(&first, &all), None, "{name}: the older flow runs on");
+            let b = check(&second, &all).unwrap_or_else(|| panic!("{name}: refused"));
+            assert!(
+                b.message.contains("flow 'x/first'") || b.message.contains("flow 'x/there'"),
+                "{name}: {}",
+                b.message
+            );
+        }
+    }
+
+    #[test]
+    fn observe_flows_neither_block_nor_are_blocked() {
+        for (name, check) in checks() {
+            let (first, second) = harmful_pair(name);
+            let observe = |f: &Arc<MirrorFlow>| {
+                let mut mf = (**f).clone();
+                mf.spec.mode = FlowMode::Observe;
+                Arc::new(mf)
+            };
+            // The audit's attack: a later Observe flow pointing the other way, or an older one.
+            let later_observer = observe(&second);
+            assert_eq!(
+                check(&first, &[first.clone(), later_observer.clone()]),
+                None,
+                "{name}"
+            );
+            assert_eq!(
+                check(&later_observer, &[first.clone(), later_observer.clone()]),
+                None,
+                "{name}"
+            );
+            let older_observer = observe(&first);
+            assert_eq!(
+                check(&second, &[older_observer, second.clone()]),
+                None,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_flow_never_stops_an_older_one_in_any_namespace() {
+        for (name, check) in checks() {
+            let (first, second) = harmful_pair(name);
+            let mut attacker = (*second).clone();
+            attacker.metadata.namespace = Some("tenant-b".into());
+            let attacker = Arc::new(attacker);
+            let all = [first.clone(), attacker.clone()];
+            assert_eq!(check(&first, &all), None, "{name}");
+            // The later attacker is the one refused, and learns nothing about the victim.
+            let b = check(&attacker, &all).unwrap_or_else(|| panic!("{name}: refused"));
+            assert!(
+                b.message.contains("an older flow in another namespace"),
+                "{name}: {}",
+                b.message
+            );
+            assert!(
+                !b.message.contains("'x/"),
+                "{name}: names the victim: {}",
+                b.message
+            );
+        }
+    }
+
+    #[test]
+    fn an_older_flow_that_cannot_write_blocks_nothing() {
+        for (name, check) in checks() {
+            let (first, second) = harmful_pair(name);
+            for (status, why, blocks) in [
+                ("False", reason::TARGET_AUTHENTICATION_FAILED, false),
+                ("False", reason::TARGET_UNREACHABLE, false),
+                ("False", reason::SECRET_NOT_SHARED, false),
+                ("False", reason::CONFLICTING_FLOW, false),
+                ("False", reason::REPLICATION_LOOP, false),
+                ("False", reason::INVALID_SPEC, false),
+                // Running, or running with a problem that does not stop it writing.
+                ("True", reason::OK, true),
+                ("False", reason::REPLICAS_NOT_READY, true),
+                ("False", reason::SOURCE_UNREACHABLE, true),
+            ] {
+                let first = with_ready(&first, status, why);
+                let all = [first, second.clone()];
+                assert_eq!(
+                    check(&second, &all).is_some(),
+                    blocks,
+                    "{name}: older flow {status}/{why}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_ids_count_within_a_namespace_only() {
+        let first = flow("x", "first", 100, A_TO_B);
+        let squat = |ns: &str| {
+            flow(
+                ns,
+                "third",
+                300,
+                "source: {alias: a, bootstrapServers: 'a:1'}\ntarget: {alias: b, bootstrapServers: 'lb:9092'}\n",
+            )
         };
-        let all = [first.clone(), third.clone()];
-        assert!(conflicting_flow(&third, &all, ids).is_some());
-        // Another source alias, or an Observe flow, shares nothing.
-        let other_alias = flow("x", "z", 400, &A_TO_B.replace("alias: a", "alias: a2"));
+        // Both targets report id T: one cluster behind two bootstrap strings.
+        let ids = |_: &str| ClusterIds {
+            source: None,
+            target: Some("T".into()),
+        };
+        let same_ns = squat("x");
+        assert!(conflicting_flow(&same_ns, &[first.clone(), same_ns.clone()], ids).is_some());
+        // In another namespace the id is only what that tenant's broker says.
+        let other_ns = squat("y");
         assert_eq!(
-            conflicting_flow(&other_alias, &[first.clone(), other_alias.clone()], unknown),
+            conflicting_flow(&other_ns, &[first.clone(), other_ns.clone()], ids),
             None
         );
-        let observe = flow("x", "o", 500, &format!("{A_TO_B}mode: Observe\n"));
+        // Other ids, or another source alias: nothing shared.
+        let differ = |k: &str| ClusterIds {
+            source: None,
+            target: Some(if k == "x/third" { "U" } else { "T" }.into()),
+        };
         assert_eq!(
-            conflicting_flow(&observe, &[first.clone(), observe.clone()], unknown),
+            conflicting_flow(&same_ns, &[first.clone(), same_ns.clone()], differ),
+            None
+        );
+        let other_alias = flow("x", "z", 400, &A_TO_B.replace("alias: a", "alias: a2"));
+        assert_eq!(
+            conflicting_flow(&other_alias, &[first, other_alias.clone()], UNKNOWN),
             None
         );
     }
 
     #[test]
-    fn identity_flows_back_and_forth_are_a_loop() {
-        let there = flow(
-            "x",
-            "there",
-            1,
-            "source: {alias: a, bootstrapServers: 'a:1'}\ntarget: {alias: b, bootstrapServers: 'b:1'}\nreplicationPolicy: {type: Identity}\n",
-        );
-        let back = flow(
+    fn prefix_flows_both_ways_are_no_loop() {
+        let there = flow("x", "there", 100, A_TO_B);
+        let back = flow("x", "back", 200, B_TO_A);
+        let all = [there.clone(), back.clone()];
+        assert_eq!(replication_loop(&back, &all, UNKNOWN), None);
+        // Either side Identity is a loop; the message says which flow to change.
+        let identity_back = flow(
             "x",
             "back",
-            2,
-            "source: {alias: b, bootstrapServers: 'b:1'}\ntarget: {alias: a, bootstrapServers: 'a:1'}\n",
+            200,
+            &format!("{B_TO_A}replicationPolicy: {{type: Identity}}\n"),
         );
-        let all = [there.clone(), back.clone()];
-        let b = identity_loop(&there, &all).expect("a loop");
+        let b = replication_loop(&identity_back, &[there, identity_back.clone()], UNKNOWN)
+            .expect("a loop");
+        assert_eq!(b.reason, reason::REPLICATION_LOOP);
         assert!(
-            b.message.contains("flow 'back'") && b.message.contains("this flow"),
+            b.message.contains("use type Prefix on this flow"),
             "{}",
             b.message
-        );
-        assert_eq!(
-            identity_loop(&back, &all),
-            None,
-            "a Prefix flow marks its copies"
         );
     }
 }

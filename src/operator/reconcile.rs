@@ -57,7 +57,12 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         ..Observation::default()
     };
 
-    let verdict = check(&ctx, &ns, &mf).await?;
+    let verdict = match check(&ctx, &ns, &mf).await? {
+        Check::Hold(b) => revoked_while_held(&ctx, &ns, &mf)
+            .await?
+            .unwrap_or(Check::Hold(b)),
+        v => v,
+    };
     if !ctx.leading() {
         return Ok(Action::requeue(super::lease::RENEW_EVERY));
     }
@@ -264,7 +269,7 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
         return Ok(Check::Stop(b));
     }
     let others = ctx.flows.state();
-    if let Some(b) = guards::identity_loop(mf, &others) {
+    if let Some(b) = guards::replication_loop(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
     }
     let (values, versions) = match fetch_secrets(ctx, ns, mf).await? {
@@ -292,6 +297,49 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
         return Ok(Check::Stop(b));
     }
     Ok(Check::Deploy(Box::new(resolved), versions))
+}
+
+/// A held flow keeps its replicators, which mount the Secrets they were deployed with. If the
+/// owner of one of those Secrets withdrew this flow's opt-in meanwhile, holding would keep
+/// using it: the replicators must go. `None`: nothing was withdrawn.
+async fn revoked_while_held(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+) -> Result<Option<Check>, Error> {
+    let Some(sts) = ctx
+        .stateful_sets
+        .get(&ObjectRef::new(&mf.name_any()).within(ns))
+    else {
+        return Ok(None);
+    };
+    let mounted: Vec<String> = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect();
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    for name in mounted {
+        // A deleted Secret is not a withdrawal: the pods keep what they mounted, and the
+        // held flow already says which Secret is missing.
+        let withdrawn = api
+            .get_opt(&name)
+            .await?
+            .is_some_and(|s| !guards::secret_allows(&s, &mf.name_any()));
+        if withdrawn {
+            return Ok(Some(Check::Stop(guards::secret_not_shared(
+                "spec",
+                &name,
+                ns,
+                &mf.name_any(),
+            ))));
+        }
+    }
+    Ok(None)
 }
 
 /// The clusters' ids, asked once per spec generation (again while a side did not answer).
@@ -366,6 +414,9 @@ async fn apply_children(
     ) {
         return Ok(Ok(ready_replicas(cached_sts.as_deref())));
     }
+    if let Some(b) = foreign_child(&ctx.client, ns, mf).await? {
+        return Ok(Err(b));
+    }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let client = ctx.client.clone();
     let refused = |kind: &str, name: &str, e: kube::Error| match &e {
@@ -419,6 +470,62 @@ async fn apply_children(
     Ok(Ok(ready_replicas(Some(&sts))))
 }
 
+/// A child's name taken by an object this flow does not control. Server-side apply with
+/// `force` would take it over (a Service's selector and a PDB's are replaced whole) and a later
+/// removal would delete it: a flow author could seize or delete objects they may not write.
+/// So each name is looked up first, and a foreign object stops the apply before anything is
+/// written.
+async fn foreign_child(
+    client: &kube::Client,
+    ns: &str,
+    mf: &MirrorFlow,
+) -> Result<Option<Blocked>, Error> {
+    let uid = mf.meta().uid.clone().unwrap_or_default();
+    let name = mf.name_any();
+    let checks = [
+        ("ConfigMap", desired::config_map_name(mf)),
+        ("Service", desired::service_name(mf)),
+        ("StatefulSet", name.clone()),
+        ("PodDisruptionBudget", name),
+    ];
+    for (kind, child) in checks {
+        let owners = match kind {
+            "ConfigMap" => owners_of::<ConfigMap>(client, ns, &child).await?,
+            "Service" => owners_of::<Service>(client, ns, &child).await?,
+            "StatefulSet" => owners_of::<StatefulSet>(client, ns, &child).await?,
+            _ => owners_of::<PodDisruptionBudget>(client, ns, &child).await?,
+        };
+        if let Some(owners) = owners
+            && !owners
+                .iter()
+                .any(|r| r.uid == uid && r.controller == Some(true))
+        {
+            return Ok(Some(guards::child_conflict(kind, &child, ns)));
+        }
+    }
+    Ok(None)
+}
+
+/// The owner references of the object, or `None` when there is no such object.
+async fn owners_of<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|o| o.owner_references().to_vec()))
+}
+
 fn ready_replicas(sts: Option<&StatefulSet>) -> i32 {
     sts.and_then(|s| s.status.as_ref())
         .and_then(|s| s.ready_replicas)
@@ -464,13 +571,8 @@ async fn fetch_secrets(
                 r.name, r.key
             ));
         };
-        if !guards::secret_allows(&secret, &mf.name_any()) {
-            return Ok(Err(SecretRefusal::NotShared(guards::secret_not_shared(
-                &field,
-                &r.name,
-                ns,
-                &mf.name_any(),
-            ))));
+        if let Err(b) = guards::secret_grant(&secret, &mf.name_any(), &mf.spec, &field, ns) {
+            return Ok(Err(SecretRefusal::NotShared(b)));
         }
         let data = secret.data.unwrap_or_default();
         let Some(bytes) = data.get(&r.key) else {

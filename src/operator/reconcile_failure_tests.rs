@@ -302,3 +302,132 @@ fn the_verdict_and_the_mode_decide_whether_replicators_run_stop_or_stay() {
     );
     assert_eq!(workload(&Check::Hold(blocked()), true), Workload::Keep);
 }
+
+#[tokio::test]
+async fn a_child_name_taken_by_an_object_of_someone_else_is_neither_changed_nor_deleted() {
+    for path in [CM, SVC, STS, PDB] {
+        let fx = Fixture::new();
+        // The tenant's app owns a PDB (or a ConfigMap, ...) of the name the flow's child needs.
+        let mut theirs = child(path, "uid-app");
+        theirs["metadata"]["ownerReferences"] = json!([]);
+        fx.children.put(path, theirs.clone());
+        let action = fx.reconcile(&flow()).await.expect("the reconcile succeeds");
+        let seen = fx.requests();
+        assert_eq!(wrote_children(&seen), Vec::<String>::new(), "{path}");
+        let (status, events) = written(&seen);
+        let ready = condition(&status, status::READY);
+        assert_eq!(ready["reason"], reason::CHILD_CONFLICT, "{path}");
+        assert!(
+            ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("exists and does not belong to this flow")),
+            "{ready}"
+        );
+        assert!(events.contains(&("Warning".into(), reason::CHILD_CONFLICT.into())));
+        assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+        // Switching the flow to Observe (removal) leaves the foreign object too.
+        let observe = flow_with(|v| v["spec"]["mode"] = json!("Observe"));
+        fx.reconcile(&observe)
+            .await
+            .expect("the reconcile succeeds");
+        assert_eq!(
+            wrote_children(&fx.requests()),
+            Vec::<String>::new(),
+            "{path}"
+        );
+        assert_eq!(fx.children.paths(), vec![path.to_string()]);
+    }
+}
+
+#[tokio::test]
+async fn a_later_flow_the_other_way_never_removes_an_older_running_flow() {
+    let mut fx = Fixture::new();
+    let identity = |v: &mut Value| {
+        v["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        v["spec"]["replicationPolicy"] = json!({"type": "Identity"});
+    };
+    fx.reconcile(&flow_with(identity))
+        .await
+        .expect("the reconcile succeeds");
+    fx.watches_see_the_children();
+    fx.requests();
+    // Another tenant's flows pointing back: Observe (copies nothing) and Replicate, both later.
+    for (name, mode) in [("watch", "Observe"), ("back", "Replicate")] {
+        let reverse: MirrorFlow = serde_json::from_value(json!({
+            "apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlow",
+            "metadata": {"name": name, "namespace": "tenant-b", "uid": format!("uid-{name}"),
+                "generation": 1, "creationTimestamp": "2026-02-01T00:00:00Z"},
+            "spec": {
+                "mode": mode,
+                "source": {"alias": "b", "bootstrapServers": "b.example:9092"},
+                "target": {"alias": "a", "bootstrapServers": "a.example:9092"},
+            },
+        }))
+        .expect("a valid MirrorFlow");
+        fx.flows
+            .apply_watcher_event(&watcher::Event::Apply(reverse));
+    }
+    fx.reconcile(&flow_with(identity))
+        .await
+        .expect("the reconcile succeeds");
+    let seen = fx.requests();
+    assert!(
+        !wrote_children(&seen)
+            .iter()
+            .any(|w| w.starts_with("DELETE")),
+        "{seen:?}"
+    );
+    assert_eq!(
+        fx.children.paths().len(),
+        4,
+        "the older flow's replicators stay"
+    );
+    let (status, _) = written(&seen);
+    assert_ne!(
+        condition(&status, status::READY)["reason"],
+        reason::REPLICATION_LOOP
+    );
+}
+
+#[tokio::test]
+async fn a_held_flow_whose_secret_owner_withdrew_the_opt_in_keeps_no_replicator() {
+    let withdrawn = Arc::new(AtomicBool::new(false));
+    let flag = withdrawn.clone();
+    let mut fx = Fixture::with(
+        move |r| {
+            (flag.load(Ordering::SeqCst) && r.method == "GET" && r.path == SECRET).then(|| {
+                let mut s = opted_in_secret();
+                s["metadata"]["annotations"] = json!({});
+                (StatusCode::OK, s)
+            })
+        },
+        |_| {},
+    );
+    fx.reconcile(&flow()).await.expect("the reconcile succeeds");
+    fx.watches_see_the_children();
+    fx.requests();
+    // An invalid edit holds the flow: its replicators keep running...
+    let invalid = flow_with(|v| {
+        v["metadata"]["generation"] = json!(2);
+        v["spec"]["replicas"] = json!(0);
+    });
+    fx.reconcile(&invalid)
+        .await
+        .expect("the reconcile succeeds");
+    assert_eq!(wrote_children(&fx.requests()), Vec::<String>::new());
+    // ...until the Secret they mount no longer allows this flow.
+    withdrawn.store(true, Ordering::SeqCst);
+    fx.reconcile(&invalid)
+        .await
+        .expect("the reconcile succeeds");
+    let seen = fx.requests();
+    assert!(
+        wrote_children(&seen).contains(&format!("DELETE {STS}")),
+        "{seen:?}"
+    );
+    let (status, _) = written(&seen);
+    assert_eq!(
+        condition(&status, status::READY)["reason"],
+        reason::SECRET_NOT_SHARED
+    );
+}

@@ -248,7 +248,9 @@ fn opted_in_secret() -> Value {
     json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "creds", "namespace": "ns", "resourceVersion": "7",
-            "annotations": {(guards::SECRET_ALLOWED_FLOWS): "f"}},
+            "annotations": {(guards::SECRET_ALLOWED_FLOWS): "f",
+                (guards::SECRET_ALLOWED_DESTINATIONS): "a.example:9092",
+                (guards::SECRET_ALLOW_PLAINTEXT): "true"}},
         "data": {"user": "bWlycm9y", "password": PASSWORD_B64},
     })
 }

@@ -59,6 +59,12 @@ pub const CHILD_REJECTED: &str = "ChildRejected";
 pub const SAME_CLUSTER: &str = "SameCluster";
 /// Another flow already keeps its internal topics under the same names on the target.
 pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
+/// An older flow copies the other way between the same clusters and one of the two uses the
+/// Identity policy: records would go back and forth forever.
+pub const REPLICATION_LOOP: &str = "ReplicationLoop";
+/// A ConfigMap, Service, StatefulSet or PodDisruptionBudget of the name this flow's child needs
+/// exists and is not this flow's: nothing is applied over it.
+pub const CHILD_CONFLICT: &str = "ChildConflict";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

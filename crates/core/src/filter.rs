@@ -14,8 +14,16 @@ pub const DEFAULT_TOPICS_EXCLUDE: &[&str] = &[r".*[\-\.]internal", r".*\.replica
 pub const DEFAULT_GROUPS: &[&str] = &[".*"];
 pub const DEFAULT_GROUPS_EXCLUDE: &[&str] = &["console-consumer-.*", "connect-.*", "__.*"];
 
-/// Bounds the compiled size of a user pattern, so a hostile config cannot exhaust memory.
+/// Bounds the compiled size of one user pattern, so a hostile config cannot exhaust memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// Bounds one whole list as it is kept (one set of all its patterns). Lists are compiled in
+/// the shared operator on every reconcile; a set of 256 patterns of 1 MiB each would be
+/// 256 MiB per list. Each pattern is first compiled alone (and dropped) within
+/// [`REGEX_SIZE_LIMIT`], so an error can name it.
+/// Four lists make a flow's filters: at most 8 MiB. A Unicode class such as `\w` compiles to
+/// about 60 KiB, so some thirty of them fit in one list; MirrorMaker 2 (Java) reads `\w` as
+/// `[a-zA-Z0-9_]` anyway, which costs almost nothing.
+const LIST_SIZE_LIMIT: usize = 2 << 20;
 
 /// A filter pattern could not be compiled.
 #[derive(Debug, Clone, Error)]
@@ -76,9 +84,18 @@ fn compile<S: AsRef<str>>(field: &str, patterns: &[S]) -> Result<RegexSet, Filte
             .map_err(|e| error(pattern, e))?;
     }
     RegexSetBuilder::new(patterns.iter().map(|p| anchored(p.as_ref())))
-        .size_limit(REGEX_SIZE_LIMIT.saturating_mul(patterns.len().max(1)))
+        .size_limit(LIST_SIZE_LIMIT)
+        .dfa_size_limit(LIST_SIZE_LIMIT)
         .build()
-        .map_err(|e| error("<combined>", e))
+        .map_err(|e| {
+            error(
+                &format!(
+                    "the {} patterns together (too large compiled: use fewer patterns, or ASCII classes such as [a-zA-Z0-9_] for \\w, which is what MirrorMaker 2 means by it)",
+                    patterns.len()
+                ),
+                e,
+            )
+        })
 }
 
 /// Splits an MM2-style comma separated list (`a, b ,c`) into trimmed, non-empty entries.
@@ -190,6 +207,35 @@ pub enum SkipReason {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_list_of_patterns_shares_one_bounded_budget() {
+        use std::time::Instant;
+        // The audit's list: 256 patterns each just under the old per-pattern limit.
+        let heavy: Vec<String> = (0..256).map(|_| r"\w{2000}".to_string()).collect();
+        let started = Instant::now();
+        let refused = NameFilter::new("topics", &heavy, "topics.exclude", &[] as &[String]);
+        assert!(
+            refused.is_err(),
+            "a 256-pattern list of heavy patterns compiles"
+        );
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+        // Ordinary lists of the same length still compile: names, prefixes, classes.
+        let mut ordinary: Vec<String> = (0..232)
+            .map(|i| format!(r"team-{i}-[a-zA-Z0-9_]+\.events"))
+            .collect();
+        ordinary.extend((0..24).map(|i| format!(r"orders-\w+-{i}")));
+        assert!(NameFilter::new("topics", &ordinary, "topics.exclude", &ordinary).is_ok());
+        let unicode: Vec<String> = (0..256).map(|i| format!(r"orders-\w+-{i}")).collect();
+        let e = NameFilter::new("topics", &unicode, "topics.exclude", &[] as &[String])
+            .expect_err("256 Unicode classes exceed the list's budget");
+        assert!(e.to_string().contains("[a-zA-Z0-9_]"), "{e}");
+        // One heavy pattern alone keeps the per-pattern limit.
+        let one = [r"\w{3000}".to_string()];
+        assert!(NameFilter::new("topics", &one, "topics.exclude", &[] as &[String]).is_err());
+        let fits = [r"\w{20}".to_string()];
+        assert!(NameFilter::new("topics", &fits, "topics.exclude", &[] as &[String]).is_ok());
+    }
+
     use super::*;
     use crate::policy::PrefixPolicy;
 

@@ -175,6 +175,9 @@ pub fn create_shared_secret(ns: &str, name: &str, sources: &[SecretSource<'_>]) 
             "-n",
             ns,
             "mirrorflow.io/allowed-flows=*",
+            // The tests' Secrets go to the local world's brokers and token endpoints only.
+            "mirrorflow.io/allowed-destinations=127.0.0.1,localhost",
+            "mirrorflow.io/allow-plaintext=true",
             "--overwrite",
         ],
     )

@@ -309,15 +309,9 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "spec.pod.tolerations",
         ),
         (
-            "identity-there",
-            "  replicationPolicy: {type: Identity}\n".into(),
-            "InvalidSpec",
-            "spec.replicationPolicy.type",
-        ),
-        (
             "identity-back",
             "REPLACE_REVERSE".into(),
-            "InvalidSpec",
+            "ReplicationLoop",
             "spec.replicationPolicy.type",
         ),
     ]
@@ -462,6 +456,8 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             "-n",
             &ns,
             "mirrorflow.io/allowed-flows=*",
+            "mirrorflow.io/allowed-destinations=127.0.0.1,localhost",
+            "mirrorflow.io/allow-plaintext=true",
         ],
     )?;
     // The older of two flows sharing internal topics: valid, and left running.
@@ -473,16 +469,26 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             world.source_bootstrap, world.target_bootstrap
         ),
     )?;
+    // The older of two flows copying back and forth with Identity: valid, and left running
+    // (it copies nothing: no topic matches).
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: identity-there, namespace: {ns}}}\nspec:\n  source: {{alias: src, bootstrapServers: \"{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n  replicationPolicy: {{type: Identity}}\n  topics: [\"none-such-identity\"]\n",
+            world.source_bootstrap, world.target_bootstrap
+        ),
+    )?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    // Older means seen first: the newer flow is applied once the operator has seen this one.
-    wait_for_flow(
-        &flows,
-        "conflict-older",
-        "a status",
-        Duration::from_secs(60),
-        |mf| mf.status.is_some(),
-    )
-    .await?;
+    // Older means seen first: the newer flows are applied once the operator has seen these,
+    // a second later at least (creation times have seconds).
+    for older in ["conflict-older", "identity-there"] {
+        wait_for_flow(&flows, older, "a status", Duration::from_secs(60), |mf| {
+            mf.status.is_some()
+        })
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let cases = condition_cases();
     for (name, spec, _, _) in &cases {
         run_with_input(
@@ -508,6 +514,15 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
         "every condition case answered {:.1} s after the last was applied",
         applied.elapsed().as_secs_f64()
     );
+    // The later flows never changed the older ones' fate.
+    for older in ["conflict-older", "identity-there"] {
+        let mf = flows.get(older).await?;
+        let (_, reason, message) = condition(&mf, "Ready").context("Ready")?;
+        assert!(
+            !["ReplicationLoop", "ConflictingFlow", "InvalidSpec"].contains(&reason.as_str()),
+            "{older}: stopped by a later flow: {reason}: {message}"
+        );
+    }
     // The flow into its own source created nothing there.
     let alias = self_alias(&ns);
     let made: Vec<String> = mirrorflow_e2e::kafka::topics(&world.source_bootstrap)?

@@ -894,13 +894,37 @@ async fn plugin_checks(world: &World, dir: &Path, ns: &str, a: &str, b: &str) ->
         "{}",
         locked.stderr
     );
-    // Credentials read from the API are used, never shown: the world's brokers speak no SASL,
-    // so the connection fails, and the error must not carry the password.
+    // A Secret that did not opt in is not sent by the CLI either, whoever runs it (the
+    // caller's kubeconfig may read every Secret).
     run_with_input(
         "kubectl",
         &["apply", "-n", ns, "-f", "-"],
         "apiVersion: v1\nkind: Secret\nmetadata: {name: absent}\n\
          stringData: {user: alice, pw: hunter2-secret}\n",
+    )?;
+    let refused = kubectl(&["translate", "--name", "locked", "-n", ns])?;
+    ensure!(
+        refused.code == 1
+            && refused.stderr.contains("mirrorflow.io/allowed-flows")
+            && !refused.stderr.contains("hunter2"),
+        "{}",
+        refused.stderr
+    );
+    // Credentials read from the API are used once the Secret allows it, never shown: the
+    // world's brokers speak no SASL, so the connection fails, and the error must not carry
+    // the password.
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "absent",
+            "-n",
+            ns,
+            "mirrorflow.io/allowed-flows=locked",
+            "mirrorflow.io/allowed-destinations=127.0.0.1",
+            "mirrorflow.io/allow-plaintext=true",
+        ],
     )?;
     let sasl = kubectl(&["translate", "--name", "locked", "-n", ns])?;
     ensure!(

@@ -154,7 +154,7 @@ async fn the_operator_deploys_flows_and_reports_failover_readiness() -> Result<(
         "kubectl",
         &["apply", "-f", "-"],
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: present, namespace: {ns}, annotations: {{mirrorflow.io/allowed-flows: needs-secret}}}}\nstringData: {{user: alice, password: {secret_value}}}\n"
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: present, namespace: {ns}, annotations: {{mirrorflow.io/allowed-flows: needs-secret, mirrorflow.io/allowed-destinations: 127.0.0.1, mirrorflow.io/allow-plaintext: \"true\"}}}}\nstringData: {{user: alice, password: {secret_value}}}\n"
         ),
     )?;
     let yaml = format!(

@@ -199,19 +199,90 @@ async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() 
         ],
     )?;
     // Editing the flow starts a reconcile at once (the Secret is not watched).
+    let touch = |n: u32| {
+        run(
+            "kubectl",
+            &[
+                "--kubeconfig",
+                author,
+                "annotate",
+                "mf",
+                "borrow",
+                "-n",
+                &ns,
+                "--overwrite",
+                &format!("touched={n}"),
+            ],
+        )
+    };
+    touch(1)?;
+    // Opting in the flow is not enough: the Secret names where it may go, and the author's
+    // listener is not among those places (the owner named the world's real source only).
+    let refused_for = |needle: &'static str| {
+        let flows = flows.clone();
+        async move {
+            wait_for_flow(&flows, "borrow", needle, Duration::from_secs(30), |mf| {
+                condition(mf, "Ready")
+                    .is_some_and(|c| c.1 == "SecretNotShared" && c.2.contains(needle))
+            })
+            .await
+        }
+    };
+    refused_for("names no place its value may be sent to").await?;
     run(
         "kubectl",
         &[
-            "--kubeconfig",
-            author,
             "annotate",
-            "mf",
-            "borrow",
+            "secret",
+            "victim",
             "-n",
             &ns,
-            "touched=1",
+            &format!(
+                "mirrorflow.io/allowed-destinations={}",
+                world.source_bootstrap
+            ),
         ],
     )?;
+    touch(2)?;
+    refused_for("may be sent only to").await?;
+    ensure!(
+        broker.connections.load(Ordering::SeqCst) == 0,
+        "the operator sent the Secret to a destination its owner did not name"
+    );
+    // Named, but plaintext: still refused until the owner allows plaintext too.
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "victim",
+            "-n",
+            &ns,
+            "--overwrite",
+            &format!(
+                "mirrorflow.io/allowed-destinations=127.0.0.1:{}",
+                broker.port
+            ),
+        ],
+    )?;
+    touch(3)?;
+    refused_for("unencrypted").await?;
+    ensure!(
+        broker.connections.load(Ordering::SeqCst) == 0,
+        "the operator sent a PLAIN password over plaintext without the owner's word"
+    );
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "victim",
+            "-n",
+            &ns,
+            "mirrorflow.io/allow-plaintext=true",
+        ],
+    )?;
+    touch(4)?;
     mirrorflow_e2e::eventually(
         "the probe to reach the listener",
         Duration::from_secs(60),
@@ -219,7 +290,7 @@ async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() 
     )
     .await?;
     println!(
-        "deputy attack: refused with SecretNotShared and 0 connections; after the opt-in {} connections",
+        "deputy attack: refused with SecretNotShared and 0 connections (not opted in; opted in without destinations; another destination; plaintext); after the owner named this listener and allowed plaintext {} connections",
         broker.connections.load(Ordering::SeqCst)
     );
     Ok(())
