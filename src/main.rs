@@ -81,6 +81,17 @@ enum Command {
             default_value = ""
         )]
         allowed_image_prefixes: Vec<String>,
+        /// Label and annotation keys a flow may put on its replicator pods, comma-separated:
+        /// exact keys, prefixes ending in `/` or `*`, or `*` for any (default: none). The pods
+        /// mount the flow's Secrets, and labels and annotations steer meshes, AppArmor,
+        /// Services and NetworkPolicies.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_ALLOWED_POD_METADATA_KEYS",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        allowed_pod_metadata_keys: Vec<String>,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -181,6 +192,7 @@ fn main() -> anyhow::Result<()> {
             listen,
             replicator_image,
             allowed_image_prefixes,
+            allowed_pod_metadata_keys,
             watch_namespace,
             leader_election,
         } => {
@@ -200,6 +212,11 @@ fn main() -> anyhow::Result<()> {
                 listen,
                 replicator_image,
                 allowed_image_prefixes: allowed_image_prefixes
+                    .into_iter()
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect(),
+                allowed_pod_metadata_keys: allowed_pod_metadata_keys
                     .into_iter()
                     .map(|p| p.trim().to_string())
                     .filter(|p| !p.is_empty())

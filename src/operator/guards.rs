@@ -227,6 +227,41 @@ pub fn image_not_allowed(mf: &MirrorFlow, own_image: &str, allowed: &[String]) -
     ))
 }
 
+/// A flow may put on its pods (`spec.pod.labels`, `spec.pod.annotations`) only keys its
+/// installer allowed: the pods mount the flow's Secrets, and a label or annotation can take
+/// them out of a mesh's egress control (`sidecar.istio.io/inject`), drop AppArmor, join
+/// another Service's endpoints or match a NetworkPolicy that grants egress. `allowed` entries
+/// are exact keys, prefixes ending in `/` or `*`, or `*` for any key.
+pub fn pod_metadata_not_allowed(mf: &MirrorFlow, allowed: &[String]) -> Option<Blocked> {
+    let pod = mf.spec.pod.as_ref()?;
+    let permitted = |key: &str| {
+        allowed.iter().any(|a| {
+            a == "*"
+                || a == key
+                || (a.ends_with('/') && key.starts_with(a.as_str()))
+                || a.strip_suffix('*')
+                    .is_some_and(|p| !p.is_empty() && key.starts_with(p))
+        })
+    };
+    let (field, key) = pod
+        .labels
+        .keys()
+        .map(|k| ("spec.pod.labels", k))
+        .chain(pod.annotations.keys().map(|k| ("spec.pod.annotations", k)))
+        .find(|(_, k)| !permitted(k))?;
+    let listed = if allowed.is_empty() {
+        "none".to_string()
+    } else {
+        allowed.join(", ")
+    };
+    Some(Blocked::new(
+        reason::POD_METADATA_NOT_ALLOWED,
+        format!(
+            "{field}: key '{key}' is not one this operator lets a flow put on its pods (allowed: {listed}); remove it, or ask whoever installed the operator to allow it (chart value allowedPodMetadataKeys: exact keys, prefixes ending in '/' or '*')"
+        ),
+    ))
+}
+
 /// `prefix` matches whole path segments or the repository: `reg.io/team/` and `reg.io/team`
 /// allow `reg.io/team/app:1`, never `reg.io/teamevil/app`.
 fn image_has_prefix(image: &str, prefix: &str) -> bool {
@@ -645,6 +680,61 @@ mod tests {
                 "ns"
             ),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn only_allowed_pod_metadata_keys_reach_the_pods() {
+        let with = |meta: &str| flow("x", "f", 1, &format!("{A_TO_B}pod: {meta}\n"));
+        let allowed: Vec<String> = ["team.example.com/", "cost-center", "app.example.io/*"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            pod_metadata_not_allowed(&flow("x", "f", 1, A_TO_B), &[]),
+            None
+        );
+        for ok in [
+            "{labels: {team.example.com/owner: a}}",
+            "{labels: {cost-center: '42'}, annotations: {app.example.io/tier: x}}",
+        ] {
+            assert_eq!(pod_metadata_not_allowed(&with(ok), &allowed), None, "{ok}");
+        }
+        for (bad, field, key) in [
+            (
+                "{annotations: {sidecar.istio.io/inject: 'false'}}",
+                "spec.pod.annotations",
+                "sidecar.istio.io/inject",
+            ),
+            (
+                "{annotations: {container.apparmor.security.beta.kubernetes.io/replicator: unconfined}}",
+                "spec.pod.annotations",
+                "container.apparmor",
+            ),
+            ("{labels: {app: payments-api}}", "spec.pod.labels", "'app'"),
+            (
+                "{labels: {team.example.com.evil/x: a}}",
+                "spec.pod.labels",
+                "team.example.com.evil/x",
+            ),
+            (
+                "{labels: {cost-center-2: a}}",
+                "spec.pod.labels",
+                "cost-center-2",
+            ),
+        ] {
+            let b = pod_metadata_not_allowed(&with(bad), &allowed).expect(bad);
+            assert_eq!(b.reason, reason::POD_METADATA_NOT_ALLOWED);
+            assert!(
+                b.message.starts_with(field) && b.message.contains(key),
+                "{}",
+                b.message
+            );
+        }
+        // Nothing is allowed by default; `*` allows every key.
+        assert!(pod_metadata_not_allowed(&with("{labels: {a: b}}"), &[]).is_some());
+        assert_eq!(
+            pod_metadata_not_allowed(&with("{labels: {a: b}}"), &["*".into()]),
+            None
         );
     }
 

@@ -252,6 +252,8 @@ pub struct Context {
     pub replicator_image: String,
     /// Image prefixes a flow may choose with `spec.pod.image` (besides `replicator_image`).
     pub allowed_image_prefixes: Vec<String>,
+    /// Label and annotation keys a flow may put on its pods (`spec.pod.labels`, `.annotations`).
+    pub allowed_pod_metadata_keys: Vec<String>,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -415,6 +417,8 @@ pub struct Options {
     pub replicator_image: String,
     /// Image prefixes a flow may choose with `spec.pod.image`.
     pub allowed_image_prefixes: Vec<String>,
+    /// Label and annotation keys a flow may put on its pods.
+    pub allowed_pod_metadata_keys: Vec<String>,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -485,6 +489,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics,
         replicator_image: opts.replicator_image,
         allowed_image_prefixes: opts.allowed_image_prefixes,
+        allowed_pod_metadata_keys: opts.allowed_pod_metadata_keys,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),

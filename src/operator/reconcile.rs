@@ -268,6 +268,9 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     {
         return Ok(Check::Stop(b));
     }
+    if let Some(b) = guards::pod_metadata_not_allowed(mf, &ctx.allowed_pod_metadata_keys) {
+        return Ok(Check::Stop(b));
+    }
     let others = ctx.flows.state();
     if let Some(b) = guards::replication_loop(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
@@ -357,12 +360,23 @@ async fn cluster_ids(
     {
         return ids;
     }
+    // The look-up talks to the flow's clusters like a probe, so it takes the same slots: one
+    // per flow, a few per namespace. A namespace of flows whose brokers never answer then
+    // holds its own slots only, and every other tenant's flows are still probed.
+    let known = ctx.known_cluster_ids(key);
+    let Some(in_flight) = ctx.probes.claim(key) else {
+        return known;
+    };
+    let namespace = mf.namespace().unwrap_or_default();
+    let Some(slots) = ctx.probes.slots(&namespace, STATUS_INTERVAL).await else {
+        return known;
+    };
     let f = flow.clone();
     let clients = ctx.probe_clients.clone();
-    let namespace = mf.namespace().unwrap_or_default();
     let ids = tokio::time::timeout(
         Duration::from_secs(15),
         tokio::task::spawn_blocking(move || {
+            let _held = (slots, in_flight);
             let (source, target) = probe::cluster_ids_with(&clients, &namespace, &f);
             guards::ClusterIds { source, target }
         }),

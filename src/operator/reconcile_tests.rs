@@ -44,6 +44,7 @@ fn bare_context(client: kube::Client) -> Context {
         metrics: OperatorMetrics::new().expect("metrics"),
         replicator_image: "mirrorflow:test".into(),
         allowed_image_prefixes: Vec::new(),
+        allowed_pod_metadata_keys: Vec::new(),
         last_status: Default::default(),
         failures: Default::default(),
         flows: reflector::store().0,

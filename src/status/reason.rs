@@ -65,6 +65,8 @@ pub const REPLICATION_LOOP: &str = "ReplicationLoop";
 /// A ConfigMap, Service, StatefulSet or PodDisruptionBudget of the name this flow's child needs
 /// exists and is not this flow's: nothing is applied over it.
 pub const CHILD_CONFLICT: &str = "ChildConflict";
+/// `spec.pod.labels` or `spec.pod.annotations` has a key the operator's installer did not allow.
+pub const POD_METADATA_NOT_ALLOWED: &str = "PodMetadataNotAllowed";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

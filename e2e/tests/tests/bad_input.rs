@@ -287,13 +287,13 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
         (
             "bad-pod-label",
             "  pod: {labels: {\"bad key!\": x}}\n".into(),
-            "ChildRejected",
+            "PodMetadataNotAllowed",
             "spec.pod.labels",
         ),
         (
             "bad-pod-annotation",
-            "  pod: {annotations: {\"-bad/key\": x}}\n".into(),
-            "ChildRejected",
+            "  pod: {annotations: {\"sidecar.istio.io/inject\": \"false\"}}\n".into(),
+            "PodMetadataNotAllowed",
             "spec.pod.annotations",
         ),
         (
