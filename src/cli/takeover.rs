@@ -177,7 +177,7 @@ pub fn parse_progress(
 pub fn resume_point(
     mm2_offset: i64,
     from_mm2: &[Seen],
-    newest_remote: Option<u64>,
+    newest_remote: Option<super::drill::judge::Fingerprint>,
 ) -> Option<(i64, i64)> {
     let Some(fp) = newest_remote else {
         return Some((mm2_offset.saturating_add(1), 0));
@@ -642,7 +642,7 @@ mod tests {
 
     #[test]
     fn resumes_after_the_newest_remote_record_found_after_the_flush() {
-        let from_mm2: Vec<Seen> = (41..60).map(|o| (o, o as u64)).collect();
+        let from_mm2: Vec<Seen> = (41..60).map(|o| (o, o as u128)).collect();
         assert_eq!(resume_point(41, &from_mm2, Some(50)), Some((51, 9)));
         assert_eq!(
             resume_point(41, &from_mm2, Some(41)),

@@ -5,12 +5,23 @@
 //! Records are compared by a fingerprint of what a copy preserves (key, value, headers,
 //! timestamp), not by offset: offsets differ between the clusters unless the flow is aligned.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::OnceLock;
 
 use serde::Serialize;
 
+/// A record's fingerprint: 128 bits of two SipHash functions whose keys are drawn anew in
+/// every process, so whoever writes records cannot search for two that look the same (a
+/// fixed-key 64-bit hash falls to a birthday search of about 2^32 records).
+pub type Fingerprint = u128;
+
 /// A record's offset and fingerprint.
-pub type Seen = (i64, u64);
+pub type Seen = (i64, Fingerprint);
+
+fn keys() -> &'static (RandomState, RandomState) {
+    static KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
+    KEYS.get_or_init(|| (RandomState::new(), RandomState::new()))
+}
 
 /// The fingerprint of a record as a copy preserves it.
 pub fn fingerprint(
@@ -18,13 +29,17 @@ pub fn fingerprint(
     value: Option<&[u8]>,
     timestamp_ms: Option<i64>,
     headers: &[(&str, Option<&[u8]>)],
-) -> u64 {
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    value.hash(&mut h);
-    timestamp_ms.hash(&mut h);
-    headers.hash(&mut h);
-    h.finish()
+) -> Fingerprint {
+    let half = |state: &RandomState| {
+        let mut h = state.build_hasher();
+        key.hash(&mut h);
+        value.hash(&mut h);
+        timestamp_ms.hash(&mut h);
+        headers.hash(&mut h);
+        h.finish()
+    };
+    let (a, b) = keys();
+    (u128::from(half(a)) << 64) | u128::from(half(b))
 }
 
 /// One partition's answer.
@@ -74,7 +89,7 @@ pub struct Around {
 
 /// Where `fp` sits in the window: the occurrence nearest `committed` (identical records can
 /// repeat; the nearest is the one a copy of this position would be).
-fn locate(source: &[Seen], fp: u64, committed: i64) -> Option<i64> {
+fn locate(source: &[Seen], fp: Fingerprint, committed: i64) -> Option<i64> {
     source
         .iter()
         .filter(|(_, f)| *f == fp)
@@ -129,7 +144,7 @@ pub fn judge(a: &Around) -> Finding {
 
 /// Source records after the target's newest one: what a failover now would lose until copied
 /// (the recovery point). `None` when the target's newest record is not in the source tail read.
-pub fn not_copied(source_tail: &[Seen], target_newest: Option<u64>) -> Option<i64> {
+pub fn not_copied(source_tail: &[Seen], target_newest: Option<Fingerprint>) -> Option<i64> {
     match target_newest {
         None => Some(source_tail.len() as i64),
         Some(fp) => {
@@ -145,7 +160,7 @@ mod tests {
 
     /// Source offsets `from..to` whose fingerprints are their offsets.
     fn source(from: i64, to: i64) -> Vec<Seen> {
-        (from..to).map(|o| (o, o as u64)).collect()
+        (from..to).map(|o| (o, o as Fingerprint)).collect()
     }
 
     fn around(committed: i64, first: Option<i64>, before: Option<i64>) -> Around {
@@ -153,8 +168,8 @@ mod tests {
             committed,
             source: source(0, 100),
             source_to_end: true,
-            first: first.map(|s| (s + 7, s as u64)),
-            before: before.map(|s| (s + 7, s as u64)),
+            first: first.map(|s| (s + 7, s as Fingerprint)),
+            before: before.map(|s| (s + 7, s as Fingerprint)),
         }
     }
 
