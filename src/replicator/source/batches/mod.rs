@@ -64,6 +64,24 @@ const PENDING_FETCHES: usize = 4;
 /// How long a rebalance or shutdown waits for outstanding writes.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Backoff of a faulted partition: a stopped one is tried again at most this rarely.
+/// How long a partition may get only part of the batch at its offset before it stops.
+const TOO_LARGE_FOR: Duration = Duration::from_secs(30);
+
+/// Another round brought only part of the batch at `offset`: since when that has been so at
+/// this offset, and whether it has been so for too long.
+fn too_large_for_long(
+    since: Option<(i64, Instant)>,
+    offset: i64,
+    now: Instant,
+) -> ((i64, Instant), bool) {
+    match since {
+        Some((at, first)) if at == offset => (
+            (at, first),
+            now.saturating_duration_since(first) >= TOO_LARGE_FOR,
+        ),
+        _ => ((offset, now), false),
+    }
+}
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -104,6 +122,9 @@ pub struct Slot {
     backoff: Backoff,
     /// Stopped, and named in the stops, until a batch of it is written.
     stopped: bool,
+    /// Since when the fetcher has answered only part of the batch at this offset: a batch
+    /// larger than a fetch may bring, which no later round brings either.
+    too_large_since: Option<(i64, Instant)>,
 }
 
 impl Keyed for Slot {
@@ -348,11 +369,25 @@ impl Batches {
                 continue;
             };
             let remote = slot.remote.clone();
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.too_large_since = None;
+            }
             for range in f.batches {
                 let header = match batch::batches(&f.body[range.clone()]).next() {
                     Some(Ok(b)) => b.header,
-                    // The fetcher parsed it already: not expected.
-                    _ => continue,
+                    // The fetcher parsed it already, so this is not expected; skipping it
+                    // would carry the position over its records: the partition stops.
+                    _ => {
+                        let offset = (self.slots.get(idx))
+                            .and_then(|s| s.progress.latest())
+                            .map_or(-1, |f| f.next);
+                        let message = format!(
+                            "a batch of {}-{} after offset {offset} could not be read again after it was fetched; the partition is stopped rather than skip it",
+                            f.topic, f.partition
+                        );
+                        self.stop(idx, Stop { offset, message });
+                        break;
+                    }
                 };
                 if let Err(why) = header.whole() {
                     let stop = Stop {
@@ -416,11 +451,41 @@ impl Batches {
                     },
                 );
             }
+            Trouble::BatchTooLarge { partial } => self.too_large(idx, t, *partial),
             trouble => {
                 tracing::debug!(topic = %t.topic, partition = t.partition, ?trouble, "fetch retried");
             }
         }
         None
+    }
+
+    /// A fetch brought only part of the batch at the partition's offset. A later round may
+    /// bring it whole (a broker returns one oversized batch in the first partition of an
+    /// answer); one that stays too large for [`TOO_LARGE_FOR`] stops the partition, named in
+    /// the status, instead of stalling it silently.
+    fn too_large(&mut self, idx: usize, t: &PartitionTrouble, partial: usize) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let (since, stop) = too_large_for_long(slot.too_large_since, t.offset, Instant::now());
+        slot.too_large_since = Some(since);
+        if !stop {
+            return;
+        }
+        let message = format!(
+            "the batch at offset {} of {}-{} is larger than a fetch may bring (only {partial} bytes of it came in {} s of rounds; the topic's max.message.bytes allows batches larger than the whole-batch copy fetches); copy this topic with spec.sourceLoop.copy: Records, or exclude it with spec.topicsExclude",
+            t.offset,
+            t.topic,
+            t.partition,
+            TOO_LARGE_FOR.as_secs()
+        );
+        self.stop(
+            idx,
+            Stop {
+                offset: t.offset,
+                message,
+            },
+        );
     }
 
     /// The partitions' next offsets (slot, offset) left their logs (records deleted before
@@ -611,4 +676,32 @@ pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
 /// A place for stops that nothing fills (the other policies).
 pub fn no_stops() -> Stops {
     Arc::new(Mutex::new(BTreeMap::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_too_large_at_one_offset_for_long_stops_its_partition() {
+        let t0 = Instant::now();
+        let later = |s: u64| t0 + Duration::from_secs(s);
+        // First partial answer: remembered, not yet a stop.
+        let (since, stop) = too_large_for_long(None, 7, t0);
+        assert_eq!((since, stop), ((7, t0), false));
+        // The same offset, still within the limit, then past it.
+        assert_eq!(
+            too_large_for_long(Some(since), 7, later(29)),
+            ((7, t0), false)
+        );
+        assert_eq!(
+            too_large_for_long(Some(since), 7, later(30)),
+            ((7, t0), true)
+        );
+        // Progress meanwhile (another offset) starts the clock again.
+        assert_eq!(
+            too_large_for_long(Some(since), 9, later(45)),
+            ((9, later(45)), false)
+        );
+    }
 }

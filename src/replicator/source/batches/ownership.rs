@@ -62,6 +62,7 @@ impl Owner for Batches {
                 }),
                 backoff: Backoff::new(RETRY_MIN, RETRY_MAX),
                 stopped: false,
+                too_large_since: None,
             };
             tracing::debug!(topic = %slot.topic, partition, ?offset, "partition assigned");
             self.slots.insert(slot);
