@@ -25,12 +25,14 @@ use super::apply::{
     decide_group, group_names, membership_or_refuse, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
+use super::stale::{stale_checkpoint, target_rewinds};
 use super::table::{Table, age, serde_plain};
 use super::translate::read_flow_checkpoints;
 use super::{ApplyArgs, CliError, FlowArgs, GroupSelection};
 use crate::flow::Flow;
 use crate::kafka::checkpoints::StoredCheckpoint;
 use crate::mm2::{OffsetSyncStore, StoreConfig, TopicPartition, Translation};
+use rdkafka::consumer::Consumer;
 
 /// `mirrorflow failover`.
 #[derive(Args, Debug, Clone)]
@@ -389,6 +391,7 @@ pub fn plan(
     };
     let target = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
     clusters::metadata(&target, "target")?;
+    let rewinds = target_rewinds(flow);
     let names = group_names(selection, || {
         Ok(index
             .keys()
@@ -469,6 +472,19 @@ pub fn plan(
                 None => (cp.downstream_offset, est, None),
                 Some(broken) => as_is(sc, broken.contains(&(upstream_topic.clone(), tp.partition))),
             };
+            let refusal = refusal.or_else(|| {
+                if misaligned.is_some() {
+                    return None;
+                }
+                let end = target
+                    .fetch_watermarks(&tp.topic, tp.partition, clusters::TIMEOUT)
+                    .ok()
+                    .map(|(_, high)| high);
+                let rewound = rewinds
+                    .get(&(upstream_topic.clone(), tp.partition))
+                    .copied();
+                stale_checkpoint(offset, stored.written_ms, end, rewound)
+            });
             let (action, reason) = match refusal {
                 Some(why) => (PartitionAction::Refused, Some(why)),
                 None => decide_partition(offset, tc, est.skips, overrides),

@@ -23,6 +23,7 @@ pub mod drill;
 pub mod failback;
 pub mod failover;
 mod records;
+mod stale;
 pub mod status;
 pub mod switchover;
 pub mod table;
