@@ -107,8 +107,15 @@ pub const ALLOWED: &[Allowed] = &[
     allow("broker.address.ttl", Connection, Client, true),
     allow("client.dns.lookup", Connection, Client, true),
     allow("connections.max.idle.ms", Connection, Client, true),
-    allow("reconnect.backoff.ms", Connection, Client, true),
-    allow("reconnect.backoff.max.ms", Connection, Client, true),
+    // Floors: with no backoff a partition whose leader is a closed port is reconnected in a
+    // tight loop, from the operator's probe too (which follows the flow's topics).
+    allow("reconnect.backoff.ms", Connection, Range(100, 60_000), true),
+    allow(
+        "reconnect.backoff.max.ms",
+        Connection,
+        Range(1_000, 3_600_000),
+        true,
+    ),
     allow("retry.backoff.ms", Connection, Client, false),
     allow("retry.backoff.max.ms", Connection, Client, false),
     allow(
@@ -547,9 +554,14 @@ mod tests {
             ALLOWED
                 .iter()
                 .filter(|a| a.probe)
-                .all(|a| a.group == Group::Connection && a.limit == Limit::Client),
+                .all(|a| a.group == Group::Connection
+                    && (a.limit == Limit::Client || a.name.starts_with("reconnect.backoff"))),
             "the probe takes connection settings only, never a size"
         );
+        // No backoff would reconnect to a closed port in a tight loop.
+        assert!(check("s", "reconnect.backoff.ms", "0").is_err());
+        assert!(check("s", "reconnect.backoff.max.ms", "0").is_err());
+        assert!(check("s", "reconnect.backoff.ms", "250").is_ok());
     }
 
     #[test]
