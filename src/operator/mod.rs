@@ -14,6 +14,7 @@ pub mod desired;
 pub mod fake_apiserver;
 pub mod guards;
 pub mod lease;
+pub mod liveness;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
@@ -247,6 +248,8 @@ impl OperatorMetrics {
 
 pub struct Context {
     pub client: Client,
+    /// Beaten by every reconcile; `/healthz` fails when it stops.
+    pub liveness: Arc<liveness::Liveness>,
     pub recorder: Recorder,
     pub metrics: OperatorMetrics,
     pub replicator_image: String,
@@ -444,7 +447,14 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let metrics = OperatorMetrics::new()?;
     // A standby waiting for the Lease is ready too: readiness gates rollouts and PDBs, and a
     // rollout must be able to start a new pod while the old one still holds the Lease.
-    tokio::spawn(serve(opts.listen, metrics.clone()));
+    let liveness = Arc::new(liveness::Liveness::default());
+    let (store, writer) = reflector::store();
+    tokio::spawn(serve(
+        opts.listen,
+        metrics.clone(),
+        liveness.clone(),
+        store.clone(),
+    ));
 
     let lease = match &opts.leader_election {
         Some((ns, holder)) => {
@@ -480,7 +490,6 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let owned =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=mirrorflow-operator");
     tracing::info!("operator running");
-    let (store, writer) = reflector::store();
     let (stateful_sets, sts_writer) = reflector::store();
     let (config_maps, cm_writer) = reflector::store();
     let ctx = Arc::new(Context {
@@ -501,6 +510,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         removed: Default::default(),
         stateful_sets,
         config_maps,
+        liveness,
     });
     tokio::spawn(evict_idle_clients(ctx.probe_clients.clone()));
     // The caches keep only what the reconcile reads (`slim`).
@@ -607,7 +617,12 @@ async fn keep_lease(lock: Arc<lease::LeaseLock>) {
     }
 }
 
-async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {
+async fn serve(
+    listen: SocketAddr,
+    metrics: OperatorMetrics,
+    liveness: Arc<liveness::Liveness>,
+    flows: kube::runtime::reflector::Store<MirrorFlow>,
+) {
     let app = Router::new()
         .route(
             "/metrics",
@@ -621,7 +636,22 @@ async fn serve(listen: SocketAddr, metrics: OperatorMetrics) {
                 }
             }),
         )
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || {
+                let alive = liveness.alive(flows.state().len(), std::time::Instant::now());
+                async move {
+                    if alive {
+                        (axum::http::StatusCode::OK, "ok")
+                    } else {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "no reconcile within the liveness window while flows exist",
+                        )
+                    }
+                }
+            }),
+        )
         .route("/readyz", get(|| async { "ready" }));
     match tokio::net::TcpListener::bind(listen).await {
         Ok(l) => {

@@ -29,6 +29,7 @@ use crate::status::{self, Blocked, ClusterFault, Observation, reason};
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.liveness.beat();
     // A replica whose lease lapsed (frozen, cut off from the apiserver) writes nothing; it
     // exits at its next renewal check.
     if !ctx.leading() {

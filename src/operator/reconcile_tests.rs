@@ -45,6 +45,7 @@ fn bare_context(client: kube::Client) -> Context {
         replicator_image: "mirrorflow:test".into(),
         allowed_image_prefixes: Vec::new(),
         allowed_pod_metadata_keys: Vec::new(),
+        liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),
         flows: reflector::store().0,

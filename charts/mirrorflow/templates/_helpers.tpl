@@ -67,16 +67,22 @@ through owner references).
 - apiGroups: [mirrorflow.io]
   resources: [mirrorflows/status]
   verbs: [patch]
-# The children of each flow, applied in the flow's namespace.
+# The children of each flow, applied in the flow's namespace. ConfigMaps and StatefulSets are
+# watched (by label: list and watch cannot be narrowed to them, so the operator's token can
+# read every ConfigMap); Services and PodDisruptionBudgets are only read by name (to leave a
+# foreign object of that name alone), applied and deleted.
 - apiGroups: [""]
-  resources: [configmaps, services]
+  resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, create, patch, delete]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, create, patch, delete]
 # Secrets a flow references, one by name: to check they exist and opted in to the flow, for
 # the probe's credentials, and to roll pods when they change. No list or watch: the operator
 # never needs to see a Secret no flow names.
