@@ -381,3 +381,155 @@ async fn a_stalled_broker_stalls_no_other_flow() -> Result<()> {
     );
     Ok(())
 }
+
+/// A ServiceAccount of `ns` that may create, edit and delete MirrorFlows and nothing else, and
+/// a kubeconfig with its token.
+fn flow_author(world: &World, ns: &str, sa: &str) -> Result<std::path::PathBuf> {
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: {ns}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {sa}, namespace: {ns}}}\n\
+             rules: [{{apiGroups: [mirrorflow.io], resources: [mirrorflows], verbs: [get, list, watch, create, patch, update, delete]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {sa}, namespace: {ns}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {sa}}}\n\
+             subjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]\n"
+        ),
+    )?;
+    kubeconfig_for(world, ns, sa)
+}
+
+/// Two tenants of one operator, each with a real token that may write MirrorFlows only. The
+/// later tenant tries what the audit found: a flow the other way (Observe, then Replicate) to
+/// stop the older tenant's running Identity flow, a flow named after an object of someone else
+/// to take it over, and pod annotations that would take the pods out of a mesh. None of it
+/// changes the older flow or the foreign object; each attempt is answered on the attacker's
+/// own flow.
+#[tokio::test]
+async fn a_later_tenant_changes_nothing_of_an_older_one() -> Result<()> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let ns = unique("e2e-tenants");
+    let _cleanup = Cleanup(ns.clone());
+    install_operator(&world, &ns)?;
+    let alice = flow_author(&world, &ns, "alice")?;
+    let mallory = flow_author(&world, &ns, "mallory")?;
+    let (alice, mallory) = (
+        alice.to_str().context("kubeconfig path")?.to_string(),
+        mallory.to_str().context("kubeconfig path")?.to_string(),
+    );
+    let apply_as = |kubeconfig: &str, yaml: String| {
+        run_with_input(
+            "kubectl",
+            &["--kubeconfig", kubeconfig, "apply", "-f", "-"],
+            &yaml,
+        )
+    };
+    let (s, t) = (&world.source_bootstrap, &world.target_bootstrap);
+    let flow = |name: &str, src: &str, tgt: &str, extra: &str| {
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {name}-s, bootstrapServers: \"{src}\"}}\n  target: {{alias: {name}-t, bootstrapServers: \"{tgt}\"}}\n  topics: [\"none-such-{name}\"]\n{extra}"
+        )
+    };
+    // Alice's flow, running (it copies nothing: no topic matches).
+    apply_as(
+        &alice,
+        flow("alice", s, t, "  replicationPolicy: {type: Identity}\n"),
+    )?;
+    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
+    let stses: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    mirrorflow_e2e::eventually("alice's replicators", Duration::from_secs(120), || async {
+        Ok(stses.get_opt("alice").await?.map(|_| ()))
+    })
+    .await?;
+    // Something of the namespace's owner that Mallory may not touch: a PDB named `app`.
+    run_with_input(
+        "kubectl",
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: app, namespace: {ns}}}\nspec:\n  maxUnavailable: 2\n  selector: {{matchLabels: {{app: payments}}}}\n"
+        ),
+    )?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // Mallory, later: back the other way (Observe, then Replicate), a flow named `app`, and a
+    // flow whose pods would leave the mesh.
+    apply_as(&mallory, flow("watch", t, s, "  mode: Observe\n"))?;
+    apply_as(&mallory, flow("back", t, s, ""))?;
+    apply_as(&mallory, flow("app", s, t, ""))?;
+    apply_as(
+        &mallory,
+        flow(
+            "nomesh",
+            s,
+            t,
+            "  pod: {annotations: {sidecar.istio.io/inject: \"false\"}}\n",
+        ),
+    )?;
+    let answered = |name: &'static str, reason: &'static str| {
+        let flows = flows.clone();
+        async move {
+            wait_for_flow(&flows, name, reason, Duration::from_secs(90), |mf| {
+                condition(mf, "Ready").is_some_and(|c| c.1 == reason)
+            })
+            .await
+        }
+    };
+    let back = answered("back", "ReplicationLoop").await?;
+    answered("app", "ChildConflict").await?;
+    answered("nomesh", "PodMetadataNotAllowed").await?;
+    answered("watch", "Observing").await?;
+    let (_, _, message) = condition(&back, "Ready").context("Ready")?;
+    ensure!(message.contains("spec.replicationPolicy.type"), "{message}");
+
+    // Alice's flow ran on throughout: its StatefulSet is the one it had, and its conditions
+    // never carried a verdict about another flow.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let mf = flows.get("alice").await?;
+    let (_, reason, message) = condition(&mf, "Ready").context("Ready")?;
+    ensure!(
+        !["ReplicationLoop", "ConflictingFlow", "InvalidSpec"].contains(&reason.as_str()),
+        "alice's flow was stopped by a later one: {reason}: {message}"
+    );
+    ensure!(
+        stses.get_opt("alice").await?.is_some(),
+        "alice's StatefulSet is gone"
+    );
+    // The PDB is the owner's as it was: no owner reference, its own selector and budget.
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), &ns);
+    let pdb = pdbs.get("app").await?;
+    let spec = pdb.spec.context("PDB spec")?;
+    ensure!(
+        pdb.metadata.owner_references.unwrap_or_default().is_empty()
+            && spec.max_unavailable
+                == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+            && spec
+                .selector
+                .and_then(|s| s.match_labels)
+                .is_some_and(|l| l.get("app").map(String::as_str) == Some("payments")),
+        "the PDB was taken over"
+    );
+    // Mallory's refused flows run nothing.
+    for name in ["back", "app", "nomesh"] {
+        ensure!(
+            stses.get_opt(name).await?.is_none(),
+            "{name}: a StatefulSet was made"
+        );
+    }
+    // Deleting the flow named `app` leaves the PDB.
+    run(
+        "kubectl",
+        &["--kubeconfig", &mallory, "delete", "mf", "app", "-n", &ns],
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(
+        pdbs.get_opt("app").await?.is_some(),
+        "deleting the flow deleted the PDB"
+    );
+    println!(
+        "two tenants: the later one's reverse Replicate flow got ReplicationLoop, its Observe flow ran, `app` got ChildConflict, pod annotations PodMetadataNotAllowed; the older flow and the PDB unchanged"
+    );
+    Ok(())
+}
