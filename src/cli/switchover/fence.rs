@@ -28,6 +28,19 @@ fn fenced(bindings: &[AclBinding]) -> Vec<FencedTopic> {
 }
 
 /// The DENY WRITE binding of `principal` on `topic`.
+/// The filter that matches exactly `b`.
+fn filter_of(b: AclBinding) -> AclFilter {
+    AclFilter {
+        resource_type: b.resource_type,
+        name: Some(b.name),
+        pattern: b.pattern,
+        principal: Some(b.principal),
+        host: Some(b.host),
+        operation: b.operation,
+        permission: b.permission,
+    }
+}
+
 pub fn deny_write(topic: &str, principal: &str) -> AclBinding {
     crate::kafka::acls::topic_binding(topic, principal, Operation::Write, Permission::Deny)
 }
@@ -203,24 +216,29 @@ pub(super) fn abort(
         let ran = run_fence_command(command, "unfence", topics);
         return report.ended("unfence", started, ran);
     }
-    let filters: Vec<AclFilter> = topics
-        .iter()
-        .flat_map(|t| {
-            args.principals.iter().map(move |p| {
-                let b = deny_write(t, p);
-                AclFilter {
-                    resource_type: b.resource_type,
-                    name: Some(b.name),
-                    pattern: b.pattern,
-                    principal: Some(b.principal),
-                    host: Some(b.host),
-                    operation: b.operation,
-                    permission: b.permission,
-                }
-            })
-        })
-        .collect();
+    // The fence's ACLs are found on the cluster, not rebuilt from today's topics: a topic
+    // deleted since the fence (Kafka keeps its ACLs, and a topic created again under that name
+    // would be fenced) or no longer in the flow's metadata still has its DENY to lift. Ours
+    // are the DENY WRITEs of the named principals on topics the flow selects (or selected
+    // when fenced, listed in `topics`).
     let deleted = acl_client(flow).map_err(|e| e.to_string()).and_then(|c| {
+        let mut filters = Vec::new();
+        for principal in &args.principals {
+            let any_topic = AclFilter {
+                name: None,
+                ..filter_of(deny_write("*", principal))
+            };
+            let found =
+                mirrorflow_rdkafka_ext::acls::describe_acls(c.client(), &any_topic, CALL_TIMEOUT)
+                    .map_err(|e| acl_failure("reading the fence's ACLs", &e))?;
+            filters.extend(
+                found
+                    .into_iter()
+                    .filter(|b| b.pattern == PatternType::Literal && b.host == "*")
+                    .filter(|b| flow.topics.matches(&b.name) || topics.contains(&b.name))
+                    .map(filter_of),
+            );
+        }
         mirrorflow_rdkafka_ext::acls::delete_acls(c.client(), &filters, CALL_TIMEOUT)
             .map_err(|e| acl_failure("deleting the fence's ACLs", &e))
     });
