@@ -220,7 +220,7 @@ impl Drop for Cleanup<'_> {
         let Ok(rt) = tokio::runtime::Runtime::new() else {
             return;
         };
-        let remote = format!("east.{}", self.env.topic);
+        let remote = format!("dr-east.{}", self.env.topic);
         for (bootstrap, topic) in [
             (&self.world.source_bootstrap, self.env.topic.as_str()),
             (&self.world.target_bootstrap, remote.as_str()),
