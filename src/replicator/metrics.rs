@@ -1,12 +1,21 @@
 //! The replicator's Prometheus metrics, all prefixed `mirrorflow_`.
 //!
 //! Labels stay low-cardinality: no per-partition labels; per-group checkpoint age is labelled,
-//! since groups are what users fail over and they are few, and refused records by topic, since
-//! only topics whose records the target refuses ever get a series.
+//! since groups are what users fail over, for the [`MAX_GROUP_SERIES`] stalest groups only
+//! (whoever may create groups on the source must not grow every scrape without bound), and
+//! refused records by topic, since only topics whose records the target refuses ever get a
+//! series.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
+
+/// Groups with a `group_checkpoint_age_seconds` series of their own: the stalest.
+pub const MAX_GROUP_SERIES: usize = 500;
 
 /// Every metric the three loops update; cloned handles are cheap (`Arc` inside).
 #[derive(Clone)]
@@ -25,8 +34,12 @@ pub struct Metrics {
     pub checkpoints_emitted: IntCounter,
     /// Time from a group's commit on the source to its checkpoint being written on the target.
     pub checkpoint_latency: Histogram,
-    /// Seconds since each group's latest checkpoint.
+    /// Seconds since each group's latest checkpoint (the stalest [`MAX_GROUP_SERIES`]).
     pub group_checkpoint_age: GaugeVec,
+    /// Groups with a checkpoint age but no series of their own (beyond the cap).
+    pub groups_unlabelled: IntGauge,
+    /// The groups that have a series now.
+    labelled_groups: Arc<Mutex<HashSet<String>>>,
     /// Age of the newest replicated source heartbeat seen on the target.
     pub heartbeat_lag: Gauge,
     pub heartbeats_emitted: IntCounter,
@@ -97,6 +110,11 @@ impl Metrics {
                 ),
                 &["group"],
             )?,
+            groups_unlabelled: IntGauge::new(
+                "groups_unlabelled",
+                "Groups whose checkpoint age has no series of its own (only the stalest groups have one)",
+            )?,
+            labelled_groups: Arc::default(),
             heartbeat_lag: Gauge::new(
                 "heartbeat_lag_seconds",
                 "Age of the newest replicated source heartbeat on the target",
@@ -163,6 +181,7 @@ impl Metrics {
             .register(Box::new(m.checkpoint_latency.clone()))?;
         m.registry
             .register(Box::new(m.group_checkpoint_age.clone()))?;
+        m.registry.register(Box::new(m.groups_unlabelled.clone()))?;
         m.registry.register(Box::new(m.heartbeat_lag.clone()))?;
         m.registry
             .register(Box::new(m.heartbeats_emitted.clone()))?;
@@ -182,6 +201,37 @@ impl Metrics {
         Ok(m)
     }
 
+    /// Sets the checkpoint age of the stalest [`MAX_GROUP_SERIES`] groups and drops the series
+    /// of groups no longer among them.
+    pub fn set_group_ages(&self, mut ages: Vec<(&str, Duration)>) {
+        ages.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let unlabelled = ages.len().saturating_sub(MAX_GROUP_SERIES);
+        ages.truncate(MAX_GROUP_SERIES);
+        let Ok(mut labelled) = self.labelled_groups.lock() else {
+            return;
+        };
+        let now: HashSet<String> = ages.iter().map(|(g, _)| g.to_string()).collect();
+        for gone in labelled.difference(&now) {
+            let _ = self.group_checkpoint_age.remove_label_values(&[gone]);
+        }
+        for (group, age) in &ages {
+            self.group_checkpoint_age
+                .with_label_values(&[*group])
+                .set(age.as_secs_f64());
+        }
+        *labelled = now;
+        self.groups_unlabelled
+            .set(i64::try_from(unlabelled).unwrap_or(i64::MAX));
+    }
+
+    /// Forgets a group's series (the group is gone).
+    pub fn forget_group(&self, group: &str) {
+        let _ = self.group_checkpoint_age.remove_label_values(&[group]);
+        if let Ok(mut labelled) = self.labelled_groups.lock() {
+            labelled.remove(group);
+        }
+    }
+
     /// The text exposition format served on `/metrics`.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -196,6 +246,44 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_stalest_groups_get_a_series() {
+        let m = Metrics::new().expect("metrics");
+        let names: Vec<String> = (0..MAX_GROUP_SERIES + 20)
+            .map(|i| format!("g{i}"))
+            .collect();
+        let ages = |stalest: usize| {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let age = if i == stalest { 10_000 } else { i as u64 };
+                    (g.as_str(), Duration::from_secs(age))
+                })
+                .collect::<Vec<_>>()
+        };
+        m.set_group_ages(ages(0));
+        let series = |m: &Metrics| {
+            m.render()
+                .lines()
+                .filter(|l| l.starts_with("mirrorflow_group_checkpoint_age_seconds{"))
+                .count()
+        };
+        assert_eq!(series(&m), MAX_GROUP_SERIES);
+        assert_eq!(m.groups_unlabelled.get(), 20);
+        // g0 is the stalest: it has a series although its index is the lowest.
+        assert!(
+            m.render()
+                .contains("mirrorflow_group_checkpoint_age_seconds{group=\"g0\"} 10000")
+        );
+        // A fresh checkpoint for g0 moves it out of the stalest: its series goes.
+        m.set_group_ages(ages(1));
+        assert_eq!(series(&m), MAX_GROUP_SERIES);
+        assert!(!m.render().contains("{group=\"g0\"}"));
+        m.forget_group("g1");
+        assert_eq!(series(&m), MAX_GROUP_SERIES - 1);
+    }
 
     #[test]
     fn every_family_is_exposed_with_the_prefix() {

@@ -21,11 +21,7 @@ impl Shell<'_> {
             return;
         }
         for group in std::mem::take(&mut self.core.forgotten) {
-            let _ = self
-                .ctx
-                .metrics
-                .group_checkpoint_age
-                .remove_label_values(&[&group]);
+            self.ctx.metrics.forget_group(&group);
         }
         self.send_group_views();
     }
@@ -127,13 +123,9 @@ impl Shell<'_> {
                 "checkpoint loop ready: checkpoints, offset syncs and group offsets loaded"
             );
         }
-        for (group, age) in self.core.checkpoint_ages(SystemTime::now()) {
-            self.ctx
-                .metrics
-                .group_checkpoint_age
-                .with_label_values(&[group])
-                .set(age.as_secs_f64());
-        }
+        self.ctx
+            .metrics
+            .set_group_ages(self.core.checkpoint_ages(SystemTime::now()));
         // Keep coverage changes flowing to the group sync task even without new checkpoints.
         if self.core.has_group_views() {
             self.send_group_views();
