@@ -392,9 +392,25 @@ fn one_cluster(
     }
 }
 
-/// Two flows with the same source alias into one target cluster keep their positions,
-/// checkpoints and (with syncs on the target) offset syncs in the same topics there, and each
-/// reads the other's records as its own: the later one is refused.
+/// The internal topics a flow keeps its state in on its target: positions and checkpoints,
+/// and the offset syncs when they are kept on the target, all named by the source alias. (The
+/// offset syncs MirrorMaker 2 keeps on the source, `mm2-offset-syncs.<target alias>.internal`,
+/// are shared by design between flows from one source with one target alias: they harm each
+/// other only when they copy the same topics, which their selections cannot tell in general.)
+fn internal_topics(f: &MirrorFlow) -> Vec<String> {
+    let s = &f.spec.source.alias;
+    let mut topics = vec![
+        format!("mirrorflow-positions.{s}.internal"),
+        format!("{s}.checkpoints.internal"),
+    ];
+    if f.spec.source_loop.offset_syncs_location == crate::api::OffsetSyncsLocation::Target {
+        topics.push(format!("mm2-offset-syncs.{s}.internal"));
+    }
+    topics
+}
+
+/// Two flows that keep state in an internal topic of the same name on one target cluster each
+/// read the other's records as their own and corrupt each other: the later one is refused.
 pub fn conflicting_flow(
     this: &MirrorFlow,
     others: &[Arc<MirrorFlow>],
@@ -404,24 +420,72 @@ pub fn conflicting_flow(
         return None;
     }
     let this_ids = ids_of(&key(this));
+    let mine = internal_topics(this);
+    contenders(this, others).find_map(|o| {
+        let same_target = one_cluster(
+            same_namespace(this, o),
+            (&this.spec.target.bootstrap_servers, this_ids.target.as_ref()),
+            (&o.spec.target.bootstrap_servers, ids_of(&key(o)).target.as_ref()),
+        );
+        let theirs = internal_topics(o);
+        let topic = mine.iter().find(|t| same_target && theirs.contains(t))?;
+        Some(Blocked::new(
+            reason::CONFLICTING_FLOW,
+            format!(
+                "spec.source.alias: {} (older) already keeps its state in {topic} on this flow's target cluster; both would read each other's records as their own and corrupt each other, so this flow is not deployed; put this flow's topics into that flow, or give one of the two source clusters another alias",
+                named(this, o),
+            ),
+        ))
+    })
+}
+
+/// An alias names one Kafka cluster: remote topics `<alias>.<topic>`, checkpoints and
+/// heartbeats say where records came from, and a failover or failback reads them so. Within a
+/// namespace (where cluster ids are the tenant's own word either way), a later flow that uses
+/// an alias an older flow uses for another cluster (by id) is refused.
+pub fn alias_names_two_clusters(
+    this: &MirrorFlow,
+    others: &[Arc<MirrorFlow>],
+    ids_of: impl Fn(&str) -> ClusterIds,
+) -> Option<Blocked> {
+    if !replicating(this) {
+        return None;
+    }
+    let named_by = |f: &MirrorFlow, ids: &ClusterIds| {
+        [
+            (
+                "spec.source.alias",
+                f.spec.source.alias.clone(),
+                ids.source.clone(),
+            ),
+            (
+                "spec.target.alias",
+                f.spec.target.alias.clone(),
+                ids.target.clone(),
+            ),
+        ]
+    };
+    let this_ids = ids_of(&key(this));
+    let mine = named_by(this, &this_ids);
     contenders(this, others)
-        .filter(|o| o.spec.source.alias == this.spec.source.alias)
-        .find(|o| {
-            one_cluster(
-                same_namespace(this, o),
-                (&this.spec.target.bootstrap_servers, this_ids.target.as_ref()),
-                (&o.spec.target.bootstrap_servers, ids_of(&key(o)).target.as_ref()),
-            )
-        })
-        .map(|o| {
-            let alias = &this.spec.source.alias;
-            Blocked::new(
-                reason::CONFLICTING_FLOW,
-                format!(
-                    "spec.source.alias: {} (older) already replicates source alias '{alias}' into this target cluster; both would keep their positions and checkpoints in the same topics there (mirrorflow-positions.{alias}.internal, {alias}.checkpoints.internal) and corrupt each other, so this flow is not deployed; put this flow's topics into that flow, or give one of the two source clusters another alias",
-                    named(this, o)
-                ),
-            )
+        .filter(|o| same_namespace(this, o))
+        .find_map(|o| {
+            let theirs = named_by(o, &ids_of(&key(o)));
+            mine.iter().find_map(|(field, alias, id)| {
+                let id = id.as_ref()?;
+                theirs.iter().find_map(|(_, o_alias, o_id)| {
+                    let o_id = o_id.as_ref()?;
+                    (o_alias == alias && o_id != id).then(|| {
+                        Blocked::new(
+                            reason::CONFLICTING_FLOW,
+                            format!(
+                                "{field}: '{alias}' names cluster {id} here, and {} (older) uses '{alias}' for cluster {o_id}; an alias names one cluster everywhere (remote topics {alias}.<topic>, checkpoints and failovers read it so), so this flow is not deployed; give this cluster another alias",
+                                named(this, o)
+                            ),
+                        )
+                    })
+                })
+            })
         })
 }
 
@@ -949,10 +1013,11 @@ mod tests {
                 ns,
                 "third",
                 300,
-                "source: {alias: a, bootstrapServers: 'a:1'}\ntarget: {alias: b, bootstrapServers: 'lb:9092'}\n",
+                "source: {alias: a, bootstrapServers: 'a-lb:1'}\ntarget: {alias: b, bootstrapServers: 'lb:9092'}\n",
             )
         };
-        // Both targets report id T: one cluster behind two bootstrap strings.
+        // Both targets report id T: one cluster behind two bootstrap strings (the sources
+        // are told apart by their servers: no offset-syncs topic is shared on them).
         let ids = |_: &str| ClusterIds {
             source: None,
             target: Some("T".into()),
@@ -974,9 +1039,55 @@ mod tests {
             conflicting_flow(&same_ns, &[first.clone(), same_ns.clone()], differ),
             None
         );
-        let other_alias = flow("x", "z", 400, &A_TO_B.replace("alias: a", "alias: a2"));
+        let other_aliases = A_TO_B
+            .replace("alias: a", "alias: a2")
+            .replace("alias: b", "alias: b2");
+        let other_alias = flow("x", "z", 400, &other_aliases);
         assert_eq!(
             conflicting_flow(&other_alias, &[first, other_alias.clone()], UNKNOWN),
+            None
+        );
+    }
+
+    #[test]
+    fn an_alias_names_one_cluster_within_a_namespace() {
+        let first = flow("x", "first", 100, A_TO_B);
+        // `a` for another source cluster, into another target: nothing shared, but the name
+        // means two clusters.
+        let other = |ns: &str| {
+            flow(
+                ns,
+                "other",
+                200,
+                "source: {alias: a, bootstrapServers: 'z:1'}\ntarget: {alias: c, bootstrapServers: 'c:1'}\n",
+            )
+        };
+        let ids = |k: &str| ClusterIds {
+            source: Some(if k.ends_with("/first") { "X" } else { "Z" }.into()),
+            target: Some(if k.ends_with("/first") { "B" } else { "C" }.into()),
+        };
+        let same_ns = other("x");
+        let b = alias_names_two_clusters(&same_ns, &[first.clone(), same_ns.clone()], ids)
+            .expect("two clusters named a");
+        assert!(
+            b.message
+                .starts_with("spec.source.alias: 'a' names cluster Z")
+                && b.message.contains("cluster X"),
+            "{}",
+            b.message
+        );
+        // The older flow is not refused, nor a flow of another namespace, nor unknown ids.
+        assert_eq!(
+            alias_names_two_clusters(&first, &[first.clone(), same_ns.clone()], ids),
+            None
+        );
+        let other_ns = other("y");
+        assert_eq!(
+            alias_names_two_clusters(&other_ns, &[first.clone(), other_ns.clone()], ids),
+            None
+        );
+        assert_eq!(
+            alias_names_two_clusters(&same_ns, &[first, same_ns.clone()], UNKNOWN),
             None
         );
     }

@@ -300,6 +300,9 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::conflicting_flow(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
     }
+    if let Some(b) = guards::alias_names_two_clusters(mf, &others, |k| ctx.known_cluster_ids(k)) {
+        return Ok(Check::Stop(b));
+    }
     Ok(Check::Deploy(Box::new(resolved), versions))
 }
 
