@@ -76,6 +76,12 @@ fn reasons() -> Vec<&'static str> {
         reason::CONFLICTING_FLOW,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,
+        reason::SOURCE_NOT_KAFKA,
+        reason::TARGET_NOT_KAFKA,
+        reason::SOURCE_SECURITY_MISMATCH,
+        reason::TARGET_SECURITY_MISMATCH,
+        reason::SOURCE_SASL_MECHANISM_NOT_ENABLED,
+        reason::TARGET_SASL_MECHANISM_NOT_ENABLED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | reading the clusters (I/O) | [`probe`] |
 //! | the probe's shared, followed clients | [`clients`] |
+//! | why a connection failed, by class | [`diagnose`] |
 //! | condition reasons | [`reason`] |
 //! | per-group readiness | [`groups`] |
 //! | breaks in continuity, `Gapless` | [`gaps`] |
@@ -16,6 +17,7 @@
 
 pub mod acls;
 pub mod clients;
+pub mod diagnose;
 pub mod gaps;
 pub mod groups;
 pub mod probe;
@@ -97,6 +99,9 @@ pub enum ClusterFault {
     /// OAUTHBEARER: the brokers refused the token (signature, issuer, audience or scope they do
     /// not accept).
     TokenRefused(String),
+    /// The client could not connect and [`diagnose`] found the class: nothing listening, TLS
+    /// or SASL expected or not, not Kafka, a certificate, a mechanism not enabled.
+    Connection(diagnose::Diagnosis),
 }
 
 impl ClusterFault {
@@ -105,6 +110,7 @@ impl ClusterFault {
     fn describe(&self, side: &str) -> (&'static str, String) {
         let source = side == "source";
         match self {
+            ClusterFault::Connection(d) => diagnose::describe(d, side),
             ClusterFault::Unreachable(e) => (
                 if source {
                     reason::SOURCE_UNREACHABLE

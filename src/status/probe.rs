@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
+use super::diagnose::{self, Diagnosis};
 use super::{ClusterFault, GroupObservation, Observation};
 use crate::api::FlowMode;
 use crate::flow::Flow;
@@ -127,16 +128,23 @@ pub struct ProbeContext {
     cause: Mutex<Option<(std::time::Instant, ClusterFault)>>,
     /// The client authenticates with SASL/OAUTHBEARER tokens from a token endpoint.
     oauthbearer: bool,
+    /// When the listener was last diagnosed and what was found ([`diagnose`]).
+    diagnosed: Mutex<Option<(std::time::Instant, Option<Diagnosis>)>>,
 }
 
 /// How long a reported cause explains a failed request.
 const CAUSE_VALID: Duration = Duration::from_secs(60);
+/// How often a client's listener is diagnosed at most.
+const DIAGNOSE_EVERY: Duration = Duration::from_secs(60);
+/// The longest one diagnosis may take.
+const DIAGNOSIS_TIME: Duration = Duration::from_secs(8);
 
 impl ProbeContext {
     pub(super) fn new(oauthbearer: bool) -> Self {
         ProbeContext {
             cause: Mutex::new(None),
             oauthbearer,
+            diagnosed: Mutex::new(None),
         }
     }
 
@@ -146,6 +154,28 @@ impl ProbeContext {
             .as_ref()
             .filter(|(at, _)| at.elapsed() <= CAUSE_VALID)
             .map(|(_, f)| f.clone())
+    }
+
+    /// What [`diagnose`] finds at the cluster's listener, asked at most once per
+    /// [`DIAGNOSE_EVERY`] per client (a client is one spec's cluster and credentials): the probe
+    /// repeats every status interval, a diagnosis opens connections of its own. A probe that
+    /// finds one under way goes without.
+    fn diagnosis(&self, config: &ClientConfig, budget: Budget) -> Option<Diagnosis> {
+        {
+            let mut last = self.diagnosed.lock().ok()?;
+            if let Some((at, found)) = last.as_ref()
+                && at.elapsed() < DIAGNOSE_EVERY
+            {
+                return found.clone();
+            }
+            *last = Some((std::time::Instant::now(), None));
+        }
+        let deadline = std::time::Instant::now() + budget.next(DIAGNOSIS_TIME);
+        let found = diagnose::diagnose(&diagnose::Expected::from_client_config(config), deadline);
+        if let Ok(mut last) = self.diagnosed.lock() {
+            *last = Some((std::time::Instant::now(), found.clone()));
+        }
+        found
     }
 
     fn clear_cause(&self) {
@@ -228,16 +258,40 @@ fn refuses_client_certificate(reason: &str) -> bool {
     .any(|alert| reason.contains(alert))
 }
 
-/// The client's own explanation when it has one, else the request's error.
-fn fault(cluster: &Cluster, error: &KafkaError) -> ClusterFault {
+/// The client's own explanation when it tells the class (credentials, client certificate,
+/// token); else what [`diagnose`] finds at the listener; else the request's error.
+fn fault(
+    cluster: &Cluster,
+    error: &KafkaError,
+    config: &ClientConfig,
+    budget: Budget,
+) -> ClusterFault {
     // Client errors arrive as events on the consumer's queue: polling hands them to the
     // context (records of followed topics go to their tails).
     cluster.pump(Duration::from_millis(500));
-    cluster
-        .client()
-        .context()
-        .recent_cause()
-        .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
+    let context = cluster.client().context();
+    let told = context.recent_cause();
+    if let Some(fault) = &told
+        && !needs_diagnosis(fault)
+    {
+        return fault.clone();
+    }
+    match context.diagnosis(config, budget) {
+        Some(found) => ClusterFault::Connection(found),
+        None => told.unwrap_or_else(|| ClusterFault::Unreachable(error.to_string())),
+    }
+}
+
+/// Faults whose words may hide the class: "transport failure"; a TLS handshake that failed
+/// for a reason the client does not tell (a plaintext listener, a host name the certificate
+/// does not list, an untrusted CA); an authentication failure that is a mechanism the
+/// listener does not enable (when it enables it, the diagnosis finds nothing and the
+/// credentials are named).
+fn needs_diagnosis(fault: &ClusterFault) -> bool {
+    matches!(
+        fault,
+        ClusterFault::Unreachable(_) | ClusterFault::Tls(_) | ClusterFault::Authentication(_)
+    )
 }
 
 /// The flow's probe client settings, made shareable: the client id the flow's own clients
@@ -364,7 +418,7 @@ fn observe_clusters(
             mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
             out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
         }
-        Err(e) => out.source_error = Some(fault(&source, e)),
+        Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
     let target_md = match target.metadata(budget.next(TIMEOUT)) {
         Ok(md) => {
@@ -372,7 +426,7 @@ fn observe_clusters(
             md
         }
         Err(e) => {
-            out.target_error = Some(fault(&target, &e));
+            out.target_error = Some(fault(&target, &e, &target_config, budget));
             return out;
         }
     };

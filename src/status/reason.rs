@@ -71,3 +71,14 @@ pub const TOPIC_ACLS_MISSING: &str = "TopicAclsMissing";
 pub const TOPIC_ACLS_FORBIDDEN: &str = "TopicAclsForbidden";
 /// `spec.sourceLoop.syncTopicAcls`: a cluster's ACLs could not be read this time.
 pub const TOPIC_ACLS_UNKNOWN: &str = "TopicAclsUnknown";
+/// The bootstrap address answers, but not as a Kafka broker (an HTTP or SSH server...).
+pub const SOURCE_NOT_KAFKA: &str = "SourceNotKafka";
+pub const TARGET_NOT_KAFKA: &str = "TargetNotKafka";
+/// The listener's security differs from the spec's: TLS expected or not, SASL expected or not.
+pub const SOURCE_SECURITY_MISMATCH: &str = "SourceSecurityMismatch";
+pub const TARGET_SECURITY_MISMATCH: &str = "TargetSecurityMismatch";
+/// The listener does not enable `spec.<side>.sasl.mechanism` (the message lists what it does).
+pub const SOURCE_SASL_MECHANISM_NOT_ENABLED: &str = "SourceSaslMechanismNotEnabled";
+pub const TARGET_SASL_MECHANISM_NOT_ENABLED: &str = "TargetSaslMechanismNotEnabled";
+/// A Secret value larger than a value of its kind may be (refused before it is sent).
+pub const SECRET_VALUE_TOO_LARGE: &str = crate::kafka::secrets::SECRET_VALUE_TOO_LARGE;
