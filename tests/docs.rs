@@ -82,6 +82,9 @@ fn reasons() -> Vec<&'static str> {
         reason::TARGET_SECURITY_MISMATCH,
         reason::SOURCE_SASL_MECHANISM_NOT_ENABLED,
         reason::TARGET_SASL_MECHANISM_NOT_ENABLED,
+        reason::NO_TOPICS_MATCHED,
+        reason::NO_GROUPS_MATCHED,
+        reason::REPLICAS_ABOVE_PARTITIONS,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

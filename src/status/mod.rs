@@ -78,6 +78,18 @@ pub struct GroupObservation {
     pub invalidated_checkpoints: u32,
 }
 
+/// What the flow's topic and group selection was matched against on the source; `None` where
+/// not read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Selected {
+    /// Topics on the source, internal ones left out.
+    pub topics_seen: Option<usize>,
+    /// Partitions of the topics the flow copies.
+    pub partitions: Option<usize>,
+    /// Groups `spec.groups` selects, and groups listed on the source.
+    pub groups: Option<(usize, usize)>,
+}
+
 /// Why a cluster could not be used, as the probe's clients reported it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClusterFault {
@@ -222,6 +234,8 @@ pub struct Observation {
     pub heartbeat_age: Option<Duration>,
     pub heartbeat_time: Option<Time>,
     pub topics: Option<i32>,
+    /// What the flow's selection was matched against on the source.
+    pub selected: Selected,
     pub replication_lag: Option<i64>,
     /// Groups with committed offsets on the source (checkpointed or not).
     pub groups: Vec<GroupObservation>,
@@ -309,6 +323,13 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 "{}/{} replicator pods ready",
                 obs.ready_replicas, obs.desired_replicas
             ),
+        )
+    } else if let Some(idle) = idle_replicas(obs) {
+        verdict(
+            READY,
+            true,
+            reason::REPLICAS_ABOVE_PARTITIONS,
+            format!("{} replicator pods ready; {idle}", obs.ready_replicas),
         )
     } else {
         verdict(
@@ -436,12 +457,7 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
             .filter(|(state, _)| *state != GroupState::Ready)
             .collect();
         match not_ready.first() {
-            None if obs.groups.is_empty() => verdict(
-                CHECKPOINTS_FRESH,
-                true,
-                reason::OK,
-                "no consumer group to checkpoint",
-            ),
+            None if obs.groups.is_empty() => no_groups(obs),
             None => verdict(
                 CHECKPOINTS_FRESH,
                 true,
@@ -467,14 +483,22 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         .into_iter()
         .filter(|v| !v.ok)
         .collect();
-    let failover = match blockers.first() {
-        None => verdict(
+    let nothing_copied = no_topics(obs);
+    let failover = match (&nothing_copied, blockers.first()) {
+        // The root cause: without a topic no group has offsets to fail over with.
+        (Some(message), _) => verdict(
+            FAILOVER_READY,
+            false,
+            reason::NO_TOPICS_MATCHED,
+            message.clone(),
+        ),
+        (None, None) => verdict(
             FAILOVER_READY,
             true,
             reason::OK,
             "consumers can fail over to the target now",
         ),
-        Some(first) => verdict(
+        (None, Some(first)) => verdict(
             FAILOVER_READY,
             false,
             first.reason,
@@ -482,6 +506,56 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         ),
     };
     vec![ready, replicating, checkpoints, heartbeats, failover]
+}
+
+/// When the flow's topic selection matched no topic on the source: what to say.
+fn no_topics(obs: &Observation) -> Option<String> {
+    if obs.topics != Some(0) || obs.source_error.is_some() {
+        return None;
+    }
+    let seen = match obs.selected.topics_seen {
+        Some(n) => format!("none of the {n} topics"),
+        None => "none of the topics".to_string(),
+    };
+    Some(format!(
+        "spec.topics and spec.topicsExclude select {seen} on the source (internal topics are never copied), so the flow copies nothing and no consumer can fail over; check the patterns (regular expressions matched against whole names) against the source's topics, or create the topics"
+    ))
+}
+
+/// `CheckpointsFresh` when no group has committed offsets on the mirrored topics: False, since
+/// a flow that checkpoints no group gives no consumer a place to fail over to.
+fn no_groups(obs: &Observation) -> Verdict {
+    let message = if obs.topics == Some(0) {
+        "no topic is mirrored (see FailoverReady), so no consumer group has offsets to checkpoint"
+            .to_string()
+    } else {
+        match obs.selected.groups {
+            Some((0, listed)) => format!(
+                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns, or start the consumers (a group is listed once it commits)"
+            ),
+            Some((matched, _)) => format!(
+                "{matched} consumer group(s) match spec.groups but none has committed offsets on the mirrored topics yet, so there is nothing to fail over; a group counts once it commits on a mirrored topic"
+            ),
+            None => "no consumer group that spec.groups selects has committed offsets on the mirrored topics, so there is nothing to fail over".to_string(),
+        }
+    };
+    let reason = if obs.topics == Some(0) {
+        reason::NO_TOPICS_MATCHED
+    } else {
+        reason::NO_GROUPS_MATCHED
+    };
+    verdict(CHECKPOINTS_FRESH, false, reason, message)
+}
+
+/// How many replicas idle because the mirrored topics have fewer partitions (a partition is
+/// copied by one replica at a time), as a sentence; `None` when all may work.
+fn idle_replicas(obs: &Observation) -> Option<String> {
+    let partitions = obs.selected.partitions.filter(|&p| p > 0)?;
+    let replicas = usize::try_from(obs.desired_replicas).ok()?;
+    let idle = replicas.checked_sub(partitions).filter(|&n| n > 0)?;
+    Some(format!(
+        "spec.replicas is {replicas} but the mirrored topics have {partitions} partition(s) in all, so {idle} replica(s) idle (a partition is copied by one replica at a time); lower spec.replicas to {partitions}, or keep the others as standbys"
+    ))
 }
 
 /// `Replicating` while a cluster refuses topic changes: how many, the oldest in full (it

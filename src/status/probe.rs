@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::diagnose::{self, Diagnosis};
-use super::{ClusterFault, GroupObservation, Observation};
+use super::{ClusterFault, GroupObservation, Observation, Selected};
 use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
@@ -82,6 +82,8 @@ pub struct ClusterObservation {
     /// Age and emission time (ms since the epoch) of the newest replicated source heartbeat.
     pub heartbeat: Option<(Duration, i64)>,
     pub topics: Option<i32>,
+    /// What the flow's selection was matched against on the source ([`Selected`]).
+    pub selected: Selected,
     /// Source records not yet on the target (end offsets minus the replicator's stored
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
@@ -109,6 +111,7 @@ impl ClusterObservation {
                 .map(Time)
         });
         obs.topics = self.topics;
+        obs.selected = self.selected;
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
         obs.gaps = self.gaps;
@@ -417,6 +420,7 @@ fn observe_clusters(
             source.client().context().clear_cause();
             mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
             out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
+            out.selected = selected_topics(flow, md);
         }
         Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
@@ -559,8 +563,45 @@ fn observe_clusters(
             &recreated,
             budget,
         );
+        out.selected.groups = selected_groups(flow, &source, budget);
     }
     out
+}
+
+/// The source's topics (internal ones left out) and the partitions of those the flow copies.
+fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
+    let policy = flow.policy.as_ref();
+    let seen = md
+        .topics()
+        .iter()
+        .filter(|t| !t.name().starts_with("__"))
+        .count();
+    let partitions = md
+        .topics()
+        .iter()
+        .filter(|t| replicates(flow, policy, t.name()))
+        .map(|t| t.partitions().len())
+        .fold(0usize, usize::saturating_add);
+    Selected {
+        topics_seen: Some(seen),
+        partitions: Some(partitions),
+        groups: None,
+    }
+}
+
+/// (groups `spec.groups` selects, groups listed) on the source; the list is the one the
+/// group observations just read (shared for a while), so this asks nothing new.
+fn selected_groups(flow: &Flow, source: &Cluster, budget: Budget) -> Option<(usize, usize)> {
+    let list = source.group_names(budget.next(TIMEOUT)).ok()?;
+    let listed = list
+        .iter()
+        .filter(|g| !g.starts_with("mirrorflow."))
+        .count();
+    let matched = list
+        .iter()
+        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
+        .count();
+    Some((matched, listed))
 }
 
 /// When each source partition's remote partition was last found recreated (ms since the

@@ -82,3 +82,9 @@ pub const SOURCE_SASL_MECHANISM_NOT_ENABLED: &str = "SourceSaslMechanismNotEnabl
 pub const TARGET_SASL_MECHANISM_NOT_ENABLED: &str = "TargetSaslMechanismNotEnabled";
 /// A Secret value larger than a value of its kind may be (refused before it is sent).
 pub const SECRET_VALUE_TOO_LARGE: &str = crate::kafka::secrets::SECRET_VALUE_TOO_LARGE;
+/// The flow's topic selection matches no topic on the source: it copies nothing.
+pub const NO_TOPICS_MATCHED: &str = "NoTopicsMatched";
+/// No consumer group the flow selects has committed offsets on the mirrored topics.
+pub const NO_GROUPS_MATCHED: &str = "NoGroupsMatched";
+/// More replicas than the mirrored topics have partitions: the others idle (`Ready` stays True).
+pub const REPLICAS_ABOVE_PARTITIONS: &str = "ReplicasAbovePartitions";

@@ -399,3 +399,86 @@ fn failed_connections_are_answered_by_class() -> Result<()> {
     }
     Ok(())
 }
+
+/// The status of one probe of an Observe flow with `selection` (topics and groups), with
+/// `replicas` replicator pods taken as desired and ready.
+fn probed_status(selection: Value, replicas: i32) -> Result<mirrorflow::api::MirrorFlowStatus> {
+    let mut spec = json!({
+        "mode": "Observe",
+        "source": {"alias": unique("sel"), "bootstrapServers": var("MF_SOURCE_BOOTSTRAP")?},
+        "target": {"alias": unique("selt"), "bootstrapServers": var("MF_TARGET_BOOTSTRAP")?},
+    });
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), selection.as_object()) {
+        s.extend(extra.clone());
+    }
+    let spec: MirrorFlowSpec = serde_json::from_value(spec)?;
+    let flow = flow::resolve("classes/selection".into(), spec, &SecretFiles::new("/none"))?;
+    let mut obs = Observation {
+        desired_replicas: replicas,
+        ready_replicas: replicas,
+        heartbeats_enabled: true,
+        checkpoints_enabled: true,
+        ..Observation::default()
+    };
+    observe(&flow, Budget::new(PROBE_BUDGET)).record_into(&mut obs);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    Ok(status::status(
+        None,
+        &obs,
+        &FailoverReadinessSpec::default(),
+        None,
+        &now,
+    ))
+}
+
+fn condition(
+    s: &mirrorflow::api::MirrorFlowStatus,
+    type_: &str,
+) -> Result<(String, String, String)> {
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .with_context(|| format!("no {type_}"))?;
+    Ok((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selections_the_source_does_not_fill_are_answered_with_counts() -> Result<()> {
+    let topic = unique("classes-sel");
+    mirrorflow_e2e::kafka::create_topic(&var("MF_SOURCE_BOOTSTRAP")?, &topic, 3).await?;
+    let (no_topic, no_group, idle) = tokio::task::block_in_place(|| -> Result<_> {
+        Ok((
+            probed_status(json!({"topics": [format!("{topic}-absent")]}), 1)?,
+            probed_status(
+                json!({"topics": [topic.clone()], "groups": [format!("{topic}-nobody-.*")]}),
+                1,
+            )?,
+            probed_status(json!({"topics": [topic.clone()]}), 64)?,
+        ))
+    })?;
+    let (status, reason_, message) = condition(&no_topic, "FailoverReady")?;
+    println!("no topic matched: FailoverReady {status} {reason_}: {message}");
+    assert_eq!(
+        (status.as_str(), reason_.as_str()),
+        ("False", reason::NO_TOPICS_MATCHED)
+    );
+    assert!(message.contains("select none of the") && message.contains("topics on the source"));
+    let (status, reason_, message) = condition(&no_group, "CheckpointsFresh")?;
+    println!("no group matched: CheckpointsFresh {status} {reason_}: {message}");
+    assert_eq!(
+        (status.as_str(), reason_.as_str()),
+        ("False", reason::NO_GROUPS_MATCHED)
+    );
+    assert!(message.contains("select none of the"), "{message}");
+    let (status, _, _) = condition(&no_group, "FailoverReady")?;
+    assert_eq!(status, "False");
+    let (status, reason_, message) = condition(&idle, "Ready")?;
+    println!("64 replicas, 3 partitions: Ready {status} {reason_}: {message}");
+    assert_eq!(
+        (status.as_str(), reason_.as_str()),
+        ("True", reason::REPLICAS_ABOVE_PARTITIONS)
+    );
+    assert!(message.contains("61 replica(s) idle"), "{message}");
+    Ok(())
+}
