@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
+pub mod placement;
 mod selection;
 
 use crate::api::rules::alias_contains_separator;

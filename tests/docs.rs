@@ -85,6 +85,7 @@ fn reasons() -> Vec<&'static str> {
         reason::NO_TOPICS_MATCHED,
         reason::NO_GROUPS_MATCHED,
         reason::REPLICAS_ABOVE_PARTITIONS,
+        reason::PLACEMENT_CHANGED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

@@ -54,6 +54,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         checkpoints_enabled: mf.spec.checkpoints.enabled,
         gaps_acknowledged: gaps_acknowledged(&mf),
         name: mf.name_any(),
+        placement: Some(flow::placement::of(&mf.spec)),
         ..Observation::default()
     };
 
@@ -257,6 +258,9 @@ enum Check {
 async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error> {
     if let Err(e) = flow::validate(&mf.spec) {
         return Ok(Check::Hold(Blocked::new(e.reason(), e.to_string())));
+    }
+    if let Some(m) = flow::placement::refused_change(mf) {
+        return Ok(Check::Hold(Blocked::new(reason::PLACEMENT_CHANGED, m)));
     }
     if let Some(b) =
         guards::image_not_allowed(mf, &ctx.replicator_image, &ctx.allowed_image_prefixes)

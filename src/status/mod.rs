@@ -257,6 +257,9 @@ pub struct Observation {
     /// Remote topics the clusters would not create or keep in line with their source, as the
     /// replicator recorded them; `None` when they could not be read (none is then known).
     pub refusals: Option<Vec<crate::kafka::refusals::Refusal>>,
+    /// Where the spec puts the copies ([`crate::flow::placement`]); recorded in the status
+    /// once deployed. `None`: keep what the status says.
+    pub placement: Option<crate::api::DeployedPlacement>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -618,6 +621,18 @@ fn merge(
         .collect()
 }
 
+/// The placement the replicators run with: the spec's once it was deployed unblocked (an
+/// Observe flow deploys no replicator), else the one recorded before.
+fn deployed_placement(
+    previous: Option<&MirrorFlowStatus>,
+    obs: &Observation,
+) -> Option<crate::api::DeployedPlacement> {
+    match (&obs.blocked, &obs.placement) {
+        (None, Some(p)) if !obs.observe_only => Some(p.clone()),
+        _ => previous.and_then(|p| p.deployed_placement.clone()),
+    }
+}
+
 /// The whole status for one observation.
 pub fn status(
     previous: Option<&MirrorFlowStatus>,
@@ -663,6 +678,7 @@ pub fn status(
         replication_lag: obs.replication_lag,
         least_ready_groups: least_ready,
         gaps,
+        deployed_placement: deployed_placement(previous, obs),
     }
 }
 

@@ -88,3 +88,6 @@ pub const NO_TOPICS_MATCHED: &str = "NoTopicsMatched";
 pub const NO_GROUPS_MATCHED: &str = "NoGroupsMatched";
 /// More replicas than the mirrored topics have partitions: the others idle (`Ready` stays True).
 pub const REPLICAS_ABOVE_PARTITIONS: &str = "ReplicasAbovePartitions";
+/// A spec change would move the running flow's copies (naming policy, alias, target cluster):
+/// held until accepted for its generation.
+pub const PLACEMENT_CHANGED: &str = "PlacementChanged";

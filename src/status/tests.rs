@@ -711,3 +711,36 @@ fn replicas_above_the_partitions_are_named_idle_without_failing_ready() {
         assert_eq!(cond(&s, READY).reason, reason::OK, "{partitions:?}");
     }
 }
+
+#[test]
+fn the_placement_is_recorded_once_deployed_and_kept_while_held() {
+    let placement = |alias: &str| crate::api::DeployedPlacement {
+        policy: "Prefix".into(),
+        separator: Some(".".into()),
+        source_alias: alias.into(),
+        target_alias: "b".into(),
+        target_bootstrap_servers: "y:1".into(),
+    };
+    let limits = FailoverReadinessSpec::default();
+    let mut o = healthy();
+    o.placement = Some(placement("a"));
+    let deployed = status(None, &o, &limits, Some(1), &now());
+    assert_eq!(deployed.deployed_placement, Some(placement("a")));
+    // Held (a refused change): the deployed placement stays.
+    o.placement = Some(placement("a2"));
+    o.blocked = Some(Blocked::new(
+        reason::PLACEMENT_CHANGED,
+        "spec.source.alias: ...",
+    ));
+    let held = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(held.deployed_placement, Some(placement("a")));
+    // Observe mode deploys no replicator; the CLI's status has no placement.
+    o.blocked = None;
+    o.observe_only = true;
+    let observed = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(observed.deployed_placement, Some(placement("a")));
+    o.observe_only = false;
+    o.placement = None;
+    let cli = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(cli.deployed_placement, Some(placement("a")));
+}
