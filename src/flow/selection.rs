@@ -244,7 +244,7 @@ fn is_edge_anchor(hir: &Hir) -> bool {
 fn finite_names(hir: &Hir) -> Option<Vec<String>> {
     let names = match hir.kind() {
         HirKind::Empty => vec![String::new()],
-        HirKind::Look(l) if matches!(l, Look::Start | Look::End | Look::StartLF | Look::EndLF) => {
+        HirKind::Look(Look::Start | Look::End | Look::StartLF | Look::EndLF) => {
             vec![String::new()]
         }
         HirKind::Look(_) => return None,
