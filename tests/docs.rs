@@ -86,6 +86,8 @@ fn reasons() -> Vec<&'static str> {
         reason::NO_GROUPS_MATCHED,
         reason::REPLICAS_ABOVE_PARTITIONS,
         reason::PLACEMENT_CHANGED,
+        reason::SOURCE_NOT_AUTHORIZED,
+        reason::TARGET_NOT_AUTHORIZED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

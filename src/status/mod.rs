@@ -88,6 +88,9 @@ pub struct Selected {
     pub partitions: Option<usize>,
     /// Groups `spec.groups` selects, and groups listed on the source.
     pub groups: Option<(usize, usize)>,
+    /// Selected groups whose committed offsets the source refused to the flow's principal
+    /// (group authorization failed).
+    pub groups_forbidden: usize,
 }
 
 /// Why a cluster could not be used, as the probe's clients reported it.
@@ -111,6 +114,9 @@ pub enum ClusterFault {
     /// OAUTHBEARER: the brokers refused the token (signature, issuer, audience or scope they do
     /// not accept).
     TokenRefused(String),
+    /// The credentials were accepted, but the principal may not do what was asked (topic,
+    /// group or cluster authorization failed).
+    NotAuthorized(String),
     /// The client could not connect and [`diagnose`] found the class: nothing listening, TLS
     /// or SASL expected or not, not Kafka, a certificate, a mechanism not enabled.
     Connection(diagnose::Diagnosis),
@@ -181,6 +187,16 @@ impl ClusterFault {
                 },
                 format!(
                     "the {side} cluster refused the OAuth token: {e}; the token endpoint in spec.{side}.sasl.oauthbearer.tokenEndpointUrl issued it, so check that the brokers trust that issuer and its keys, and the audience and spec.{side}.sasl.oauthbearer.scope they expect"
+                ),
+            ),
+            ClusterFault::NotAuthorized(e) => (
+                if source {
+                    reason::SOURCE_NOT_AUTHORIZED
+                } else {
+                    reason::TARGET_NOT_AUTHORIZED
+                },
+                format!(
+                    "the {side} cluster accepted the credentials but does not authorize the flow's principal: {e}; grant the principal that spec.{side}.sasl (or spec.{side}.tls.certSecretRef) authenticates as the ACLs the flow needs on the {side} (DESCRIBE and READ on the topics and groups it copies and checkpoints, see docs/concepts.md)"
                 ),
             ),
             ClusterFault::Tls(e) => (
@@ -454,6 +470,16 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         )
     } else if let Some((r, m)) = &unreachable {
         verdict(CHECKPOINTS_FRESH, false, r, m.clone())
+    } else if obs.selected.groups_forbidden > 0 {
+        verdict(
+            CHECKPOINTS_FRESH,
+            false,
+            reason::SOURCE_NOT_AUTHORIZED,
+            format!(
+                "the source refused the committed offsets of {} selected consumer group(s) to the flow's principal (group authorization failed), so whether they can fail over is unknown; grant the principal that spec.source.sasl (or spec.source.tls.certSecretRef) authenticates as DESCRIBE on those groups, or leave them out with spec.groupsExclude",
+                obs.selected.groups_forbidden
+            ),
+        )
     } else {
         let not_ready: Vec<&(GroupState, crate::api::GroupReadiness)> = groups
             .iter()

@@ -234,6 +234,8 @@ fn classify(oauthbearer: bool, authentication: bool, reason: &str) -> Option<Clu
         ClusterFault::TokenRefused(reason.to_string())
     } else if authentication {
         ClusterFault::Authentication(reason.to_string())
+    } else if refuses_the_principal(reason) {
+        ClusterFault::NotAuthorized(reason.to_string())
     } else if refuses_client_certificate(reason) {
         ClusterFault::CertificateRefused(reason.to_string())
     } else if reason.contains("SSL handshake failed") {
@@ -259,6 +261,20 @@ fn refuses_client_certificate(reason: &str) -> bool {
     ]
     .iter()
     .any(|alert| reason.contains(alert))
+}
+
+/// The broker's authorization errors (Kafka's error names as librdkafka words them): the
+/// credentials were accepted, the principal may not do what the probe asked.
+fn refuses_the_principal(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    [
+        "topic authorization failed",
+        "group authorization failed",
+        "cluster authorization failed",
+        "transactional id authorization failed",
+    ]
+    .iter()
+    .any(|e| reason.contains(e))
 }
 
 /// The client's own explanation when it tells the class (credentials, client certificate,
@@ -554,7 +570,7 @@ fn observe_clusters(
     }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
-        out.groups = group_observations(
+        (out.groups, out.selected.groups_forbidden) = group_observations(
             flow,
             &source,
             md,
@@ -586,6 +602,7 @@ fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
         topics_seen: Some(seen),
         partitions: Some(partitions),
         groups: None,
+        groups_forbidden: 0,
     }
 }
 
@@ -740,7 +757,8 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
     ) == crate::mm2::TopicDecision::Replicate
 }
 
-/// `source` and `md` are the probe's own client and metadata of the source cluster.
+/// `source` and `md` are the probe's own client and metadata of the source cluster. Also
+/// counts the groups whose offsets the source refused to the flow's principal.
 fn group_observations(
     flow: &Flow,
     source: &Cluster,
@@ -749,11 +767,12 @@ fn group_observations(
     positions: Option<&Positions>,
     recreated: &Recreations,
     budget: Budget,
-) -> Vec<GroupObservation> {
+) -> (Vec<GroupObservation>, usize) {
     let policy = flow.policy.as_ref();
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
+    let mut forbidden = 0usize;
     let mirrored: HashSet<(String, i32)> = md
         .topics()
         .iter()
@@ -774,8 +793,14 @@ fn group_observations(
         let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
         let answers = source.committed(&names, budget.next(TIMEOUT));
         for (group, answer) in chunk.iter().zip(answers) {
-            let Ok(committed) = answer else {
-                continue;
+            let committed = match answer {
+                Ok(c) => c,
+                Err(e) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed) {
+                        forbidden = forbidden.saturating_add(1);
+                    }
+                    continue;
+                }
             };
             let mut committed = listed(&committed);
             committed.retain(|partition, _| mirrored.contains(partition));
@@ -791,7 +816,7 @@ fn group_observations(
             ));
         }
     }
-    out
+    (out, forbidden)
 }
 
 /// The groups a probe asks about, in order: the flow's groups on the source (not the

@@ -91,3 +91,7 @@ pub const REPLICAS_ABOVE_PARTITIONS: &str = "ReplicasAbovePartitions";
 /// A spec change would move the running flow's copies (naming policy, alias, target cluster):
 /// held until accepted for its generation.
 pub const PLACEMENT_CHANGED: &str = "PlacementChanged";
+/// The credentials were accepted but the flow's principal may not read or write what it needs
+/// (topic, group or cluster authorization failed).
+pub const SOURCE_NOT_AUTHORIZED: &str = "SourceNotAuthorized";
+pub const TARGET_NOT_AUTHORIZED: &str = "TargetNotAuthorized";

@@ -744,3 +744,37 @@ fn the_placement_is_recorded_once_deployed_and_kept_while_held() {
     let cli = status(Some(&deployed), &o, &limits, Some(2), &now());
     assert_eq!(cli.deployed_placement, Some(placement("a")));
 }
+
+#[test]
+fn refused_group_offsets_and_principals_are_named_not_authorized() {
+    let mut o = healthy();
+    o.selected.groups_forbidden = 4;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let fresh = cond(&s, CHECKPOINTS_FRESH);
+    assert_eq!(
+        (fresh.status.as_str(), fresh.reason.as_str()),
+        ("False", reason::SOURCE_NOT_AUTHORIZED)
+    );
+    assert!(
+        fresh.message.contains("4 selected consumer group(s)")
+            && fresh.message.contains("spec.source.sasl"),
+        "{}",
+        fresh.message
+    );
+    assert_eq!(
+        cond(&s, FAILOVER_READY).reason,
+        reason::SOURCE_NOT_AUTHORIZED
+    );
+    let mut o = healthy();
+    o.target_error = Some(ClusterFault::NotAuthorized(
+        "Broker: Topic authorization failed".into(),
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let ready = cond(&s, READY);
+    assert_eq!(ready.reason, reason::TARGET_NOT_AUTHORIZED);
+    assert!(
+        ready.message.contains("spec.target.sasl"),
+        "{}",
+        ready.message
+    );
+}
