@@ -93,7 +93,7 @@ impl Foreign {
             Foreign::Http => "an HTTP server",
             Foreign::Ssh => "an SSH server",
             Foreign::Text => "a service that answers with text",
-            Foreign::Unknown => "a service that does not answer as Kafka",
+            Foreign::Unknown => "a service that closes the connection or speaks another protocol",
         }
     }
 }
@@ -391,10 +391,12 @@ impl Peer<'_> {
             }
             match TcpStream::connect_timeout(socket, left) {
                 Ok(tcp) => return Ok(self.armed(tcp)),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    failed = Class::NothingListening;
+                // Refused on one address of a name tells more than silence on another.
+                Err(e) => {
+                    if connect_failure(e.kind()) == Class::NothingListening {
+                        failed = Class::NothingListening;
+                    }
                 }
-                Err(_) => {}
             }
         }
         Err(failed)
@@ -407,6 +409,15 @@ impl Peer<'_> {
         let _ = tcp.set_read_timeout(step).and(tcp.set_write_timeout(step));
         let _ = tcp.set_nodelay(true);
         (tcp, watchdog)
+    }
+}
+
+/// The class of a failed connection attempt: refused (a RST, or a firewall's REJECT) is
+/// nothing listening; a timeout or no route is no answer.
+pub fn connect_failure(kind: std::io::ErrorKind) -> Class {
+    match kind {
+        std::io::ErrorKind::ConnectionRefused => Class::NothingListening,
+        _ => Class::NoAnswer,
     }
 }
 
@@ -672,110 +683,105 @@ impl Watchdog {
 pub fn describe(d: &Diagnosis, side: &str) -> (&'static str, String) {
     let source = side == "source";
     let pick = |s: &'static str, t: &'static str| if source { s } else { t };
-    let unreachable = pick(reason::SOURCE_UNREACHABLE, reason::TARGET_UNREACHABLE);
-    let mismatch = pick(
-        reason::SOURCE_SECURITY_MISMATCH,
-        reason::TARGET_SECURITY_MISMATCH,
-    );
-    let tls_failed = pick(reason::SOURCE_TLS_FAILED, reason::TARGET_TLS_FAILED);
-    let addr = &d.address;
     let field = format!("spec.{side}");
-    match &d.class {
-        Class::Unresolved => (
-            unreachable,
-            format!(
-                "{field}.bootstrapServers: the host of '{addr}' does not resolve; correct the host name (a Kubernetes Service is <service>.<namespace>.svc:<port>)"
-            ),
+    let reason = match &d.class {
+        Class::Unresolved
+        | Class::NothingListening
+        | Class::NoAnswer
+        | Class::Silent
+        | Class::Kafka => pick(reason::SOURCE_UNREACHABLE, reason::TARGET_UNREACHABLE),
+        Class::NotKafka(_) => pick(reason::SOURCE_NOT_KAFKA, reason::TARGET_NOT_KAFKA),
+        Class::TlsExpected
+        | Class::PlaintextExpected
+        | Class::SaslExpected(_)
+        | Class::SaslNotEnabled => pick(
+            reason::SOURCE_SECURITY_MISMATCH,
+            reason::TARGET_SECURITY_MISMATCH,
         ),
-        Class::NothingListening => (
-            unreachable,
-            format!(
-                "{field}.bootstrapServers: nothing listens at '{addr}' (connection refused); check that the port is a Kafka listener's and that the brokers run"
-            ),
+        Class::MechanismNotEnabled { .. } => pick(
+            reason::SOURCE_SASL_MECHANISM_NOT_ENABLED,
+            reason::TARGET_SASL_MECHANISM_NOT_ENABLED,
         ),
-        Class::NoAnswer => (
-            unreachable,
-            format!(
-                "{field}.bootstrapServers: no answer from '{addr}' (the connection timed out: a firewall drops it, or the host is down); check the address, and that the operator and the replicator pods may reach it"
-            ),
+        Class::CertificateUntrusted | Class::HostnameMismatch => {
+            pick(reason::SOURCE_TLS_FAILED, reason::TARGET_TLS_FAILED)
+        }
+        Class::CertificateRefused => pick(
+            reason::SOURCE_CERTIFICATE_REFUSED,
+            reason::TARGET_CERTIFICATE_REFUSED,
         ),
-        Class::Silent => (
-            unreachable,
-            format!(
-                "{field}.bootstrapServers: '{addr}' accepts connections but does not answer a Kafka request in time (not a Kafka listener, or an overloaded broker); check the port"
-            ),
+    };
+    let message = address_message(&d.class, &field, &d.address)
+        .or_else(|| security_message(&d.class, &field, &d.address))
+        .or_else(|| certificate_message(&d.class, &field, &d.address))
+        .unwrap_or_default();
+    (reason, message)
+}
+
+/// Messages for an address that does not lead to a Kafka listener.
+fn address_message(class: &Class, field: &str, addr: &str) -> Option<String> {
+    Some(match class {
+        Class::Unresolved => format!(
+            "{field}.bootstrapServers: the host of '{addr}' does not resolve; correct the host name (a Kubernetes Service is <service>.<namespace>.svc:<port>)"
         ),
-        Class::TlsExpected => (
-            mismatch,
-            format!(
-                "{field}.tls: the listener at '{addr}' speaks TLS but {field}.tls is not set; add {field}.tls (with caSecretRef when a private CA signed the brokers' certificates), or point {field}.bootstrapServers at the brokers' plaintext listener"
-            ),
+        Class::NothingListening => format!(
+            "{field}.bootstrapServers: nothing listens at '{addr}' (connection refused); check that the port is a Kafka listener's and that the brokers run"
         ),
-        Class::PlaintextExpected => (
-            mismatch,
-            format!(
-                "{field}.tls: {field}.tls is set but the listener at '{addr}' speaks Kafka without TLS; remove {field}.tls, or point {field}.bootstrapServers at the brokers' TLS listener"
-            ),
+        Class::NoAnswer => format!(
+            "{field}.bootstrapServers: no answer from '{addr}' (the connection timed out: a firewall drops it, or the host is down); check the address, and that the operator and the replicator pods may reach it"
         ),
-        Class::NotKafka(f) => (
-            pick(reason::SOURCE_NOT_KAFKA, reason::TARGET_NOT_KAFKA),
-            format!(
-                "{field}.bootstrapServers: '{addr}' answers, but as {}, not as a Kafka broker; use the host:port of a Kafka listener (the brokers' advertised listener, often port 9092, or 9093 with TLS)",
-                f.what()
-            ),
+        Class::Silent => format!(
+            "{field}.bootstrapServers: '{addr}' accepts connections but does not answer a Kafka request in time (not a Kafka listener, or an overloaded broker); check the port"
         ),
-        Class::CertificateUntrusted => (
-            tls_failed,
-            format!(
-                "{field}.tls.caSecretRef: the certificate of the broker at '{addr}' is not signed by a CA the client trusts; put the CA that signed the brokers' certificates (PEM) in the Secret key named by {field}.tls.caSecretRef, or remove caSecretRef when a public CA signed them"
-            ),
+        Class::NotKafka(f) => format!(
+            "{field}.bootstrapServers: '{addr}' answers, but as {}, not as a Kafka broker; use the host:port of a Kafka listener (the brokers' advertised listener, often port 9092, or 9093 with TLS)",
+            f.what()
         ),
-        Class::HostnameMismatch => (
-            tls_failed,
-            format!(
-                "{field}.bootstrapServers: the certificate of the broker at '{addr}' does not name '{}'; use a host name the brokers' certificates list (their subject alternative names)",
-                host_of(addr)
-            ),
+        Class::Kafka => format!(
+            "{field}.bootstrapServers: '{addr}' is a Kafka listener that speaks what the spec says, yet the client could not use the cluster; check that the brokers' advertised listeners are reachable from the operator"
         ),
-        Class::CertificateRefused => (
-            pick(
-                reason::SOURCE_CERTIFICATE_REFUSED,
-                reason::TARGET_CERTIFICATE_REFUSED,
-            ),
-            format!(
-                "{field}.tls.certSecretRef: the broker at '{addr}' refused the client certificate, or requires one and none was given; set {field}.tls.certSecretRef and keySecretRef (or pkcs12SecretRef) to a certificate signed by the CA the brokers trust for clients"
-            ),
+        _ => return None,
+    })
+}
+
+/// Messages for a Kafka listener whose TLS or SASL differs from the spec's.
+fn security_message(class: &Class, field: &str, addr: &str) -> Option<String> {
+    Some(match class {
+        Class::TlsExpected => format!(
+            "{field}.tls: the listener at '{addr}' speaks TLS but {field}.tls is not set; add {field}.tls (with caSecretRef when a private CA signed the brokers' certificates), or point {field}.bootstrapServers at the brokers' plaintext listener"
         ),
-        Class::SaslExpected(enabled) => (
-            mismatch,
-            format!(
-                "{field}.sasl: the listener at '{addr}' requires SASL authentication (it enables {}) but {field}.sasl is not set; add {field}.sasl with one of these mechanisms and its credentials, or use a listener without SASL",
-                listed(enabled)
-            ),
+        Class::PlaintextExpected => format!(
+            "{field}.tls: {field}.tls is set but the listener at '{addr}' speaks Kafka without TLS; remove {field}.tls, or point {field}.bootstrapServers at the brokers' TLS listener"
         ),
-        Class::SaslNotEnabled => (
-            mismatch,
-            format!(
-                "{field}.sasl: {field}.sasl is set but the listener at '{addr}' does not use SASL; remove {field}.sasl, or point {field}.bootstrapServers at the brokers' SASL listener"
-            ),
+        Class::SaslExpected(enabled) => format!(
+            "{field}.sasl: the listener at '{addr}' requires SASL authentication (it enables {}) but {field}.sasl is not set; add {field}.sasl with one of these mechanisms and its credentials, or use a listener without SASL",
+            listed(enabled)
         ),
-        Class::MechanismNotEnabled { asked, enabled } => (
-            pick(
-                reason::SOURCE_SASL_MECHANISM_NOT_ENABLED,
-                reason::TARGET_SASL_MECHANISM_NOT_ENABLED,
-            ),
-            format!(
-                "{field}.sasl.mechanism: {asked} is not enabled on the listener at '{addr}', which enables {}; set {field}.sasl.mechanism to one of them (with credentials for it)",
-                listed(enabled)
-            ),
+        Class::SaslNotEnabled => format!(
+            "{field}.sasl: {field}.sasl is set but the listener at '{addr}' does not use SASL; remove {field}.sasl, or point {field}.bootstrapServers at the brokers' SASL listener"
         ),
-        Class::Kafka => (
-            unreachable,
-            format!(
-                "{field}.bootstrapServers: '{addr}' is a Kafka listener that speaks what the spec says, yet the client could not use the cluster; check that the brokers' advertised listeners are reachable from the operator"
-            ),
+        Class::MechanismNotEnabled { asked, enabled } => format!(
+            "{field}.sasl.mechanism: {asked} is not enabled on the listener at '{addr}', which enables {}; set {field}.sasl.mechanism to one of them (with credentials for it)",
+            listed(enabled)
         ),
-    }
+        _ => return None,
+    })
+}
+
+/// Messages for a certificate one side does not accept.
+fn certificate_message(class: &Class, field: &str, addr: &str) -> Option<String> {
+    Some(match class {
+        Class::CertificateUntrusted => format!(
+            "{field}.tls.caSecretRef: the certificate of the broker at '{addr}' is not signed by a CA the client trusts; put the CA that signed the brokers' certificates (PEM) in the Secret key named by {field}.tls.caSecretRef, or remove caSecretRef when a public CA signed them"
+        ),
+        Class::HostnameMismatch => format!(
+            "{field}.bootstrapServers: the certificate of the broker at '{addr}' does not name '{}'; use a host name the brokers' certificates list (their subject alternative names)",
+            host_of(addr)
+        ),
+        Class::CertificateRefused => format!(
+            "{field}.tls.certSecretRef: the broker at '{addr}' refused the client certificate, or requires one and none was given; set {field}.tls.certSecretRef and keySecretRef (or pkcs12SecretRef) to a certificate signed by the CA the brokers trust for clients"
+        ),
+        _ => return None,
+    })
 }
 
 fn listed(mechanisms: &[String]) -> String {

@@ -235,6 +235,21 @@ fn sasl_answers_name_the_mechanisms_or_the_mismatch() {
 }
 
 #[test]
+fn failed_connection_attempts_are_refused_or_unanswered() {
+    use std::io::ErrorKind::*;
+    assert_eq!(connect_failure(ConnectionRefused), Class::NothingListening);
+    for kind in [
+        TimedOut,
+        HostUnreachable,
+        NetworkUnreachable,
+        WouldBlock,
+        Other,
+    ] {
+        assert_eq!(connect_failure(kind), Class::NoAnswer, "{kind:?}");
+    }
+}
+
+#[test]
 fn every_class_names_a_field_and_a_fix_and_no_bytes() {
     let classes = [
         Class::Unresolved,
