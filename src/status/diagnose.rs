@@ -429,7 +429,7 @@ fn over_plaintext(peer: &Peer, expected: &Expected) -> Class {
     match exchange(&mut tcp, api_versions(), API_VERSIONS_ID).0 {
         Answer::Kafka => sasl_check(peer, expected),
         Answer::Foreign(f) => Class::NotKafka(f),
-        Answer::Silent => Class::Silent,
+        Answer::Silent => silent(peer),
         // A TLS answer, or (Kafka's TLS listeners) a close without a word: whether Kafka or
         // an HTTPS server is behind the TLS decides the fix.
         answer @ (Answer::Tls | Answer::Closed) => match behind_tls(peer) {
@@ -468,7 +468,7 @@ fn over_tls(peer: &Peer, tls: &TlsMaterial, expected: &Expected) -> Class {
             };
         }
         Err(TlsEnd::CertificateRefused) => return Class::CertificateRefused,
-        Err(TlsEnd::Deadline) => return Class::Silent,
+        Err(TlsEnd::Deadline) => return silent(peer),
         Err(TlsEnd::NotTls | TlsEnd::Closed | TlsEnd::Other) => return not_tls(peer),
     };
     let (answer, error) = exchange(&mut stream.stream, api_versions(), API_VERSIONS_ID);
@@ -487,6 +487,24 @@ fn over_tls(peer: &Peer, tls: &TlsMaterial, expected: &Expected) -> Class {
     }
 }
 
+/// A line-based server (HTTP, and others that read a line first) waits for a newline that a
+/// Kafka request or a ClientHello need not hold: ask once more with an HTTP request line. A
+/// Kafka broker reads "GET " as a frame size of more than 1 GB and closes, so only a server
+/// that answers it is named; otherwise the port stays silent.
+fn silent(peer: &Peer) -> Class {
+    let Ok((mut tcp, _watchdog)) = peer.connect() else {
+        return Class::Silent;
+    };
+    match exchange(&mut tcp, HTTP_PROBE.to_vec(), API_VERSIONS_ID).0 {
+        Answer::Foreign(f) => Class::NotKafka(f),
+        Answer::Tls => Class::TlsExpected,
+        Answer::Kafka | Answer::Closed | Answer::Silent => Class::Silent,
+    }
+}
+
+/// The request line that makes a line-based server answer.
+const HTTP_PROBE: &[u8] = b"GET / HTTP/1.0\r\n\r\n";
+
 /// Our ClientHello got no TLS answer: a plaintext Kafka listener, or not Kafka at all.
 fn not_tls(peer: &Peer) -> Class {
     let (mut tcp, _watchdog) = match peer.connect() {
@@ -496,7 +514,7 @@ fn not_tls(peer: &Peer) -> Class {
     match exchange(&mut tcp, api_versions(), API_VERSIONS_ID).0 {
         Answer::Kafka => Class::PlaintextExpected,
         Answer::Foreign(f) => Class::NotKafka(f),
-        Answer::Silent => Class::Silent,
+        Answer::Silent => silent(peer),
         Answer::Tls | Answer::Closed => Class::NotKafka(Foreign::Unknown),
     }
 }

@@ -361,6 +361,18 @@ fn local_listeners_are_told_apart() {
         let _ = s.read(&mut buf);
         let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
     });
+    // Answers only once a line ends, as Python's http.server does.
+    let line_http = listener(|mut s| {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 64];
+        while !seen.contains(&b'\n') {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"<!DOCTYPE HTML>\n<html><body>400</body></html>\n");
+    });
     let ssh = listener(|mut s| {
         let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
         std::thread::sleep(Duration::from_secs(1));
@@ -380,6 +392,19 @@ fn local_listeners_are_told_apart() {
         Some(Class::NotKafka(Foreign::Http))
     );
     assert_eq!(class_at(&plain(&ssh)), Some(Class::NotKafka(Foreign::Ssh)));
+    assert_eq!(
+        class_at(&plain(&line_http)),
+        Some(Class::NotKafka(Foreign::Http))
+    );
+    let tls_to_line_http = Expected {
+        addresses: vec![line_http.clone()],
+        tls: Some(TlsMaterial::default()),
+        sasl: None,
+    };
+    assert_eq!(
+        class_at(&tls_to_line_http),
+        Some(Class::NotKafka(Foreign::Http))
+    );
     assert_eq!(
         class_at(&plain("no-such-host.invalid:9092")),
         Some(Class::Unresolved)
