@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
+pub mod aliases;
 pub mod placement;
 mod selection;
 

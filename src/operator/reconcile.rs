@@ -295,6 +295,17 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::conflicting_flow(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
     }
+    let as_ids = |i: guards::ClusterIds| flow::aliases::Ids {
+        source: i.source,
+        target: i.target,
+    };
+    let known = |k: &str| as_ids(ctx.known_cluster_ids(k));
+    if let Some(m) = flow::aliases::alias_names_two_clusters(mf, &as_ids(ids), &others, known) {
+        return Ok(Check::Hold(Blocked::new(
+            reason::ALIAS_NAMES_TWO_CLUSTERS,
+            m,
+        )));
+    }
     Ok(Check::Deploy(Box::new(resolved), versions))
 }
 

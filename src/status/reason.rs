@@ -95,3 +95,5 @@ pub const PLACEMENT_CHANGED: &str = "PlacementChanged";
 /// (topic, group or cluster authorization failed).
 pub const SOURCE_NOT_AUTHORIZED: &str = "SourceNotAuthorized";
 pub const TARGET_NOT_AUTHORIZED: &str = "TargetNotAuthorized";
+/// An alias of the flow names another Kafka cluster (by cluster id) in an older flow.
+pub const ALIAS_NAMES_TWO_CLUSTERS: &str = "AliasNamesTwoClusters";
