@@ -135,16 +135,26 @@ mod tests {
         };
         // The source alias 'east' for another cluster.
         let newer = flow("team", "other", 2, "east", "dr");
-        let m = alias_names_two_clusters(&newer, &ids("C-other", "C-dr"), &[older.clone()], known)
-            .expect("refused");
+        let m = alias_names_two_clusters(
+            &newer,
+            &ids("C-other", "C-dr"),
+            std::slice::from_ref(&older),
+            known,
+        )
+        .expect("refused");
         assert!(
             m.starts_with("spec.source.alias: alias 'east' names Kafka cluster C-east in flow 'east-to-west' (older), but this flow's cluster is C-other"),
             "{m}"
         );
         // The target alias 'west' used as a source alias for another cluster.
         let newer = flow("team", "back", 2, "west", "x");
-        let m = alias_names_two_clusters(&newer, &ids("C-x2", "C-x"), &[older.clone()], known)
-            .expect("refused");
+        let m = alias_names_two_clusters(
+            &newer,
+            &ids("C-x2", "C-x"),
+            std::slice::from_ref(&older),
+            known,
+        )
+        .expect("refused");
         assert!(m.starts_with("spec.source.alias: alias 'west'"), "{m}");
         // Another namespace's flow is not named.
         let elsewhere = flow("other-team", "mine", 2, "east", "dr");
@@ -165,12 +175,17 @@ mod tests {
         };
         let same = flow("team", "b", 2, "east", "dr");
         assert_eq!(
-            alias_names_two_clusters(&same, &ids("C-east", "C-dr"), &[a.clone()], known),
+            alias_names_two_clusters(
+                &same,
+                &ids("C-east", "C-dr"),
+                std::slice::from_ref(&a),
+                known
+            ),
             None,
             "the same cluster under its alias"
         );
         assert_eq!(
-            alias_names_two_clusters(&same, &Ids::default(), &[a.clone()], known),
+            alias_names_two_clusters(&same, &Ids::default(), std::slice::from_ref(&a), known),
             None,
             "ids not known yet"
         );
@@ -187,9 +202,12 @@ mod tests {
         observing.spec.mode = FlowMode::Observe;
         let observing = Arc::new(observing);
         assert_eq!(
-            alias_names_two_clusters(&same, &ids("C-other", "C-dr"), &[observing.clone()], |_| {
-                ids("C-east", "C-q")
-            }),
+            alias_names_two_clusters(
+                &same,
+                &ids("C-other", "C-dr"),
+                std::slice::from_ref(&observing),
+                |_| { ids("C-east", "C-q") }
+            ),
             None
         );
         assert_eq!(
