@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
+pub mod placement;
+mod selection;
+
 use crate::api::rules::alias_contains_separator;
 use crate::api::{CopyUnit, MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
 use crate::kafka::writers::Writer;
@@ -277,7 +280,11 @@ fn only_internal_topics(spec: &MirrorFlowSpec) -> Option<&str> {
     ];
     let ordinary = ["orders", "a", "topic-1", "app.events", "Payments_v2", "x"];
     spec.topics.iter().map(String::as_str).find(|pattern| {
-        let Ok(re) = regex::Regex::new(&format!("^(?:{pattern})$")) else {
+        // The filters' own compiled-size limit: this runs in the shared operator.
+        let Ok(re) = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(1 << 20)
+            .build()
+        else {
             // Invalid patterns are reported by the filters, with their own message.
             return false;
         };
@@ -421,6 +428,7 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             ),
         });
     }
+    selection::check(spec)?;
     if spec.exactly_once && spec.source_loop.offset_syncs_location != OffsetSyncsLocation::Target {
         // Syncs are committed with their records and positions in one target transaction; a
         // write to the source cluster cannot join it.

@@ -20,7 +20,12 @@ use super::secrets::{SecretFiles, check_secret_ref};
 pub const INVALID_CLIENT_CONFIG: &str = "InvalidClientConfig";
 
 /// Every reason [`ConfigError::reason`] returns (each has a troubleshooting entry).
-pub const REASONS: &[&str] = &["SecretMissing", "InvalidSpec", INVALID_CLIENT_CONFIG];
+pub const REASONS: &[&str] = &[
+    "SecretMissing",
+    "InvalidSpec",
+    INVALID_CLIENT_CONFIG,
+    super::secrets::SECRET_VALUE_TOO_LARGE,
+];
 
 /// Who the client configuration is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +49,18 @@ pub enum ConfigError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// A Secret value larger than any value of its kind: refused before it is sent anywhere.
+    #[error(
+        "{field}: Secret '{secret}' key '{key}' holds {size} bytes, more than the {max} bytes {what} may hold; put the right value in that key (a PEM bundle, a password or a token, not a file or an archive)"
+    )]
+    SecretTooLarge {
+        field: String,
+        secret: String,
+        key: String,
+        size: usize,
+        max: usize,
+        what: &'static str,
     },
     /// A property outside the allow-list, or an allowed one outside its bounds. The value is
     /// never part of the message: a refused property may carry a secret.
@@ -73,6 +90,7 @@ impl ConfigError {
     pub fn reason(&self) -> &'static str {
         match self {
             ConfigError::SecretUnreadable { .. } => "SecretMissing",
+            ConfigError::SecretTooLarge { .. } => super::secrets::SECRET_VALUE_TOO_LARGE,
             ConfigError::ClientRefused { .. } => INVALID_CLIENT_CONFIG,
             ConfigError::PropertyRefused { .. }
             | ConfigError::InvalidBootstrap { .. }

@@ -12,6 +12,23 @@ use super::config::ConfigError;
 /// The most a Secret's value can hold (the apiserver's limit for a whole Secret).
 pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
 
+/// The condition reason for a Secret value larger than its kind allows.
+pub const SECRET_VALUE_TOO_LARGE: &str = "SecretValueTooLarge";
+
+/// The most a value of the kind `field` references may hold (`field` is the reference's spec
+/// path), and what that kind is: certificates and keys are PEM (a CA bundle of every public CA
+/// is about 220 KiB), credentials are short. A larger value is refused before it is sent to a
+/// broker or a token endpoint.
+pub fn value_limit(field: &str) -> (usize, &'static str) {
+    const KIB: usize = 1024;
+    let key = field.rsplit('.').next().unwrap_or(field);
+    match key {
+        "caSecretRef" => (256 * KIB, "a CA bundle"),
+        "certSecretRef" | "keySecretRef" | "pkcs12SecretRef" => (64 * KIB, "a certificate or key"),
+        _ => (4 * KIB, "a user name, password or client secret"),
+    }
+}
+
 /// Where a pod finds the Secrets the operator mounted for it.
 pub const DEFAULT_SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
 
@@ -91,12 +108,13 @@ impl SecretFiles {
             source,
         };
         if let Some(values) = &self.values {
-            return values
+            let value = values
                 .get(&(secret.name.clone(), secret.key.clone()))
-                .cloned()
                 .ok_or_else(|| {
                     unreadable(path, std::io::Error::from(std::io::ErrorKind::NotFound))
-                });
+                })?;
+            check_size(field, secret, value.len())?;
+            return Ok(value.clone());
         }
         // Bounded: a Secret holds at most 1 MiB; anything larger is not one of ours.
         let meta = std::fs::metadata(&path).map_err(|e| unreadable(path.clone(), e))?;
@@ -106,12 +124,36 @@ impl SecretFiles {
                 std::io::Error::other(format!("larger than {MAX_SECRET_BYTES} bytes")),
             ));
         }
-        std::fs::read(&path).map_err(|e| unreadable(path, e))
+        check_size(
+            field,
+            secret,
+            usize::try_from(meta.len()).unwrap_or(usize::MAX),
+        )?;
+        let bytes = std::fs::read(&path).map_err(|e| unreadable(path, e))?;
+        // The file may have grown since its size was read.
+        check_size(field, secret, bytes.len())?;
+        Ok(bytes)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Refuses a value larger than [`value_limit`] allows for `field`.
+fn check_size(field: &str, secret: &SecretKeyRef, size: usize) -> Result<(), ConfigError> {
+    let (max, what) = value_limit(field);
+    if size <= max {
+        return Ok(());
+    }
+    Err(ConfigError::SecretTooLarge {
+        field: field.to_string(),
+        secret: secret.name.clone(),
+        key: secret.key.clone(),
+        size,
+        max,
+        what,
+    })
 }
 
 #[cfg(test)]
@@ -150,5 +192,62 @@ mod tests {
             files.path_of("f", &secret("creds", "ca.crt")).unwrap(),
             PathBuf::from("/var/run/mirrorflow/secrets/creds/ca.crt")
         );
+    }
+
+    #[test]
+    fn oversized_values_are_refused_by_kind_naming_the_secret_and_key() {
+        let big = |n: usize| vec![b'x'; n];
+        let values = SecretFiles::from_values(
+            [
+                (("creds".into(), "password".into()), big(900 * 1024)),
+                (("creds".into(), "token".into()), big(4 * 1024 + 1)),
+                (("creds".into(), "short".into()), big(4 * 1024)),
+                (("tls".into(), "ca.crt".into()), big(220 * 1024)),
+                (("tls".into(), "huge.crt".into()), big(257 * 1024)),
+                (("tls".into(), "user.key".into()), big(65 * 1024)),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        for (field, name, key) in [
+            ("spec.source.sasl.passwordSecretRef", "creds", "password"),
+            (
+                "spec.target.sasl.oauthbearer.clientSecretSecretRef",
+                "creds",
+                "token",
+            ),
+            ("spec.source.tls.caSecretRef", "tls", "huge.crt"),
+            ("spec.source.tls.keySecretRef", "tls", "user.key"),
+        ] {
+            let err = values.read_bytes(field, &secret(name, key)).unwrap_err();
+            assert_eq!(err.reason(), SECRET_VALUE_TOO_LARGE);
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("{field}: Secret '{name}' key '{key}' holds")),
+                "{text}"
+            );
+        }
+        for (field, name, key) in [
+            ("spec.source.sasl.passwordSecretRef", "creds", "short"),
+            ("spec.source.tls.caSecretRef", "tls", "ca.crt"),
+        ] {
+            assert!(
+                values.read_bytes(field, &secret(name, key)).is_ok(),
+                "{key}"
+            );
+        }
+        // Files (replicator pods, standalone runs) get the same limit.
+        let dir = std::env::temp_dir().join(format!("mf-secret-size-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("creds")).unwrap();
+        std::fs::write(dir.join("creds").join("password"), big(5000)).unwrap();
+        let files = SecretFiles::new(&dir);
+        let err = files
+            .read(
+                "spec.source.sasl.passwordSecretRef",
+                &secret("creds", "password"),
+            )
+            .unwrap_err();
+        assert_eq!(err.reason(), SECRET_VALUE_TOO_LARGE);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

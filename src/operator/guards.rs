@@ -477,7 +477,7 @@ pub fn alias_names_two_clusters(
                     let o_id = o_id.as_ref()?;
                     (o_alias == alias && o_id != id).then(|| {
                         Blocked::new(
-                            reason::CONFLICTING_FLOW,
+                            reason::ALIAS_NAMES_TWO_CLUSTERS,
                             format!(
                                 "{field}: '{alias}' names cluster {id} here, and {} (older) uses '{alias}' for cluster {o_id}; an alias names one cluster everywhere (remote topics {alias}.<topic>, checkpoints and failovers read it so), so this flow is not deployed; give this cluster another alias",
                                 named(this, o)

@@ -55,6 +55,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         checkpoints_enabled: mf.spec.checkpoints.enabled,
         gaps_acknowledged: gaps_acknowledged(&mf),
         name: mf.name_any(),
+        placement: Some(flow::placement::of(&mf.spec)),
         ..Observation::default()
     };
 
@@ -264,6 +265,9 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Err(e) = flow::validate(&mf.spec) {
         return Ok(Check::Hold(Blocked::new(e.reason(), e.to_string())));
     }
+    if let Some(m) = flow::placement::refused_change(mf) {
+        return Ok(Check::Hold(Blocked::new(reason::PLACEMENT_CHANGED, m)));
+    }
     if let Some(b) =
         guards::image_not_allowed(mf, &ctx.replicator_image, &ctx.allowed_image_prefixes)
     {
@@ -300,8 +304,10 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::conflicting_flow(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
     }
+    // Held, not stopped: ids can become known after a flow started (a side that did not
+    // answer at first), and its replicators harm nothing of the older flow's.
     if let Some(b) = guards::alias_names_two_clusters(mf, &others, |k| ctx.known_cluster_ids(k)) {
-        return Ok(Check::Stop(b));
+        return Ok(Check::Hold(b));
     }
     Ok(Check::Deploy(Box::new(resolved), versions))
 }

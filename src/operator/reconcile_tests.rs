@@ -751,3 +751,54 @@ async fn back_to_replicate_after_observe_applies_again_even_while_the_watches_la
 /// Refusals, deletion, apiserver failures, the lease and the probe slots.
 #[path = "reconcile_failure_tests.rs"]
 mod failures;
+
+#[tokio::test]
+async fn a_placement_change_on_a_running_flow_is_held_keeping_its_replicators() {
+    let (client, seen) = fake_apiserver::client(serve(events_and_status));
+    let ctx = context(client);
+    let mut moved = flow();
+    moved.status = Some(MirrorFlowStatus {
+        deployed_placement: Some(flow::placement::of(&moved.spec)),
+        ..MirrorFlowStatus::default()
+    });
+    moved.metadata.generation = Some(2);
+    moved.spec.replication_policy.kind = crate::api::PolicyKind::Identity;
+    reconcile(Arc::new(moved.clone()), ctx.clone())
+        .await
+        .expect("the reconcile succeeds");
+    let requests: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(
+        wrote_children(&requests).is_empty(),
+        "held: the running replicators are neither changed nor deleted: {requests:?}"
+    );
+    let (status, _) = written(&requests);
+    let ready = condition(&status, status::READY);
+    assert_eq!(ready["reason"], reason::PLACEMENT_CHANGED, "{status}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.replicationPolicy.type: this change moves")
+            && message.contains("accept-placement-change=2"),
+        "{message}"
+    );
+    assert_eq!(status["deployedPlacement"]["policy"], "Prefix", "{status}");
+    // Accepted for this generation: no longer held by the placement.
+    let mut accepted = moved;
+    accepted.metadata.annotations = Some(
+        [(
+            flow::placement::ACCEPT_PLACEMENT_CHANGE.to_string(),
+            "2".to_string(),
+        )]
+        .into(),
+    );
+    let (client, seen) = fake_apiserver::client(serve(events_and_status));
+    reconcile(Arc::new(accepted), context(client))
+        .await
+        .expect("the reconcile succeeds");
+    let requests: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let (status, _) = written(&requests);
+    assert_ne!(
+        condition(&status, status::READY)["reason"],
+        reason::PLACEMENT_CHANGED,
+        "{status}"
+    );
+}

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | reading the clusters (I/O) | [`probe`] |
 //! | the probe's shared, followed clients | [`clients`] |
+//! | why a connection failed, by class | [`diagnose`] |
 //! | condition reasons | [`reason`] |
 //! | per-group readiness | [`groups`] |
 //! | breaks in continuity, `Gapless` | [`gaps`] |
@@ -16,6 +17,7 @@
 
 pub mod acls;
 pub mod clients;
+pub mod diagnose;
 pub mod gaps;
 pub mod groups;
 pub mod probe;
@@ -76,6 +78,21 @@ pub struct GroupObservation {
     pub invalidated_checkpoints: u32,
 }
 
+/// What the flow's topic and group selection was matched against on the source; `None` where
+/// not read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Selected {
+    /// Topics on the source, internal ones left out.
+    pub topics_seen: Option<usize>,
+    /// Partitions of the topics the flow copies.
+    pub partitions: Option<usize>,
+    /// Groups `spec.groups` selects, and groups listed on the source.
+    pub groups: Option<(usize, usize)>,
+    /// Selected groups whose committed offsets the source refused to the flow's principal
+    /// (group authorization failed).
+    pub groups_forbidden: usize,
+}
+
 /// Why a cluster could not be used, as the probe's clients reported it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClusterFault {
@@ -97,6 +114,12 @@ pub enum ClusterFault {
     /// OAUTHBEARER: the brokers refused the token (signature, issuer, audience or scope they do
     /// not accept).
     TokenRefused(String),
+    /// The credentials were accepted, but the principal may not do what was asked (topic,
+    /// group or cluster authorization failed).
+    NotAuthorized(String),
+    /// The client could not connect and [`diagnose`] found the class: nothing listening, TLS
+    /// or SASL expected or not, not Kafka, a certificate, a mechanism not enabled.
+    Connection(diagnose::Diagnosis),
 }
 
 impl ClusterFault {
@@ -105,6 +128,7 @@ impl ClusterFault {
     fn describe(&self, side: &str) -> (&'static str, String) {
         let source = side == "source";
         match self {
+            ClusterFault::Connection(d) => diagnose::describe(d, side),
             ClusterFault::Unreachable(e) => (
                 if source {
                     reason::SOURCE_UNREACHABLE
@@ -165,6 +189,16 @@ impl ClusterFault {
                     "the {side} cluster refused the OAuth token: {e}; the token endpoint in spec.{side}.sasl.oauthbearer.tokenEndpointUrl issued it, so check that the brokers trust that issuer and its keys, and the audience and spec.{side}.sasl.oauthbearer.scope they expect"
                 ),
             ),
+            ClusterFault::NotAuthorized(e) => (
+                if source {
+                    reason::SOURCE_NOT_AUTHORIZED
+                } else {
+                    reason::TARGET_NOT_AUTHORIZED
+                },
+                format!(
+                    "the {side} cluster accepted the credentials but does not authorize the flow's principal: {e}; grant the principal that spec.{side}.sasl (or spec.{side}.tls.certSecretRef) authenticates as the ACLs the flow needs on the {side} (DESCRIBE and READ on the topics and groups it copies and checkpoints, see docs/concepts.md)"
+                ),
+            ),
             ClusterFault::Tls(e) => (
                 if source {
                     reason::SOURCE_TLS_FAILED
@@ -216,6 +250,8 @@ pub struct Observation {
     pub heartbeat_age: Option<Duration>,
     pub heartbeat_time: Option<Time>,
     pub topics: Option<i32>,
+    /// What the flow's selection was matched against on the source.
+    pub selected: Selected,
     pub replication_lag: Option<i64>,
     /// Groups with committed offsets on the source (checkpointed or not).
     pub groups: Vec<GroupObservation>,
@@ -237,6 +273,9 @@ pub struct Observation {
     /// Remote topics the clusters would not create or keep in line with their source, as the
     /// replicator recorded them; `None` when they could not be read (none is then known).
     pub refusals: Option<Vec<crate::kafka::refusals::Refusal>>,
+    /// Where the spec puts the copies ([`crate::flow::placement`]); recorded in the status
+    /// once deployed. `None`: keep what the status says.
+    pub placement: Option<crate::api::DeployedPlacement>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -303,6 +342,13 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
                 "{}/{} replicator pods ready",
                 obs.ready_replicas, obs.desired_replicas
             ),
+        )
+    } else if let Some(idle) = idle_replicas(obs) {
+        verdict(
+            READY,
+            true,
+            reason::REPLICAS_ABOVE_PARTITIONS,
+            format!("{} replicator pods ready; {idle}", obs.ready_replicas),
         )
     } else {
         verdict(
@@ -424,18 +470,23 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         )
     } else if let Some((r, m)) = &unreachable {
         verdict(CHECKPOINTS_FRESH, false, r, m.clone())
+    } else if obs.selected.groups_forbidden > 0 {
+        verdict(
+            CHECKPOINTS_FRESH,
+            false,
+            reason::SOURCE_NOT_AUTHORIZED,
+            format!(
+                "the source refused the committed offsets of {} selected consumer group(s) to the flow's principal (group authorization failed), so whether they can fail over is unknown; grant the principal that spec.source.sasl (or spec.source.tls.certSecretRef) authenticates as DESCRIBE on those groups, or leave them out with spec.groupsExclude",
+                obs.selected.groups_forbidden
+            ),
+        )
     } else {
         let not_ready: Vec<&(GroupState, crate::api::GroupReadiness)> = groups
             .iter()
             .filter(|(state, _)| *state != GroupState::Ready)
             .collect();
         match not_ready.first() {
-            None if obs.groups.is_empty() => verdict(
-                CHECKPOINTS_FRESH,
-                true,
-                reason::OK,
-                "no consumer group to checkpoint",
-            ),
+            None if obs.groups.is_empty() => no_groups(obs),
             None => verdict(
                 CHECKPOINTS_FRESH,
                 true,
@@ -461,14 +512,22 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         .into_iter()
         .filter(|v| !v.ok)
         .collect();
-    let failover = match blockers.first() {
-        None => verdict(
+    let nothing_copied = no_topics(obs);
+    let failover = match (&nothing_copied, blockers.first()) {
+        // The root cause: without a topic no group has offsets to fail over with.
+        (Some(message), _) => verdict(
+            FAILOVER_READY,
+            false,
+            reason::NO_TOPICS_MATCHED,
+            message.clone(),
+        ),
+        (None, None) => verdict(
             FAILOVER_READY,
             true,
             reason::OK,
             "consumers can fail over to the target now",
         ),
-        Some(first) => verdict(
+        (None, Some(first)) => verdict(
             FAILOVER_READY,
             false,
             first.reason,
@@ -476,6 +535,56 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         ),
     };
     vec![ready, replicating, checkpoints, heartbeats, failover]
+}
+
+/// When the flow's topic selection matched no topic on the source: what to say.
+fn no_topics(obs: &Observation) -> Option<String> {
+    if obs.topics != Some(0) || obs.source_error.is_some() {
+        return None;
+    }
+    let seen = match obs.selected.topics_seen {
+        Some(n) => format!("none of the {n} topics"),
+        None => "none of the topics".to_string(),
+    };
+    Some(format!(
+        "spec.topics and spec.topicsExclude select {seen} on the source (internal topics are never copied), so the flow copies nothing and no consumer can fail over; check the patterns (regular expressions matched against whole names) against the source's topics, or create the topics"
+    ))
+}
+
+/// `CheckpointsFresh` when no group has committed offsets on the mirrored topics: False, since
+/// a flow that checkpoints no group gives no consumer a place to fail over to.
+fn no_groups(obs: &Observation) -> Verdict {
+    let message = if obs.topics == Some(0) {
+        "no topic is mirrored (see FailoverReady), so no consumer group has offsets to checkpoint"
+            .to_string()
+    } else {
+        match obs.selected.groups {
+            Some((0, listed)) => format!(
+                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns, or start the consumers (a group is listed once it commits)"
+            ),
+            Some((matched, _)) => format!(
+                "{matched} consumer group(s) match spec.groups but none has committed offsets on the mirrored topics yet, so there is nothing to fail over; a group counts once it commits on a mirrored topic"
+            ),
+            None => "no consumer group that spec.groups selects has committed offsets on the mirrored topics, so there is nothing to fail over".to_string(),
+        }
+    };
+    let reason = if obs.topics == Some(0) {
+        reason::NO_TOPICS_MATCHED
+    } else {
+        reason::NO_GROUPS_MATCHED
+    };
+    verdict(CHECKPOINTS_FRESH, false, reason, message)
+}
+
+/// How many replicas idle because the mirrored topics have fewer partitions (a partition is
+/// copied by one replica at a time), as a sentence; `None` when all may work.
+fn idle_replicas(obs: &Observation) -> Option<String> {
+    let partitions = obs.selected.partitions.filter(|&p| p > 0)?;
+    let replicas = usize::try_from(obs.desired_replicas).ok()?;
+    let idle = replicas.checked_sub(partitions).filter(|&n| n > 0)?;
+    Some(format!(
+        "spec.replicas is {replicas} but the mirrored topics have {partitions} partition(s) in all, so {idle} replica(s) idle (a partition is copied by one replica at a time); lower spec.replicas to {partitions}, or keep the others as standbys"
+    ))
 }
 
 /// `Replicating` while a cluster refuses topic changes: how many, the oldest in full (it
@@ -538,6 +647,18 @@ fn merge(
         .collect()
 }
 
+/// The placement the replicators run with: the spec's once it was deployed unblocked (an
+/// Observe flow deploys no replicator), else the one recorded before.
+fn deployed_placement(
+    previous: Option<&MirrorFlowStatus>,
+    obs: &Observation,
+) -> Option<crate::api::DeployedPlacement> {
+    match (&obs.blocked, &obs.placement) {
+        (None, Some(p)) if !obs.observe_only => Some(p.clone()),
+        _ => previous.and_then(|p| p.deployed_placement.clone()),
+    }
+}
+
 /// The whole status for one observation.
 pub fn status(
     previous: Option<&MirrorFlowStatus>,
@@ -583,6 +704,7 @@ pub fn status(
         replication_lag: obs.replication_lag,
         least_ready_groups: least_ready,
         gaps,
+        deployed_placement: deployed_placement(previous, obs),
     }
 }
 

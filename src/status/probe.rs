@@ -27,7 +27,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
-use super::{ClusterFault, GroupObservation, Observation};
+use super::diagnose::{self, Diagnosis};
+use super::{ClusterFault, GroupObservation, Observation, Selected};
 use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
@@ -81,6 +82,8 @@ pub struct ClusterObservation {
     /// Age and emission time (ms since the epoch) of the newest replicated source heartbeat.
     pub heartbeat: Option<(Duration, i64)>,
     pub topics: Option<i32>,
+    /// What the flow's selection was matched against on the source ([`Selected`]).
+    pub selected: Selected,
     /// Source records not yet on the target (end offsets minus the replicator's stored
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
@@ -108,6 +111,7 @@ impl ClusterObservation {
                 .map(Time)
         });
         obs.topics = self.topics;
+        obs.selected = self.selected;
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
         obs.gaps = self.gaps;
@@ -127,16 +131,23 @@ pub struct ProbeContext {
     cause: Mutex<Option<(std::time::Instant, ClusterFault)>>,
     /// The client authenticates with SASL/OAUTHBEARER tokens from a token endpoint.
     oauthbearer: bool,
+    /// When the listener was last diagnosed and what was found ([`diagnose`]).
+    diagnosed: Mutex<Option<(std::time::Instant, Option<Diagnosis>)>>,
 }
 
 /// How long a reported cause explains a failed request.
 const CAUSE_VALID: Duration = Duration::from_secs(60);
+/// How often a client's listener is diagnosed at most.
+const DIAGNOSE_EVERY: Duration = Duration::from_secs(60);
+/// The longest one diagnosis may take.
+const DIAGNOSIS_TIME: Duration = Duration::from_secs(8);
 
 impl ProbeContext {
     pub(super) fn new(oauthbearer: bool) -> Self {
         ProbeContext {
             cause: Mutex::new(None),
             oauthbearer,
+            diagnosed: Mutex::new(None),
         }
     }
 
@@ -146,6 +157,28 @@ impl ProbeContext {
             .as_ref()
             .filter(|(at, _)| at.elapsed() <= CAUSE_VALID)
             .map(|(_, f)| f.clone())
+    }
+
+    /// What [`diagnose`] finds at the cluster's listener, asked at most once per
+    /// [`DIAGNOSE_EVERY`] per client (a client is one spec's cluster and credentials): the probe
+    /// repeats every status interval, a diagnosis opens connections of its own. A probe that
+    /// finds one under way goes without.
+    fn diagnosis(&self, config: &ClientConfig, budget: Budget) -> Option<Diagnosis> {
+        {
+            let mut last = self.diagnosed.lock().ok()?;
+            if let Some((at, found)) = last.as_ref()
+                && at.elapsed() < DIAGNOSE_EVERY
+            {
+                return found.clone();
+            }
+            *last = Some((std::time::Instant::now(), None));
+        }
+        let deadline = std::time::Instant::now() + budget.next(DIAGNOSIS_TIME);
+        let found = diagnose::diagnose(&diagnose::Expected::from_client_config(config), deadline);
+        if let Ok(mut last) = self.diagnosed.lock() {
+            *last = Some((std::time::Instant::now(), found.clone()));
+        }
+        found
     }
 
     fn clear_cause(&self) {
@@ -201,6 +234,8 @@ fn classify(oauthbearer: bool, authentication: bool, reason: &str) -> Option<Clu
         ClusterFault::TokenRefused(reason.to_string())
     } else if authentication {
         ClusterFault::Authentication(reason.to_string())
+    } else if refuses_the_principal(reason) {
+        ClusterFault::NotAuthorized(reason.to_string())
     } else if refuses_client_certificate(reason) {
         ClusterFault::CertificateRefused(reason.to_string())
     } else if reason.contains("SSL handshake failed") {
@@ -228,16 +263,54 @@ fn refuses_client_certificate(reason: &str) -> bool {
     .any(|alert| reason.contains(alert))
 }
 
-/// The client's own explanation when it has one, else the request's error.
-fn fault(cluster: &Cluster, error: &KafkaError) -> ClusterFault {
+/// The broker's authorization errors (Kafka's error names as librdkafka words them): the
+/// credentials were accepted, the principal may not do what the probe asked.
+fn refuses_the_principal(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    [
+        "topic authorization failed",
+        "group authorization failed",
+        "cluster authorization failed",
+        "transactional id authorization failed",
+    ]
+    .iter()
+    .any(|e| reason.contains(e))
+}
+
+/// The client's own explanation when it tells the class (credentials, client certificate,
+/// token); else what [`diagnose`] finds at the listener; else the request's error.
+fn fault(
+    cluster: &Cluster,
+    error: &KafkaError,
+    config: &ClientConfig,
+    budget: Budget,
+) -> ClusterFault {
     // Client errors arrive as events on the consumer's queue: polling hands them to the
     // context (records of followed topics go to their tails).
     cluster.pump(Duration::from_millis(500));
-    cluster
-        .client()
-        .context()
-        .recent_cause()
-        .unwrap_or_else(|| ClusterFault::Unreachable(error.to_string()))
+    let context = cluster.client().context();
+    let told = context.recent_cause();
+    if let Some(fault) = &told
+        && !needs_diagnosis(fault)
+    {
+        return fault.clone();
+    }
+    match context.diagnosis(config, budget) {
+        Some(found) => ClusterFault::Connection(found),
+        None => told.unwrap_or_else(|| ClusterFault::Unreachable(error.to_string())),
+    }
+}
+
+/// Faults whose words may hide the class: "transport failure"; a TLS handshake that failed
+/// for a reason the client does not tell (a plaintext listener, a host name the certificate
+/// does not list, an untrusted CA); an authentication failure that is a mechanism the
+/// listener does not enable (when it enables it, the diagnosis finds nothing and the
+/// credentials are named).
+fn needs_diagnosis(fault: &ClusterFault) -> bool {
+    matches!(
+        fault,
+        ClusterFault::Unreachable(_) | ClusterFault::Tls(_) | ClusterFault::Authentication(_)
+    )
 }
 
 /// The flow's probe client settings, made shareable: the client id the flow's own clients
@@ -363,8 +436,9 @@ fn observe_clusters(
             source.client().context().clear_cause();
             mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
             out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
+            out.selected = selected_topics(flow, md);
         }
-        Err(e) => out.source_error = Some(fault(&source, e)),
+        Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
     let target_md = match target.metadata(budget.next(TIMEOUT)) {
         Ok(md) => {
@@ -372,7 +446,7 @@ fn observe_clusters(
             md
         }
         Err(e) => {
-            out.target_error = Some(fault(&target, &e));
+            out.target_error = Some(fault(&target, &e, &target_config, budget));
             return out;
         }
     };
@@ -496,7 +570,7 @@ fn observe_clusters(
     }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
-        out.groups = group_observations(
+        (out.groups, out.selected.groups_forbidden) = group_observations(
             flow,
             &source,
             md,
@@ -505,8 +579,46 @@ fn observe_clusters(
             &recreated,
             budget,
         );
+        out.selected.groups = selected_groups(flow, &source, budget);
     }
     out
+}
+
+/// The source's topics (internal ones left out) and the partitions of those the flow copies.
+fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
+    let policy = flow.policy.as_ref();
+    let seen = md
+        .topics()
+        .iter()
+        .filter(|t| !t.name().starts_with("__"))
+        .count();
+    let partitions = md
+        .topics()
+        .iter()
+        .filter(|t| replicates(flow, policy, t.name()))
+        .map(|t| t.partitions().len())
+        .fold(0usize, usize::saturating_add);
+    Selected {
+        topics_seen: Some(seen),
+        partitions: Some(partitions),
+        groups: None,
+        groups_forbidden: 0,
+    }
+}
+
+/// (groups `spec.groups` selects, groups listed) on the source; the list is the one the
+/// group observations just read (shared for a while), so this asks nothing new.
+fn selected_groups(flow: &Flow, source: &Cluster, budget: Budget) -> Option<(usize, usize)> {
+    let list = source.group_names(budget.next(TIMEOUT)).ok()?;
+    let listed = list
+        .iter()
+        .filter(|g| !g.starts_with("mirrorflow."))
+        .count();
+    let matched = list
+        .iter()
+        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
+        .count();
+    Some((matched, listed))
 }
 
 /// When each source partition's remote partition was last found recreated (ms since the
@@ -645,7 +757,8 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
     ) == crate::mm2::TopicDecision::Replicate
 }
 
-/// `source` and `md` are the probe's own client and metadata of the source cluster.
+/// `source` and `md` are the probe's own client and metadata of the source cluster. Also
+/// counts the groups whose offsets the source refused to the flow's principal.
 fn group_observations(
     flow: &Flow,
     source: &Cluster,
@@ -654,11 +767,12 @@ fn group_observations(
     positions: Option<&Positions>,
     recreated: &Recreations,
     budget: Budget,
-) -> Vec<GroupObservation> {
+) -> (Vec<GroupObservation>, usize) {
     let policy = flow.policy.as_ref();
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
+    let mut forbidden = 0usize;
     let mirrored: HashSet<(String, i32)> = md
         .topics()
         .iter()
@@ -679,8 +793,14 @@ fn group_observations(
         let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
         let answers = source.committed(&names, budget.next(TIMEOUT));
         for (group, answer) in chunk.iter().zip(answers) {
-            let Ok(committed) = answer else {
-                continue;
+            let committed = match answer {
+                Ok(c) => c,
+                Err(e) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed) {
+                        forbidden = forbidden.saturating_add(1);
+                    }
+                    continue;
+                }
             };
             let mut committed = listed(&committed);
             committed.retain(|partition, _| mirrored.contains(partition));
@@ -696,7 +816,7 @@ fn group_observations(
             ));
         }
     }
-    out
+    (out, forbidden)
 }
 
 /// The groups a probe asks about, in order: the flow's groups on the source (not the

@@ -79,3 +79,29 @@ pub const TOPIC_ACLS_MISSING: &str = "TopicAclsMissing";
 pub const TOPIC_ACLS_FORBIDDEN: &str = "TopicAclsForbidden";
 /// `spec.sourceLoop.syncTopicAcls`: a cluster's ACLs could not be read this time.
 pub const TOPIC_ACLS_UNKNOWN: &str = "TopicAclsUnknown";
+/// The bootstrap address answers, but not as a Kafka broker (an HTTP or SSH server...).
+pub const SOURCE_NOT_KAFKA: &str = "SourceNotKafka";
+pub const TARGET_NOT_KAFKA: &str = "TargetNotKafka";
+/// The listener's security differs from the spec's: TLS expected or not, SASL expected or not.
+pub const SOURCE_SECURITY_MISMATCH: &str = "SourceSecurityMismatch";
+pub const TARGET_SECURITY_MISMATCH: &str = "TargetSecurityMismatch";
+/// The listener does not enable `spec.<side>.sasl.mechanism` (the message lists what it does).
+pub const SOURCE_SASL_MECHANISM_NOT_ENABLED: &str = "SourceSaslMechanismNotEnabled";
+pub const TARGET_SASL_MECHANISM_NOT_ENABLED: &str = "TargetSaslMechanismNotEnabled";
+/// A Secret value larger than a value of its kind may be (refused before it is sent).
+pub const SECRET_VALUE_TOO_LARGE: &str = crate::kafka::secrets::SECRET_VALUE_TOO_LARGE;
+/// The flow's topic selection matches no topic on the source: it copies nothing.
+pub const NO_TOPICS_MATCHED: &str = "NoTopicsMatched";
+/// No consumer group the flow selects has committed offsets on the mirrored topics.
+pub const NO_GROUPS_MATCHED: &str = "NoGroupsMatched";
+/// More replicas than the mirrored topics have partitions: the others idle (`Ready` stays True).
+pub const REPLICAS_ABOVE_PARTITIONS: &str = "ReplicasAbovePartitions";
+/// A spec change would move the running flow's copies (naming policy, alias, target cluster):
+/// held until accepted for its generation.
+pub const PLACEMENT_CHANGED: &str = "PlacementChanged";
+/// The credentials were accepted but the flow's principal may not read or write what it needs
+/// (topic, group or cluster authorization failed).
+pub const SOURCE_NOT_AUTHORIZED: &str = "SourceNotAuthorized";
+pub const TARGET_NOT_AUTHORIZED: &str = "TargetNotAuthorized";
+/// An alias of the flow names another Kafka cluster (by cluster id) in an older flow.
+pub const ALIAS_NAMES_TWO_CLUSTERS: &str = "AliasNamesTwoClusters";

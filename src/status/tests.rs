@@ -617,3 +617,164 @@ fn refused_topic_changes_stop_replicating_and_name_the_oldest_refusal() {
         assert_eq!(cond(&s, REPLICATING).status, "True");
     }
 }
+
+#[test]
+fn a_selection_that_matches_no_source_topic_is_never_failover_ready() {
+    let mut o = healthy();
+    o.topics = Some(0);
+    o.groups.clear();
+    o.selected.topics_seen = Some(42);
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let failover = cond(&s, FAILOVER_READY);
+    assert_eq!(
+        (failover.status.as_str(), failover.reason.as_str()),
+        ("False", reason::NO_TOPICS_MATCHED)
+    );
+    assert!(
+        failover
+            .message
+            .starts_with("spec.topics and spec.topicsExclude select none of the 42 topics"),
+        "{}",
+        failover.message
+    );
+    assert_eq!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::NO_TOPICS_MATCHED
+    );
+    // Unknown count: still said, without a number.
+    o.selected.topics_seen = None;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert!(
+        cond(&s, FAILOVER_READY)
+            .message
+            .contains("select none of the topics")
+    );
+}
+
+#[test]
+fn no_checkpointed_group_is_never_failover_ready_and_says_why() {
+    let mut o = healthy();
+    o.groups.clear();
+    for (groups, says) in [
+        (Some((0, 17)), "select none of the 17 consumer groups"),
+        (
+            Some((3, 17)),
+            "3 consumer group(s) match spec.groups but none has committed",
+        ),
+        (None, "no consumer group that spec.groups selects"),
+    ] {
+        o.selected.groups = groups;
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        let fresh = cond(&s, CHECKPOINTS_FRESH);
+        assert_eq!(
+            (fresh.status.as_str(), fresh.reason.as_str()),
+            ("False", reason::NO_GROUPS_MATCHED)
+        );
+        assert!(fresh.message.contains(says), "{}", fresh.message);
+        let failover = cond(&s, FAILOVER_READY);
+        assert_eq!(failover.status, "False");
+        assert_eq!(failover.reason, reason::NO_GROUPS_MATCHED);
+        assert!(failover.message.starts_with("CheckpointsFresh is False"));
+    }
+    // Checkpoints off: its own reason, as before.
+    o.checkpoints_enabled = false;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::CHECKPOINTS_DISABLED
+    );
+}
+
+#[test]
+fn replicas_above_the_partitions_are_named_idle_without_failing_ready() {
+    let mut o = healthy();
+    o.desired_replicas = 64;
+    o.ready_replicas = 64;
+    o.selected.partitions = Some(3);
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let ready = cond(&s, READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", reason::REPLICAS_ABOVE_PARTITIONS)
+    );
+    assert!(
+        ready.message.contains("spec.replicas is 64")
+            && ready.message.contains("61 replica(s) idle")
+            && ready.message.contains("lower spec.replicas to 3"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+    for partitions in [Some(64), Some(100), Some(0), None] {
+        o.selected.partitions = partitions;
+        let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+        assert_eq!(cond(&s, READY).reason, reason::OK, "{partitions:?}");
+    }
+}
+
+#[test]
+fn the_placement_is_recorded_once_deployed_and_kept_while_held() {
+    let placement = |alias: &str| crate::api::DeployedPlacement {
+        policy: "Prefix".into(),
+        separator: Some(".".into()),
+        source_alias: alias.into(),
+        target_alias: "b".into(),
+        target_bootstrap_servers: "y:1".into(),
+    };
+    let limits = FailoverReadinessSpec::default();
+    let mut o = healthy();
+    o.placement = Some(placement("a"));
+    let deployed = status(None, &o, &limits, Some(1), &now());
+    assert_eq!(deployed.deployed_placement, Some(placement("a")));
+    // Held (a refused change): the deployed placement stays.
+    o.placement = Some(placement("a2"));
+    o.blocked = Some(Blocked::new(
+        reason::PLACEMENT_CHANGED,
+        "spec.source.alias: ...",
+    ));
+    let held = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(held.deployed_placement, Some(placement("a")));
+    // Observe mode deploys no replicator; the CLI's status has no placement.
+    o.blocked = None;
+    o.observe_only = true;
+    let observed = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(observed.deployed_placement, Some(placement("a")));
+    o.observe_only = false;
+    o.placement = None;
+    let cli = status(Some(&deployed), &o, &limits, Some(2), &now());
+    assert_eq!(cli.deployed_placement, Some(placement("a")));
+}
+
+#[test]
+fn refused_group_offsets_and_principals_are_named_not_authorized() {
+    let mut o = healthy();
+    o.selected.groups_forbidden = 4;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let fresh = cond(&s, CHECKPOINTS_FRESH);
+    assert_eq!(
+        (fresh.status.as_str(), fresh.reason.as_str()),
+        ("False", reason::SOURCE_NOT_AUTHORIZED)
+    );
+    assert!(
+        fresh.message.contains("4 selected consumer group(s)")
+            && fresh.message.contains("spec.source.sasl"),
+        "{}",
+        fresh.message
+    );
+    assert_eq!(
+        cond(&s, FAILOVER_READY).reason,
+        reason::SOURCE_NOT_AUTHORIZED
+    );
+    let mut o = healthy();
+    o.target_error = Some(ClusterFault::NotAuthorized(
+        "Broker: Topic authorization failed".into(),
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let ready = cond(&s, READY);
+    assert_eq!(ready.reason, reason::TARGET_NOT_AUTHORIZED);
+    assert!(
+        ready.message.contains("spec.target.sasl"),
+        "{}",
+        ready.message
+    );
+}

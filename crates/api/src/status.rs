@@ -54,6 +54,30 @@ pub struct MirrorFlowStatus {
     /// `mirrorflow.io/gaps-acknowledged` are left out. Condition `Gapless` sums them up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<GapStatus>,
+    /// Where the replicators write, as the operator last deployed them. A spec change that
+    /// would move the copies (another naming policy or separator, another alias, another
+    /// target cluster) is held, the running replicators kept, until the annotation
+    /// `mirrorflow.io/accept-placement-change` names the new `metadata.generation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_placement: Option<DeployedPlacement>,
+}
+
+/// The spec fields that decide where a flow's copies go: remote topic names, internal topic
+/// names, the target cluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployedPlacement {
+    /// `spec.replicationPolicy.type`: `Prefix` or `Identity`.
+    pub policy: String,
+    /// `spec.replicationPolicy.separator` of a `Prefix` policy (its default `.` written out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub separator: Option<String>,
+    /// `spec.source.alias`.
+    pub source_alias: String,
+    /// `spec.target.alias`.
+    pub target_alias: String,
+    /// `spec.target.bootstrapServers`, as a sorted, lower-case list.
+    pub target_bootstrap_servers: String,
 }
 
 /// One break in a partition's continuity.

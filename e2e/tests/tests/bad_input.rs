@@ -314,6 +314,36 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "ReplicationLoop",
             "spec.replicationPolicy.type",
         ),
+        (
+            "topic-in-both-lists",
+            "  topics: [\"orders\"]\n  topicsExclude: [\"orders\"]\n".into(),
+            "InvalidSpec",
+            "spec.topicsExclude",
+        ),
+        (
+            "groups-emptied-by-excludes",
+            "  groups: [\"app-1\"]\n  groupsExclude: [\"app-.*\"]\n".into(),
+            "InvalidSpec",
+            "spec.groupsExclude",
+        ),
+        (
+            "password-too-large",
+            "REPLACE_SASL:huge".into(),
+            "SecretValueTooLarge",
+            "Secret 'huge' key 'password'",
+        ),
+        (
+            "tls-on-plaintext-listener",
+            "REPLACE_SOURCE_EXTRA:tls: {}".into(),
+            "SourceSecurityMismatch",
+            "spec.source.tls",
+        ),
+        (
+            "http-server-as-bootstrap",
+            "REPLACE_HTTP_SOURCE".into(),
+            "SourceNotKafka",
+            "spec.source.bootstrapServers",
+        ),
     ]
 }
 
@@ -341,6 +371,17 @@ fn condition_yaml(ns: &str, name: &str, world: &World, spec: &str) -> String {
         "REPLACE_CONFLICT" => format!("{}  topics: [\"none-such\"]\n", flow("dup", s, t, "")),
         "REPLACE_UNREACHABLE" => flow("unreach", "127.0.0.1:1", t, ""),
         "REPLACE_SOURCE_CONFIG" => clusters(s, t, "    config: {sasl.password: hunter2}\n"),
+        c if c.starts_with("REPLACE_SOURCE_EXTRA:") => clusters(
+            s,
+            t,
+            &format!("    {}\n", &c["REPLACE_SOURCE_EXTRA:".len()..]),
+        ),
+        // The world's token endpoint: an HTTP server where a broker should be.
+        "REPLACE_HTTP_SOURCE" => {
+            let oidc = std::env::var("MF_OIDC_URL").unwrap_or_default();
+            let http = oidc.trim_start_matches("http://").trim_end_matches('/');
+            clusters(http, t, "")
+        }
         c if c.starts_with("REPLACE_SOURCE_CONFIG:") => {
             let property = &c["REPLACE_SOURCE_CONFIG:".len()..];
             clusters(s, t, &format!("    config: {{{property}}}\n"))
@@ -458,6 +499,32 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             "mirrorflow.io/allowed-flows=*",
             "mirrorflow.io/allowed-destinations=127.0.0.1,localhost",
             "mirrorflow.io/allow-plaintext=true",
+        ],
+    )?;
+    // A password far larger than any password: refused before it is sent.
+    let huge = "p".repeat(5000);
+    run(
+        "kubectl",
+        &[
+            "create",
+            "secret",
+            "generic",
+            "huge",
+            "-n",
+            &ns,
+            "--from-literal=username=u",
+            &format!("--from-literal=password={huge}"),
+        ],
+    )?;
+    run(
+        "kubectl",
+        &[
+            "annotate",
+            "secret",
+            "huge",
+            "-n",
+            &ns,
+            "mirrorflow.io/allowed-flows=*",
         ],
     )?;
     // The older of two flows sharing internal topics: valid, and left running.

@@ -587,3 +587,29 @@ fn a_replication_factor_above_the_targets_brokers_is_refused_from_the_spec() {
     let observe = flow("mode: Observe\nsourceLoop: {replicationFactor: 3}\n");
     assert_eq!(replication_factor_refused(&observe, 1), None);
 }
+
+#[test]
+fn authorization_errors_are_told_apart_from_credentials() {
+    for reason in [
+        "Broker: Topic authorization failed",
+        "GroupCoordinator: Broker: Group authorization failed",
+        "Broker: Cluster authorization failed",
+    ] {
+        assert!(
+            matches!(
+                classify(false, false, reason),
+                Some(ClusterFault::NotAuthorized(_))
+            ),
+            "{reason}"
+        );
+    }
+    // Refused credentials stay credentials.
+    assert!(matches!(
+        classify(
+            false,
+            true,
+            "SASL authentication error: Authentication failed"
+        ),
+        Some(ClusterFault::Authentication(_))
+    ));
+}
