@@ -551,29 +551,45 @@ fn no_topics(obs: &Observation) -> Option<String> {
     ))
 }
 
-/// `CheckpointsFresh` when no group has committed offsets on the mirrored topics: False, since
-/// a flow that checkpoints no group gives no consumer a place to fail over to.
+/// `CheckpointsFresh` when no group has committed offsets on the mirrored topics. False when
+/// the selection is wrong: no topic is mirrored, or the source has groups and the selection
+/// matches none of them (a consumer the user meant to cover is not covered). True when the
+/// selected groups simply have not committed yet, or the source has none: nothing needs
+/// failing over now, and the message says so, so a flow that mirrors data for consumers still
+/// to come is not reported broken.
 fn no_groups(obs: &Observation) -> Verdict {
-    let message = if obs.topics == Some(0) {
-        "no topic is mirrored (see FailoverReady), so no consumer group has offsets to checkpoint"
-            .to_string()
-    } else {
-        match obs.selected.groups {
-            Some((0, listed)) => format!(
-                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns, or start the consumers (a group is listed once it commits)"
+    if obs.topics == Some(0) {
+        return verdict(
+            CHECKPOINTS_FRESH,
+            false,
+            reason::NO_TOPICS_MATCHED,
+            "no topic is mirrored (see FailoverReady), so no consumer group has offsets to checkpoint",
+        );
+    }
+    match obs.selected.groups {
+        Some((0, listed)) if listed > 0 => verdict(
+            CHECKPOINTS_FRESH,
+            false,
+            reason::NO_GROUPS_MATCHED,
+            format!(
+                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns (regular expressions matched against whole names)"
             ),
-            Some((matched, _)) => format!(
-                "{matched} consumer group(s) match spec.groups but none has committed offsets on the mirrored topics yet, so there is nothing to fail over; a group counts once it commits on a mirrored topic"
+        ),
+        Some((matched, _)) if matched > 0 => verdict(
+            CHECKPOINTS_FRESH,
+            true,
+            reason::OK,
+            format!(
+                "{matched} consumer group(s) match spec.groups but none has committed offsets on the mirrored topics yet: nothing to fail over now; a group is checkpointed once it commits on a mirrored topic"
             ),
-            None => "no consumer group that spec.groups selects has committed offsets on the mirrored topics, so there is nothing to fail over".to_string(),
-        }
-    };
-    let reason = if obs.topics == Some(0) {
-        reason::NO_TOPICS_MATCHED
-    } else {
-        reason::NO_GROUPS_MATCHED
-    };
-    verdict(CHECKPOINTS_FRESH, false, reason, message)
+        ),
+        _ => verdict(
+            CHECKPOINTS_FRESH,
+            true,
+            reason::OK,
+            "no consumer group on the source has committed offsets on the mirrored topics yet: nothing to fail over now; a group is checkpointed once it commits on a mirrored topic",
+        ),
+    }
 }
 
 /// How many replicas idle because the mirrored topics have fewer partitions (a partition is

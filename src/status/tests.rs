@@ -652,29 +652,42 @@ fn a_selection_that_matches_no_source_topic_is_never_failover_ready() {
 }
 
 #[test]
-fn no_checkpointed_group_is_never_failover_ready_and_says_why() {
+fn a_selection_that_matches_no_group_is_never_failover_ready_and_says_why() {
     let mut o = healthy();
     o.groups.clear();
+    // The source has groups and the selection matches none: a wrong selection.
+    o.selected.groups = Some((0, 17));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let fresh = cond(&s, CHECKPOINTS_FRESH);
+    assert_eq!(
+        (fresh.status.as_str(), fresh.reason.as_str()),
+        ("False", reason::NO_GROUPS_MATCHED)
+    );
+    assert!(
+        fresh.message.contains("select none of the 17 consumer groups"),
+        "{}",
+        fresh.message
+    );
+    let failover = cond(&s, FAILOVER_READY);
+    assert_eq!(failover.status, "False");
+    assert_eq!(failover.reason, reason::NO_GROUPS_MATCHED);
+    assert!(failover.message.starts_with("CheckpointsFresh is False"));
+    // Selected groups that have not committed yet, or a source without groups: nothing to
+    // fail over now, said so, and not reported broken.
     for (groups, says) in [
-        (Some((0, 17)), "select none of the 17 consumer groups"),
         (
             Some((3, 17)),
             "3 consumer group(s) match spec.groups but none has committed",
         ),
-        (None, "no consumer group that spec.groups selects"),
+        (Some((0, 0)), "no consumer group on the source has committed"),
+        (None, "no consumer group on the source has committed"),
     ] {
         o.selected.groups = groups;
         let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
         let fresh = cond(&s, CHECKPOINTS_FRESH);
-        assert_eq!(
-            (fresh.status.as_str(), fresh.reason.as_str()),
-            ("False", reason::NO_GROUPS_MATCHED)
-        );
+        assert_eq!(fresh.status, "True", "{groups:?}");
         assert!(fresh.message.contains(says), "{}", fresh.message);
-        let failover = cond(&s, FAILOVER_READY);
-        assert_eq!(failover.status, "False");
-        assert_eq!(failover.reason, reason::NO_GROUPS_MATCHED);
-        assert!(failover.message.starts_with("CheckpointsFresh is False"));
+        assert!(fresh.message.contains("nothing to fail over now"));
     }
     // Checkpoints off: its own reason, as before.
     o.checkpoints_enabled = false;
