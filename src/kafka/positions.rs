@@ -26,7 +26,7 @@
 //! two flows sharing it find each other even when no operator sees both; and the topic changes
 //! the clusters refused its discovery ([`super::refusals`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use rdkafka::{ClientConfig, Message};
@@ -221,6 +221,35 @@ impl Gap {
     }
 }
 
+/// The gaps read from a positions topic, in the order they were written, each once. A re-read
+/// of a gap (a reader that starts over) is found in a set, not by scanning the list: a topic
+/// with many gaps costs linear time, not quadratic.
+#[derive(Debug, Clone, Default)]
+pub struct Gaps {
+    list: Vec<Gap>,
+    seen: HashSet<Gap>,
+}
+
+impl Gaps {
+    pub fn push(&mut self, gap: Gap) {
+        if self.seen.insert(gap.clone()) {
+            self.list.push(gap);
+        }
+    }
+
+    pub fn as_slice(&self) -> &[Gap] {
+        &self.list
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
 /// How far a source partition is copied: every record before `next` is on the target, the
 /// one at `next - 1` at target offset `downstream` (-1 when unknown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,7 +304,7 @@ pub fn decode_value(value: &[u8]) -> Option<Frontier> {
 /// version cannot decode it (skipped).
 pub fn apply_record(
     positions: &mut HashMap<(String, i32), Frontier>,
-    gaps: &mut Vec<Gap>,
+    gaps: &mut Gaps,
     claims: &mut Claims,
     refusals: &mut Refusals,
     key: Option<&[u8]>,
@@ -296,9 +325,7 @@ pub fn apply_record(
     {
         return match Gap::decode(k, v) {
             Some(g) => {
-                if !gaps.contains(&g) {
-                    gaps.push(g);
-                }
+                gaps.push(g);
                 true
             }
             None => false,
@@ -325,7 +352,7 @@ pub fn apply_record(
 pub struct PositionReader {
     reader: PartitionReader,
     positions: HashMap<(String, i32), Frontier>,
-    gaps: Vec<Gap>,
+    gaps: Gaps,
     claims: Claims,
     refusals: Refusals,
     undecodable: u64,
@@ -358,7 +385,7 @@ impl PositionReader {
         Ok(PositionReader {
             reader: PartitionReader::new(target, "target", topic, &group, isolation)?,
             positions: HashMap::new(),
-            gaps: Vec::new(),
+            gaps: Gaps::default(),
             claims: Claims::new(),
             refusals: Refusals::new(),
             undecodable: 0,
@@ -376,7 +403,7 @@ impl PositionReader {
 
     /// Every break in continuity recorded so far, in the order they were written.
     pub fn gaps(&self) -> &[Gap] {
-        &self.gaps
+        self.gaps.as_slice()
     }
 
     /// The writers' claims read so far ([`super::writers`]).
@@ -554,8 +581,12 @@ mod tests {
 
     #[test]
     fn refusals_fold_beside_positions_and_never_pass_for_them() {
-        let (mut positions, mut gaps, mut claims, mut refusals) =
-            (HashMap::new(), Vec::new(), Claims::new(), Refusals::new());
+        let (mut positions, mut gaps, mut claims, mut refusals) = (
+            HashMap::new(),
+            Gaps::default(),
+            Claims::new(),
+            Refusals::new(),
+        );
         let refusal = refusals::Refusal {
             topic: "A.orders".into(),
             detected_ms: 1,

@@ -26,12 +26,9 @@ use rdkafka::metadata::Metadata;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use super::probe::ProbeContext;
-use crate::kafka::checkpoints::{self, CheckpointIndex};
-use crate::kafka::positions::{self, Frontier, Gap};
+use super::tails::{OwnTails, Tail, TailError};
+pub use super::tails::{TailKind, TailState};
 use crate::kafka::reader::position_in;
-use crate::kafka::refusals::Refusals;
-use crate::kafka::writers::Claims;
-use crate::mm2::Heartbeat;
 
 pub type ProbeConsumer = BaseConsumer<ProbeContext>;
 
@@ -148,99 +145,15 @@ impl ProbeClients {
     }
 }
 
-/// What a followed topic holds, folded record by record. A probe takes a snapshot (a clone of
-/// the `Arc`s) and the next record read copies the map only while a snapshot is out.
-#[derive(Debug, Clone)]
-pub enum TailState {
-    /// The replicator's positions topic: per source partition the next offset to copy, and
-    /// the gaps recorded beside them.
-    Positions {
-        positions: Arc<HashMap<(String, i32), Frontier>>,
-        gaps: Arc<Vec<Gap>>,
-        claims: Arc<Claims>,
-        refusals: Arc<Refusals>,
-    },
-    /// The checkpoints topic: the newest checkpoint per group-partition.
-    Checkpoints(Arc<CheckpointIndex>),
-    /// The replicated heartbeats topic: the emission time of the newest heartbeat (`None`
-    /// when the newest record is not one).
-    Heartbeat(Option<i64>),
-}
-
-/// The kinds of topic [`Cluster::follow`] reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TailKind {
-    Positions,
-    Checkpoints,
-    Heartbeats,
-}
-
-impl TailKind {
-    fn empty(self) -> TailState {
-        match self {
-            TailKind::Positions => TailState::Positions {
-                positions: Arc::default(),
-                gaps: Arc::default(),
-                claims: Arc::default(),
-                refusals: Arc::default(),
-            },
-            TailKind::Checkpoints => TailState::Checkpoints(Arc::default()),
-            TailKind::Heartbeats => TailState::Heartbeat(None),
-        }
-    }
-}
-
-struct Tail {
-    kind: TailKind,
-    /// The next offset to read of partition 0.
-    next: i64,
-    wanted: Instant,
-    state: TailState,
-}
-
-impl Tail {
-    fn apply(&mut self, m: &BorrowedMessage<'_>) {
-        // A record fetched before a re-assignment may still be queued: folding it again after
-        // newer ones would put an older position or checkpoint back.
-        if m.offset() < self.next {
-            return;
-        }
-        self.next = m.offset() + 1;
-        match &mut self.state {
-            TailState::Positions {
-                positions,
-                gaps,
-                claims,
-                refusals,
-            } => {
-                positions::apply_record(
-                    Arc::make_mut(positions),
-                    Arc::make_mut(gaps),
-                    Arc::make_mut(claims),
-                    Arc::make_mut(refusals),
-                    m.key(),
-                    m.payload(),
-                );
-            }
-            TailState::Checkpoints(index) => {
-                checkpoints::index_record(Arc::make_mut(index), m);
-            }
-            TailState::Heartbeat(newest) => {
-                *newest = m
-                    .key()
-                    .zip(m.payload())
-                    .and_then(|(k, v)| Heartbeat::decode(k, v).ok())
-                    .map(|hb| hb.timestamp_ms);
-            }
-        }
-    }
-}
-
 /// One cluster as one set of credentials in one namespace sees it.
 pub struct Cluster {
     client: ProbeConsumer,
-    /// The followed topics by name. Also the lock for polling `client`: whoever polls hands
-    /// every record to its topic's tail.
+    /// The followed topics, read with the project's own connections and bounded decoder
+    /// ([`super::tails`]); `None` for a cluster they cannot speak to (SASL/OAUTHBEARER), whose
+    /// topics `client` follows.
+    own: Option<Mutex<OwnTails>>,
+    /// The topics `client` follows, by name. Also the lock for polling `client`: whoever polls
+    /// hands every record to its topic's tail.
     tails: Mutex<HashMap<String, Tail>>,
     used: Mutex<Instant>,
     /// The cluster's metadata and group names as last fetched: every flow probed within
@@ -263,7 +176,10 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// stay small (a 2 MiB queue and 1 MiB partition reads before). `fetch.max.bytes` stays at
 /// 1 MiB: librdkafka refuses a client whose `fetch.max.bytes` is below `message.max.bytes`
 /// (1 MB); the partition bound keeps a fetch of the few followed partitions small anyway. No
-/// statistics: nobody reads them. Settings the flow gave stand.
+/// statistics: nobody reads them. Answers are bounded at 8 MiB (`receive.message.max.bytes`,
+/// librdkafka's default 100 MB): a Metadata or ListGroups answer of a cluster with tens of
+/// thousands of partitions or groups fits, and a hostile broker's answer costs at most that
+/// per client instead of a hundred MB. Settings the flow gave stand.
 fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     let mut c = base.clone();
     c.set("group.id", group)
@@ -275,6 +191,7 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         .set("socket.timeout.ms", "5000");
     for (name, value) in [
         ("queued.max.messages.kbytes", "512"),
+        ("receive.message.max.bytes", "8388608"),
         ("fetch.max.bytes", "1048576"),
         ("max.partition.fetch.bytes", "262144"),
         ("statistics.interval.ms", "0"),
@@ -302,6 +219,7 @@ impl Cluster {
     fn new(config: &ClientConfig) -> Result<Self, KafkaError> {
         Ok(Cluster {
             client: consumer(config, PROBE_GROUP)?,
+            own: OwnTails::new(config).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),
@@ -381,34 +299,50 @@ impl Cluster {
     }
 
     /// Reads `topic` (partition 0) from where the last read stopped to its current end and
-    /// returns what `read` takes from its state; `None` when it could not be read to its end
-    /// within `timeout` (absent topic, cluster away). The first read of a topic starts at its
-    /// beginning (for a heartbeats topic: at its newest record).
+    /// returns what `read` takes from its state. [`TailError::Unavailable`] when it could not
+    /// be read to its end within `timeout` (absent topic, cluster away);
+    /// [`TailError::Refused`] when it broke a bound ([`super::tails`]). The first read of a
+    /// topic starts at its beginning (for a heartbeats topic: at its newest record).
     pub fn follow<R>(
         &self,
         topic: &str,
         kind: TailKind,
         timeout: Duration,
         read: impl FnOnce(&TailState) -> R,
-    ) -> Option<R> {
+    ) -> Result<R, TailError> {
         let deadline = Instant::now() + timeout;
+        match &self.own {
+            Some(own) => {
+                let mut own = own.lock().map_err(|_| TailError::Unavailable)?;
+                own.follow(topic, kind, deadline).map(read)
+            }
+            None => self.follow_with_client(topic, kind, deadline, read),
+        }
+    }
+
+    /// [`Self::follow`] with the librdkafka client, for clusters the own connections cannot
+    /// speak to. librdkafka inflates batches without a limit, so answers are bounded by
+    /// `receive.message.max.bytes` only ([`probe_config`]).
+    fn follow_with_client<R>(
+        &self,
+        topic: &str,
+        kind: TailKind,
+        deadline: Instant,
+        read: impl FnOnce(&TailState) -> R,
+    ) -> Result<R, TailError> {
+        let unavailable = TailError::Unavailable;
+        let timeout = deadline.saturating_duration_since(Instant::now());
         // Before taking the lock: the other flows' reads need not wait for this request.
         let watermarks = self.client.fetch_watermarks(topic, 0, timeout);
-        let mut tails = self.tails.lock().ok()?;
+        let mut tails = self.tails.lock().map_err(|_| unavailable.clone())?;
         let (low, high) = match watermarks {
             Ok(w) => w,
             Err(e) => {
                 if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
                     self.forget_locked(&mut tails, topic);
                 }
-                return None;
+                return Err(unavailable);
             }
-        };
-        let fresh = |from| Tail {
-            kind,
-            next: from,
-            wanted: Instant::now(),
-            state: kind.empty(),
         };
         let start = match kind {
             TailKind::Heartbeats => low.max(high - 1),
@@ -419,21 +353,21 @@ impl Cluster {
             // Fewer records than already read: the topic was deleted and made again.
             Some(t) if t.kind == kind && high >= t.next => t.wanted = Instant::now(),
             _ => {
-                tails.insert(topic.to_string(), fresh(start));
+                tails.insert(topic.to_string(), Tail::new(kind, start));
                 reassign = true;
             }
         }
         if reassign {
-            self.assign(&tails).ok()?;
+            self.assign(&tails).map_err(|_| unavailable.clone())?;
         }
         loop {
-            let next = tails.get(topic)?.next;
-            if next >= high {
+            let t = tails.get(topic).ok_or(unavailable.clone())?;
+            if t.next >= high || t.refused.is_some() {
                 break;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return None;
+                return Err(unavailable);
             }
             match self.client.poll(left.min(Duration::from_millis(100))) {
                 Some(Ok(m)) => dispatch(&mut tails, &m),
@@ -449,11 +383,22 @@ impl Cluster {
                 }
             }
         }
-        tails.get(topic).map(|t| read(&t.state))
+        match tails.get(topic) {
+            Some(Tail {
+                refused: Some(why), ..
+            }) => Err(TailError::Refused(why.clone())),
+            Some(t) => Ok(read(&t.state)),
+            None => Err(unavailable),
+        }
     }
 
     /// Stops following `topic` (it is gone): its records and memory go.
     pub fn forget(&self, topic: &str) {
+        if let Some(own) = &self.own
+            && let Ok(mut own) = own.lock()
+        {
+            own.forget(topic);
+        }
         if let Ok(mut tails) = self.tails.lock() {
             self.forget_locked(&mut tails, topic);
         }
@@ -490,6 +435,11 @@ impl Cluster {
     /// Forgets the followed topics idle for longer than `idle`; true when something was
     /// dropped.
     fn evict_idle(&self, idle: Duration) -> bool {
+        if let Some(own) = &self.own
+            && let Ok(mut own) = own.lock()
+        {
+            own.evict_idle(idle);
+        }
         let Ok(mut tails) = self.tails.lock() else {
             return false;
         };
@@ -508,7 +458,8 @@ fn dispatch(tails: &mut HashMap<String, Tail>, m: &BorrowedMessage<'_>) {
         return;
     }
     if let Some(t) = tails.get_mut(m.topic()) {
-        t.apply(m);
+        // A refused tail keeps its refusal; the next follow reports it.
+        let _ = t.apply(m.offset(), m.key(), m.payload(), m.timestamp().to_millis());
     }
 }
 
@@ -564,6 +515,7 @@ mod tests {
         assert_eq!(c.get("queued.max.messages.kbytes"), Some("512"));
         assert_eq!(c.get("max.partition.fetch.bytes"), Some("262144"));
         assert_eq!(c.get("statistics.interval.ms"), Some("0"));
+        assert_eq!(c.get("receive.message.max.bytes"), Some("8388608"));
         let own = probe_config(
             &config(&[("max.partition.fetch.bytes", "1048576")]),
             PROBE_GROUP,

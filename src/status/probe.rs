@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
+use super::tails::TailError;
 use super::{ClusterFault, GroupObservation, Observation};
 use crate::api::FlowMode;
 use crate::flow::Flow;
@@ -94,6 +95,9 @@ pub struct ClusterObservation {
     pub conflict: Option<String>,
     /// Topic changes the clusters refused the replicator; `None` when not read.
     pub refusals: Option<Vec<Refusal>>,
+    /// A target topic the probe stopped reading because it broke a bound
+    /// ([`super::tails`]): the message naming it.
+    pub unreadable_topic: Option<String>,
 }
 
 impl ClusterObservation {
@@ -114,6 +118,7 @@ impl ClusterObservation {
         obs.topic_acls = self.topic_acls;
         obs.conflict = self.conflict;
         obs.refusals = self.refusals;
+        obs.unreadable_topic = self.unreadable_topic;
     }
 }
 
@@ -406,7 +411,7 @@ fn observe_clusters(
                         .iter()
                         .map(|(k, f)| (k.clone(), f.next))
                         .collect::<Positions>(),
-                    gaps: gaps.as_ref().clone(),
+                    gaps: gaps.as_slice().to_vec(),
                     // Only a flow that writes yields; an Observe flow reads whoever writes.
                     conflict: (flow.spec.mode == FlowMode::Replicate)
                         .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
@@ -417,7 +422,7 @@ fn observe_clusters(
                 _ => None,
             },
         );
-        let read = read.flatten();
+        let read = followed(read, &positions_topic, &mut out).flatten();
         out.gaps = read.as_ref().map(|r| r.gaps.clone());
         out.refusals = read.as_ref().map(|r| r.refusals.clone());
         out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
@@ -448,7 +453,7 @@ fn observe_clusters(
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
     out.heartbeat = on_target(&hb_topic)
         .then(|| {
-            target.follow(
+            let read = target.follow(
                 &hb_topic,
                 TailKind::Heartbeats,
                 budget.next(TIMEOUT),
@@ -456,7 +461,8 @@ fn observe_clusters(
                     TailState::Heartbeat(newest) => *newest,
                     _ => None,
                 },
-            )
+            );
+            followed(read, &hb_topic, &mut out)
         })
         .flatten()
         .flatten()
@@ -466,7 +472,7 @@ fn observe_clusters(
     let checkpoints_topic = policy.checkpoints_topic(flow.source_alias());
     let checkpoints = on_target(&checkpoints_topic)
         .then(|| {
-            target.follow(
+            let read = target.follow(
                 &checkpoints_topic,
                 TailKind::Checkpoints,
                 budget.next(Duration::from_secs(20)),
@@ -474,7 +480,8 @@ fn observe_clusters(
                     TailState::Checkpoints(index) => Some(index.clone()),
                     _ => None,
                 },
-            )
+            );
+            followed(read, &checkpoints_topic, &mut out)
         })
         .flatten()
         .flatten()
@@ -507,6 +514,20 @@ fn observe_clusters(
         );
     }
     out
+}
+
+/// What a tail gave; a topic that broke a bound is named in `out` (the first one, when
+/// several did).
+fn followed<R>(read: Result<R, TailError>, topic: &str, out: &mut ClusterObservation) -> Option<R> {
+    match read {
+        Ok(r) => Some(r),
+        Err(TailError::Unavailable) => None,
+        Err(TailError::Refused(why)) => {
+            out.unreadable_topic
+                .get_or_insert_with(|| why.message(topic));
+            None
+        }
+    }
 }
 
 /// When each source partition's remote partition was last found recreated (ms since the

@@ -71,3 +71,7 @@ pub const TOPIC_ACLS_MISSING: &str = "TopicAclsMissing";
 pub const TOPIC_ACLS_FORBIDDEN: &str = "TopicAclsForbidden";
 /// `spec.sourceLoop.syncTopicAcls`: a cluster's ACLs could not be read this time.
 pub const TOPIC_ACLS_UNKNOWN: &str = "TopicAclsUnknown";
+/// A target topic the probe follows (positions, checkpoints, heartbeats) holds what the flow's
+/// replicators never write (a batch inflating past the probe's cap, too many entries): the
+/// probe stopped reading it, so the status it needs from it is unknown.
+pub const INTERNAL_TOPIC_REFUSED: &str = "InternalTopicRefused";
