@@ -25,6 +25,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::metadata::Metadata;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use super::ClusterFault;
 use super::probe::ProbeContext;
 use super::tails::{OwnTails, Tail, TailError};
 pub use super::tails::{TailKind, TailState};
@@ -77,11 +78,24 @@ impl std::fmt::Debug for ClientKey {
 pub struct ProbeClients {
     clusters: Mutex<HashMap<ClientKey, Arc<Cluster>>>,
     idle: Duration,
+    /// Whether OAuth tokens may be fetched over `http://` from a loopback host. A flow may
+    /// name one for its replicator pods (a token proxy beside them); from the shared operator
+    /// the same URL reaches the operator pod itself (a mesh sidecar's admin port, anything
+    /// listening there), so the operator refuses it unless its installer allowed it
+    /// ([`LOOPBACK_TOKEN_ENDPOINTS_ENV`] = `allow`, chart value
+    /// `probe.loopbackTokenEndpoints`). A CLI run fetches from the user's own machine.
+    loopback_token_endpoints: bool,
 }
 
+/// The operator's environment variable that lets its probe fetch OAuth tokens from `http://`
+/// loopback endpoints (`allow`); test worlds whose token endpoint runs on the node set it.
+pub const LOOPBACK_TOKEN_ENDPOINTS_ENV: &str = "MIRRORFLOW_PROBE_LOOPBACK_TOKEN_ENDPOINTS";
+
 impl Default for ProbeClients {
+    /// The operator's clients: loopback token endpoints as its installer said.
     fn default() -> Self {
-        ProbeClients::new(IDLE)
+        let allowed = std::env::var(LOOPBACK_TOKEN_ENDPOINTS_ENV).is_ok_and(|v| v == "allow");
+        ProbeClients::new(IDLE).with_loopback_token_endpoints(allowed)
     }
 }
 
@@ -90,7 +104,29 @@ impl ProbeClients {
         ProbeClients {
             clusters: Mutex::new(HashMap::new()),
             idle,
+            loopback_token_endpoints: false,
         }
+    }
+
+    /// The clients of a CLI run, on the user's machine: a loopback token endpoint is theirs.
+    pub fn for_cli() -> Self {
+        ProbeClients::new(IDLE).with_loopback_token_endpoints(true)
+    }
+
+    pub fn with_loopback_token_endpoints(mut self, allowed: bool) -> Self {
+        self.loopback_token_endpoints = allowed;
+        self
+    }
+
+    /// Why the probe may not use `config` at all: a plain-http token endpoint (only loopback
+    /// ones pass the spec rules) where these clients refuse them.
+    pub fn refused(&self, config: &ClientConfig) -> Option<ClusterFault> {
+        let url = config.get("sasl.oauthbearer.token.endpoint.url")?;
+        (!self.loopback_token_endpoints && url.get(..7)?.eq_ignore_ascii_case("http://")).then(|| {
+            ClusterFault::TokenEndpointUnreachable(
+                "the operator fetches OAuth tokens over https only: an http:// loopback endpoint reaches the operator's own pod, not a token proxy beside the replicators, so the operator cannot judge this cluster (its installer may allow it with the chart value probe.loopbackTokenEndpoints)".into(),
+            )
+        })
     }
 
     /// The client for `config` in `namespace`, made on first use.
@@ -99,6 +135,9 @@ impl ProbeClients {
         namespace: &str,
         config: &ClientConfig,
     ) -> Result<Arc<Cluster>, KafkaError> {
+        if let Some(refused) = self.refused(config) {
+            return Err(KafkaError::ClientCreation(format!("{refused:?}")));
+        }
         let key = ClientKey::new(namespace, config);
         let mut clusters = self
             .clusters
@@ -523,6 +562,33 @@ mod tests {
         assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
         consumer(&config(&[]), PROBE_GROUP).expect("a probe client");
+    }
+
+    #[test]
+    fn the_operator_fetches_no_token_from_its_own_loopback_unless_allowed() {
+        let loopback = config(&[
+            ("sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                "http://127.0.0.1:15000/quitquitquit",
+            ),
+        ]);
+        let operator = ProbeClients::new(IDLE);
+        assert!(matches!(
+            operator.refused(&loopback),
+            Some(ClusterFault::TokenEndpointUnreachable(m)) if m.contains("probe.loopbackTokenEndpoints")
+        ));
+        assert!(operator.cluster("ns", &loopback).is_err(), "no client made");
+        assert!(operator.is_empty());
+        assert_eq!(ProbeClients::for_cli().refused(&loopback), None);
+        let allowed = ProbeClients::new(IDLE).with_loopback_token_endpoints(true);
+        assert_eq!(allowed.refused(&loopback), None);
+        let https = config(&[(
+            "sasl.oauthbearer.token.endpoint.url",
+            "https://idp.example.com/token",
+        )]);
+        assert_eq!(operator.refused(&https), None);
     }
 
     #[test]

@@ -259,7 +259,7 @@ fn shared_config(config: &ClientConfig, alias: &str) -> ClientConfig {
 /// The ids the source and target brokers report (`None` for a side that did not answer);
 /// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
 pub fn cluster_ids(flow: &Flow) -> (Option<String>, Option<String>) {
-    cluster_ids_with(&ProbeClients::default(), "", flow)
+    cluster_ids_with(&ProbeClients::for_cli(), "", flow)
 }
 
 /// [`cluster_ids`] with the clients `clients` keeps for `namespace`.
@@ -285,7 +285,7 @@ pub fn cluster_ids_with(
 /// Runs the whole probe within `budget` with clients of its own; blocking (the CLI's one-off
 /// probe).
 pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
-    observe_with(&ProbeClients::default(), "", flow, budget)
+    observe_with(&ProbeClients::for_cli(), "", flow, budget)
 }
 
 /// Runs the whole probe within `budget` with the clients `clients` keeps for `namespace`;
@@ -346,6 +346,12 @@ fn observe_clusters(
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
+    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
+    out.source_error = clients.refused(&source_config);
+    out.target_error = clients.refused(&target_config);
+    if out.source_error.is_some() || out.target_error.is_some() {
+        return out;
+    }
     let target = match clients.cluster(namespace, &target_config) {
         Ok(c) => c,
         Err(e) => {
@@ -353,7 +359,6 @@ fn observe_clusters(
             return out;
         }
     };
-    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
     let source = match clients.cluster(namespace, &source_config) {
         Ok(c) => c,
         Err(e) => {
