@@ -256,3 +256,32 @@ fn batch_with(codec: i16, count: i32, records: &[u8]) -> Vec<u8> {
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
 }
+
+/// First byte chooses where the key ends; the rest is a key and value as read from a flow's
+/// positions topic on the target, which the shared operator reads for every flow. Every decoder
+/// of that topic (position, gap, claim, refusal) reads it; whatever decodes re-encodes to the
+/// bytes it was read from (trailing bytes aside), and a gap's message is written without panic.
+pub fn positions_records(data: &[u8]) {
+    use mirrorflow_core::positions::{self, ClaimValue, Gap};
+    let (key, value) = split_key_value(data);
+    if let Some((topic, partition)) = positions::decode_key(key) {
+        assert!(key.starts_with(&positions::encode_key(&topic, partition)));
+    }
+    if let Some(frontier) = positions::decode_value(value) {
+        assert!(value.starts_with(&positions::encode_value(frontier)));
+    }
+    if let Some(gap) = Gap::decode(key, value) {
+        let (k, v) = gap.encode();
+        assert_reencodes(key, value, (k, v));
+        assert!(!gap.describe().is_empty());
+    }
+    if let Some(claim) = ClaimValue::decode(value) {
+        assert!(
+            value.starts_with(&claim.encode()),
+            "claim re-encodes differently"
+        );
+    }
+    if let Some((detected_ms, message)) = positions::decode_refusal_value(value) {
+        assert_eq!(positions::encode_refusal_value(detected_ms, message), value);
+    }
+}

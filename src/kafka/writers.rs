@@ -20,7 +20,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub const CLAIM_VERSION: u8 = 2;
+pub use mirrorflow_core::positions::CLAIM_VERSION;
+use mirrorflow_core::positions::ClaimValue;
 const KEY_PREFIX: &[u8] = b"\xff\xffwriter:";
 
 /// How often a running replicator renews its claim.
@@ -78,15 +79,12 @@ pub fn encode_key(writer: &Writer) -> Vec<u8> {
 }
 
 pub fn encode_value(writer: &Writer, renewed_ms: i64) -> Vec<u8> {
-    let flow = writer.flow.as_bytes();
-    let len = i16::try_from(flow.len()).unwrap_or(i16::MAX);
-    let mut value = Vec::with_capacity(19 + flow.len());
-    value.push(CLAIM_VERSION);
-    value.extend_from_slice(&writer.created_ms.to_be_bytes());
-    value.extend_from_slice(&renewed_ms.to_be_bytes());
-    value.extend_from_slice(&len.to_be_bytes());
-    value.extend_from_slice(&flow[..len as usize]);
-    value
+    ClaimValue {
+        created_ms: writer.created_ms,
+        renewed_ms,
+        flow: &writer.flow,
+    }
+    .encode()
 }
 
 /// How far ahead of the reader's clock a claim's renewal time may be: clocks of hosts in one
@@ -126,20 +124,14 @@ pub fn apply_at(claims: &mut Claims, key: &[u8], value: Option<&[u8]>, now_ms: i
 }
 
 fn decode_value(id: &str, value: &[u8]) -> Option<Claim> {
-    if *value.first()? != CLAIM_VERSION {
-        return None;
-    }
-    let created_ms = i64::from_be_bytes(value.get(1..9)?.try_into().ok()?);
-    let renewed_ms = i64::from_be_bytes(value.get(9..17)?.try_into().ok()?);
-    let len = usize::try_from(i16::from_be_bytes(value.get(17..19)?.try_into().ok()?)).ok()?;
-    let flow = std::str::from_utf8(value.get(19..19_usize.saturating_add(len))?).ok()?;
+    let v = ClaimValue::decode(value)?;
     Some(Claim {
         writer: Writer {
             id: id.to_string(),
-            flow: flow.to_string(),
-            created_ms,
+            flow: v.flow.to_string(),
+            created_ms: v.created_ms,
         },
-        renewed_ms,
+        renewed_ms: v.renewed_ms,
     })
 }
 
