@@ -728,19 +728,19 @@ fn group_observations(
 /// The groups a probe asks about, in order: the flow's groups on the source (not the
 /// replicator's own) and every group with checkpoints, by name, at most [`MAX_PROBED_GROUPS`].
 fn groups_to_probe(flow: &Flow, listed: &[String], checkpoints: &CheckpointIndex) -> Vec<String> {
-    let mut names: Vec<String> = listed
+    // A set, not a list scan per checkpointed group: both lists come from the clusters and
+    // may be long (N7); sorted, so the first MAX_PROBED_GROUPS are the same every probe.
+    let names: std::collections::BTreeSet<&str> = listed
         .iter()
         .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
-        .cloned()
+        .chain(checkpoints.keys())
+        .map(String::as_str)
         .collect();
-    for g in checkpoints.keys() {
-        if !names.contains(g) {
-            names.push(g.clone());
-        }
-    }
-    names.sort();
-    names.truncate(MAX_PROBED_GROUPS);
     names
+        .into_iter()
+        .take(MAX_PROBED_GROUPS)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What one group's committed source offsets and its checkpoints say about a failover now;
