@@ -147,7 +147,7 @@ impl ProbeClients {
             c.touch();
             return Ok(c.clone());
         }
-        let c = Arc::new(Cluster::new(config)?);
+        let c = Arc::new(Cluster::new(config, self.loopback_token_endpoints)?);
         clusters.insert(key, c.clone());
         Ok(c)
     }
@@ -188,8 +188,8 @@ impl ProbeClients {
 pub struct Cluster {
     client: ProbeConsumer,
     /// The followed topics, read with the project's own connections and bounded decoder
-    /// ([`super::tails`]); `None` for a cluster they cannot speak to (SASL/OAUTHBEARER), whose
-    /// topics `client` follows.
+    /// ([`super::tails`]); `None` for a cluster they cannot speak to (a mechanism they do not
+    /// know), whose topics `client` follows.
     own: Option<Mutex<OwnTails>>,
     /// The topics `client` follows, by name. Also the lock for polling `client`: whoever polls
     /// hands every record to its topic's tail.
@@ -255,10 +255,10 @@ fn consumer(base: &ClientConfig, group: &str) -> Result<ProbeConsumer, KafkaErro
 const DRAIN: usize = 64;
 
 impl Cluster {
-    fn new(config: &ClientConfig) -> Result<Self, KafkaError> {
+    fn new(config: &ClientConfig, loopback_token_endpoints: bool) -> Result<Self, KafkaError> {
         Ok(Cluster {
             client: consumer(config, PROBE_GROUP)?,
-            own: OwnTails::new(config).map(Mutex::new),
+            own: OwnTails::new(config, loopback_token_endpoints).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),

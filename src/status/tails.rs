@@ -11,15 +11,16 @@
 //! its tail stops reading (and frees what it held) and the flow's status says which topic,
 //! where, and what to do ([`TailRefusal::message`]). Other flows are not affected.
 //!
-//! Flows whose target uses SASL/OAUTHBEARER are still followed with librdkafka
-//! ([`super::clients`]): these connections do not fetch OAuth tokens.
+//! SASL/OAUTHBEARER targets are followed the same way, with tokens from the connections' own
+//! bounded token client ([`mirrorflow_conn::oauth`]); librdkafka follows only what those
+//! connections cannot speak ([`super::clients`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mirrorflow_conn::fetcher::{Fetched, Trouble};
-use mirrorflow_conn::{FetchLimits, Fetcher, Options, Sasl, ScramHash, Security, Tls};
+use mirrorflow_conn::{FetchLimits, Fetcher, OAuth, Options, Sasl, ScramHash, Security, Tls};
 use mirrorflow_core::batch::{self, records};
 use mirrorflow_core::protocol::list_offsets::{EARLIEST, LATEST};
 use mirrorflow_core::protocol::{ErrorCode, Isolation};
@@ -269,8 +270,10 @@ impl Tail {
 }
 
 /// The TLS and SASL of the probe's client configuration for the project's own connections;
-/// `None` for what they do not speak (SASL/OAUTHBEARER, an unknown protocol).
-pub(super) fn conn_security(config: &ClientConfig) -> Option<Security> {
+/// `None` for what they do not speak (an unknown protocol or mechanism). OAuth tokens come
+/// from the bounded client of [`mirrorflow_conn::oauth`]; `allow_loopback`: whether its token
+/// endpoint may be on loopback ([`super::clients::ProbeClients`]).
+pub(super) fn conn_security(config: &ClientConfig, allow_loopback: bool) -> Option<Security> {
     let protocol = config.get("security.protocol").unwrap_or("PLAINTEXT");
     let (tls, sasl) = match protocol.to_ascii_uppercase().as_str() {
         "PLAINTEXT" => (false, false),
@@ -290,6 +293,9 @@ pub(super) fn conn_security(config: &ClientConfig) -> Option<Security> {
     });
     let sasl = match sasl {
         false => None,
+        true if config.get("sasl.mechanisms")? == "OAUTHBEARER" => {
+            Some(Sasl::OAuthBearer(oauth(config, allow_loopback)?))
+        }
         true => {
             let user = config.get("sasl.username")?.to_owned();
             let password = config.get("sasl.password")?.to_owned();
@@ -312,6 +318,27 @@ pub(super) fn conn_security(config: &ClientConfig) -> Option<Security> {
     Some(Security { tls, sasl })
 }
 
+/// The OAuth client credentials librdkafka's `oidc` method would use.
+fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth> {
+    let extensions = config
+        .get("sasl.oauthbearer.extensions")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    Some(OAuth::new(
+        config
+            .get("sasl.oauthbearer.token.endpoint.url")?
+            .to_owned(),
+        config.get("sasl.oauthbearer.client.id")?.to_owned(),
+        config.get("sasl.oauthbearer.client.secret")?.to_owned(),
+        config.get("sasl.oauthbearer.scope").map(str::to_owned),
+        extensions,
+        allow_loopback,
+    ))
+}
+
 /// The followed topics of one cluster (as one set of credentials in one namespace sees it),
 /// read with one fetcher: each round fetches every followed topic, so the reads of a probe's
 /// three topics share their round trips.
@@ -325,10 +352,10 @@ pub(super) struct OwnTails {
 
 impl OwnTails {
     /// `None` when the configuration needs what these connections do not speak.
-    pub(super) fn new(config: &ClientConfig) -> Option<Self> {
+    pub(super) fn new(config: &ClientConfig, allow_loopback: bool) -> Option<Self> {
         Some(OwnTails {
             bootstrap: config.get("bootstrap.servers")?.to_owned(),
-            security: conn_security(config)?,
+            security: conn_security(config, allow_loopback)?,
             client_id: config
                 .get("client.id")
                 .unwrap_or("mirrorflow-operator-probe")

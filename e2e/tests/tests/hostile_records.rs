@@ -311,3 +311,66 @@ async fn tails_are_followed_over_scram_and_mutual_tls() -> Result<()> {
     }
     Ok(())
 }
+
+/// SASL/OAUTHBEARER targets are followed with the same connections, tokens fetched by their
+/// own bounded client from the world's token endpoint (on loopback: a CLI's clients allow it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tails_are_followed_over_oauthbearer_with_the_own_token_client() -> Result<()> {
+    let oauth = mirrorflow_e2e::oauth::OAuthKafka::from_env()?;
+    let target = std::env::var("MF_TARGET_BOOTSTRAP").context("MF_TARGET_BOOTSTRAP")?;
+    let topic = positions::positions_topic(&unique("oauth"));
+    kafka::create_topic(&target, &topic, 1).await?;
+    let producer = kafka::producer(&target, Duration::from_secs(30))?;
+    let key = positions::encode_key("orders", 0);
+    let value = positions::encode_value(Frontier {
+        next: 9,
+        downstream: 8,
+    });
+    producer
+        .send(
+            FutureRecord::to(&topic).key(&key).payload(&value),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    let client_id = unique("mf-tails");
+    let secret = unique("secret");
+    oauth.add_client(&client_id, &secret, None)?;
+    let before = oauth.issued(&client_id)?;
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &oauth.target_bootstrap)
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", "OAUTHBEARER")
+        .set("sasl.oauthbearer.method", "oidc")
+        .set("sasl.oauthbearer.token.endpoint.url", oauth.token_url())
+        .set("sasl.oauthbearer.client.id", &client_id)
+        .set("sasl.oauthbearer.client.secret", &secret)
+        .set("sasl.oauthbearer.scope", "kafka");
+    let clients = ProbeClients::for_cli();
+    let cluster = clients.cluster("tenant-oauth", &config)?;
+    let got = tokio::task::block_in_place(|| {
+        cluster.follow(
+            &topic,
+            TailKind::Positions,
+            Duration::from_secs(20),
+            |state| match state {
+                TailState::Positions { positions, .. } => {
+                    positions.get(&("orders".to_string(), 0)).map(|f| f.next)
+                }
+                _ => None,
+            },
+        )
+    });
+    assert_eq!(got, Ok(Some(9)));
+    let issued = oauth.issued(&client_id)? - before;
+    println!("tokens issued to the tails' client and librdkafka's: {issued}");
+    ensure!(issued >= 1, "no token was fetched");
+    // The operator's clients do not call a loopback token endpoint at all.
+    ensure!(
+        ProbeClients::default()
+            .cluster("tenant-oauth", &config)
+            .is_err()
+    );
+    Ok(())
+}

@@ -136,17 +136,20 @@ fn config(pairs: &[(&str, &str)]) -> ClientConfig {
 
 #[test]
 fn the_probe_configuration_gives_the_same_security_to_the_own_connections() {
-    let plain = conn_security(&config(&[])).expect("plaintext");
+    let plain = conn_security(&config(&[]), false).expect("plaintext");
     assert!(plain.tls.is_none() && plain.sasl.is_none());
-    let mtls = conn_security(&config(&[
-        ("security.protocol", "SASL_SSL"),
-        ("ssl.ca.pem", "CA"),
-        ("ssl.certificate.pem", "CERT"),
-        ("ssl.key.pem", "KEY"),
-        ("sasl.mechanisms", "SCRAM-SHA-512"),
-        ("sasl.username", "u"),
-        ("sasl.password", "p"),
-    ]))
+    let mtls = conn_security(
+        &config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.ca.pem", "CA"),
+            ("ssl.certificate.pem", "CERT"),
+            ("ssl.key.pem", "KEY"),
+            ("sasl.mechanisms", "SCRAM-SHA-512"),
+            ("sasl.username", "u"),
+            ("sasl.password", "p"),
+        ]),
+        false,
+    )
     .expect("scram over mTLS");
     let tls = mtls.tls.expect("tls");
     assert_eq!(tls.ca_pem.as_deref(), Some("CA"));
@@ -162,7 +165,28 @@ fn the_probe_configuration_gives_the_same_security_to_the_own_connections() {
     let oauth = config(&[
         ("security.protocol", "SASL_SSL"),
         ("sasl.mechanisms", "OAUTHBEARER"),
+        ("sasl.oauthbearer.token.endpoint.url", "https://idp/t"),
+        ("sasl.oauthbearer.client.id", "c"),
+        ("sasl.oauthbearer.client.secret", "s"),
+        ("sasl.oauthbearer.extensions", "a=1,b=2"),
     ]);
-    assert!(conn_security(&oauth).is_none(), "followed with librdkafka");
-    assert!(OwnTails::new(&oauth).is_none());
+    match conn_security(&oauth, false).and_then(|s| s.sasl) {
+        Some(Sasl::OAuthBearer(o)) => {
+            assert_eq!(
+                o.extensions,
+                [("a".into(), "1".into()), ("b".into(), "2".into())]
+            );
+            assert!(!o.allow_loopback);
+        }
+        other => panic!("{other:?}"),
+    }
+    let unknown = config(&[
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanisms", "GSSAPI"),
+    ]);
+    assert!(
+        conn_security(&unknown, false).is_none(),
+        "followed with librdkafka"
+    );
+    assert!(OwnTails::new(&unknown, false).is_none());
 }
