@@ -1,5 +1,5 @@
 //! Broker connections for a copy that keeps record batches whole: one blocking connection per
-//! broker ([`Cluster`] keeps them, and finds partitions' leaders), plaintext or TLS, authenticated with SASL PLAIN or SCRAM when the cluster asks for
+//! broker ([`Cluster`] keeps them, and finds partitions' leaders), plaintext or TLS, authenticated with SASL PLAIN, SCRAM or OAUTHBEARER ([`oauth`]) when the cluster asks for
 //! it, sending the requests of [`mirrorflow_core::protocol`] and reading their answers in
 //! order.
 //!

@@ -298,8 +298,14 @@ fn token_of(answer: &[u8]) -> Result<(String, Duration), ConnError> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| token_error("the token endpoint's answer is not HTTP"))?;
     if status != 200 {
-        // The body stays out: it is whatever the endpoint chose to reflect.
-        return Err(token_error(format!("the token endpoint answered {status}")));
+        // The body stays out: it is whatever the endpoint chose to reflect. Only an RFC 6749
+        // error code it names, from a fixed list, is told.
+        let code = oauth_error_code(body)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default();
+        return Err(token_error(format!(
+            "the token endpoint answered {status}{code}"
+        )));
     }
     let chunked = lines.any(|l| {
         l.split_once(':').is_some_and(|(k, v)| {
@@ -325,6 +331,23 @@ fn token_of(answer: &[u8]) -> Result<(String, Duration), ConnError> {
         .unwrap_or(300)
         .clamp(10, 24 * 3600);
     Ok((token.to_owned(), Duration::from_secs(lifetime)))
+}
+
+/// The error codes of a refused token request (RFC 6749 section 5.2).
+const OAUTH_ERRORS: [&str; 6] = [
+    "invalid_request",
+    "invalid_client",
+    "invalid_grant",
+    "unauthorized_client",
+    "unsupported_grant_type",
+    "invalid_scope",
+];
+
+/// The `error` an error answer's JSON body names, when it is one of [`OAUTH_ERRORS`].
+fn oauth_error_code(body: &[u8]) -> Option<&'static str> {
+    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let code = json.get("error")?.as_str()?;
+    OAUTH_ERRORS.into_iter().find(|c| *c == code)
 }
 
 /// A chunked body (`size CRLF data CRLF`... `0 CRLF`), every size checked against what is left.

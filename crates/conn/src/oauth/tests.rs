@@ -127,6 +127,20 @@ fn an_error_answer_is_named_by_its_status_and_its_body_is_never_copied() {
         err.to_string(),
         "OAuth token: the token endpoint answered 401"
     );
+    // A known OAuth error code is named; anything else in the body is not.
+    let refused: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\r\n{\"error\":\"invalid_client\",\"error_description\":\"MARKER\"}";
+    let err = token_of(refused).expect_err("400");
+    assert_eq!(
+        err.to_string(),
+        "OAuth token: the token endpoint answered 400 (invalid_client)"
+    );
+    let made_up: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\r\n{\"error\":\"MARKER\"}";
+    assert!(
+        !token_of(made_up)
+            .expect_err("400")
+            .to_string()
+            .contains("MARKER")
+    );
 }
 
 #[test]
