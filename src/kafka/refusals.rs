@@ -125,6 +125,8 @@ pub fn apply(refusals: &mut Refusals, key: &[u8], value: Option<&[u8]>) -> bool 
     let Some(topic) = key
         .strip_prefix(KEY_PREFIX)
         .and_then(|t| std::str::from_utf8(t).ok())
+        // Not a topic Kafka could have: its name would only lengthen the status.
+        .filter(|t| t.len() <= mirrorflow_core::positions::MAX_TOPIC_LEN)
     else {
         return false;
     };
@@ -350,5 +352,13 @@ mod tests {
         assert!(apply(&mut read, &key, Some(&value)));
         assert!(read["t"].message.len() <= MAX_MESSAGE);
         assert!(truncated("é".repeat(MAX_MESSAGE)).len() <= MAX_MESSAGE);
+        // A topic name no Kafka cluster allows (it would only lengthen the status).
+        let (key, value) = Refusal {
+            topic: "t".repeat(250),
+            ..long
+        }
+        .encode();
+        assert!(!apply(&mut read, &key, Some(&value)));
+        assert_eq!(read.len(), 1);
     }
 }

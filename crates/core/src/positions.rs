@@ -253,8 +253,17 @@ pub fn encode_value(position: Frontier) -> Vec<u8> {
     value
 }
 
+/// The longest topic name Kafka accepts.
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// The source topic and partition of a position (or gap) key. A topic name longer than Kafka
+/// allows is not one: such a key was not written by a replicator, and its name would end up
+/// in status messages.
 pub fn decode_key(key: &[u8]) -> Option<(String, i32)> {
     let len = usize::try_from(i16::from_be_bytes(key.get(..2)?.try_into().ok()?)).ok()?;
+    if len > MAX_TOPIC_LEN {
+        return None;
+    }
     let topic = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
     let partition = i32::from_be_bytes(key.get(2 + len..6 + len)?.try_into().ok()?);
     (partition >= 0).then(|| (topic.to_string(), partition))
@@ -359,6 +368,16 @@ mod tests {
         assert_eq!(gaps.as_slice()[7], gap(7), "in the order written");
         // A list scan per push (the old dedup) took minutes here.
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_key_with_a_topic_longer_than_kafka_allows_is_not_a_position() {
+        let longest = "t".repeat(MAX_TOPIC_LEN);
+        assert_eq!(
+            decode_key(&encode_key(&longest, 1)),
+            Some((longest.clone(), 1))
+        );
+        assert_eq!(decode_key(&encode_key(&format!("{longest}t"), 1)), None);
     }
 
     #[test]
