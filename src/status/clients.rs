@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use mirrorflow_conn::OAuth;
+use rdkafka::client::{ClientContext, OAuthToken};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::metadata::Metadata;
@@ -31,7 +33,67 @@ use super::tails::{OwnTails, Tail, TailError};
 pub use super::tails::{TailKind, TailState};
 use crate::kafka::reader::position_in;
 
-pub type ProbeConsumer = BaseConsumer<ProbeContext>;
+pub type ProbeConsumer = BaseConsumer<TokenContext>;
+
+/// The probe client's context: [`ProbeContext`] (the errors it reports), and for a
+/// SASL/OAUTHBEARER cluster the bounded token client of [`mirrorflow_conn::oauth`] instead of
+/// librdkafka's own OIDC client, which buffers up to 500 MiB of a token endpoint's answer and
+/// copies an error answer's body into its error. librdkafka asks for a token through an event
+/// that polling the client serves ([`Cluster::serve_token`]).
+pub struct TokenContext {
+    probe: ProbeContext,
+    oauth: Option<OAuth>,
+}
+
+impl std::ops::Deref for TokenContext {
+    type Target = ProbeContext;
+
+    fn deref(&self) -> &ProbeContext {
+        &self.probe
+    }
+}
+
+impl ClientContext for TokenContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.probe.error(error, reason);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        let oauth = self
+            .oauth
+            .as_ref()
+            .ok_or("no OAuth client credentials in the flow's spec")?;
+        let (token, fresh) = oauth.token_for(TOKEN_TIMEOUT)?;
+        let fresh_ms = i64::try_from(fresh.as_millis()).unwrap_or(i64::MAX);
+        Ok(OAuthToken {
+            token,
+            // Only librdkafka's own bookkeeping uses it: the SASL message names no principal.
+            principal_name: oauth.client_id.clone(),
+            lifetime_ms: crate::clock::now_ms().saturating_add(fresh_ms),
+        })
+    }
+}
+
+impl ConsumerContext for TokenContext {}
+
+/// The longest one token request may take.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// librdkafka's OIDC settings, which the probe's clients leave out: their tokens come from
+/// [`TokenContext`].
+const OIDC_SETTINGS: [&str; 6] = [
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+];
 
 /// How long a client, a followed topic or a group's client lives without being asked for: a
 /// few status intervals, so a flow probed every interval keeps its clients, and a deleted one
@@ -245,9 +307,30 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     c
 }
 
-fn consumer(base: &ClientConfig, group: &str) -> Result<ProbeConsumer, KafkaError> {
+fn consumer(
+    base: &ClientConfig,
+    group: &str,
+    loopback_token_endpoints: bool,
+) -> Result<ProbeConsumer, KafkaError> {
     let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
-    probe_config(base, group).create_with_context(ProbeContext::new(oauthbearer))
+    let oauth = oauthbearer
+        .then(|| super::tails::oauth(base, loopback_token_endpoints))
+        .flatten();
+    librdkafka_config(base, group, oauth.is_some()).create_with_context(TokenContext {
+        probe: ProbeContext::new(oauthbearer),
+        oauth,
+    })
+}
+
+/// [`probe_config`], without librdkafka's OIDC settings when [`TokenContext`] gives the tokens.
+fn librdkafka_config(base: &ClientConfig, group: &str, own_tokens: bool) -> ClientConfig {
+    let mut config = probe_config(base, group);
+    if own_tokens {
+        for name in OIDC_SETTINGS {
+            config.remove(name);
+        }
+    }
+    config
 }
 
 /// How many queued events one use of a client hands to its context at most: enough for the
@@ -257,7 +340,7 @@ const DRAIN: usize = 64;
 impl Cluster {
     fn new(config: &ClientConfig, loopback_token_endpoints: bool) -> Result<Self, KafkaError> {
         Ok(Cluster {
-            client: consumer(config, PROBE_GROUP)?,
+            client: consumer(config, PROBE_GROUP, loopback_token_endpoints)?,
             own: OwnTails::new(config, loopback_token_endpoints).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
@@ -278,7 +361,7 @@ impl Cluster {
         {
             return Ok(md.clone());
         }
-        let md = Arc::new(self.client.fetch_metadata(None, timeout)?);
+        let md = Arc::new(self.client().fetch_metadata(None, timeout)?);
         *cached = Some((Instant::now(), md.clone()));
         Ok(md)
     }
@@ -294,7 +377,7 @@ impl Cluster {
         {
             return Ok(names.clone());
         }
-        let list = self.client.fetch_group_list(None, timeout)?;
+        let list = self.client().fetch_group_list(None, timeout)?;
         let names = Arc::new(
             list.groups()
                 .iter()
@@ -305,8 +388,18 @@ impl Cluster {
         Ok(names)
     }
 
+    /// The librdkafka client, its token first brought up to date ([`Self::serve_token`]).
     pub fn client(&self) -> &ProbeConsumer {
+        self.serve_token();
         &self.client
+    }
+
+    /// Serves librdkafka's requests for an OAuth token, which wait in the client's queue
+    /// until it is polled ([`TokenContext`]): on creation, and before a token expires.
+    fn serve_token(&self) {
+        if self.client.context().oauth.is_some() {
+            self.pump(Duration::ZERO);
+        }
     }
 
     fn touch(&self) {
@@ -372,7 +465,7 @@ impl Cluster {
         let unavailable = TailError::Unavailable;
         let timeout = deadline.saturating_duration_since(Instant::now());
         // Before taking the lock: the other flows' reads need not wait for this request.
-        let watermarks = self.client.fetch_watermarks(topic, 0, timeout);
+        let watermarks = self.client().fetch_watermarks(topic, 0, timeout);
         let mut tails = self.tails.lock().map_err(|_| unavailable.clone())?;
         let (low, high) = match watermarks {
             Ok(w) => w,
@@ -465,7 +558,7 @@ impl Cluster {
         groups: &[&str],
         timeout: Duration,
     ) -> Vec<Result<TopicPartitionList, KafkaError>> {
-        mirrorflow_rdkafka_ext::offsets::list_group_offsets(self.client.client(), groups, timeout)
+        mirrorflow_rdkafka_ext::offsets::list_group_offsets(self.client().client(), groups, timeout)
             .into_iter()
             .map(|answer| answer.map_err(|e| KafkaError::AdminOp(e.code)))
             .collect()
@@ -561,7 +654,7 @@ mod tests {
         );
         assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
-        consumer(&config(&[]), PROBE_GROUP).expect("a probe client");
+        consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
     }
 
     #[test]
@@ -589,6 +682,49 @@ mod tests {
             "https://idp.example.com/token",
         )]);
         assert_eq!(operator.refused(&https), None);
+    }
+
+    #[test]
+    fn oauth_tokens_come_from_the_bounded_client_not_librdkafkas() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("bound").port();
+        let served = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("one request");
+            let mut request = [0u8; 2048];
+            let _ = s.read(&mut request);
+            let body = r#"{"access_token":"tok-1","expires_in":100}"#;
+            let answer = format!("HTTP/1.1 200 OK\r\n\r\n{body}");
+            s.write_all(answer.as_bytes()).expect("answered");
+        });
+        let oauth = config(&[
+            ("sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                &format!("http://127.0.0.1:{port}/token"),
+            ),
+            ("sasl.oauthbearer.client.id", "probe"),
+            ("sasl.oauthbearer.client.secret", "s3cret"),
+        ]);
+        let client = consumer(&oauth, PROBE_GROUP, true).expect("a probe client");
+        let context = client.context();
+        assert!(context.oauth.is_some());
+        let token = context.generate_oauth_token(None).expect("a token");
+        served.join().expect("served");
+        assert_eq!(token.token, "tok-1");
+        let now = crate::clock::now_ms();
+        assert!((now + 70_000..=now + 80_000).contains(&token.lifetime_ms));
+        // Served from the cache while fresh: the endpoint answered once.
+        assert_eq!(
+            context.generate_oauth_token(None).expect("cached").token,
+            "tok-1"
+        );
+        // librdkafka's own OIDC client is not configured.
+        let librdkafka = librdkafka_config(&oauth, PROBE_GROUP, true);
+        assert_eq!(librdkafka.get("sasl.oauthbearer.method"), None);
+        assert_eq!(librdkafka.get("sasl.oauthbearer.client.secret"), None);
+        assert_eq!(librdkafka.get("sasl.mechanisms"), Some("OAUTHBEARER"));
     }
 
     #[test]

@@ -319,7 +319,7 @@ pub(super) fn conn_security(config: &ClientConfig, allow_loopback: bool) -> Opti
 }
 
 /// The OAuth client credentials librdkafka's `oidc` method would use.
-fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth> {
+pub(super) fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth> {
     let extensions = config
         .get("sasl.oauthbearer.extensions")
         .unwrap_or_default()

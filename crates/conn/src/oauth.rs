@@ -63,17 +63,24 @@ impl OAuth {
     /// A token: the one fetched before while it is fresh (80 % of its lifetime), else a new
     /// one.
     pub fn token(&self, timeout: Duration) -> Result<String, ConnError> {
+        self.token_for(timeout).map(|(token, _)| token)
+    }
+
+    /// [`Self::token`] and how long it stays fresh.
+    pub fn token_for(&self, timeout: Duration) -> Result<(String, Duration), ConnError> {
         if let Ok(cached) = self.token.lock()
             && let Some((token, until)) = cached.as_ref()
-            && Instant::now() < *until
+            && let Some(left) = until.checked_duration_since(Instant::now())
+            && !left.is_zero()
         {
-            return Ok(token.clone());
+            return Ok((token.clone(), left));
         }
         let (token, lifetime) = fetch_token(self, timeout)?;
+        let fresh = lifetime.mul_f64(0.8);
         if let Ok(mut cached) = self.token.lock() {
-            *cached = Some((token.clone(), Instant::now() + lifetime.mul_f64(0.8)));
+            *cached = Some((token.clone(), Instant::now() + fresh));
         }
-        Ok(token)
+        Ok((token, fresh))
     }
 
     /// The SASL/OAUTHBEARER client message (RFC 7628) carrying `token`.
