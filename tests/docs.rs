@@ -92,6 +92,7 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_NOT_AUTHORIZED,
         reason::TARGET_NOT_AUTHORIZED,
         reason::ALIAS_NAMES_TWO_CLUSTERS,
+        reason::INTERNAL_TOPIC_REFUSED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

@@ -200,3 +200,88 @@ pub fn broker_answers(data: &[u8]) {
         }
     }
 }
+
+/// The first byte picks the codec (`% 5`) and the record count (`/ 5`); the rest is a batch's
+/// records as written (compressed or not), wrapped here in a batch header with a valid CRC so
+/// that inflating and record reading are reached. The records inflate to at most the cap, there
+/// are never more records than the batch announces (plus the error that ends them), and every
+/// offset is the batch's or after it.
+pub fn batch_records(data: &[u8]) {
+    use mirrorflow_core::batch::{self, records};
+    const CAP: usize = 1 << 20;
+    let Some((&choice, payload)) = data.split_first() else {
+        return;
+    };
+    let count = i32::from(choice / 5);
+    let bytes = batch_with(i16::from(choice % 5), count, payload);
+    for b in batch::batches(&bytes).chain(batch::batches(data)) {
+        let Ok(b) = b else { continue };
+        let Ok(opened) = records::open(&b, CAP) else {
+            continue;
+        };
+        assert!(opened.inflated_len() <= CAP, "inflated past the cap");
+        let mut read = 0usize;
+        for r in opened.records() {
+            read += 1;
+            if let Ok(r) = r {
+                assert!(r.offset >= b.header.base_offset, "offset before the batch");
+            }
+        }
+        let announced = usize::try_from(b.header.record_count.max(0)).unwrap_or(usize::MAX);
+        assert!(
+            read <= announced.saturating_add(1),
+            "more records than announced"
+        );
+    }
+}
+
+/// A magic 2 batch at offset 0 around `records`, its CRC computed.
+fn batch_with(codec: i16, count: i32, records: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(61 + records.len());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    let length = i32::try_from(49 + records.len()).unwrap_or(i32::MAX);
+    b.extend_from_slice(&length.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&codec.to_be_bytes());
+    b.extend_from_slice(&(count - 1).max(0).to_be_bytes());
+    b.extend_from_slice(&[0; 16]); // timestamps
+    b.extend_from_slice(&(-1i64).to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// First byte chooses where the key ends; the rest is a key and value as read from a flow's
+/// positions topic on the target, which the shared operator reads for every flow. Every decoder
+/// of that topic (position, gap, claim, refusal) reads it; whatever decodes re-encodes to the
+/// bytes it was read from (trailing bytes aside), and a gap's message is written without panic.
+pub fn positions_records(data: &[u8]) {
+    use mirrorflow_core::positions::{self, ClaimValue, Gap};
+    let (key, value) = split_key_value(data);
+    if let Some((topic, partition)) = positions::decode_key(key) {
+        assert!(key.starts_with(&positions::encode_key(&topic, partition)));
+    }
+    if let Some(frontier) = positions::decode_value(value) {
+        assert!(value.starts_with(&positions::encode_value(frontier)));
+    }
+    if let Some(gap) = Gap::decode(key, value) {
+        let (k, v) = gap.encode();
+        assert_reencodes(key, value, (k, v));
+        assert!(!gap.describe().is_empty());
+    }
+    if let Some(claim) = ClaimValue::decode(value) {
+        assert!(
+            value.starts_with(&claim.encode()),
+            "claim re-encodes differently"
+        );
+    }
+    if let Some((detected_ms, message)) = positions::decode_refusal_value(value) {
+        assert_eq!(positions::encode_refusal_value(detected_ms, message), value);
+    }
+}

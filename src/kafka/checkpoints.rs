@@ -68,22 +68,30 @@ pub fn read_checkpoints(
 /// Folds one record of a checkpoints topic into `index` (newer records replace older ones of
 /// the same group-partition); false when it is not a checkpoint (skipped).
 pub fn index_record(index: &mut CheckpointIndex, m: &impl Message) -> bool {
-    let decoded = m
-        .key()
-        .zip(m.payload())
-        .and_then(|(k, v)| Checkpoint::decode(k, v).ok());
-    let Some(cp) = decoded else {
-        return false;
-    };
+    index_checkpoint(index, m.key(), m.payload(), m.timestamp().to_millis()).is_some()
+}
+
+/// [`index_record`] for a record's key, value and timestamp as any reader gives them:
+/// `Some(true)` when the group-partition is new to `index`, `None` when the record is not a
+/// checkpoint.
+pub fn index_checkpoint(
+    index: &mut CheckpointIndex,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    written_ms: Option<i64>,
+) -> Option<bool> {
+    let cp = key
+        .zip(value)
+        .and_then(|(k, v)| Checkpoint::decode(k, v).ok())?;
     let stored = StoredCheckpoint {
-        written_ms: m.timestamp().to_millis(),
+        written_ms,
         checkpoint: cp,
     };
-    index
+    let replaced = index
         .entry(stored.checkpoint.group.clone())
         .or_default()
         .insert(stored.checkpoint.topic_partition.clone(), stored);
-    true
+    Some(replaced.is_none())
 }
 
 /// Reads every offset sync of partition 0 of `topic`, in order; syncs carrying our dense header

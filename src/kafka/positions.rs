@@ -36,238 +36,10 @@ use super::reader::{Isolation, PartitionReader};
 use super::refusals::{self, Refusals};
 use super::writers::{self, Claims};
 
-pub const POSITIONS_VERSION: u8 = 0;
-pub const GAP_VERSION: u8 = 1;
-
-/// What broke the continuity of a copied partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GapKind {
-    /// Source offsets `from..to` were deleted (retention, DeleteRecords) before they were
-    /// copied: they are not on the target and never will be.
-    SourceTruncated,
-    /// The source partition ends at `to`, before the stored position `from`: the topic was
-    /// deleted and created again (or an unclean leader election lost records). Copying
-    /// restarted at the new log's start.
-    SourceRewound,
-    /// The target partition ends at `to`, before `from`, where the copied records reach: the
-    /// remote topic was deleted (and created again) or lost records. Everything the source
-    /// still holds is copied again.
-    TargetRewound,
-    /// The target refused the record at source offset `from` (`to` = `from + 1`) as too
-    /// large: `size` bytes (key, value and headers) against the remote topic's
-    /// `max.message.bytes` `limit` (0 when unknown). Copying went on after it.
-    RecordRejected { size: i64, limit: i64 },
-    /// Aligned copying (`spec.offsets: Aligned`) broke: the record at source offset `from`
-    /// landed at target offset `to` (or, when `to` is -1, the remote partition could not be
-    /// aligned at all, e.g. it held records of another writer). Nothing was skipped; later
-    /// offsets of the partition are translated through offset syncs.
-    Misaligned,
-    /// Aligned copying: the fillers at target offsets `from..to` that align a new remote
-    /// partition's log start with the source's could not be deleted (DeleteRecords refused),
-    /// so consumers reading the remote topic from its beginning see them. Offsets are aligned.
-    FillersNotDeleted,
-    /// Aligned copying: a transaction another producer opened on the remote partition at
-    /// TARGET offset `from` (its `read_committed` end) was still open when the replica took
-    /// the partition, whose high watermark was `to`. `read_committed` consumers of the remote
-    /// partition read nothing past `from` until it ends; the partition is copied on translated.
-    OpenTransaction,
-}
-
-impl GapKind {
-    /// [`GapKind::RecordRejected`] of a record of `size` bytes against `limit`, if known.
-    pub fn rejected(size: usize, limit: Option<usize>) -> Self {
-        GapKind::RecordRejected {
-            size: i64::try_from(size).unwrap_or(i64::MAX),
-            limit: limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            GapKind::SourceTruncated => 0,
-            GapKind::SourceRewound => 1,
-            GapKind::TargetRewound => 2,
-            GapKind::RecordRejected { .. } => 3,
-            GapKind::Misaligned => 4,
-            GapKind::FillersNotDeleted => 5,
-            GapKind::OpenTransaction => 6,
-        }
-    }
-
-    /// `extra` is what follows `to` in the value (the details some kinds carry).
-    fn decode(code: u8, extra: &[u8]) -> Option<Self> {
-        Some(match code {
-            0 => GapKind::SourceTruncated,
-            1 => GapKind::SourceRewound,
-            2 => GapKind::TargetRewound,
-            3 => GapKind::RecordRejected {
-                size: i64::from_be_bytes(extra.get(0..8)?.try_into().ok()?),
-                limit: i64::from_be_bytes(extra.get(8..16)?.try_into().ok()?),
-            },
-            4 => GapKind::Misaligned,
-            5 => GapKind::FillersNotDeleted,
-            6 => GapKind::OpenTransaction,
-            _ => return None,
-        })
-    }
-
-    /// The condition reason and event reason the operator reports it under.
-    pub fn reason(self) -> &'static str {
-        match self {
-            GapKind::SourceTruncated => "SourceTruncated",
-            GapKind::SourceRewound => "SourceTopicRecreated",
-            GapKind::TargetRewound => "TargetTopicRecreated",
-            GapKind::RecordRejected { .. } => "RecordRejected",
-            GapKind::Misaligned => "OffsetsMisaligned",
-            GapKind::FillersNotDeleted => "FillersNotDeleted",
-            GapKind::OpenTransaction => "OpenTransaction",
-        }
-    }
-
-    /// Whether the partition's offsets are translated from the break on (the status's
-    /// `OffsetsAligned`), rather than records missing (`Gapless`).
-    pub fn breaks_alignment(self) -> bool {
-        matches!(self, GapKind::Misaligned | GapKind::OpenTransaction)
-    }
-}
-
-/// A break in a partition's continuity, as the source loop recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Gap {
-    /// The SOURCE topic and partition.
-    pub topic: String,
-    pub partition: i32,
-    pub kind: GapKind,
-    pub from: i64,
-    pub to: i64,
-    /// When the source loop found it, ms since the epoch.
-    pub detected_ms: i64,
-}
-
-impl Gap {
-    /// What happened, in a sentence for conditions, events and logs.
-    pub fn describe(&self) -> String {
-        let (t, p, from, to) = (&self.topic, self.partition, self.from, self.to);
-        match self.kind {
-            GapKind::SourceTruncated => format!(
-                "{t}[{p}]: source offsets {from}..{to} were deleted on the source (retention or DeleteRecords) before they were copied; {} records are missing on the target",
-                to.saturating_sub(from)
-            ),
-            GapKind::SourceRewound => format!(
-                "{t}[{p}]: the source partition now ends at offset {to}, before the copied position {from}: the topic was deleted and created again (or lost records); copying restarted at its beginning"
-            ),
-            GapKind::TargetRewound => format!(
-                "{t}[{p}]: the remote partition on the target ends at offset {to}, before {from} where the copies reached: the remote topic was deleted (or lost records); the partition is copied again from the source's earliest record"
-            ),
-            GapKind::RecordRejected { size, limit } => {
-                let limit = if limit > 0 {
-                    format!("its limit of {limit} bytes (max.message.bytes)")
-                } else {
-                    "its limit (max.message.bytes)".to_string()
-                };
-                format!(
-                    "{t}[{p}]: the target refused the record at source offset {from} ({size} bytes) as larger than {limit}; it is missing on the target, copying went on after it"
-                )
-            }
-            GapKind::Misaligned if to < 0 => format!(
-                "{t}[{p}]: the remote partition cannot be aligned from source offset {from} (it holds records this flow did not write, or the source went back under the copies); its offsets are translated through offset syncs from there"
-            ),
-            GapKind::Misaligned => format!(
-                "{t}[{p}]: the record at source offset {from} landed at target offset {to} (another writer on the remote partition?); offsets from there on are translated through offset syncs"
-            ),
-            GapKind::FillersNotDeleted => format!(
-                "{t}[{p}]: the {} filler records at target offsets {from}..{to} that align the remote partition with the source's log start could not be deleted (DeleteRecords refused), so consumers reading the remote topic from its beginning see them (header mirrorflow.filler); offsets are aligned. Grant the flow's target principal DELETE on the remote topic and delete records before offset {to} (kafka-delete-records.sh), or let retention remove them",
-                to.saturating_sub(from)
-            ),
-            GapKind::OpenTransaction => format!(
-                "{t}[{p}]: a transaction another producer opened on the remote partition at target offset {from} is still open (the partition then ended at {to}): read_committed consumers of the remote partition read nothing past offset {from} until it ends, and offsets from there on are translated through offset syncs. Find the other writer; an administrator of the target ends the transaction with: kafka-transactions.sh --bootstrap-server <target> abort --topic <remote topic of {t}> --partition {p} --start-offset {from}"
-            ),
-        }
-    }
-
-    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
-        let mut key = encode_key(&self.topic, self.partition);
-        key.extend_from_slice(&self.detected_ms.to_be_bytes());
-        let mut value = Vec::with_capacity(18);
-        value.push(GAP_VERSION);
-        value.push(self.kind.code());
-        value.extend_from_slice(&self.from.to_be_bytes());
-        value.extend_from_slice(&self.to.to_be_bytes());
-        if let GapKind::RecordRejected { size, limit } = self.kind {
-            value.extend_from_slice(&size.to_be_bytes());
-            value.extend_from_slice(&limit.to_be_bytes());
-        }
-        (key, value)
-    }
-
-    pub fn decode(key: &[u8], value: &[u8]) -> Option<Gap> {
-        if *value.first()? != GAP_VERSION {
-            return None;
-        }
-        let (topic, partition) = decode_key(key)?;
-        let at = 6 + topic.len();
-        let detected_ms = i64::from_be_bytes(key.get(at..at + 8)?.try_into().ok()?);
-        let kind = GapKind::decode(*value.get(1)?, value.get(18..).unwrap_or_default())?;
-        let from = i64::from_be_bytes(value.get(2..10)?.try_into().ok()?);
-        let to = i64::from_be_bytes(value.get(10..18)?.try_into().ok()?);
-        Some(Gap {
-            topic,
-            partition,
-            kind,
-            from,
-            to,
-            detected_ms,
-        })
-    }
-}
-
-/// How far a source partition is copied: every record before `next` is on the target, the
-/// one at `next - 1` at target offset `downstream` (-1 when unknown).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frontier {
-    pub next: i64,
-    pub downstream: i64,
-}
-
-/// The positions topic of a flow from `source_alias`, on the target.
-pub fn positions_topic(source_alias: &str) -> String {
-    format!("mirrorflow-positions.{source_alias}.internal")
-}
-
-pub fn encode_key(topic: &str, partition: i32) -> Vec<u8> {
-    let bytes = topic.as_bytes();
-    // Kafka topic names are at most 249 bytes, far below i16::MAX.
-    let len = i16::try_from(bytes.len()).unwrap_or(i16::MAX);
-    let mut key = Vec::with_capacity(6 + bytes.len());
-    key.extend_from_slice(&len.to_be_bytes());
-    key.extend_from_slice(&bytes[..len as usize]);
-    key.extend_from_slice(&partition.to_be_bytes());
-    key
-}
-
-pub fn encode_value(position: Frontier) -> Vec<u8> {
-    let mut value = Vec::with_capacity(17);
-    value.push(POSITIONS_VERSION);
-    value.extend_from_slice(&position.next.to_be_bytes());
-    value.extend_from_slice(&position.downstream.to_be_bytes());
-    value
-}
-
-pub fn decode_key(key: &[u8]) -> Option<(String, i32)> {
-    let len = usize::try_from(i16::from_be_bytes(key.get(..2)?.try_into().ok()?)).ok()?;
-    let topic = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
-    let partition = i32::from_be_bytes(key.get(2 + len..6 + len)?.try_into().ok()?);
-    (partition >= 0).then(|| (topic.to_string(), partition))
-}
-
-pub fn decode_value(value: &[u8]) -> Option<Frontier> {
-    if *value.first()? != POSITIONS_VERSION {
-        return None;
-    }
-    let next = i64::from_be_bytes(value.get(1..9)?.try_into().ok()?);
-    let downstream = i64::from_be_bytes(value.get(9..17)?.try_into().ok()?);
-    (next >= 0).then_some(Frontier { next, downstream })
-}
+pub use mirrorflow_core::positions::{
+    Frontier, GAP_VERSION, Gap, GapKind, Gaps, POSITIONS_VERSION, decode_key, decode_value,
+    encode_key, encode_value, positions_topic,
+};
 
 /// Folds one record of a positions topic into `positions`, `gaps`, `claims` and `refusals`:
 /// a position, a tombstone (the partition is no longer tracked), a gap, a writer's claim
@@ -275,7 +47,7 @@ pub fn decode_value(value: &[u8]) -> Option<Frontier> {
 /// version cannot decode it (skipped).
 pub fn apply_record(
     positions: &mut HashMap<(String, i32), Frontier>,
-    gaps: &mut Vec<Gap>,
+    gaps: &mut Gaps,
     claims: &mut Claims,
     refusals: &mut Refusals,
     key: Option<&[u8]>,
@@ -296,9 +68,7 @@ pub fn apply_record(
     {
         return match Gap::decode(k, v) {
             Some(g) => {
-                if !gaps.contains(&g) {
-                    gaps.push(g);
-                }
+                gaps.push(g);
                 true
             }
             None => false,
@@ -325,7 +95,7 @@ pub fn apply_record(
 pub struct PositionReader {
     reader: PartitionReader,
     positions: HashMap<(String, i32), Frontier>,
-    gaps: Vec<Gap>,
+    gaps: Gaps,
     claims: Claims,
     refusals: Refusals,
     undecodable: u64,
@@ -358,7 +128,7 @@ impl PositionReader {
         Ok(PositionReader {
             reader: PartitionReader::new(target, "target", topic, &group, isolation)?,
             positions: HashMap::new(),
-            gaps: Vec::new(),
+            gaps: Gaps::default(),
             claims: Claims::new(),
             refusals: Refusals::new(),
             undecodable: 0,
@@ -376,7 +146,7 @@ impl PositionReader {
 
     /// Every break in continuity recorded so far, in the order they were written.
     pub fn gaps(&self) -> &[Gap] {
-        &self.gaps
+        self.gaps.as_slice()
     }
 
     /// The writers' claims read so far ([`super::writers`]).
@@ -554,8 +324,12 @@ mod tests {
 
     #[test]
     fn refusals_fold_beside_positions_and_never_pass_for_them() {
-        let (mut positions, mut gaps, mut claims, mut refusals) =
-            (HashMap::new(), Vec::new(), Claims::new(), Refusals::new());
+        let (mut positions, mut gaps, mut claims, mut refusals) = (
+            HashMap::new(),
+            Gaps::default(),
+            Claims::new(),
+            Refusals::new(),
+        );
         let refusal = refusals::Refusal {
             topic: "A.orders".into(),
             detected_ms: 1,

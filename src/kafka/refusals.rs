@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use super::admin::{AdminError, TopicChange};
 use rdkafka::types::RDKafkaErrorCode;
 
-pub const REFUSAL_VERSION: u8 = 3;
+pub use mirrorflow_core::positions::REFUSAL_VERSION;
+use mirrorflow_core::positions::{decode_refusal_value, encode_refusal_value};
 const KEY_PREFIX: &[u8] = b"\xff\xffrefused:";
 /// Bounds what one record adds to a status: a message is a sentence or two.
 pub const MAX_MESSAGE: usize = 1024;
@@ -64,12 +65,10 @@ impl Refusal {
     }
 
     pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
-        let message = self.message.as_bytes();
-        let mut value = Vec::with_capacity(9 + message.len());
-        value.push(REFUSAL_VERSION);
-        value.extend_from_slice(&self.detected_ms.to_be_bytes());
-        value.extend_from_slice(message);
-        (encode_key(&self.topic), value)
+        (
+            encode_key(&self.topic),
+            encode_refusal_value(self.detected_ms, &self.message),
+        )
     }
 }
 
@@ -126,6 +125,8 @@ pub fn apply(refusals: &mut Refusals, key: &[u8], value: Option<&[u8]>) -> bool 
     let Some(topic) = key
         .strip_prefix(KEY_PREFIX)
         .and_then(|t| std::str::from_utf8(t).ok())
+        // Not a topic Kafka could have: its name would only lengthen the status.
+        .filter(|t| t.len() <= mirrorflow_core::positions::MAX_TOPIC_LEN)
     else {
         return false;
     };
@@ -137,11 +138,7 @@ pub fn apply(refusals: &mut Refusals, key: &[u8], value: Option<&[u8]>) -> bool 
         // Read, and left out: a writer that keeps to the bound never gets here.
         return true;
     }
-    let decoded = (value.first() == Some(&REFUSAL_VERSION))
-        .then(|| value.get(1..9)?.try_into().ok().map(i64::from_be_bytes))
-        .flatten()
-        .zip(value.get(9..).and_then(|m| std::str::from_utf8(m).ok()));
-    match decoded {
+    match decode_refusal_value(value) {
         Some((detected_ms, message)) => {
             refusals.insert(
                 topic.to_string(),
@@ -355,5 +352,13 @@ mod tests {
         assert!(apply(&mut read, &key, Some(&value)));
         assert!(read["t"].message.len() <= MAX_MESSAGE);
         assert!(truncated("é".repeat(MAX_MESSAGE)).len() <= MAX_MESSAGE);
+        // A topic name no Kafka cluster allows (it would only lengthen the status).
+        let (key, value) = Refusal {
+            topic: "t".repeat(250),
+            ..long
+        }
+        .encode();
+        assert!(!apply(&mut read, &key, Some(&value)));
+        assert_eq!(read.len(), 1);
     }
 }

@@ -20,7 +20,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub const CLAIM_VERSION: u8 = 2;
+pub use mirrorflow_core::positions::CLAIM_VERSION;
+use mirrorflow_core::positions::ClaimValue;
 const KEY_PREFIX: &[u8] = b"\xff\xffwriter:";
 
 /// How often a running replicator renews its claim.
@@ -78,20 +79,29 @@ pub fn encode_key(writer: &Writer) -> Vec<u8> {
 }
 
 pub fn encode_value(writer: &Writer, renewed_ms: i64) -> Vec<u8> {
-    let flow = writer.flow.as_bytes();
-    let len = i16::try_from(flow.len()).unwrap_or(i16::MAX);
-    let mut value = Vec::with_capacity(19 + flow.len());
-    value.push(CLAIM_VERSION);
-    value.extend_from_slice(&writer.created_ms.to_be_bytes());
-    value.extend_from_slice(&renewed_ms.to_be_bytes());
-    value.extend_from_slice(&len.to_be_bytes());
-    value.extend_from_slice(&flow[..len as usize]);
-    value
+    ClaimValue {
+        created_ms: writer.created_ms,
+        renewed_ms,
+        flow: &writer.flow,
+    }
+    .encode()
 }
 
-/// Folds a claim record into `claims`. False when the key is a claim's but the value is not
-/// one this version reads.
+/// How far ahead of the reader's clock a claim's renewal time may be: clocks of hosts in one
+/// deployment differ by far less. A later time is read as this far ahead, so a forged or
+/// broken claim (renewed in the year 292 million) lapses like any other once it is not
+/// renewed, instead of being live for ever.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(30);
+
+/// Folds a claim record into `claims` as read now. False when the key is a claim's but the
+/// value is not one this version reads.
 pub fn apply(claims: &mut Claims, key: &[u8], value: Option<&[u8]>) -> bool {
+    apply_at(claims, key, value, crate::clock::now_ms())
+}
+
+/// [`apply`] as read at `now_ms`: a renewal time ahead of it by more than [`MAX_CLOCK_SKEW`]
+/// is taken as `now_ms + MAX_CLOCK_SKEW`.
+pub fn apply_at(claims: &mut Claims, key: &[u8], value: Option<&[u8]>, now_ms: i64) -> bool {
     let Some(id) = key
         .strip_prefix(KEY_PREFIX)
         .and_then(|id| std::str::from_utf8(id).ok())
@@ -103,7 +113,9 @@ pub fn apply(claims: &mut Claims, key: &[u8], value: Option<&[u8]>) -> bool {
         return true;
     };
     match decode_value(id, value) {
-        Some(claim) => {
+        Some(mut claim) => {
+            let skew = i64::try_from(MAX_CLOCK_SKEW.as_millis()).unwrap_or(i64::MAX);
+            claim.renewed_ms = claim.renewed_ms.min(now_ms.saturating_add(skew));
             claims.insert(id.to_string(), claim);
             true
         }
@@ -112,26 +124,20 @@ pub fn apply(claims: &mut Claims, key: &[u8], value: Option<&[u8]>) -> bool {
 }
 
 fn decode_value(id: &str, value: &[u8]) -> Option<Claim> {
-    if *value.first()? != CLAIM_VERSION {
-        return None;
-    }
-    let created_ms = i64::from_be_bytes(value.get(1..9)?.try_into().ok()?);
-    let renewed_ms = i64::from_be_bytes(value.get(9..17)?.try_into().ok()?);
-    let len = usize::try_from(i16::from_be_bytes(value.get(17..19)?.try_into().ok()?)).ok()?;
-    let flow = std::str::from_utf8(value.get(19..19_usize.saturating_add(len))?).ok()?;
+    let v = ClaimValue::decode(value)?;
     Some(Claim {
         writer: Writer {
             id: id.to_string(),
-            flow: flow.to_string(),
-            created_ms,
+            flow: v.flow.to_string(),
+            created_ms: v.created_ms,
         },
-        renewed_ms,
+        renewed_ms: v.renewed_ms,
     })
 }
 
 /// The live claim of another flow that `own` must yield to (the oldest of them), if any.
 /// Live: renewed within [`STALE_AFTER`] of `now_ms` (a claim from a clock ahead of ours is
-/// live too, until it is that old).
+/// live too, until it is that old; [`apply`] bounds how far ahead it can be).
 pub fn yields_to<'a>(own: &Writer, claims: &'a Claims, now_ms: i64) -> Option<&'a Claim> {
     let stale = i64::try_from(STALE_AFTER.as_millis()).unwrap_or(i64::MAX);
     claims
@@ -152,7 +158,8 @@ pub fn yields_to<'a>(own: &Writer, claims: &'a Claims, now_ms: i64) -> Option<&'
 pub fn yield_message(other: &Claim, source_alias: &str) -> String {
     format!(
         "spec.source.alias: flow '{}' (older; not one this operator manages, or in another Kubernetes cluster) already replicates source alias '{source_alias}' into this target cluster and writes the same internal topics there (mirrorflow-positions.{source_alias}.internal, {source_alias}.checkpoints.internal); this flow's replicators copy nothing while that flow runs, so neither corrupts the other; give one of the two source clusters another alias, or stop the other flow (its claim lapses {}s after its replicators stop)",
-        other.writer.flow,
+        // The name comes from a record anyone with WRITE on the topic can forge.
+        crate::status::bounded_text(&other.writer.flow),
         STALE_AFTER.as_secs(),
     )
 }
@@ -255,6 +262,51 @@ mod tests {
         // A clock ahead of ours: live.
         let ahead = claims(&[(older, now + 30_000)]);
         assert!(yields_to(&newer, &ahead, now).is_some());
+    }
+
+    #[test]
+    fn a_claim_from_the_far_future_is_read_as_slightly_ahead_and_lapses() {
+        let now = 1_700_000_000_000;
+        let forged = writer("x", "evil/forged", 0);
+        let victim = writer("v", "team/victim", 1_000);
+        let mut c = Claims::new();
+        assert!(apply_at(
+            &mut c,
+            &encode_key(&forged),
+            Some(&encode_value(&forged, i64::MAX)),
+            now
+        ));
+        let skew = i64::try_from(MAX_CLOCK_SKEW.as_millis()).unwrap();
+        let stale = i64::try_from(STALE_AFTER.as_millis()).unwrap();
+        assert_eq!(c["x"].renewed_ms, now + skew);
+        assert!(
+            yields_to(&victim, &c, now).is_some(),
+            "live while it could be"
+        );
+        assert!(yields_to(&victim, &c, now + skew + stale).is_some());
+        assert_eq!(yields_to(&victim, &c, now + skew + stale + 1), None);
+        assert_eq!(yields_to(&victim, &c, now + 3_600_000), None, "an hour on");
+        // Within the skew, a clock ahead of ours is kept as it is.
+        apply_at(
+            &mut c,
+            &encode_key(&forged),
+            Some(&encode_value(&forged, now + 1_000)),
+            now,
+        );
+        assert_eq!(c["x"].renewed_ms, now + 1_000);
+    }
+
+    #[test]
+    fn a_long_flow_name_in_a_claim_is_cut_in_the_message() {
+        let long = writer("x", &"n".repeat(20_000), 0);
+        let message = yield_message(
+            &Claim {
+                writer: long,
+                renewed_ms: 0,
+            },
+            "src",
+        );
+        assert!(message.len() < 2_000, "{} bytes", message.len());
     }
 
     #[test]

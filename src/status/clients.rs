@@ -19,21 +19,81 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use mirrorflow_conn::OAuth;
+use rdkafka::client::{ClientContext, OAuthToken};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::metadata::Metadata;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use super::ClusterFault;
 use super::probe::ProbeContext;
-use crate::kafka::checkpoints::{self, CheckpointIndex};
-use crate::kafka::positions::{self, Frontier, Gap};
+use super::tails::{OwnTails, Tail, TailError};
+pub use super::tails::{TailKind, TailState};
 use crate::kafka::reader::position_in;
-use crate::kafka::refusals::Refusals;
-use crate::kafka::writers::Claims;
-use crate::mm2::Heartbeat;
 
-pub type ProbeConsumer = BaseConsumer<ProbeContext>;
+pub type ProbeConsumer = BaseConsumer<TokenContext>;
+
+/// The probe client's context: [`ProbeContext`] (the errors it reports), and for a
+/// SASL/OAUTHBEARER cluster the bounded token client of [`mirrorflow_conn::oauth`] instead of
+/// librdkafka's own OIDC client, which buffers up to 500 MiB of a token endpoint's answer and
+/// copies an error answer's body into its error. librdkafka asks for a token through an event
+/// that polling the client serves ([`Cluster::serve_token`]).
+pub struct TokenContext {
+    probe: ProbeContext,
+    oauth: Option<OAuth>,
+}
+
+impl std::ops::Deref for TokenContext {
+    type Target = ProbeContext;
+
+    fn deref(&self) -> &ProbeContext {
+        &self.probe
+    }
+}
+
+impl ClientContext for TokenContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.probe.error(error, reason);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        let oauth = self
+            .oauth
+            .as_ref()
+            .ok_or("no OAuth client credentials in the flow's spec")?;
+        let (token, fresh) = oauth.token_for(TOKEN_TIMEOUT)?;
+        let fresh_ms = i64::try_from(fresh.as_millis()).unwrap_or(i64::MAX);
+        Ok(OAuthToken {
+            token,
+            // Only librdkafka's own bookkeeping uses it: the SASL message names no principal.
+            principal_name: oauth.client_id.clone(),
+            lifetime_ms: crate::clock::now_ms().saturating_add(fresh_ms),
+        })
+    }
+}
+
+impl ConsumerContext for TokenContext {}
+
+/// The longest one token request may take.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// librdkafka's OIDC settings, which the probe's clients leave out: their tokens come from
+/// [`TokenContext`].
+const OIDC_SETTINGS: [&str; 6] = [
+    "sasl.oauthbearer.method",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.extensions",
+];
 
 /// How long a client, a followed topic or a group's client lives without being asked for: a
 /// few status intervals, so a flow probed every interval keeps its clients, and a deleted one
@@ -80,11 +140,24 @@ impl std::fmt::Debug for ClientKey {
 pub struct ProbeClients {
     clusters: Mutex<HashMap<ClientKey, Arc<Cluster>>>,
     idle: Duration,
+    /// Whether OAuth tokens may be fetched over `http://` from a loopback host. A flow may
+    /// name one for its replicator pods (a token proxy beside them); from the shared operator
+    /// the same URL reaches the operator pod itself (a mesh sidecar's admin port, anything
+    /// listening there), so the operator refuses it unless its installer allowed it
+    /// ([`LOOPBACK_TOKEN_ENDPOINTS_ENV`] = `allow`, chart value
+    /// `probe.loopbackTokenEndpoints`). A CLI run fetches from the user's own machine.
+    loopback_token_endpoints: bool,
 }
 
+/// The operator's environment variable that lets its probe fetch OAuth tokens from `http://`
+/// loopback endpoints (`allow`); test worlds whose token endpoint runs on the node set it.
+pub const LOOPBACK_TOKEN_ENDPOINTS_ENV: &str = "MIRRORFLOW_PROBE_LOOPBACK_TOKEN_ENDPOINTS";
+
 impl Default for ProbeClients {
+    /// The operator's clients: loopback token endpoints as its installer said.
     fn default() -> Self {
-        ProbeClients::new(IDLE)
+        let allowed = std::env::var(LOOPBACK_TOKEN_ENDPOINTS_ENV).is_ok_and(|v| v == "allow");
+        ProbeClients::new(IDLE).with_loopback_token_endpoints(allowed)
     }
 }
 
@@ -93,7 +166,29 @@ impl ProbeClients {
         ProbeClients {
             clusters: Mutex::new(HashMap::new()),
             idle,
+            loopback_token_endpoints: false,
         }
+    }
+
+    /// The clients of a CLI run, on the user's machine: a loopback token endpoint is theirs.
+    pub fn for_cli() -> Self {
+        ProbeClients::new(IDLE).with_loopback_token_endpoints(true)
+    }
+
+    pub fn with_loopback_token_endpoints(mut self, allowed: bool) -> Self {
+        self.loopback_token_endpoints = allowed;
+        self
+    }
+
+    /// Why the probe may not use `config` at all: a plain-http token endpoint (only loopback
+    /// ones pass the spec rules) where these clients refuse them.
+    pub fn refused(&self, config: &ClientConfig) -> Option<ClusterFault> {
+        let url = config.get("sasl.oauthbearer.token.endpoint.url")?;
+        (!self.loopback_token_endpoints && url.get(..7)?.eq_ignore_ascii_case("http://")).then(|| {
+            ClusterFault::TokenEndpointUnreachable(
+                "the operator fetches OAuth tokens over https only: an http:// loopback endpoint reaches the operator's own pod, not a token proxy beside the replicators, so the operator cannot judge this cluster (its installer may allow it with the chart value probe.loopbackTokenEndpoints)".into(),
+            )
+        })
     }
 
     /// The client for `config` in `namespace`, made on first use.
@@ -102,6 +197,9 @@ impl ProbeClients {
         namespace: &str,
         config: &ClientConfig,
     ) -> Result<Arc<Cluster>, KafkaError> {
+        if let Some(refused) = self.refused(config) {
+            return Err(KafkaError::ClientCreation(format!("{refused:?}")));
+        }
         let key = ClientKey::new(namespace, config);
         let mut clusters = self
             .clusters
@@ -111,7 +209,7 @@ impl ProbeClients {
             c.touch();
             return Ok(c.clone());
         }
-        let c = Arc::new(Cluster::new(config)?);
+        let c = Arc::new(Cluster::new(config, self.loopback_token_endpoints)?);
         clusters.insert(key, c.clone());
         Ok(c)
     }
@@ -148,99 +246,15 @@ impl ProbeClients {
     }
 }
 
-/// What a followed topic holds, folded record by record. A probe takes a snapshot (a clone of
-/// the `Arc`s) and the next record read copies the map only while a snapshot is out.
-#[derive(Debug, Clone)]
-pub enum TailState {
-    /// The replicator's positions topic: per source partition the next offset to copy, and
-    /// the gaps recorded beside them.
-    Positions {
-        positions: Arc<HashMap<(String, i32), Frontier>>,
-        gaps: Arc<Vec<Gap>>,
-        claims: Arc<Claims>,
-        refusals: Arc<Refusals>,
-    },
-    /// The checkpoints topic: the newest checkpoint per group-partition.
-    Checkpoints(Arc<CheckpointIndex>),
-    /// The replicated heartbeats topic: the emission time of the newest heartbeat (`None`
-    /// when the newest record is not one).
-    Heartbeat(Option<i64>),
-}
-
-/// The kinds of topic [`Cluster::follow`] reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TailKind {
-    Positions,
-    Checkpoints,
-    Heartbeats,
-}
-
-impl TailKind {
-    fn empty(self) -> TailState {
-        match self {
-            TailKind::Positions => TailState::Positions {
-                positions: Arc::default(),
-                gaps: Arc::default(),
-                claims: Arc::default(),
-                refusals: Arc::default(),
-            },
-            TailKind::Checkpoints => TailState::Checkpoints(Arc::default()),
-            TailKind::Heartbeats => TailState::Heartbeat(None),
-        }
-    }
-}
-
-struct Tail {
-    kind: TailKind,
-    /// The next offset to read of partition 0.
-    next: i64,
-    wanted: Instant,
-    state: TailState,
-}
-
-impl Tail {
-    fn apply(&mut self, m: &BorrowedMessage<'_>) {
-        // A record fetched before a re-assignment may still be queued: folding it again after
-        // newer ones would put an older position or checkpoint back.
-        if m.offset() < self.next {
-            return;
-        }
-        self.next = m.offset() + 1;
-        match &mut self.state {
-            TailState::Positions {
-                positions,
-                gaps,
-                claims,
-                refusals,
-            } => {
-                positions::apply_record(
-                    Arc::make_mut(positions),
-                    Arc::make_mut(gaps),
-                    Arc::make_mut(claims),
-                    Arc::make_mut(refusals),
-                    m.key(),
-                    m.payload(),
-                );
-            }
-            TailState::Checkpoints(index) => {
-                checkpoints::index_record(Arc::make_mut(index), m);
-            }
-            TailState::Heartbeat(newest) => {
-                *newest = m
-                    .key()
-                    .zip(m.payload())
-                    .and_then(|(k, v)| Heartbeat::decode(k, v).ok())
-                    .map(|hb| hb.timestamp_ms);
-            }
-        }
-    }
-}
-
 /// One cluster as one set of credentials in one namespace sees it.
 pub struct Cluster {
     client: ProbeConsumer,
-    /// The followed topics by name. Also the lock for polling `client`: whoever polls hands
-    /// every record to its topic's tail.
+    /// The followed topics, read with the project's own connections and bounded decoder
+    /// ([`super::tails`]); `None` for a cluster they cannot speak to (a mechanism they do not
+    /// know), whose topics `client` follows.
+    own: Option<Mutex<OwnTails>>,
+    /// The topics `client` follows, by name. Also the lock for polling `client`: whoever polls
+    /// hands every record to its topic's tail.
     tails: Mutex<HashMap<String, Tail>>,
     used: Mutex<Instant>,
     /// The cluster's metadata and group names as last fetched: every flow probed within
@@ -263,7 +277,10 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// stay small (a 2 MiB queue and 1 MiB partition reads before). `fetch.max.bytes` stays at
 /// 1 MiB: librdkafka refuses a client whose `fetch.max.bytes` is below `message.max.bytes`
 /// (1 MB); the partition bound keeps a fetch of the few followed partitions small anyway. No
-/// statistics: nobody reads them. Settings the flow gave stand.
+/// statistics: nobody reads them. Answers are bounded at 8 MiB (`receive.message.max.bytes`,
+/// librdkafka's default 100 MB): a Metadata or ListGroups answer of a cluster with tens of
+/// thousands of partitions or groups fits, and a hostile broker's answer costs at most that
+/// per client instead of a hundred MB. Settings the flow gave stand.
 fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     let mut c = base.clone();
     c.set("group.id", group)
@@ -275,6 +292,7 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         .set("socket.timeout.ms", "5000");
     for (name, value) in [
         ("queued.max.messages.kbytes", "512"),
+        ("receive.message.max.bytes", "8388608"),
         ("fetch.max.bytes", "1048576"),
         ("max.partition.fetch.bytes", "262144"),
         ("statistics.interval.ms", "0"),
@@ -289,9 +307,34 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     c
 }
 
-fn consumer(base: &ClientConfig, group: &str) -> Result<ProbeConsumer, KafkaError> {
+fn consumer(
+    base: &ClientConfig,
+    group: &str,
+    loopback_token_endpoints: bool,
+) -> Result<ProbeConsumer, KafkaError> {
     let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
-    probe_config(base, group).create_with_context(ProbeContext::new(oauthbearer))
+    // rdkafka sets a token from the context without SASL extensions: a flow that needs them
+    // (Confluent Cloud's logicalCluster) keeps librdkafka's own OIDC client, whose answers are
+    // not bounded (the status text is, `super::bounded_text`).
+    let oauth = oauthbearer
+        .then(|| super::tails::oauth(base, loopback_token_endpoints))
+        .flatten()
+        .filter(|o| o.extensions.is_empty());
+    librdkafka_config(base, group, oauth.is_some()).create_with_context(TokenContext {
+        probe: ProbeContext::new(oauthbearer),
+        oauth,
+    })
+}
+
+/// [`probe_config`], without librdkafka's OIDC settings when [`TokenContext`] gives the tokens.
+fn librdkafka_config(base: &ClientConfig, group: &str, own_tokens: bool) -> ClientConfig {
+    let mut config = probe_config(base, group);
+    if own_tokens {
+        for name in OIDC_SETTINGS {
+            config.remove(name);
+        }
+    }
+    config
 }
 
 /// How many queued events one use of a client hands to its context at most: enough for the
@@ -299,9 +342,10 @@ fn consumer(base: &ClientConfig, group: &str) -> Result<ProbeConsumer, KafkaErro
 const DRAIN: usize = 64;
 
 impl Cluster {
-    fn new(config: &ClientConfig) -> Result<Self, KafkaError> {
+    fn new(config: &ClientConfig, loopback_token_endpoints: bool) -> Result<Self, KafkaError> {
         Ok(Cluster {
-            client: consumer(config, PROBE_GROUP)?,
+            client: consumer(config, PROBE_GROUP, loopback_token_endpoints)?,
+            own: OwnTails::new(config, loopback_token_endpoints).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),
@@ -321,7 +365,7 @@ impl Cluster {
         {
             return Ok(md.clone());
         }
-        let md = Arc::new(self.client.fetch_metadata(None, timeout)?);
+        let md = Arc::new(self.client().fetch_metadata(None, timeout)?);
         *cached = Some((Instant::now(), md.clone()));
         Ok(md)
     }
@@ -337,7 +381,7 @@ impl Cluster {
         {
             return Ok(names.clone());
         }
-        let list = self.client.fetch_group_list(None, timeout)?;
+        let list = self.client().fetch_group_list(None, timeout)?;
         let names = Arc::new(
             list.groups()
                 .iter()
@@ -348,8 +392,18 @@ impl Cluster {
         Ok(names)
     }
 
+    /// The librdkafka client, its token first brought up to date ([`Self::serve_token`]).
     pub fn client(&self) -> &ProbeConsumer {
+        self.serve_token();
         &self.client
+    }
+
+    /// Serves librdkafka's requests for an OAuth token, which wait in the client's queue
+    /// until it is polled ([`TokenContext`]): on creation, and before a token expires.
+    fn serve_token(&self) {
+        if self.client.context().oauth.is_some() {
+            self.pump(Duration::ZERO);
+        }
     }
 
     fn touch(&self) {
@@ -381,34 +435,50 @@ impl Cluster {
     }
 
     /// Reads `topic` (partition 0) from where the last read stopped to its current end and
-    /// returns what `read` takes from its state; `None` when it could not be read to its end
-    /// within `timeout` (absent topic, cluster away). The first read of a topic starts at its
-    /// beginning (for a heartbeats topic: at its newest record).
+    /// returns what `read` takes from its state. [`TailError::Unavailable`] when it could not
+    /// be read to its end within `timeout` (absent topic, cluster away);
+    /// [`TailError::Refused`] when it broke a bound ([`super::tails`]). The first read of a
+    /// topic starts at its beginning (for a heartbeats topic: at its newest record).
     pub fn follow<R>(
         &self,
         topic: &str,
         kind: TailKind,
         timeout: Duration,
         read: impl FnOnce(&TailState) -> R,
-    ) -> Option<R> {
+    ) -> Result<R, TailError> {
         let deadline = Instant::now() + timeout;
+        match &self.own {
+            Some(own) => {
+                let mut own = own.lock().map_err(|_| TailError::Unavailable)?;
+                own.follow(topic, kind, deadline).map(read)
+            }
+            None => self.follow_with_client(topic, kind, deadline, read),
+        }
+    }
+
+    /// [`Self::follow`] with the librdkafka client, for clusters the own connections cannot
+    /// speak to. librdkafka inflates batches without a limit, so answers are bounded by
+    /// `receive.message.max.bytes` only ([`probe_config`]).
+    fn follow_with_client<R>(
+        &self,
+        topic: &str,
+        kind: TailKind,
+        deadline: Instant,
+        read: impl FnOnce(&TailState) -> R,
+    ) -> Result<R, TailError> {
+        let unavailable = TailError::Unavailable;
+        let timeout = deadline.saturating_duration_since(Instant::now());
         // Before taking the lock: the other flows' reads need not wait for this request.
-        let watermarks = self.client.fetch_watermarks(topic, 0, timeout);
-        let mut tails = self.tails.lock().ok()?;
+        let watermarks = self.client().fetch_watermarks(topic, 0, timeout);
+        let mut tails = self.tails.lock().map_err(|_| unavailable.clone())?;
         let (low, high) = match watermarks {
             Ok(w) => w,
             Err(e) => {
                 if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
                     self.forget_locked(&mut tails, topic);
                 }
-                return None;
+                return Err(unavailable);
             }
-        };
-        let fresh = |from| Tail {
-            kind,
-            next: from,
-            wanted: Instant::now(),
-            state: kind.empty(),
         };
         let start = match kind {
             TailKind::Heartbeats => low.max(high - 1),
@@ -419,21 +489,21 @@ impl Cluster {
             // Fewer records than already read: the topic was deleted and made again.
             Some(t) if t.kind == kind && high >= t.next => t.wanted = Instant::now(),
             _ => {
-                tails.insert(topic.to_string(), fresh(start));
+                tails.insert(topic.to_string(), Tail::new(kind, start));
                 reassign = true;
             }
         }
         if reassign {
-            self.assign(&tails).ok()?;
+            self.assign(&tails).map_err(|_| unavailable.clone())?;
         }
         loop {
-            let next = tails.get(topic)?.next;
-            if next >= high {
+            let t = tails.get(topic).ok_or(unavailable.clone())?;
+            if t.next >= high || t.refused.is_some() {
                 break;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return None;
+                return Err(unavailable);
             }
             match self.client.poll(left.min(Duration::from_millis(100))) {
                 Some(Ok(m)) => dispatch(&mut tails, &m),
@@ -449,11 +519,22 @@ impl Cluster {
                 }
             }
         }
-        tails.get(topic).map(|t| read(&t.state))
+        match tails.get(topic) {
+            Some(Tail {
+                refused: Some(why), ..
+            }) => Err(TailError::Refused(why.clone())),
+            Some(t) => Ok(read(&t.state)),
+            None => Err(unavailable),
+        }
     }
 
     /// Stops following `topic` (it is gone): its records and memory go.
     pub fn forget(&self, topic: &str) {
+        if let Some(own) = &self.own
+            && let Ok(mut own) = own.lock()
+        {
+            own.forget(topic);
+        }
         if let Ok(mut tails) = self.tails.lock() {
             self.forget_locked(&mut tails, topic);
         }
@@ -481,7 +562,7 @@ impl Cluster {
         groups: &[&str],
         timeout: Duration,
     ) -> Vec<Result<TopicPartitionList, KafkaError>> {
-        mirrorflow_rdkafka_ext::offsets::list_group_offsets(self.client.client(), groups, timeout)
+        mirrorflow_rdkafka_ext::offsets::list_group_offsets(self.client().client(), groups, timeout)
             .into_iter()
             .map(|answer| answer.map_err(|e| KafkaError::AdminOp(e.code)))
             .collect()
@@ -490,6 +571,11 @@ impl Cluster {
     /// Forgets the followed topics idle for longer than `idle`; true when something was
     /// dropped.
     fn evict_idle(&self, idle: Duration) -> bool {
+        if let Some(own) = &self.own
+            && let Ok(mut own) = own.lock()
+        {
+            own.evict_idle(idle);
+        }
         let Ok(mut tails) = self.tails.lock() else {
             return false;
         };
@@ -508,7 +594,8 @@ fn dispatch(tails: &mut HashMap<String, Tail>, m: &BorrowedMessage<'_>) {
         return;
     }
     if let Some(t) = tails.get_mut(m.topic()) {
-        t.apply(m);
+        // A refused tail keeps its refusal; the next follow reports it.
+        let _ = t.apply(m.offset(), m.key(), m.payload(), m.timestamp().to_millis());
     }
 }
 
@@ -564,13 +651,89 @@ mod tests {
         assert_eq!(c.get("queued.max.messages.kbytes"), Some("512"));
         assert_eq!(c.get("max.partition.fetch.bytes"), Some("262144"));
         assert_eq!(c.get("statistics.interval.ms"), Some("0"));
+        assert_eq!(c.get("receive.message.max.bytes"), Some("8388608"));
         let own = probe_config(
             &config(&[("max.partition.fetch.bytes", "1048576")]),
             PROBE_GROUP,
         );
         assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
-        consumer(&config(&[]), PROBE_GROUP).expect("a probe client");
+        consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
+    }
+
+    #[test]
+    fn the_operator_fetches_no_token_from_its_own_loopback_unless_allowed() {
+        let loopback = config(&[
+            ("sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                "http://127.0.0.1:15000/quitquitquit",
+            ),
+        ]);
+        let operator = ProbeClients::new(IDLE);
+        assert!(matches!(
+            operator.refused(&loopback),
+            Some(ClusterFault::TokenEndpointUnreachable(m)) if m.contains("probe.loopbackTokenEndpoints")
+        ));
+        assert!(operator.cluster("ns", &loopback).is_err(), "no client made");
+        assert!(operator.is_empty());
+        assert_eq!(ProbeClients::for_cli().refused(&loopback), None);
+        let allowed = ProbeClients::new(IDLE).with_loopback_token_endpoints(true);
+        assert_eq!(allowed.refused(&loopback), None);
+        let https = config(&[(
+            "sasl.oauthbearer.token.endpoint.url",
+            "https://idp.example.com/token",
+        )]);
+        assert_eq!(operator.refused(&https), None);
+    }
+
+    #[test]
+    fn oauth_tokens_come_from_the_bounded_client_not_librdkafkas() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("bound").port();
+        let served = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("one request");
+            let mut request = [0u8; 2048];
+            let _ = s.read(&mut request);
+            let body = r#"{"access_token":"tok-1","expires_in":100}"#;
+            let answer = format!("HTTP/1.1 200 OK\r\n\r\n{body}");
+            s.write_all(answer.as_bytes()).expect("answered");
+        });
+        let oauth = config(&[
+            ("sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                &format!("http://127.0.0.1:{port}/token"),
+            ),
+            ("sasl.oauthbearer.client.id", "probe"),
+            ("sasl.oauthbearer.client.secret", "s3cret"),
+        ]);
+        let client = consumer(&oauth, PROBE_GROUP, true).expect("a probe client");
+        let context = client.context();
+        assert!(context.oauth.is_some());
+        let token = context.generate_oauth_token(None).expect("a token");
+        served.join().expect("served");
+        assert_eq!(token.token, "tok-1");
+        let now = crate::clock::now_ms();
+        assert!((now + 70_000..=now + 80_000).contains(&token.lifetime_ms));
+        // Served from the cache while fresh: the endpoint answered once.
+        assert_eq!(
+            context.generate_oauth_token(None).expect("cached").token,
+            "tok-1"
+        );
+        // librdkafka's own OIDC client is not configured.
+        let librdkafka = librdkafka_config(&oauth, PROBE_GROUP, true);
+        assert_eq!(librdkafka.get("sasl.oauthbearer.method"), None);
+        assert_eq!(librdkafka.get("sasl.oauthbearer.client.secret"), None);
+        assert_eq!(librdkafka.get("sasl.mechanisms"), Some("OAUTHBEARER"));
+        // With SASL extensions, which a token from the context cannot carry: librdkafka's own.
+        let mut extended = oauth.clone();
+        extended.set("sasl.oauthbearer.extensions", "logicalCluster=lkc-1");
+        let client = consumer(&extended, PROBE_GROUP, true).expect("a probe client");
+        assert!(client.context().oauth.is_none());
     }
 
     #[test]

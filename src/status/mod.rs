@@ -22,6 +22,7 @@ pub mod gaps;
 pub mod groups;
 pub mod probe;
 pub mod reason;
+pub mod tails;
 pub mod writes;
 
 pub use groups::{GroupState, group_readiness};
@@ -122,10 +123,56 @@ pub enum ClusterFault {
     Connection(diagnose::Diagnosis),
 }
 
+/// The most bytes of a broker's or token endpoint's own words a status message or Event
+/// carries: enough for any real error, and a hostile endpoint's answer body cannot fill the
+/// status (or the operator's memory, once per flow).
+pub const MAX_FOREIGN_TEXT: usize = 512;
+
+/// `text` cut to [`MAX_FOREIGN_TEXT`] bytes on a character boundary, marked when cut.
+pub fn bounded_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_FOREIGN_TEXT {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = MAX_FOREIGN_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}... ({} bytes cut)",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
 impl ClusterFault {
+    /// The same fault with the cluster's own text cut to [`MAX_FOREIGN_TEXT`].
+    fn bounded(&self) -> ClusterFault {
+        let cut = |e: &String| bounded_text(e).into_owned();
+        match self {
+            ClusterFault::Unreachable(e) => ClusterFault::Unreachable(cut(e)),
+            ClusterFault::Authentication(e) => ClusterFault::Authentication(cut(e)),
+            ClusterFault::Tls(e) => ClusterFault::Tls(cut(e)),
+            ClusterFault::CertificateRefused(e) => ClusterFault::CertificateRefused(cut(e)),
+            ClusterFault::ClientCredentialsRefused(e) => {
+                ClusterFault::ClientCredentialsRefused(cut(e))
+            }
+            ClusterFault::TokenEndpointUnreachable(e) => {
+                ClusterFault::TokenEndpointUnreachable(cut(e))
+            }
+            ClusterFault::TokenRefused(e) => ClusterFault::TokenRefused(cut(e)),
+            ClusterFault::NotAuthorized(e) => ClusterFault::NotAuthorized(cut(e)),
+            // A class, never the bytes the address answered.
+            ClusterFault::Connection(d) => ClusterFault::Connection(d.clone()),
+        }
+    }
+
     /// The condition reason and a message naming the field to fix; `side` is `source` or
-    /// `target`.
+    /// `target`. The cluster's own text in it is bounded ([`bounded_text`]).
     fn describe(&self, side: &str) -> (&'static str, String) {
+        self.bounded().describe_whole(side)
+    }
+
+    fn describe_whole(&self, side: &str) -> (&'static str, String) {
         let source = side == "source";
         match self {
             ClusterFault::Connection(d) => diagnose::describe(d, side),
@@ -276,6 +323,9 @@ pub struct Observation {
     /// Where the spec puts the copies ([`crate::flow::placement`]); recorded in the status
     /// once deployed. `None`: keep what the status says.
     pub placement: Option<crate::api::DeployedPlacement>,
+    /// A target topic the probe stopped reading because it broke a bound (a batch inflating
+    /// past the cap, too many entries): the message naming it and what to do.
+    pub unreadable_topic: Option<String>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {
@@ -313,6 +363,10 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
     if let Some(message) = &obs.conflict {
         // The replicators run but write nothing while the older flow does.
         return all_false(reason::CONFLICTING_FLOW, message);
+    }
+    if let Some(message) = &obs.unreadable_topic {
+        // Positions, checkpoints or heartbeats are unknown: nothing can be judged.
+        return all_false(reason::INTERNAL_TOPIC_REFUSED, message);
     }
     let unreachable = match (&obs.source_error, &obs.target_error) {
         (Some(e), _) => Some(e.describe("source")),

@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::diagnose::{self, Diagnosis};
+use super::tails::TailError;
 use super::{ClusterFault, GroupObservation, Observation, Selected};
 use crate::api::FlowMode;
 use crate::flow::Flow;
@@ -97,6 +98,9 @@ pub struct ClusterObservation {
     pub conflict: Option<String>,
     /// Topic changes the clusters refused the replicator; `None` when not read.
     pub refusals: Option<Vec<Refusal>>,
+    /// A target topic the probe stopped reading because it broke a bound
+    /// ([`super::tails`]): the message naming it.
+    pub unreadable_topic: Option<String>,
 }
 
 impl ClusterObservation {
@@ -118,6 +122,7 @@ impl ClusterObservation {
         obs.topic_acls = self.topic_acls;
         obs.conflict = self.conflict;
         obs.refusals = self.refusals;
+        obs.unreadable_topic = self.unreadable_topic;
     }
 }
 
@@ -327,7 +332,7 @@ fn shared_config(config: &ClientConfig, alias: &str) -> ClientConfig {
 /// The ids the source and target brokers report (`None` for a side that did not answer);
 /// blocking. Two names for one cluster (a load balancer and a broker list) share one id.
 pub fn cluster_ids(flow: &Flow) -> (Option<String>, Option<String>) {
-    cluster_ids_with(&ProbeClients::default(), "", flow)
+    cluster_ids_with(&ProbeClients::for_cli(), "", flow)
 }
 
 /// [`cluster_ids`] with the clients `clients` keeps for `namespace`.
@@ -353,7 +358,7 @@ pub fn cluster_ids_with(
 /// Runs the whole probe within `budget` with clients of its own; blocking (the CLI's one-off
 /// probe).
 pub fn observe(flow: &Flow, budget: Budget) -> ClusterObservation {
-    observe_with(&ProbeClients::default(), "", flow, budget)
+    observe_with(&ProbeClients::for_cli(), "", flow, budget)
 }
 
 /// Runs the whole probe within `budget` with the clients `clients` keeps for `namespace`;
@@ -414,6 +419,12 @@ fn observe_clusters(
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
+    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
+    out.source_error = clients.refused(&source_config);
+    out.target_error = clients.refused(&target_config);
+    if out.source_error.is_some() || out.target_error.is_some() {
+        return out;
+    }
     let target = match clients.cluster(namespace, &target_config) {
         Ok(c) => c,
         Err(e) => {
@@ -421,7 +432,6 @@ fn observe_clusters(
             return out;
         }
     };
-    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
     let source = match clients.cluster(namespace, &source_config) {
         Ok(c) => c,
         Err(e) => {
@@ -480,7 +490,7 @@ fn observe_clusters(
                         .iter()
                         .map(|(k, f)| (k.clone(), f.next))
                         .collect::<Positions>(),
-                    gaps: gaps.as_ref().clone(),
+                    gaps: gaps.as_slice().to_vec(),
                     // Only a flow that writes yields; an Observe flow reads whoever writes.
                     conflict: (flow.spec.mode == FlowMode::Replicate)
                         .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
@@ -491,7 +501,7 @@ fn observe_clusters(
                 _ => None,
             },
         );
-        let read = read.flatten();
+        let read = followed(read, &positions_topic, &mut out).flatten();
         out.gaps = read.as_ref().map(|r| r.gaps.clone());
         out.refusals = read.as_ref().map(|r| r.refusals.clone());
         out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
@@ -522,7 +532,7 @@ fn observe_clusters(
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
     out.heartbeat = on_target(&hb_topic)
         .then(|| {
-            target.follow(
+            let read = target.follow(
                 &hb_topic,
                 TailKind::Heartbeats,
                 budget.next(TIMEOUT),
@@ -530,7 +540,8 @@ fn observe_clusters(
                     TailState::Heartbeat(newest) => *newest,
                     _ => None,
                 },
-            )
+            );
+            followed(read, &hb_topic, &mut out)
         })
         .flatten()
         .flatten()
@@ -540,7 +551,7 @@ fn observe_clusters(
     let checkpoints_topic = policy.checkpoints_topic(flow.source_alias());
     let checkpoints = on_target(&checkpoints_topic)
         .then(|| {
-            target.follow(
+            let read = target.follow(
                 &checkpoints_topic,
                 TailKind::Checkpoints,
                 budget.next(Duration::from_secs(20)),
@@ -548,7 +559,8 @@ fn observe_clusters(
                     TailState::Checkpoints(index) => Some(index.clone()),
                     _ => None,
                 },
-            )
+            );
+            followed(read, &checkpoints_topic, &mut out)
         })
         .flatten()
         .flatten()
@@ -619,6 +631,20 @@ fn selected_groups(flow: &Flow, source: &Cluster, budget: Budget) -> Option<(usi
         .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
         .count();
     Some((matched, listed))
+}
+
+/// What a tail gave; a topic that broke a bound is named in `out` (the first one, when
+/// several did).
+fn followed<R>(read: Result<R, TailError>, topic: &str, out: &mut ClusterObservation) -> Option<R> {
+    match read {
+        Ok(r) => Some(r),
+        Err(TailError::Unavailable) => None,
+        Err(TailError::Refused(why)) => {
+            out.unreadable_topic
+                .get_or_insert_with(|| why.message(topic));
+            None
+        }
+    }
 }
 
 /// When each source partition's remote partition was last found recreated (ms since the
@@ -822,19 +848,19 @@ fn group_observations(
 /// The groups a probe asks about, in order: the flow's groups on the source (not the
 /// replicator's own) and every group with checkpoints, by name, at most [`MAX_PROBED_GROUPS`].
 fn groups_to_probe(flow: &Flow, listed: &[String], checkpoints: &CheckpointIndex) -> Vec<String> {
-    let mut names: Vec<String> = listed
+    // A set, not a list scan per checkpointed group: both lists come from the clusters and
+    // may be long (N7); sorted, so the first MAX_PROBED_GROUPS are the same every probe.
+    let names: std::collections::BTreeSet<&str> = listed
         .iter()
         .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
-        .cloned()
+        .chain(checkpoints.keys())
+        .map(String::as_str)
         .collect();
-    for g in checkpoints.keys() {
-        if !names.contains(g) {
-            names.push(g.clone());
-        }
-    }
-    names.sort();
-    names.truncate(MAX_PROBED_GROUPS);
     names
+        .into_iter()
+        .take(MAX_PROBED_GROUPS)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What one group's committed source offsets and its checkpoints say about a failover now;

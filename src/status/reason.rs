@@ -105,3 +105,7 @@ pub const SOURCE_NOT_AUTHORIZED: &str = "SourceNotAuthorized";
 pub const TARGET_NOT_AUTHORIZED: &str = "TargetNotAuthorized";
 /// An alias of the flow names another Kafka cluster (by cluster id) in an older flow.
 pub const ALIAS_NAMES_TWO_CLUSTERS: &str = "AliasNamesTwoClusters";
+/// A target topic the probe follows (positions, checkpoints, heartbeats) holds what the flow's
+/// replicators never write (a batch inflating past the probe's cap, too many entries): the
+/// probe stopped reading it, so the status it needs from it is unknown.
+pub const INTERNAL_TOPIC_REFUSED: &str = "InternalTopicRefused";

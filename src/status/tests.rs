@@ -60,6 +60,21 @@ fn oauth_faults_name_the_oauthbearer_field_to_fix() {
 }
 
 #[test]
+fn an_endpoints_long_answer_is_cut_before_it_reaches_a_message() {
+    // A token endpoint answering 400 with megabytes; multi-byte characters at the cut.
+    let body = format!("MARKER{}", "é".repeat(5 << 20));
+    let (_, message) = ClusterFault::ClientCredentialsRefused(body).describe("target");
+    assert!(message.contains("MARKER"), "{message}");
+    assert!(
+        message.len() < MAX_FOREIGN_TEXT + 600,
+        "{} bytes",
+        message.len()
+    );
+    assert!(message.contains("bytes cut") && message.contains("clientSecretSecretRef"));
+    assert_eq!(bounded_text("short"), "short");
+}
+
+#[test]
 fn observe_mode_judges_replication_by_heartbeats_without_replicas() {
     let observed = Observation {
         observe_only: true,
@@ -664,7 +679,9 @@ fn a_selection_that_matches_no_group_is_never_failover_ready_and_says_why() {
         ("False", reason::NO_GROUPS_MATCHED)
     );
     assert!(
-        fresh.message.contains("select none of the 17 consumer groups"),
+        fresh
+            .message
+            .contains("select none of the 17 consumer groups"),
         "{}",
         fresh.message
     );
@@ -679,7 +696,10 @@ fn a_selection_that_matches_no_group_is_never_failover_ready_and_says_why() {
             Some((3, 17)),
             "3 consumer group(s) match spec.groups but none has committed",
         ),
-        (Some((0, 0)), "no consumer group on the source has committed"),
+        (
+            Some((0, 0)),
+            "no consumer group on the source has committed",
+        ),
         (None, "no consumer group on the source has committed"),
     ] {
         o.selected.groups = groups;

@@ -65,6 +65,8 @@ pub struct Conn {
     peer: String,
     client_id: String,
     max_frame: usize,
+    /// For requests a connection makes on the side (an OAuth token).
+    timeout: Duration,
     next_correlation: i32,
     served: Vec<ApiRange>,
 }
@@ -104,6 +106,7 @@ impl Conn {
             peer,
             client_id: options.client_id.clone(),
             max_frame: options.max_frame,
+            timeout: options.timeout,
             next_correlation: 0,
             served: Vec::new(),
         };
@@ -280,6 +283,10 @@ impl Conn {
                 let client_final = scram.client_final(&server_first)?;
                 let server_final = self.sasl_step(client_final.as_bytes())?;
                 scram.verify_server_final(&server_final)?;
+            }
+            Sasl::OAuthBearer(oauth) => {
+                let token = oauth.token(self.timeout)?;
+                self.sasl_step(&oauth.client_message(&token))?;
             }
         }
         Ok(())

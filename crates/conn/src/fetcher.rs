@@ -61,6 +61,9 @@ pub enum Trouble {
     /// The answer held part of a batch and no whole one: a batch larger than
     /// [`FetchLimits::max_bytes`].
     BatchTooLarge { partial: usize },
+    /// The leader's answer was larger than the connection reads (a broker returns the first
+    /// batch of a fetch whole, whatever its size); the connection was dropped.
+    FrameTooLarge { size: i64, max: usize },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -133,6 +136,13 @@ impl Fetcher {
         let key = (Arc::from(topic), partition);
         self.parts.remove(&key);
         self.leaders.remove(&key);
+    }
+
+    /// The cluster the fetcher reads from, for the requests it does not make itself
+    /// (metadata, offsets). Its broker connections are the fetcher's: use them only between
+    /// rounds.
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
     }
 
     /// The next offset `topic`'s `partition` is fetched from.
@@ -281,6 +291,13 @@ impl Fetcher {
     ) {
         self.cluster.forget(leader);
         self.stale = true;
+        let trouble = match &error {
+            ConnError::FrameSize { size, max, .. } => Trouble::FrameTooLarge {
+                size: *size,
+                max: *max,
+            },
+            _ => Trouble::NoLeader,
+        };
         round.failure = Some(error.to_string());
         for (topic, p) in partitions {
             self.leaders.remove(&(topic.clone(), p.partition));
@@ -288,7 +305,7 @@ impl Fetcher {
                 topic: topic.clone(),
                 partition: p.partition,
                 offset: p.offset,
-                trouble: Trouble::NoLeader,
+                trouble: trouble.clone(),
                 paused: false,
             });
         }

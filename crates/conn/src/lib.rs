@@ -1,5 +1,5 @@
 //! Broker connections for a copy that keeps record batches whole: one blocking connection per
-//! broker ([`Cluster`] keeps them, and finds partitions' leaders), plaintext or TLS, authenticated with SASL PLAIN or SCRAM when the cluster asks for
+//! broker ([`Cluster`] keeps them, and finds partitions' leaders), plaintext or TLS, authenticated with SASL PLAIN, SCRAM or OAUTHBEARER ([`oauth`]) when the cluster asks for
 //! it, sending the requests of [`mirrorflow_core::protocol`] and reading their answers in
 //! order.
 //!
@@ -9,12 +9,14 @@
 mod cluster;
 mod conn;
 pub mod fetcher;
+pub mod oauth;
 mod scram;
 pub mod writer;
 
 pub use cluster::{Cluster, MAX_BOOTSTRAP};
 pub use conn::{Conn, Options};
 pub use fetcher::{FetchLimits, Fetcher};
+pub use oauth::OAuth;
 pub use scram::{Scram, ScramHash};
 pub use writer::Writer;
 
@@ -61,6 +63,8 @@ pub enum Sasl {
         user: String,
         password: String,
     },
+    /// Tokens from an OAuth token endpoint ([`oauth`]).
+    OAuthBearer(OAuth),
 }
 
 impl std::fmt::Debug for Sasl {
@@ -68,6 +72,7 @@ impl std::fmt::Debug for Sasl {
         match self {
             Sasl::Plain { user, .. } => write!(f, "Plain {{ user: {user:?} }}"),
             Sasl::Scram { hash, user, .. } => write!(f, "Scram {{ {hash:?}, user: {user:?} }}"),
+            Sasl::OAuthBearer(oauth) => write!(f, "OAuthBearer {{ {oauth:?} }}"),
         }
     }
 }
@@ -77,6 +82,7 @@ impl Sasl {
         match self {
             Sasl::Plain { .. } => "PLAIN",
             Sasl::Scram { hash, .. } => hash.mechanism(),
+            Sasl::OAuthBearer(_) => "OAUTHBEARER",
         }
     }
 }
@@ -94,6 +100,9 @@ pub enum ConnError {
     Tls { peer: String, message: String },
     #[error("SASL: {message}")]
     Authentication { message: String },
+    /// No OAuth token: the class of the failure only, never the endpoint's answer.
+    #[error("OAuth token: {message}")]
+    Token { message: String },
     #[error("{peer}: {api} answered {error}{}", if message.is_empty() { String::new() } else { format!(": {message}") })]
     Broker {
         peer: String,

@@ -11,6 +11,8 @@
 
 use thiserror::Error;
 
+pub mod inflate;
+pub mod records;
 pub mod sequencer;
 
 /// Bytes of a batch header, from its base offset to its record count.

@@ -16,6 +16,7 @@
 //! | target offset -> source offset (failback) | [`InverseSyncs`] |
 //! | record batches copied whole | [`batch`] |
 //! | the Kafka requests that copy sends | [`protocol`] |
+//! | MirrorFlow's positions topic (positions, gaps, claims, refusals) | [`positions`] |
 
 pub mod batch;
 mod checkpoint;
@@ -24,6 +25,7 @@ pub mod consumer_offsets;
 mod fields;
 mod filter;
 mod policy;
+pub mod positions;
 pub mod protocol;
 mod records;
 mod sync;

@@ -70,6 +70,17 @@ fn broker_answers_corpus() {
 }
 
 #[test]
+fn batch_records_corpus() {
+    // Inflating up to the 1 MiB cap is slow in debug builds: flip fewer bytes.
+    assert!(run_with_mutations("batch_records", fuzz_bodies::batch_records, 8) > 100);
+}
+
+#[test]
+fn positions_records_corpus() {
+    assert!(run_with_mutations("positions_records", fuzz_bodies::positions_records, 1) > 100);
+}
+
+#[test]
 fn policy_filter_corpus() {
     // Compiling regexes is slow in debug builds: flip fewer bytes.
     assert!(run_with_mutations("policy_filter", fuzz_bodies::policy_filter, 5) > 100);
@@ -152,13 +163,15 @@ fn bounded_random_fuzzing_of_every_target() {
                 | 1
         });
     println!("MF_FUZZ_SEED={seed} MF_FUZZ_SECONDS={seconds}");
-    let targets: [(&str, FuzzBody); 6] = [
+    let targets: [(&str, FuzzBody); 8] = [
         ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
         ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
         ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
         ("policy_filter", fuzz_bodies::policy_filter),
         ("fetched_batches", fuzz_bodies::fetched_batches),
         ("broker_answers", fuzz_bodies::broker_answers),
+        ("batch_records", fuzz_bodies::batch_records),
+        ("positions_records", fuzz_bodies::positions_records),
     ];
     let mut rng = Rng(seed);
     for (name, body) in targets {

@@ -349,6 +349,15 @@ fn the_probe_asks_about_the_flows_groups_and_every_checkpointed_group_by_name() 
     let probed = groups_to_probe(&flow(""), &many, &CheckpointIndex::new());
     assert_eq!(probed.len(), MAX_PROBED_GROUPS);
     assert_eq!(probed.first().map(String::as_str), Some("g000"));
+    // 50k listed and 50k other checkpointed groups: a set merge, not a scan per group.
+    let listed: Vec<String> = (0..50_000).map(|i| format!("l{i}")).collect();
+    let index: CheckpointIndex = (0..50_000)
+        .map(|i| (format!("c{i}"), BTreeMap::new()))
+        .collect();
+    let started = std::time::Instant::now();
+    let probed = groups_to_probe(&flow(""), &listed, &index);
+    assert_eq!(probed.first().map(String::as_str), Some("c0"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]
