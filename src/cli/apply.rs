@@ -328,6 +328,35 @@ mod tests {
     }
 
     #[test]
+    fn a_group_whose_members_cannot_be_read_is_refused_unless_forced() {
+        let unreadable = || -> Result<Membership, super::super::CliError> {
+            Err(super::super::CliError::Usage {
+                flag: "--group",
+                message: "describe refused".into(),
+            })
+        };
+        // Unknown members are not "no members": the error stands.
+        assert!(membership_or_refuse(unreadable(), Overrides::default()).is_err());
+        let force = Overrides {
+            force: true,
+            ..Overrides::default()
+        };
+        assert!(matches!(
+            membership_or_refuse(unreadable(), force),
+            Ok(None)
+        ));
+        let idle = Membership {
+            state: "Empty".into(),
+            protocol: String::new(),
+            members: 0,
+        };
+        assert!(matches!(
+            membership_or_refuse(Ok(idle), Overrides::default()),
+            Ok(Some(m)) if m.members == 0
+        ));
+    }
+
+    #[test]
     fn active_groups_are_refused_unless_forced() {
         let active = Membership {
             state: "Stable".into(),

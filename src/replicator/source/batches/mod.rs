@@ -451,7 +451,18 @@ impl Batches {
                     },
                 );
             }
-            Trouble::BatchTooLarge { partial } => self.too_large(idx, t, *partial),
+            Trouble::BatchTooLarge { partial } => {
+                let seen = format!("only {partial} bytes of its batch came");
+                self.too_large(idx, t, &seen)
+            }
+            // Which partition's batch made the answer too large is not known: every partition
+            // fetched with it stalls, and each is named once it has for long enough.
+            Trouble::FrameTooLarge { size, max } => {
+                let seen = format!(
+                    "the leader's answers with it were {size} bytes, over the {max} a connection reads"
+                );
+                self.too_large(idx, t, &seen)
+            }
             trouble => {
                 tracing::debug!(topic = %t.topic, partition = t.partition, ?trouble, "fetch retried");
             }
@@ -463,7 +474,7 @@ impl Batches {
     /// bring it whole (a broker returns one oversized batch in the first partition of an
     /// answer); one that stays too large for [`TOO_LARGE_FOR`] stops the partition, named in
     /// the status, instead of stalling it silently.
-    fn too_large(&mut self, idx: usize, t: &PartitionTrouble, partial: usize) {
+    fn too_large(&mut self, idx: usize, t: &PartitionTrouble, seen: &str) {
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
         };
@@ -473,10 +484,10 @@ impl Batches {
             return;
         }
         let message = format!(
-            "the batch at offset {} of {}-{} is larger than a fetch may bring (only {partial} bytes of it came in {} s of rounds; the topic's max.message.bytes allows batches larger than the whole-batch copy fetches); copy this topic with spec.sourceLoop.copy: Records, or exclude it with spec.topicsExclude",
-            t.offset,
+            "{}-{} has not moved from offset {} for {} s: {seen}; a record batch there (or, when the whole answer was too large, of another partition on its leader) is larger than the whole-batch copy fetches, which the topic's max.message.bytes allows; copy such topics with spec.sourceLoop.copy: Records, or exclude them with spec.topicsExclude",
             t.topic,
             t.partition,
+            t.offset,
             TOO_LARGE_FOR.as_secs()
         );
         self.stop(
