@@ -87,6 +87,9 @@ pub struct Selected {
     pub topics_seen: Option<usize>,
     /// Partitions of the topics the flow copies.
     pub partitions: Option<usize>,
+    /// Topics the selection (`spec.topics`, `spec.topicsExclude`) matches: the copied topics
+    /// without the heartbeats topics, which are copied whatever the selection.
+    pub topics_matched: Option<usize>,
     /// Groups `spec.groups` selects, and groups listed on the source.
     pub groups: Option<(usize, usize)>,
     /// Selected groups whose committed offsets the source refused to the flow's principal
@@ -593,7 +596,11 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
 
 /// When the flow's topic selection matched no topic on the source: what to say.
 fn no_topics(obs: &Observation) -> Option<String> {
-    if obs.topics != Some(0) || obs.source_error.is_some() {
+    let matched = obs
+        .selected
+        .topics_matched
+        .or(obs.topics.and_then(|t| usize::try_from(t).ok()));
+    if matched != Some(0) || obs.source_error.is_some() {
         return None;
     }
     let seen = match obs.selected.topics_seen {
@@ -612,7 +619,7 @@ fn no_topics(obs: &Observation) -> Option<String> {
 /// failing over now, and the message says so, so a flow that mirrors data for consumers still
 /// to come is not reported broken.
 fn no_groups(obs: &Observation) -> Verdict {
-    if obs.topics == Some(0) {
+    if obs.topics == Some(0) || obs.selected.topics_matched == Some(0) {
         return verdict(
             CHECKPOINTS_FRESH,
             false,

@@ -447,6 +447,12 @@ fn observe_clusters(
             mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
             out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
             out.selected = selected_topics(flow, md);
+            out.selected.topics_matched = Some(
+                mirrored
+                    .iter()
+                    .filter(|t| !policy.is_heartbeats_topic(t))
+                    .count(),
+            );
         }
         Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
@@ -615,6 +621,7 @@ fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
         partitions: Some(partitions),
         groups: None,
         groups_forbidden: 0,
+        topics_matched: None,
     }
 }
 

@@ -525,6 +525,8 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
             "-n",
             &ns,
             "mirrorflow.io/allowed-flows=*",
+            "mirrorflow.io/allowed-destinations=127.0.0.1,localhost",
+            "mirrorflow.io/allow-plaintext=true",
         ],
     )?;
     // The older of two flows sharing internal topics: valid, and left running.
