@@ -92,6 +92,10 @@ pub struct Selected {
     pub topics_matched: Option<usize>,
     /// Groups `spec.groups` selects, and groups listed on the source.
     pub groups: Option<(usize, usize)>,
+    /// Every pattern of `spec.groups` is a plain name (no regular expression beyond `.`): a
+    /// group named there that the source does not list has not committed yet, rather than a
+    /// pattern that matches nothing.
+    pub groups_named: bool,
     /// Selected groups whose committed offsets the source refused to the flow's principal
     /// (group authorization failed).
     pub groups_forbidden: usize,
@@ -613,11 +617,12 @@ fn no_topics(obs: &Observation) -> Option<String> {
 }
 
 /// `CheckpointsFresh` when no group has committed offsets on the mirrored topics. False when
-/// the selection is wrong: no topic is mirrored, or the source has groups and the selection
-/// matches none of them (a consumer the user meant to cover is not covered). True when the
-/// selected groups simply have not committed yet, or the source has none: nothing needs
-/// failing over now, and the message says so, so a flow that mirrors data for consumers still
-/// to come is not reported broken.
+/// the selection is wrong: no topic is mirrored, or the source has groups and the selection's
+/// patterns match none of them (a consumer the user meant to cover is not covered). True when
+/// the selected groups simply have not committed yet (groups named one by one, which the
+/// source lists once they commit), or the source has none: nothing needs failing over now,
+/// and the message says so, so a flow that mirrors data for consumers still to come is not
+/// reported broken.
 fn no_groups(obs: &Observation) -> Verdict {
     if obs.topics == Some(0) || obs.selected.topics_matched == Some(0) {
         return verdict(
@@ -628,13 +633,19 @@ fn no_groups(obs: &Observation) -> Verdict {
         );
     }
     match obs.selected.groups {
-        Some((0, listed)) if listed > 0 => verdict(
+        Some((0, listed)) if listed > 0 && !obs.selected.groups_named => verdict(
             CHECKPOINTS_FRESH,
             false,
             reason::NO_GROUPS_MATCHED,
             format!(
                 "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns (regular expressions matched against whole names)"
             ),
+        ),
+        Some((0, _)) if obs.selected.groups_named => verdict(
+            CHECKPOINTS_FRESH,
+            true,
+            reason::OK,
+            "the consumer groups spec.groups names have not committed on the source yet: nothing to fail over now; a group is checkpointed once it commits on a mirrored topic",
         ),
         Some((matched, _)) if matched > 0 => verdict(
             CHECKPOINTS_FRESH,

@@ -598,6 +598,13 @@ fn observe_clusters(
             budget,
         );
         out.selected.groups = selected_groups(flow, &source, budget);
+        out.selected.groups_named = !flow.spec.groups.is_empty()
+            && flow.spec.groups.iter().all(|g| {
+                !g.is_empty()
+                    && !g.contains([
+                        '\\', '^', '$', '|', '?', '*', '+', '(', ')', '[', ']', '{', '}',
+                    ])
+            });
     }
     out
 }
@@ -622,6 +629,7 @@ fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
         groups: None,
         groups_forbidden: 0,
         topics_matched: None,
+        groups_named: false,
     }
 }
 

@@ -689,6 +689,12 @@ fn a_selection_that_matches_no_group_is_never_failover_ready_and_says_why() {
     assert_eq!(failover.status, "False");
     assert_eq!(failover.reason, reason::NO_GROUPS_MATCHED);
     assert!(failover.message.starts_with("CheckpointsFresh is False"));
+    // Groups named one by one that the source does not list yet have not committed yet.
+    o.selected.groups_named = true;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(cond(&s, CHECKPOINTS_FRESH).status, "True");
+    assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+    o.selected.groups_named = false;
     // Selected groups that have not committed yet, or a source without groups: nothing to
     // fail over now, said so, and not reported broken.
     for (groups, says) in [
