@@ -70,6 +70,9 @@ pub const HOLD_QUIET: Duration = Duration::from_millis(300);
 const MAX_LOG_START_FILL: i64 = 20_000_000;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const MARKER_POLL: Duration = Duration::from_millis(1);
+/// How long one wait for a transactional producer's acknowledgements polls
+/// ([`write::settle`]).
+const SETTLE_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
