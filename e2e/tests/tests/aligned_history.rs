@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use mirrorflow::kafka::positions::{Gap, positions_topic};
 use mirrorflow_e2e::fidelity::*;
 use mirrorflow_e2e::replicator::Replicator;
-use mirrorflow_e2e::{kafka, mm2, unique};
+use mirrorflow_e2e::{eventually, kafka, mm2, unique};
 use rdkafka::Message;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::Consumer;
@@ -376,8 +376,11 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Every gap recorded in the flow's positions topic: (kind, topic, partition, from, to).
-fn recorded_breaks(target: &str, alias: &str) -> Result<Vec<(String, String, i32, i64, i64)>> {
+/// A gap recorded in the flow's positions topic: (kind, topic, partition, from, to).
+type Break = (String, String, i32, i64, i64);
+
+/// Every gap recorded in the flow's positions topic.
+fn recorded_breaks(target: &str, alias: &str) -> Result<Vec<Break>> {
     Ok(kafka::read_partition(target, &positions_topic(alias), 0)?
         .into_iter()
         .filter_map(|(_, k, v)| Gap::decode(&k?, &v?))
@@ -385,7 +388,7 @@ fn recorded_breaks(target: &str, alias: &str) -> Result<Vec<(String, String, i32
         .collect())
 }
 
-fn broke(breaks: &[(String, String, i32, i64, i64)], topic: &str, p: i32) -> bool {
+fn broke(breaks: &[Break], topic: &str, p: i32) -> bool {
     breaks
         .iter()
         .any(|(kind, t, bp, _, _)| t == topic && *bp == p && kind != "SourceTruncated")
@@ -398,7 +401,7 @@ fn assert_aligned(
     target: &str,
     alias: &str,
     topics: &Topics,
-    breaks: &[(String, String, i32, i64, i64)],
+    breaks: &[Break],
 ) -> Result<()> {
     for (topic, partitions) in topics.all() {
         let remote = format!("{alias}.{topic}");
@@ -536,7 +539,7 @@ fn aligned_checkpoints(
     cps_topic: &str,
     alias: &str,
     groups: &Groups,
-    breaks: &[(String, String, i32, i64, i64)],
+    breaks: &[Break],
 ) -> Result<()> {
     let mut wrong = Vec::new();
     for (g, topic, commits) in groups {
@@ -591,4 +594,100 @@ fn translate_agrees(s: &Setup, flow: &str, groups: &Groups) -> Result<usize> {
         "{count} group-partitions translated, {expected} committed"
     );
     Ok(count)
+}
+
+/// A partition that copies nothing for a minute while the source holds records beyond it is
+/// named in the metrics and in the status's `Replicating` message, then cleared once it moves:
+/// here an aligned partition whose newest record waits behind a source transaction left open.
+#[tokio::test]
+async fn a_stalled_partition_is_named_within_a_minute_and_cleared_when_it_moves() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("alh-stall")?;
+    let source = s.world.source_bootstrap.clone();
+    let topic = unique("alh-open");
+    kafka::create_topic(&source, &topic, 1).await?;
+    let plain = kafka::producer(&source, Duration::from_secs(30))?;
+    delivered(vec![send(&plain, &topic, 0, "k", "before")?]).await?;
+    // Open for longer than the watch's minute (librdkafka's default is 60 s).
+    let open: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set("transactional.id", unique("alh-open-txid"))
+        .set("transaction.timeout.ms", "300000")
+        .create()?;
+    open.init_transactions(Duration::from_secs(30))?;
+    open.begin_transaction()?;
+    delivered(vec![send(&open, &topic, 0, "k", "open")?]).await?;
+    let flow = s.flow(false, &[&topic], &["alh-none"], "offsets: Aligned\n");
+    let started = Instant::now();
+    let r = s.start("r", &flow).await?;
+    let label = format!("partition=\"0\",topic=\"{topic}\"");
+    let named = eventually(
+        "the stall named in the metrics",
+        Duration::from_secs(120),
+        || async { Ok(labelled(&r, "mirrorflow_partition_stalled", &label)) },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!(
+        "stalled partition named after {:?} at offset {named}",
+        started.elapsed()
+    );
+    ensure!(
+        named == 0.0,
+        "named at offset {named}, the held record is at 0"
+    );
+    let dir: PathBuf = std::env::temp_dir().join(unique("alh-stall-flow"));
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    std::fs::write(&flow_file, &flow)?;
+    let wanted = format!("partition 0 of {topic} copies nothing: stalled at source offset 0");
+    let condition = eventually(
+        "Replicating naming the stall",
+        Duration::from_secs(60),
+        || {
+            let (flow_file, wanted) = (flow_file.clone(), wanted.clone());
+            let root = s.world.repo_root.clone();
+            async move {
+                let c = mirrorflow_e2e::replicator::measured_condition(
+                    &root,
+                    &flow_file,
+                    "Replicating",
+                )?;
+                let says = c["status"] == "False"
+                    && c["message"].as_str().is_some_and(|m| m.contains(&wanted));
+                Ok(says.then_some(c))
+            }
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!("Replicating: {condition}");
+    open.abort_transaction(Duration::from_secs(30))?;
+    delivered(vec![send(&plain, &topic, 0, "k", "after")?]).await?;
+    eventually("the stall cleared", Duration::from_secs(60), || async {
+        Ok(labelled(&r, "mirrorflow_partition_stalled", &label)
+            .is_none()
+            .then_some(()))
+    })
+    .await
+    .with_context(|| r.log_text())?;
+    eventually(
+        "Replicating without the stall",
+        Duration::from_secs(60),
+        || {
+            let (flow_file, wanted) = (flow_file.clone(), wanted.clone());
+            let root = s.world.repo_root.clone();
+            async move {
+                let c = mirrorflow_e2e::replicator::measured_condition(
+                    &root,
+                    &flow_file,
+                    "Replicating",
+                )?;
+                let clear = !c["message"].as_str().is_some_and(|m| m.contains(&wanted));
+                Ok(clear.then_some(()))
+            }
+        },
+    )
+    .await?;
+    Ok(())
 }

@@ -153,7 +153,7 @@ impl AlignedSlot {
                 self.transactional_id
             ),
             (State::Aligned, Some(h)) => format!(
-                "aligned mode holds the record at source offset {} back until the offset after it is known, and the source consumer does not reach the source's high watermark",
+                "aligned mode holds the record at source offset {} back until the offset after it is known, and the source consumer has not reached the source's high watermark (a source transaction still open after it, or the consumer busy with other partitions)",
                 h.offset()
             ),
             (State::Aligned, None) => {
