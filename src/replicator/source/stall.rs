@@ -157,7 +157,7 @@ pub fn check<P: Delivery>(watch: &mut StallWatch, policy: &P, stops: &Stops) {
     } else {
         shared
             .probe
-            .source(&keys)
+            .source_quick(&keys)
             .into_iter()
             .map(|(k, b)| (k, b.end))
             .collect()
