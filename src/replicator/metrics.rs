@@ -61,6 +61,10 @@ pub struct Metrics {
     /// Bindings the target should have for the source's ACLs and lacked after the latest round
     /// (0 when in sync; stays above 0 while the target refuses them).
     pub topic_acls_missing: IntGauge,
+    /// The source offset each stalled partition waits at (present only while it is stalled).
+    pub partition_stalled: prometheus::IntGaugeVec,
+    /// Partitions found stalled (no progress for a minute with records beyond them).
+    pub partition_stalls: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -150,6 +154,17 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            partition_stalled: prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "partition_stalled",
+                    "Source offset a partition waits at while it copies nothing for a minute with records beyond it",
+                ),
+                &["topic", "partition"],
+            )?,
+            partition_stalls: IntCounter::new(
+                "partition_stalls_total",
+                "Partitions found copying nothing for a minute while the source held records beyond them",
+            )?,
             records_rejected: IntCounterVec::new(
                 Opts::new(
                     "records_rejected_total",
@@ -194,6 +209,8 @@ impl Metrics {
             .register(Box::new(m.cluster_unreachable.clone()))?;
         m.registry.register(Box::new(m.continuity_breaks.clone()))?;
         m.registry.register(Box::new(m.records_rejected.clone()))?;
+        m.registry.register(Box::new(m.partition_stalled.clone()))?;
+        m.registry.register(Box::new(m.partition_stalls.clone()))?;
         m.registry
             .register(Box::new(m.topic_acls_created.clone()))?;
         m.registry

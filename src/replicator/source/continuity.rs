@@ -187,6 +187,15 @@ impl LogProbe {
         })
     }
 
+    /// The source bounds of `partitions` for a periodic check on the copy thread (the stall
+    /// watch): bounded like [`Self::remote_ends`], and an unanswered check is simply left out.
+    pub fn source_quick(&self, partitions: &[(String, i32)]) -> HashMap<(String, i32), LogBounds> {
+        log_bounds(&self.source, partitions, IDLE_CHECK_TIMEOUT).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "cannot read the source partitions' offsets for the stall watch");
+            HashMap::new()
+        })
+    }
+
     /// Where each remote partition of `copied` (a caller's key, remote topic, partition) ends
     /// now; one ListOffsets per broker. Partitions the target did not answer for are left out
     /// (checked again next time).

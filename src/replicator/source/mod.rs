@@ -54,6 +54,7 @@ pub mod limits;
 pub mod progress;
 pub mod rebalance;
 pub mod refused;
+pub mod stall;
 pub mod topics;
 
 use continuity::LogProbe;
@@ -279,6 +280,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             source_health: source_health.clone(),
             target_health: target_health.clone(),
             worker,
+            stops: stops.clone(),
         };
         let copy = engine::CopyLoop {
             subscriptions: subscriptions.clone(),

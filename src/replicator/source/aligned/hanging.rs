@@ -94,7 +94,7 @@ impl Aligned {
             Some(Instant::now() + CALL_TIMEOUT),
         )
         .map_err(|e| e.to_string())
-        .and_then(|()| txn.flush(CALL_TIMEOUT).map_err(|e| e.to_string()));
+        .and_then(|()| super::write::settle(txn, CALL_TIMEOUT));
         let mut reports = Vec::new();
         txn.context().take(&mut reports);
         let aborted = txn

@@ -70,6 +70,9 @@ pub const HOLD_QUIET: Duration = Duration::from_millis(300);
 const MAX_LOG_START_FILL: i64 = 20_000_000;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const MARKER_POLL: Duration = Duration::from_millis(1);
+/// How long one wait for a transactional producer's acknowledgements polls
+/// ([`write::settle`]).
+const SETTLE_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
@@ -136,6 +139,39 @@ impl AlignedSlot {
     fn tp(&self) -> TopicPartition {
         TopicPartition::new(self.topic.clone(), self.partition)
     }
+
+    /// Where its copy stands, and what it waits for, for the stall watch.
+    fn copied(&self) -> super::stall::Copied {
+        let next = match (self.latest, self.state) {
+            (Some(l), _) => l.next,
+            (None, State::Aligned) => self.next_target,
+            (None, _) => -1,
+        };
+        let reason = match (self.state, &self.held) {
+            (State::Preparing { .. }, _) => format!(
+                "aligned mode prepares the partition again and again (fencing the previous writer of {}, reading where the remote partition ends); see the replicator's warnings",
+                self.transactional_id
+            ),
+            (State::Aligned, Some(h)) => format!(
+                "aligned mode holds the record at source offset {} back until the offset after it is known, and the source consumer has not reached the source's high watermark (a source transaction still open after it, or the consumer busy with other partitions)",
+                h.offset()
+            ),
+            (State::Aligned, None) => {
+                "aligned mode waits for the next record from the source consumer (busy with other partitions' records, or not fetching)".to_string()
+            }
+            (State::Translated, _) => {
+                "aligned mode (translated after a break) waits for the next record from the source consumer"
+                    .to_string()
+            }
+        };
+        super::stall::Copied {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            remote: self.remote.clone(),
+            next,
+            reason: Some(reason),
+        }
+    }
 }
 
 /// The aligned policy: what the copy thread mutates.
@@ -168,6 +204,10 @@ pub struct Parts {
 }
 
 impl Delivery for Aligned {
+    fn copied(&self) -> Vec<super::stall::Copied> {
+        self.slots.iter().map(|(_, s)| s.copied()).collect()
+    }
+
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 

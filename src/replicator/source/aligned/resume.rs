@@ -39,11 +39,14 @@ impl Aligned {
                 continue;
             };
             if slot.txn.is_none() {
-                let config = super::super::exactly_once::txn::producer_config(
+                let mut config = super::super::exactly_once::txn::producer_config(
                     &self.producer_base,
                     &slot.transactional_id,
                     None,
                 );
+                // Each transaction writes a record or a few fillers and waits for them at once:
+                // a linger would only add to every commit marker's copy.
+                config.set("linger.ms", "0");
                 let created: Result<BaseProducer<AckContext>, _> =
                     config.create_with_context(AckContext::new(self.shared.target_health.clone()));
                 let ready = created.and_then(|p| p.init_transactions(CALL_TIMEOUT).map(|()| p));

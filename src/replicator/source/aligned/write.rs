@@ -118,7 +118,7 @@ impl Aligned {
             };
             // Reports first: an abort purges what is still queued, and those offsets would
             // then be missing.
-            txn.flush(CALL_TIMEOUT).map_err(|e| e.to_string())?;
+            settle(txn, CALL_TIMEOUT)?;
             let mut acks = Vec::new();
             txn.context().take(&mut acks);
             let landed: Result<Vec<i64>, String> = acks
@@ -253,6 +253,25 @@ impl Aligned {
         }
         true
     }
+}
+
+/// Waits until every record given to `producer` is acknowledged (its reports are then in its
+/// context). Not `flush`: rust-rdkafka's `flush` polls in rounds of 100 ms however soon the
+/// acknowledgement arrives, and a transaction per commit marker of the source paid those
+/// 100 ms each: a transactional topic was copied at about ten markers a second, one partition
+/// after another in the consumer's queue, so most partitions looked stalled for minutes.
+pub(super) fn settle(producer: &BaseProducer<AckContext>, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} writes unacknowledged after {timeout:?}",
+                producer.in_flight_count()
+            ));
+        }
+        producer.poll(SETTLE_POLL);
+    }
+    Ok(())
 }
 
 pub(super) fn filler_headers() -> OwnedHeaders {

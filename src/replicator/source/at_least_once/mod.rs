@@ -72,6 +72,10 @@ pub struct Parts {
 }
 
 impl Delivery for AtLeastOnce {
+    fn copied(&self) -> Vec<super::stall::Copied> {
+        super::stall::tracked(&self.slots)
+    }
+
     /// Positions are stored about every second.
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);

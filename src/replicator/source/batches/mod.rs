@@ -229,6 +229,10 @@ impl Batches {
 }
 
 impl Delivery for Batches {
+    fn copied(&self) -> Vec<super::stall::Copied> {
+        super::stall::tracked(&self.slots)
+    }
+
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 

@@ -92,6 +92,11 @@ pub trait Delivery: Owner + Send + Sized + 'static {
     /// The thread did not run for `stalled`, long enough for the group to have moved its
     /// partitions. Policies whose writes another owner fences need nothing here.
     fn stalled(&mut self, _stalled: Duration) {}
+    /// Where the copy of each owned partition stands, for the watch on partitions that stop
+    /// making progress ([`super::stall`]).
+    fn copied(&self) -> Vec<super::stall::Copied> {
+        Vec::new()
+    }
     /// Graceful stop: settle every write.
     fn stop(&mut self);
 }
@@ -167,6 +172,9 @@ pub struct Shared {
     pub target_health: Arc<Reachability>,
     /// Which of the replica's copy loops this policy runs in.
     pub worker: Worker,
+    /// Partitions the flow's owner must hear of (stopped batches, stalled partitions), which
+    /// the discovery loop writes into the positions topic's refusal record.
+    pub stops: super::batches::Stops,
 }
 
 impl Shared {
@@ -353,6 +361,8 @@ pub fn run<P: Delivery>(
     let mut commit = Chore::new(P::COMMIT_EVERY);
     let mut idle = Chore::new(P::IDLE_CHECK_EVERY);
     let mut targets = Chore::new(TARGET_CHECK_EVERY);
+    let mut stalls = Chore::new(super::stall::CHECK_EVERY);
+    let mut stall_watch = super::stall::StallWatch::default();
     let mut since_service = 0_u32;
     let stall_limit = session_timeout(&ctx.flow.source_client) / 2;
     let mut last_turn = Instant::now();
@@ -419,6 +429,13 @@ pub fn run<P: Delivery>(
             // The interval counts from the end of a check: one that waited for an absent
             // broker is not due again at once.
             targets.last = Instant::now();
+        }
+        if stalls.due() {
+            let p = lock(&policy);
+            let stops = p.shared().stops.clone();
+            super::stall::check(&mut stall_watch, &*p, &stops);
+            drop(p);
+            stalls.last = Instant::now();
         }
     }
     tracing::info!("source loop stopping: settling writes");

@@ -142,6 +142,21 @@ pub struct ExactlyOnce {
 }
 
 impl Delivery for ExactlyOnce {
+    fn copied(&self) -> Vec<super::stall::Copied> {
+        self.slots
+            .iter()
+            .map(|(_, s)| super::stall::Copied {
+                topic: s.topic.clone(),
+                partition: s.partition,
+                remote: s.remote.clone(),
+                next: s.latest.or(s.committed).map_or(-1, |f| f.next),
+                reason: s.failed.as_ref().map(|_| {
+                    "a transaction of the partition failed; it is copied again from its last committed position".to_string()
+                }),
+            })
+            .collect()
+    }
+
     /// How often each partition's transaction is committed: the latency of exactly-once copies.
     const COMMIT_EVERY: Duration = Duration::from_millis(500);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);

@@ -1,0 +1,342 @@
+//! Partitions that stopped making progress, in every mode: a partition whose copy has not
+//! moved for [`STALL_AFTER`] while the source holds records beyond it is named (topic,
+//! partition, the source offset it waits at, the policy's reason when it knows one) in the log,
+//! in the metrics and in the refusal record of the positions topic, which the status shows in
+//! `Replicating`. A copy that stops silently is invisible otherwise: its lag grows, but nothing
+//! says which partition or why.
+//!
+//! The judgement is pure ([`StallWatch::observe`]); the copy thread feeds it every
+//! [`CHECK_EVERY`] with the policy's copied positions ([`super::engine::Delivery::copied`]) and
+//! the source's ends ([`check`]).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::batches::Stops;
+use super::engine::Delivery;
+use super::lock;
+use crate::kafka::refusals::{Refusal, truncated};
+
+/// How long a partition may copy nothing while the source has records beyond it.
+pub const STALL_AFTER: Duration = Duration::from_secs(60);
+/// How often the copy thread looks.
+pub const CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a policy's copy of one partition stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    pub topic: String,
+    pub partition: i32,
+    /// The remote topic (the refusal record is kept per remote topic).
+    pub remote: String,
+    /// The next source offset to copy (-1 when not known yet).
+    pub next: i64,
+    /// What the policy knows of why it does not move, e.g. what it waits for.
+    pub reason: Option<String>,
+}
+
+/// A partition that stopped, or started again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Stalled {
+        copied: Copied,
+        /// Where the source ends (what a `read_committed` reader can reach).
+        source_end: i64,
+        since: Duration,
+    },
+    /// Moving again, caught up, or no longer this replica's.
+    Cleared { remote: String, partition: i32 },
+}
+
+#[derive(Debug)]
+struct Watched {
+    next: i64,
+    since: Instant,
+    stalled: Option<String>,
+}
+
+/// The partitions' last movements.
+#[derive(Debug, Default)]
+pub struct StallWatch {
+    seen: HashMap<(String, i32), Watched>,
+}
+
+impl StallWatch {
+    /// `copied`: every partition the policy owns; `ends`: the source's end of those it could
+    /// read (a partition without one is not judged this time).
+    pub fn observe(
+        &mut self,
+        copied: &[Copied],
+        ends: &HashMap<(String, i32), i64>,
+        now: Instant,
+    ) -> Vec<Change> {
+        let mut changes = Vec::new();
+        let owned: std::collections::HashSet<(String, i32)> = copied
+            .iter()
+            .map(|c| (c.topic.clone(), c.partition))
+            .collect();
+        self.seen.retain(|key, w| {
+            let keep = owned.contains(key);
+            if !keep && let Some(remote) = w.stalled.take() {
+                changes.push(Change::Cleared {
+                    remote,
+                    partition: key.1,
+                });
+            }
+            keep
+        });
+        for c in copied {
+            let key = (c.topic.clone(), c.partition);
+            let w = self.seen.entry(key.clone()).or_insert(Watched {
+                next: c.next,
+                since: now,
+                stalled: None,
+            });
+            let Some(&end) = ends.get(&key) else {
+                continue;
+            };
+            if w.next != c.next || c.next >= end {
+                w.next = c.next;
+                w.since = now;
+                if let Some(remote) = w.stalled.take() {
+                    changes.push(Change::Cleared {
+                        remote,
+                        partition: c.partition,
+                    });
+                }
+                continue;
+            }
+            let since = now.saturating_duration_since(w.since);
+            if since >= STALL_AFTER && w.stalled.is_none() {
+                w.stalled = Some(c.remote.clone());
+                changes.push(Change::Stalled {
+                    copied: c.clone(),
+                    source_end: end,
+                    since,
+                });
+            }
+        }
+        changes
+    }
+}
+
+/// The sentence the status shows for a stalled partition.
+pub fn message(copied: &Copied, source_end: i64, since: Duration) -> String {
+    let at = if copied.next >= 0 {
+        format!("at source offset {}", copied.next)
+    } else {
+        "before its first record".to_string()
+    };
+    let reason = copied
+        .reason
+        .as_deref()
+        .unwrap_or("no reason known to the replicator; its log at debug level may tell more");
+    format!(
+        "partition {} of {} copies nothing: stalled {at} for {} s while the source holds records up to offset {source_end} ({reason}); the replicator retries on its own, restarting its pod moves the partition",
+        copied.partition,
+        copied.topic,
+        since.as_secs()
+    )
+}
+
+/// One look: the policy's positions against the source's ends; stalls are logged, counted,
+/// shown in the metrics and put in `stops` (the refusal record the discovery loop writes),
+/// and taken out again when the partition moves.
+pub fn check<P: Delivery>(watch: &mut StallWatch, policy: &P, stops: &Stops) {
+    let copied = policy.copied();
+    if copied.is_empty() && watch.seen.is_empty() {
+        return;
+    }
+    let shared = policy.shared();
+    let keys: Vec<(String, i32)> = copied
+        .iter()
+        .map(|c| (c.topic.clone(), c.partition))
+        .collect();
+    let ends: HashMap<(String, i32), i64> = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        shared
+            .probe
+            .source_quick(&keys)
+            .into_iter()
+            .map(|(k, b)| (k, b.end))
+            .collect()
+    };
+    let metrics = &shared.ctx.metrics;
+    for change in watch.observe(&copied, &ends, Instant::now()) {
+        match change {
+            Change::Stalled {
+                copied,
+                source_end,
+                since,
+            } => {
+                let text = message(&copied, source_end, since);
+                tracing::error!(topic = %copied.topic, partition = copied.partition,
+                    offset = copied.next, source_end, "{text}");
+                metrics
+                    .partition_stalled
+                    .with_label_values(&[&copied.topic, &copied.partition.to_string()])
+                    .set(copied.next);
+                metrics.partition_stalls.inc();
+                lock(stops)
+                    .entry((copied.remote.clone(), copied.partition))
+                    .or_insert_with(|| Refusal {
+                        topic: copied.remote.clone(),
+                        detected_ms: crate::clock::now_ms(),
+                        message: truncated(text),
+                    });
+            }
+            Change::Cleared { remote, partition } => {
+                let mut stops = lock(stops);
+                // Only a stall's own entry: a batch stop of the same partition stays.
+                if stops
+                    .get(&(remote.clone(), partition))
+                    .is_some_and(|r| r.message.contains(" copies nothing: stalled "))
+                {
+                    stops.remove(&(remote.clone(), partition));
+                }
+                drop(stops);
+                tracing::info!(%remote, partition, "the stalled partition moves again");
+                let topic = copied
+                    .iter()
+                    .find(|c| c.remote == remote && c.partition == partition)
+                    .map(|c| c.topic.clone());
+                if let Some(topic) = topic {
+                    let _ = metrics
+                        .partition_stalled
+                        .remove_label_values(&[&topic, &partition.to_string()]);
+                } else {
+                    clear_metric_of_remote(metrics, &remote, partition, shared);
+                }
+            }
+        }
+    }
+}
+
+/// [`Copied`] of the policies that track progress record by record (at-least-once, batches):
+/// the newest acknowledged position, or -1 before the first.
+pub fn tracked<S: super::engine::tracked::Tracked>(
+    slots: &super::engine::slots::SlotTable<S>,
+) -> Vec<Copied> {
+    slots
+        .iter()
+        .map(|(_, s)| {
+            let (topic, partition) = s.key();
+            Copied {
+                topic: topic.to_string(),
+                partition,
+                remote: s.remote().to_string(),
+                next: s.progress().latest().map_or(-1, |f| f.next),
+                reason: (!s.copying()).then(|| {
+                    "a write to the target failed; the partition is copied again from its last stored position after a backoff".to_string()
+                }),
+            }
+        })
+        .collect()
+}
+
+/// A partition no longer owned: its topic found back from the remote name by the flow's policy.
+fn clear_metric_of_remote(
+    metrics: &crate::replicator::Metrics,
+    remote: &str,
+    partition: i32,
+    shared: &super::engine::Shared,
+) {
+    let flow = &shared.ctx.flow;
+    if let Some(topic) = flow.policy.upstream_topic(remote) {
+        let _ = metrics
+            .partition_stalled
+            .remove_label_values(&[topic, &partition.to_string()]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(next: i64) -> Copied {
+        Copied {
+            topic: "t".into(),
+            partition: 1,
+            remote: "a.t".into(),
+            next,
+            reason: Some("waiting".into()),
+        }
+    }
+
+    fn end(e: i64) -> HashMap<(String, i32), i64> {
+        HashMap::from([(("t".to_string(), 1), e)])
+    }
+
+    #[test]
+    fn a_partition_that_does_not_move_with_records_beyond_it_is_named_once_after_a_minute() {
+        let mut w = StallWatch::default();
+        let t0 = Instant::now();
+        assert!(w.observe(&[at(573)], &end(4800), t0).is_empty());
+        let before = t0 + STALL_AFTER - Duration::from_secs(1);
+        assert!(w.observe(&[at(573)], &end(4800), before).is_empty());
+        let after = t0 + STALL_AFTER;
+        let changes = w.observe(&[at(573)], &end(4800), after);
+        assert_eq!(
+            changes,
+            vec![Change::Stalled {
+                copied: at(573),
+                source_end: 4800,
+                since: STALL_AFTER
+            }]
+        );
+        let text = message(&at(573), 4800, STALL_AFTER);
+        assert!(
+            text.contains("partition 1 of t") && text.contains("573"),
+            "{text}"
+        );
+        assert!(text.contains("waiting"), "{text}");
+        // Named once, not on every look.
+        let later = after + CHECK_EVERY;
+        assert!(w.observe(&[at(573)], &end(4800), later).is_empty());
+        // Moving again clears it.
+        assert_eq!(
+            w.observe(&[at(600)], &end(4800), later),
+            vec![Change::Cleared {
+                remote: "a.t".into(),
+                partition: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn a_caught_up_or_moving_partition_never_stalls() {
+        let mut w = StallWatch::default();
+        let t0 = Instant::now();
+        for i in 0..20 {
+            let now = t0 + CHECK_EVERY * i;
+            assert!(w.observe(&[at(10)], &end(10), now).is_empty(), "caught up");
+        }
+        let mut w = StallWatch::default();
+        for i in 0..20_i64 {
+            let now = t0 + CHECK_EVERY * u32::try_from(i).unwrap_or(0);
+            assert!(w.observe(&[at(i)], &end(100), now).is_empty(), "moving");
+        }
+    }
+
+    #[test]
+    fn an_unknown_source_end_is_not_judged_and_a_partition_given_up_is_cleared() {
+        let mut w = StallWatch::default();
+        let t0 = Instant::now();
+        w.observe(&[at(-1)], &HashMap::new(), t0);
+        assert!(
+            w.observe(&[at(-1)], &HashMap::new(), t0 + STALL_AFTER * 2)
+                .is_empty()
+        );
+        let stalled = w.observe(&[at(-1)], &end(5), t0 + STALL_AFTER * 3);
+        assert!(matches!(stalled.as_slice(), [Change::Stalled { .. }]));
+        assert!(message(&at(-1), 5, STALL_AFTER).contains("before its first record"));
+        assert_eq!(
+            w.observe(&[], &HashMap::new(), t0 + STALL_AFTER * 4),
+            vec![Change::Cleared {
+                remote: "a.t".into(),
+                partition: 1
+            }]
+        );
+    }
+}
