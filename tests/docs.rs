@@ -76,6 +76,7 @@ fn reasons() -> Vec<&'static str> {
         reason::CONFLICTING_FLOW,
         reason::REPLICATION_LOOP,
         reason::CHILD_CONFLICT,
+        reason::PARTITION_STALLED,
         reason::POD_METADATA_NOT_ALLOWED,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,

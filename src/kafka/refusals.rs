@@ -24,6 +24,10 @@ pub const MAX_MESSAGE: usize = 1024;
 /// the first topics by name; the status names a few anyway.
 pub const MAX_RECORDED: usize = 64;
 
+/// The words by which a refusal record says a partition stalled (not a topic change refused):
+/// written by the source loop's stall watch, read by the status for its reason.
+pub const STALLED_MARK: &str = " copies nothing: stalled ";
+
 /// A remote topic the clusters would not keep in line with its source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

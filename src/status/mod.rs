@@ -427,12 +427,17 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
         (Some((r, m)), _) => verdict(REPLICATING, false, r, m.clone()),
         // Also in Observe mode (and the CLI's measurement): a flow of this project recorded
         // them in the positions topic of this source alias on this target.
-        (None, _) if !refused.is_empty() => verdict(
-            REPLICATING,
-            false,
-            reason::TOPIC_CHANGES_REFUSED,
-            refused_message(&refused),
-        ),
+        (None, _) if !refused.is_empty() => {
+            let stalled = refused
+                .first()
+                .is_some_and(|r| r.message.contains(crate::kafka::refusals::STALLED_MARK));
+            let why = if stalled {
+                reason::PARTITION_STALLED
+            } else {
+                reason::TOPIC_CHANGES_REFUSED
+            };
+            verdict(REPLICATING, false, why, refused_message(&refused))
+        }
         // Without our positions, fresh replicated heartbeats are the evidence that the other
         // replicator copies records.
         (None, None) if obs.observe_only => match obs.heartbeat_age {
@@ -687,7 +692,7 @@ fn refused_message(refused: &[&Refusal]) -> String {
         refused.len().to_string()
     };
     let mut message = format!(
-        "{count} topic(s) on the target not created, not kept in line with their source, or not writable by the flow, retried every spec.sourceLoop.topicsRefreshInterval; {}: {}",
+        "{count} topic(s) not copied as they should be (on the target not created, not kept in line with their source or not writable by the flow, or a partition that stopped or stalled), each retried on its own; {}: {}",
         oldest.topic, oldest.message
     );
     let others: Vec<&str> = refused

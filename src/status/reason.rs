@@ -65,6 +65,8 @@ pub const REPLICATION_LOOP: &str = "ReplicationLoop";
 /// A ConfigMap, Service, StatefulSet or PodDisruptionBudget of the name this flow's child needs
 /// exists and is not this flow's: nothing is applied over it.
 pub const CHILD_CONFLICT: &str = "ChildConflict";
+/// A partition has copied nothing for a minute while its source holds records beyond it.
+pub const PARTITION_STALLED: &str = "PartitionStalled";
 /// `spec.pod.labels` or `spec.pod.annotations` has a key the operator's installer did not allow.
 pub const POD_METADATA_NOT_ALLOWED: &str = "PodMetadataNotAllowed";
 /// A referenced Secret has not opted in to being used by this flow.

@@ -597,7 +597,7 @@ fn refused_topic_changes_stop_replicating_and_name_the_oldest_refusal() {
         ("False", reason::TOPIC_CHANGES_REFUSED)
     );
     let m = &replicating.message;
-    assert!(m.starts_with("8 topic(s) on the target"), "{m}");
+    assert!(m.starts_with("8 topic(s) not copied as they should be"), "{m}");
     assert!(
         m.contains("A.t7: the target cluster refused creating topic A.t7; the fix"),
         "the oldest in full: {m}"

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::batches::Stops;
 use super::engine::Delivery;
 use super::lock;
-use crate::kafka::refusals::{Refusal, truncated};
+use crate::kafka::refusals::{Refusal, STALLED_MARK, truncated};
 
 /// How long a partition may copy nothing while the source has records beyond it.
 pub const STALL_AFTER: Duration = Duration::from_secs(60);
@@ -132,7 +132,7 @@ pub fn message(copied: &Copied, source_end: i64, since: Duration) -> String {
         .as_deref()
         .unwrap_or("no reason known to the replicator; its log at debug level may tell more");
     format!(
-        "partition {} of {} copies nothing: stalled {at} for {} s while the source holds records up to offset {source_end} ({reason}); the replicator retries on its own, restarting its pod moves the partition",
+        "partition {} of {}{STALLED_MARK}{at} for {} s while the source holds records up to offset {source_end} ({reason}); the replicator retries on its own, restarting its pod moves the partition",
         copied.partition,
         copied.topic,
         since.as_secs()
@@ -191,7 +191,7 @@ pub fn check<P: Delivery>(watch: &mut StallWatch, policy: &P, stops: &Stops) {
                 // Only a stall's own entry: a batch stop of the same partition stays.
                 if stops
                     .get(&(remote.clone(), partition))
-                    .is_some_and(|r| r.message.contains(" copies nothing: stalled "))
+                    .is_some_and(|r| r.message.contains(STALLED_MARK))
                 {
                     stops.remove(&(remote.clone(), partition));
                 }
