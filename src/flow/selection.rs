@@ -73,7 +73,7 @@ fn check_lists(names: Names, include: List, exclude: List) -> Result<(), FlowErr
         return Err(invalid(
             include_field,
             format!(
-                "the list is empty, so the flow selects no {noun}; list patterns (regular expressions matched against the whole name, `.*` for all), or remove the field for the default"
+                "the list is empty, so the flow selects no {noun}; list patterns (regular expressions matched against the whole name, `.*` for all), remove the field for the default, or (groups) set spec.checkpoints.enabled: false to copy records without checkpoints"
             ),
         ));
     }

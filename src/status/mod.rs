@@ -587,6 +587,17 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
             reason::NO_TOPICS_MATCHED,
             message.clone(),
         ),
+        // Nothing blocks, but no group is checkpointed: ready, saying there is nothing to
+        // fail over (and why, when the selection may be wrong).
+        (None, None) if obs.groups.is_empty() && checkpoints.ok => verdict(
+            FAILOVER_READY,
+            true,
+            checkpoints.reason,
+            format!(
+                "nothing blocks a failover, but no consumer group is checkpointed: {}",
+                checkpoints.message
+            ),
+        ),
         (None, None) => verdict(
             FAILOVER_READY,
             true,
@@ -638,12 +649,13 @@ fn no_groups(obs: &Observation) -> Verdict {
         );
     }
     match obs.selected.groups {
+        // True, since consumers may simply not have committed yet; the reason says so.
         Some((0, listed)) if listed > 0 && !obs.selected.groups_named => verdict(
             CHECKPOINTS_FRESH,
-            false,
+            true,
             reason::NO_GROUPS_MATCHED,
             format!(
-                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them; check the patterns (regular expressions matched against whole names)"
+                "spec.groups and spec.groupsExclude select none of the {listed} consumer groups on the source, so no group's offsets are checkpointed and no consumer can fail over with them yet; if consumers of the mirrored topics should be covered, check the patterns (regular expressions matched against whole names)"
             ),
         ),
         Some((0, _)) if obs.selected.groups_named => verdict(

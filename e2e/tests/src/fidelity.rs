@@ -71,13 +71,19 @@ impl Setup {
                 &self.world.target_bootstrap,
             )
         };
+        // No group: a copy-only flow (checkpoints off), since a flow that checkpoints must
+        // select some group.
+        let groups = if groups.is_empty() {
+            "checkpoints: {enabled: false}\n".to_string()
+        } else {
+            format!("groups: [{}]\n", quote(groups))
+        };
         format!(
             "source: {{alias: {sa}, bootstrapServers: '{sb}'}}\n\
              target: {{alias: {ta}, bootstrapServers: '{tb}'}}\n\
              topics: [{}]\n\
-             groups: [{}]\n{FAST}{extra}",
+             {groups}{FAST}{extra}",
             quote(topics),
-            quote(groups)
         )
     }
 

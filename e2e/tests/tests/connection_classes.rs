@@ -468,11 +468,14 @@ async fn selections_the_source_does_not_fill_are_answered_with_counts() -> Resul
     println!("no group matched: CheckpointsFresh {status} {reason_}: {message}");
     assert_eq!(
         (status.as_str(), reason_.as_str()),
-        ("False", reason::NO_GROUPS_MATCHED)
+        ("True", reason::NO_GROUPS_MATCHED)
     );
     assert!(message.contains("select none of the"), "{message}");
-    let (status, _, _) = condition(&no_group, "FailoverReady")?;
-    assert_eq!(status, "False");
+    let (status, reason_, _) = condition(&no_group, "FailoverReady")?;
+    assert_eq!(
+        (status.as_str(), reason_.as_str()),
+        ("True", reason::NO_GROUPS_MATCHED)
+    );
     let (status, reason_, message) = condition(&idle, "Ready")?;
     println!("64 replicas, 3 partitions: Ready {status} {reason_}: {message}");
     assert_eq!(
