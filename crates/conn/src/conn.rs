@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mirrorflow_core::protocol::{self, ApiRange, ErrorCode};
 use openssl::pkey::PKey;
@@ -16,19 +16,87 @@ use crate::{ConnError, Sasl, Security, Tls};
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(0);
 
+/// The first read of an answer's frame; later reads double what was read.
+const FIRST_READ: usize = 64 * 1024;
+
 /// What every connection of a client shares.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub client_id: String,
-    /// For connecting, and for each read and write.
+    /// For connecting, and for each request: sending it, and reading its answer, each end to
+    /// end (a broker that trickles an answer byte by byte does not hold a connection longer).
     pub timeout: Duration,
     /// The largest answer frame read (a fetch's `max_bytes` and its framing, with room).
     pub max_frame: usize,
 }
 
+/// Bytes both ways: what a connection runs over besides a socket ([`Conn::over`]).
+pub trait Duplex: Read + Write + Send {}
+
+impl<T: Read + Write + Send> Duplex for T {}
+
 enum Stream {
     Plain(TcpStream),
     Tls(Box<SslStream<TcpStream>>),
+    /// Any other byte stream: its own timeouts, if any; the deadline is checked between reads.
+    Other(Box<dyn Duplex>),
+}
+
+impl Stream {
+    /// The socket's timeouts for the next read and write: what is left until the deadline.
+    fn time_left(&self, deadline: Instant) -> std::io::Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        let tcp = match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref(),
+            Stream::Other(_) => return Ok(()),
+        };
+        tcp.set_read_timeout(Some(left))?;
+        tcp.set_write_timeout(Some(left))
+    }
+
+    /// `read_exact`, done by `deadline`.
+    fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            self.time_left(deadline)?;
+            match self.read(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A socket's timeout, set to what was left: the deadline passed.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(timed_out()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// `write_all` and `flush`, done by `deadline`.
+    fn write_all_by(&mut self, mut buf: &[u8], deadline: Instant) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            self.time_left(deadline)?;
+            match self.write(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A socket's timeout, set to what was left: the deadline passed.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(timed_out()),
+                Err(e) => return Err(e),
+            }
+        }
+        self.time_left(deadline)?;
+        self.flush()
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the broker took longer than the request timeout",
+    )
 }
 
 impl Read for Stream {
@@ -36,6 +104,7 @@ impl Read for Stream {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Other(s) => s.read(buf),
         }
     }
 }
@@ -45,12 +114,14 @@ impl Write for Stream {
         match self {
             Stream::Plain(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Other(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Plain(s) => s.flush(),
             Stream::Tls(s) => s.flush(),
+            Stream::Other(s) => s.flush(),
         }
     }
 }
@@ -65,7 +136,8 @@ pub struct Conn {
     peer: String,
     client_id: String,
     max_frame: usize,
-    /// For requests a connection makes on the side (an OAuth token).
+    /// Each request's sending, and each answer's reading, end to end; also for requests a
+    /// connection makes on the side (an OAuth token).
     timeout: Duration,
     next_correlation: i32,
     served: Vec<ApiRange>,
@@ -100,16 +172,7 @@ impl Conn {
             None => Stream::Plain(tcp),
             Some(tls) => Stream::Tls(Box::new(handshake(addr, tls, tcp)?)),
         };
-        let mut conn = Conn {
-            stream,
-            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
-            peer,
-            client_id: options.client_id.clone(),
-            max_frame: options.max_frame,
-            timeout: options.timeout,
-            next_correlation: 0,
-            served: Vec::new(),
-        };
+        let mut conn = Conn::with_stream(stream, peer, options);
         let id = conn.correlation();
         let frame = protocol::api_versions_request(id, &conn.client_id)?;
         let body = conn.call(id, &frame)?;
@@ -120,6 +183,32 @@ impl Conn {
             conn.authenticate(sasl)?;
         }
         Ok(conn)
+    }
+
+    fn with_stream(stream: Stream, peer: String, options: &Options) -> Self {
+        Conn {
+            stream,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            peer,
+            client_id: options.client_id.clone(),
+            max_frame: options.max_frame,
+            timeout: options.timeout,
+            next_correlation: 0,
+            served: Vec::new(),
+        }
+    }
+
+    /// A connection over a stream opened elsewhere (in tests and fuzzing: bytes in memory),
+    /// named `peer`, without the versions exchange: it serves no API until told otherwise. The
+    /// request timeout is checked between the stream's reads and writes; a read that blocks is
+    /// the stream's to end.
+    pub fn over(peer: &str, stream: impl Duplex + 'static, options: &Options) -> Self {
+        Conn::with_stream(Stream::Other(Box::new(stream)), peer.to_owned(), options)
+    }
+
+    /// The time by which a request started now is to be sent, or its answer read.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
     }
 
     pub fn serial(&self) -> u64 {
@@ -158,10 +247,11 @@ impl Conn {
         id
     }
 
+    /// Sends `frame`, within the request timeout.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), ConnError> {
+        let deadline = self.deadline();
         self.stream
-            .write_all(frame)
-            .and_then(|()| self.stream.flush())
+            .write_all_by(frame, deadline)
             .map_err(|source| ConnError::Io {
                 peer: self.peer.clone(),
                 source,
@@ -169,15 +259,17 @@ impl Conn {
     }
 
     /// Reads the next answer's body, which must answer request `id` (a broker answers a
-    /// connection's requests in order).
+    /// connection's requests in order), within the request timeout from the first byte read
+    /// to the last.
     pub fn recv(&mut self, id: i32) -> Result<Vec<u8>, ConnError> {
+        let deadline = self.deadline();
         let io = |peer: &str, source| ConnError::Io {
             peer: peer.to_owned(),
             source,
         };
         let mut size = [0u8; 4];
         self.stream
-            .read_exact(&mut size)
+            .read_exact_by(&mut size, deadline)
             .map_err(|e| io(&self.peer, e))?;
         let size = i32::from_be_bytes(size);
         let len = usize::try_from(size)
@@ -188,10 +280,15 @@ impl Conn {
                 size: i64::from(size),
                 max: self.max_frame,
             })?;
-        let mut frame = vec![0u8; len];
-        self.stream
-            .read_exact(&mut frame)
-            .map_err(|e| io(&self.peer, e))?;
+        // Grown as bytes come (doubling), not allocated whole at the size the broker claims.
+        let mut frame = Vec::new();
+        while frame.len() < len {
+            let at = frame.len();
+            frame.resize(at + (len - at).min(at.max(FIRST_READ)), 0);
+            self.stream
+                .read_exact_by(&mut frame[at..], deadline)
+                .map_err(|e| io(&self.peer, e))?;
+        }
         let body_len = protocol::answer_body(&frame, id)
             .map_err(|e| self.decode(e))?
             .len();
@@ -371,7 +468,148 @@ fn handshake(addr: &str, tls: &Tls, tcp: TcpStream) -> Result<SslStream<TcpStrea
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use super::{Conn, Options, Stream, host_of};
+    use crate::ConnError;
+
+    fn options(timeout: Duration) -> Options {
+        Options {
+            client_id: "mf".into(),
+            timeout,
+            max_frame: 1 << 20,
+        }
+    }
+
+    /// A broker that reads the request, then sends an answer frame of 1000 bytes one byte every
+    /// `every`, until the client hangs up or 1000 bytes are sent.
+    fn trickling_broker(every: Duration) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let addr = listener.local_addr().expect("its address").to_string();
+        let broker = std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = [0u8; 256];
+            let _ = socket.read(&mut request);
+            let mut answer = 1000i32.to_be_bytes().to_vec();
+            answer.extend_from_slice(&[0; 1000]);
+            for byte in answer {
+                if socket.write_all(&[byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        (addr, broker)
+    }
+
+    /// N14: each byte comes well within the read timeout, but the answer as a whole does not
+    /// come within the request timeout: the read ends at that timeout, as a timeout.
+    #[test]
+    fn a_broker_trickling_an_answer_is_cut_off_at_the_request_timeout() {
+        let (addr, broker) = trickling_broker(Duration::from_millis(20));
+        let timeout = Duration::from_millis(400);
+        let started = Instant::now();
+        let outcome = Conn::open(&addr, &crate::Security::default(), &options(timeout));
+        let elapsed = started.elapsed();
+        match outcome {
+            Err(ConnError::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{source}")
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // 1000 bytes at 20 ms would take 20 s; the request timeout is 0.4 s.
+        assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+        assert!(elapsed >= timeout, "ended before the timeout: {elapsed:?}");
+        broker
+            .join()
+            .expect("the broker thread ends once the client hangs up");
+    }
+
+    /// The deadline is the request's, not the connection's: a new request has its own.
+    #[test]
+    fn each_answer_has_its_own_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let addr = listener.local_addr().expect("its address");
+        let broker = std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            for id in 0..3i32 {
+                std::thread::sleep(Duration::from_millis(150));
+                let mut frame = 6i32.to_be_bytes().to_vec();
+                frame.extend_from_slice(&id.to_be_bytes());
+                frame.extend_from_slice(&[7, 7]);
+                if socket.write_all(&frame).is_err() {
+                    return;
+                }
+            }
+        });
+        let tcp = TcpStream::connect(addr).expect("connected");
+        let mut conn = Conn::with_stream(
+            Stream::Plain(tcp),
+            "local".into(),
+            &options(Duration::from_millis(300)),
+        );
+        // 450 ms in all, more than one timeout, each answer within it.
+        for id in 0..3 {
+            assert_eq!(conn.recv(id).expect("an answer in time"), vec![7, 7]);
+        }
+        broker.join().expect("the broker thread ends");
+    }
+
+    fn frame(correlation: i32, body: &[u8]) -> Vec<u8> {
+        let size = i32::try_from(body.len() + 4).unwrap_or(i32::MAX);
+        let mut f = size.to_be_bytes().to_vec();
+        f.extend_from_slice(&correlation.to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn over(bytes: Vec<u8>) -> Conn {
+        Conn::over(
+            "memory",
+            std::io::Cursor::new(bytes),
+            &options(Duration::from_secs(5)),
+        )
+    }
+
+    #[test]
+    fn hostile_answer_frames_are_errors() {
+        // A size past the frame limit, negative, or too small for a correlation id.
+        for size in [i32::MAX, (1 << 20) + 1, -1, i32::MIN, 0, 3] {
+            let mut conn = over(size.to_be_bytes().to_vec());
+            assert!(
+                matches!(conn.recv(0), Err(ConnError::FrameSize { .. })),
+                "size {size}"
+            );
+        }
+        // Another request's answer.
+        let mut conn = over(frame(5, b"body"));
+        assert!(matches!(conn.recv(4), Err(ConnError::Decode { .. })));
+        // Cut short: in the size, and in the frame (a claimed 1 MiB that never comes).
+        for bytes in [vec![0, 0], frame(0, b"body")[..7].to_vec(), {
+            let mut f = (1i32 << 20).to_be_bytes().to_vec();
+            f.extend_from_slice(&[0; 100]);
+            f
+        }] {
+            let mut conn = over(bytes);
+            match conn.recv(0) {
+                Err(ConnError::Io { source, .. }) => {
+                    assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof)
+                }
+                other => panic!("expected the end of the stream, got {other:?}"),
+            }
+        }
+        // Answers read in order, each its own body.
+        let mut conn = over([frame(0, b"a"), frame(1, b""), frame(2, b"ccc")].concat());
+        assert_eq!(conn.recv(0).expect("first"), b"a");
+        assert_eq!(conn.recv(1).expect("second"), b"");
+        assert_eq!(conn.recv(2).expect("third"), b"ccc");
+    }
 
     #[test]
     fn the_host_of_an_address() {
