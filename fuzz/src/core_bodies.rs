@@ -310,7 +310,10 @@ pub fn consumer_offsets(data: &[u8]) {
     let Record::OffsetCommit { key: k, value: v } = &record else {
         return;
     };
-    assert!(k.group.len() + k.topic.len() + 8 <= key.len(), "key strings past the key");
+    assert!(
+        k.group.len() + k.topic.len() + 8 <= key.len(),
+        "key strings past the key"
+    );
     let (Some(v), Some(bytes)) = (v, value) else {
         return;
     };
@@ -414,16 +417,25 @@ pub fn fetch_positions(data: &[u8]) {
         .any(|b| b.header.is_control());
     let (mut end, mut last_next) = (0usize, offset);
     for range in &copy.ranges {
-        assert!(end <= range.start && range.end <= whole, "ranges overlap or leave the input");
+        assert!(
+            end <= range.start && range.end <= whole,
+            "ranges overlap or leave the input"
+        );
         end = range.end;
         let one: Vec<_> = batch::batches(&records[range.clone()]).collect();
         assert_eq!(one.len(), 1, "a range is one batch");
         let b = one[0].as_ref().expect("a copied range parses");
         assert_eq!(b.bytes().len(), range.len(), "a range is a whole batch");
         assert!(!b.header.is_control(), "a marker copied");
-        assert!(b.header.next_offset() > last_next, "a batch copied twice or backwards");
+        assert!(
+            b.header.next_offset() > last_next,
+            "a batch copied twice or backwards"
+        );
         last_next = b.header.next_offset();
-        assert!(last_next <= copy.next_offset, "a batch past the position copied");
+        assert!(
+            last_next <= copy.next_offset,
+            "a batch past the position copied"
+        );
         if !any_marker && b.header.is_transactional() && b.header.has_producer_id() {
             let aborted_before = aborted
                 .iter()

@@ -1,0 +1,97 @@
+//! Fuzz target bodies over mirrorflow-conn: what a broker sends a connection. Shared by the
+//! libFuzzer binaries (`fuzz_targets/`) and by `crates/conn/tests/fuzz_corpus.rs`, which runs
+//! them over the seed corpus on stable.
+
+use std::time::Duration;
+
+use mirrorflow_conn::{Conn, ConnError, Options, Scram, ScramHash};
+
+/// The client nonce of the SCRAM exchanges (RFC 7677's example), so that seeds can extend it.
+pub const SCRAM_CLIENT_NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
+
+/// First byte chooses where the broker's first SCRAM message ends; the rest is that message,
+/// then the broker's final one. The client's answer to the first echoes the broker's nonce
+/// (which must extend the client's) and nothing else of it: exactly its three attributes. The
+/// final message is taken only when it carries the signature the client's proof expects, so
+/// never without a first message taken before it.
+pub fn scram_messages(data: &[u8]) {
+    let (server_first, server_final) = match data.split_first() {
+        Some((&at, rest)) => rest.split_at(usize::from(at).min(rest.len())),
+        None => (&[][..], &[][..]),
+    };
+    let mut scram = Scram::new(
+        ScramHash::Sha256,
+        "user",
+        "pencil",
+        SCRAM_CLIENT_NONCE.to_owned(),
+    );
+    let client_final = scram.client_final(server_first);
+    if let Ok(message) = &client_final {
+        let attributes: Vec<&str> = message.split(',').collect();
+        assert_eq!(attributes.len(), 3, "the broker's nonce added attributes");
+        assert_eq!(attributes[0], "c=biws");
+        let nonce = attributes[1]
+            .strip_prefix("r=")
+            .expect("the nonce comes second");
+        assert!(nonce.starts_with(SCRAM_CLIENT_NONCE) && nonce.len() > SCRAM_CLIENT_NONCE.len());
+        assert!(attributes[2].starts_with("p="), "the proof comes last");
+    }
+    let verified = scram.verify_server_final(server_final);
+    if verified.is_ok() {
+        assert!(
+            client_final.is_ok(),
+            "a final message taken without a proof sent"
+        );
+        assert!(
+            !server_final.starts_with(b"e="),
+            "a refusal taken as a signature"
+        );
+    }
+    if let Err(e) = verified {
+        assert!(matches!(e, ConnError::Authentication { .. }));
+    }
+}
+
+/// The largest answer frame the `conn_frames` connection reads.
+pub const CONN_FRAMES_MAX: usize = 1 << 16;
+
+/// The input is what a broker sends on a connection: answer frames (size, correlation id,
+/// body). The connection reads answers for requests 0, 1, 2, ... until one fails: every answer
+/// read is its own frame's body, within the frame limit, and the answers read never take more
+/// bytes than were sent.
+pub fn conn_frames(data: &[u8]) {
+    let options = Options {
+        client_id: "fuzz".into(),
+        timeout: Duration::from_secs(10),
+        max_frame: CONN_FRAMES_MAX,
+    };
+    let mut conn = Conn::over("fuzz", std::io::Cursor::new(data.to_vec()), &options);
+    let mut read = 0usize;
+    for id in 0.. {
+        match conn.recv(id) {
+            Ok(body) => {
+                assert!(
+                    body.len() + 4 <= CONN_FRAMES_MAX,
+                    "an answer past the frame limit"
+                );
+                read += body.len() + 8;
+                assert!(read <= data.len(), "more answer bytes than were sent");
+                let at = read - body.len();
+                assert_eq!(
+                    &data[at..read],
+                    body.as_slice(),
+                    "an answer is its frame's body"
+                );
+                assert_eq!(
+                    data[at - 4..at],
+                    id.to_be_bytes(),
+                    "another request's answer"
+                );
+            }
+            Err(ConnError::Io { .. } | ConnError::FrameSize { .. } | ConnError::Decode { .. }) => {
+                break;
+            }
+            Err(other) => panic!("a frame error of another kind: {other}"),
+        }
+    }
+}
