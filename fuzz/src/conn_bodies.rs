@@ -95,3 +95,64 @@ pub fn conn_frames(data: &[u8]) {
         }
     }
 }
+
+/// The input is the offset partitions 0 to 3 of topic `t` are fetched from (8 bytes), then
+/// the body of a Fetch answer, taken by a [`mirrorflow_conn::Fetcher`] as if its leader had
+/// sent it. No position moves back; each batch handed on is one whole batch of the answer,
+/// ends past where its partition was and not past where it is now, and is handed on once.
+pub fn fetcher_answers(data: &[u8]) {
+    use mirrorflow_conn::{Cluster, FetchLimits, Fetcher, Security};
+    use mirrorflow_core::batch;
+    let Some((offset, body)) = data.split_first_chunk::<8>() else {
+        return;
+    };
+    let offset = i64::from_be_bytes(*offset);
+    let options = Options {
+        client_id: "fuzz".into(),
+        timeout: Duration::from_secs(1),
+        max_frame: CONN_FRAMES_MAX,
+    };
+    // Nothing is connected: the answer is handed in.
+    let Ok(cluster) = Cluster::new("127.0.0.1:9", Security::default(), options) else {
+        panic!("one bootstrap address is a cluster");
+    };
+    let limits = FetchLimits {
+        max_bytes: 1 << 20,
+        partition_max_bytes: 1 << 20,
+        max_wait: Duration::from_millis(1),
+    };
+    let mut fetcher = Fetcher::new(cluster, limits);
+    for partition in 0..4 {
+        fetcher.assign("t", partition, offset);
+    }
+    let Ok(round) = fetcher.take_answer(1, body.to_vec()) else {
+        return;
+    };
+    let mut last_end = [offset; 4];
+    for fetched in &round.fetched {
+        assert_eq!(&*fetched.topic, "t", "a topic not asked for");
+        let p = usize::try_from(fetched.partition).expect("a partition asked for");
+        let position = fetcher.position("t", fetched.partition).expect("assigned");
+        assert!(
+            fetched.next_offset <= position,
+            "handed on past the position"
+        );
+        for range in &fetched.batches {
+            assert!(range.end <= fetched.body.len(), "a range past the answer");
+            let one: Vec<_> = batch::batches(&fetched.body[range.clone()]).collect();
+            assert_eq!(one.len(), 1, "a range is one batch");
+            let b = one[0].as_ref().expect("a handed-on batch parses");
+            assert_eq!(b.bytes().len(), range.len(), "a range is a whole batch");
+            assert!(
+                b.header.next_offset() > last_end[p],
+                "a batch handed on twice"
+            );
+            assert!(b.header.next_offset() <= fetched.next_offset);
+            last_end[p] = b.header.next_offset();
+        }
+    }
+    for partition in 0..4 {
+        let position = fetcher.position("t", partition).expect("assigned");
+        assert!(position >= offset, "a position moved back");
+    }
+}

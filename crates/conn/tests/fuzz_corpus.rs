@@ -1,4 +1,4 @@
-//! Runs the fuzz targets' bodies over mirrorflow-conn (SCRAM messages, answer framing) over
+//! Runs the fuzz targets' bodies over mirrorflow-conn (SCRAM messages, answer framing, fetch answers) over
 //! their seed corpus (`fuzz/seeds/<target>/`) and simple mutations of it, then fuzzes each for
 //! a bounded time with random edits, as `crates/core/tests/fuzz_corpus.rs` does for the core.
 
@@ -22,12 +22,18 @@ fn conn_frames_corpus() {
     assert!(run_with_mutations(DIR, "conn_frames", fuzz_bodies::conn_frames, 1) > 100);
 }
 
+#[test]
+fn fetcher_answers_corpus() {
+    assert!(run_with_mutations(DIR, "fetcher_answers", fuzz_bodies::fetcher_answers, 1) > 100);
+}
+
 /// Every target, each for a bounded time (`MF_FUZZ_SECONDS`, default 3 s per target).
 #[test]
 fn bounded_random_fuzzing_of_every_target() {
-    let targets: [(&str, FuzzBody); 2] = [
+    let targets: [(&str, FuzzBody); 3] = [
         ("scram_messages", fuzz_bodies::scram_messages),
         ("conn_frames", fuzz_bodies::conn_frames),
+        ("fetcher_answers", fuzz_bodies::fetcher_answers),
     ];
     bounded_random_fuzzing(DIR, &targets);
 }
