@@ -35,40 +35,81 @@ pub trait Duplex: Read + Write + Send {}
 
 impl<T: Read + Write + Send> Duplex for T {}
 
+/// A socket whose reads and writes end by a deadline: before each, its timeouts are set to
+/// what is left. Under TLS too, so that a broker cannot hold the handshake either.
+#[derive(Debug)]
+struct Timed {
+    tcp: TcpStream,
+    deadline: Instant,
+}
+
+impl Timed {
+    fn arm(&self) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        self.tcp.set_read_timeout(Some(left))?;
+        self.tcp.set_write_timeout(Some(left))
+    }
+}
+
+/// A socket's timeout, set to what was left: the deadline passed.
+fn past_deadline(e: std::io::Error) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        timed_out()
+    } else {
+        e
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.tcp.read(buf).map_err(past_deadline)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.tcp.write(buf).map_err(past_deadline)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
 enum Stream {
-    Plain(TcpStream),
-    Tls(Box<SslStream<TcpStream>>),
+    Plain(Timed),
+    Tls(Box<SslStream<Timed>>),
     /// Any other byte stream: its own timeouts, if any; the deadline is checked between reads.
     Other(Box<dyn Duplex>),
 }
 
 impl Stream {
-    /// The socket's timeouts for the next read and write: what is left until the deadline.
-    fn time_left(&self, deadline: Instant) -> std::io::Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+    /// The deadline of the reads and writes that follow.
+    fn until(&mut self, deadline: Instant) -> std::io::Result<()> {
+        if deadline <= Instant::now() {
             return Err(timed_out());
         }
-        let tcp = match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => s.get_ref(),
-            Stream::Other(_) => return Ok(()),
-        };
-        tcp.set_read_timeout(Some(left))?;
-        tcp.set_write_timeout(Some(left))
+        match self {
+            Stream::Plain(s) => s.deadline = deadline,
+            Stream::Tls(s) => s.get_mut().deadline = deadline,
+            Stream::Other(_) => {}
+        }
+        Ok(())
     }
 
     /// `read_exact`, done by `deadline`.
     fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
         while !buf.is_empty() {
-            self.time_left(deadline)?;
+            self.until(deadline)?;
             match self.read(buf) {
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => buf = &mut buf[n..],
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // A socket's timeout, set to what was left: the deadline passed.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(timed_out()),
-                Err(e) => return Err(e),
+                Err(e) => return Err(past_deadline(e)),
             }
         }
         Ok(())
@@ -77,18 +118,16 @@ impl Stream {
     /// `write_all` and `flush`, done by `deadline`.
     fn write_all_by(&mut self, mut buf: &[u8], deadline: Instant) -> std::io::Result<()> {
         while !buf.is_empty() {
-            self.time_left(deadline)?;
+            self.until(deadline)?;
             match self.write(buf) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // A socket's timeout, set to what was left: the deadline passed.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(timed_out()),
-                Err(e) => return Err(e),
+                Err(e) => return Err(past_deadline(e)),
             }
         }
-        self.time_left(deadline)?;
-        self.flush()
+        self.until(deadline)?;
+        self.flush().map_err(past_deadline)
     }
 }
 
@@ -166,8 +205,11 @@ impl Conn {
         })?;
         let tcp = TcpStream::connect_timeout(&socket, options.timeout).map_err(io)?;
         tcp.set_nodelay(true).map_err(io)?;
-        tcp.set_read_timeout(Some(options.timeout)).map_err(io)?;
-        tcp.set_write_timeout(Some(options.timeout)).map_err(io)?;
+        // The TLS handshake, like each request, ends by the timeout.
+        let tcp = Timed {
+            tcp,
+            deadline: Instant::now() + options.timeout,
+        };
         let stream = match &security.tls {
             None => Stream::Plain(tcp),
             Some(tls) => Stream::Tls(Box::new(handshake(addr, tls, tcp)?)),
@@ -410,7 +452,7 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-fn handshake(addr: &str, tls: &Tls, tcp: TcpStream) -> Result<SslStream<TcpStream>, ConnError> {
+fn handshake(addr: &str, tls: &Tls, tcp: Timed) -> Result<SslStream<Timed>, ConnError> {
     let err = |message: String| ConnError::Tls {
         peer: addr.to_owned(),
         message,
@@ -472,7 +514,7 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use std::time::{Duration, Instant};
 
-    use super::{Conn, Options, Stream, host_of};
+    use super::{Conn, Options, Stream, Timed, host_of};
     use crate::ConnError;
 
     fn options(timeout: Duration) -> Options {
@@ -483,9 +525,9 @@ mod tests {
         }
     }
 
-    /// A broker that reads the request, then sends an answer frame of 1000 bytes one byte every
-    /// `every`, until the client hangs up or 1000 bytes are sent.
-    fn trickling_broker(every: Duration) -> (String, std::thread::JoinHandle<()>) {
+    /// A broker that reads the request (or TLS hello), then sends `head` and 1000 zeros one byte
+    /// every `every`, until the client hangs up or all are sent.
+    fn trickling_broker(head: Vec<u8>, every: Duration) -> (String, std::thread::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
         let addr = listener.local_addr().expect("its address").to_string();
         let broker = std::thread::spawn(move || {
@@ -494,7 +536,7 @@ mod tests {
             };
             let mut request = [0u8; 256];
             let _ = socket.read(&mut request);
-            let mut answer = 1000i32.to_be_bytes().to_vec();
+            let mut answer = head;
             answer.extend_from_slice(&[0; 1000]);
             for byte in answer {
                 if socket.write_all(&[byte]).is_err() {
@@ -510,7 +552,8 @@ mod tests {
     /// come within the request timeout: the read ends at that timeout, as a timeout.
     #[test]
     fn a_broker_trickling_an_answer_is_cut_off_at_the_request_timeout() {
-        let (addr, broker) = trickling_broker(Duration::from_millis(20));
+        let (addr, broker) =
+            trickling_broker(1000i32.to_be_bytes().to_vec(), Duration::from_millis(20));
         let timeout = Duration::from_millis(400);
         let started = Instant::now();
         let outcome = Conn::open(&addr, &crate::Security::default(), &options(timeout));
@@ -524,6 +567,30 @@ mod tests {
         // 1000 bytes at 20 ms would take 20 s; the request timeout is 0.4 s.
         assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
         assert!(elapsed >= timeout, "ended before the timeout: {elapsed:?}");
+        broker
+            .join()
+            .expect("the broker thread ends once the client hangs up");
+    }
+
+    /// A TLS "server" that announces a 16 KiB handshake record and trickles it: the handshake
+    /// ends at the timeout too.
+    #[test]
+    fn a_broker_trickling_its_tls_handshake_is_cut_off_at_the_timeout() {
+        let record_header = vec![0x16, 0x03, 0x03, 0x40, 0x00];
+        let (addr, broker) = trickling_broker(record_header, Duration::from_millis(20));
+        let security = crate::Security {
+            tls: Some(crate::Tls::default()),
+            sasl: None,
+        };
+        let timeout = Duration::from_millis(400);
+        let started = Instant::now();
+        let outcome = Conn::open(&addr, &security, &options(timeout));
+        let elapsed = started.elapsed();
+        assert!(
+            matches!(outcome, Err(ConnError::Tls { .. })),
+            "expected a failed handshake, got {outcome:?}"
+        );
+        assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
         broker
             .join()
             .expect("the broker thread ends once the client hangs up");
@@ -549,6 +616,10 @@ mod tests {
             }
         });
         let tcp = TcpStream::connect(addr).expect("connected");
+        let tcp = Timed {
+            tcp,
+            deadline: Instant::now(),
+        };
         let mut conn = Conn::with_stream(
             Stream::Plain(tcp),
             "local".into(),
