@@ -142,6 +142,12 @@ impl Cluster {
             .ok_or(ConnError::UnknownBroker { node_id })
     }
 
+    /// Uses `conn` as broker `node_id`'s connection (in tests: one over bytes in memory).
+    #[cfg(test)]
+    pub(crate) fn adopt(&mut self, node_id: i32, conn: Conn) {
+        self.conns.insert(node_id, conn);
+    }
+
     /// Closes the connection to `node_id` (after it failed); the next use opens a new one.
     pub fn forget(&mut self, node_id: i32) {
         self.conns.remove(&node_id);

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mirrorflow_core::protocol::{self, ApiRange, ErrorCode};
 use openssl::pkey::PKey;
@@ -16,19 +16,126 @@ use crate::{ConnError, Sasl, Security, Tls};
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(0);
 
+/// The first read of an answer's frame; later reads double what was read.
+const FIRST_READ: usize = 64 * 1024;
+
 /// What every connection of a client shares.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub client_id: String,
-    /// For connecting, and for each read and write.
+    /// For connecting, and for each request: sending it, and reading its answer, each end to
+    /// end (a broker that trickles an answer byte by byte does not hold a connection longer).
     pub timeout: Duration,
     /// The largest answer frame read (a fetch's `max_bytes` and its framing, with room).
     pub max_frame: usize,
 }
 
+/// Bytes both ways: what a connection runs over besides a socket ([`Conn::over`]).
+pub trait Duplex: Read + Write + Send {}
+
+impl<T: Read + Write + Send> Duplex for T {}
+
+/// A socket whose reads and writes end by a deadline: before each, its timeouts are set to
+/// what is left. Under TLS too, so that a broker cannot hold the handshake either.
+#[derive(Debug)]
+struct Timed {
+    tcp: TcpStream,
+    deadline: Instant,
+}
+
+impl Timed {
+    fn arm(&self) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        self.tcp.set_read_timeout(Some(left))?;
+        self.tcp.set_write_timeout(Some(left))
+    }
+}
+
+/// A socket's timeout, set to what was left: the deadline passed.
+fn past_deadline(e: std::io::Error) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        timed_out()
+    } else {
+        e
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.tcp.read(buf).map_err(past_deadline)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.tcp.write(buf).map_err(past_deadline)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
 enum Stream {
-    Plain(TcpStream),
-    Tls(Box<SslStream<TcpStream>>),
+    Plain(Timed),
+    Tls(Box<SslStream<Timed>>),
+    /// Any other byte stream: its own timeouts, if any; the deadline is checked between reads.
+    Other(Box<dyn Duplex>),
+}
+
+impl Stream {
+    /// The deadline of the reads and writes that follow.
+    fn until(&mut self, deadline: Instant) -> std::io::Result<()> {
+        if deadline <= Instant::now() {
+            return Err(timed_out());
+        }
+        match self {
+            Stream::Plain(s) => s.deadline = deadline,
+            Stream::Tls(s) => s.get_mut().deadline = deadline,
+            Stream::Other(_) => {}
+        }
+        Ok(())
+    }
+
+    /// `read_exact`, done by `deadline`.
+    fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            self.until(deadline)?;
+            match self.read(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(past_deadline(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `write_all` and `flush`, done by `deadline`.
+    fn write_all_by(&mut self, mut buf: &[u8], deadline: Instant) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            self.until(deadline)?;
+            match self.write(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(past_deadline(e)),
+            }
+        }
+        self.until(deadline)?;
+        self.flush().map_err(past_deadline)
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the broker took longer than the request timeout",
+    )
 }
 
 impl Read for Stream {
@@ -36,6 +143,7 @@ impl Read for Stream {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Other(s) => s.read(buf),
         }
     }
 }
@@ -45,12 +153,14 @@ impl Write for Stream {
         match self {
             Stream::Plain(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Other(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Plain(s) => s.flush(),
             Stream::Tls(s) => s.flush(),
+            Stream::Other(s) => s.flush(),
         }
     }
 }
@@ -65,7 +175,8 @@ pub struct Conn {
     peer: String,
     client_id: String,
     max_frame: usize,
-    /// For requests a connection makes on the side (an OAuth token).
+    /// Each request's sending, and each answer's reading, end to end; also for requests a
+    /// connection makes on the side (an OAuth token).
     timeout: Duration,
     next_correlation: i32,
     served: Vec<ApiRange>,
@@ -94,22 +205,16 @@ impl Conn {
         })?;
         let tcp = TcpStream::connect_timeout(&socket, options.timeout).map_err(io)?;
         tcp.set_nodelay(true).map_err(io)?;
-        tcp.set_read_timeout(Some(options.timeout)).map_err(io)?;
-        tcp.set_write_timeout(Some(options.timeout)).map_err(io)?;
+        // The TLS handshake, like each request, ends by the timeout.
+        let tcp = Timed {
+            tcp,
+            deadline: Instant::now() + options.timeout,
+        };
         let stream = match &security.tls {
             None => Stream::Plain(tcp),
             Some(tls) => Stream::Tls(Box::new(handshake(addr, tls, tcp)?)),
         };
-        let mut conn = Conn {
-            stream,
-            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
-            peer,
-            client_id: options.client_id.clone(),
-            max_frame: options.max_frame,
-            timeout: options.timeout,
-            next_correlation: 0,
-            served: Vec::new(),
-        };
+        let mut conn = Conn::with_stream(stream, peer, options);
         let id = conn.correlation();
         let frame = protocol::api_versions_request(id, &conn.client_id)?;
         let body = conn.call(id, &frame)?;
@@ -120,6 +225,32 @@ impl Conn {
             conn.authenticate(sasl)?;
         }
         Ok(conn)
+    }
+
+    fn with_stream(stream: Stream, peer: String, options: &Options) -> Self {
+        Conn {
+            stream,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            peer,
+            client_id: options.client_id.clone(),
+            max_frame: options.max_frame,
+            timeout: options.timeout,
+            next_correlation: 0,
+            served: Vec::new(),
+        }
+    }
+
+    /// A connection over a stream opened elsewhere (in tests and fuzzing: bytes in memory),
+    /// named `peer`, without the versions exchange: it serves no API until told otherwise. The
+    /// request timeout is checked between the stream's reads and writes; a read that blocks is
+    /// the stream's to end.
+    pub fn over(peer: &str, stream: impl Duplex + 'static, options: &Options) -> Self {
+        Conn::with_stream(Stream::Other(Box::new(stream)), peer.to_owned(), options)
+    }
+
+    /// The time by which a request started now is to be sent, or its answer read.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
     }
 
     pub fn serial(&self) -> u64 {
@@ -158,10 +289,11 @@ impl Conn {
         id
     }
 
+    /// Sends `frame`, within the request timeout.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), ConnError> {
+        let deadline = self.deadline();
         self.stream
-            .write_all(frame)
-            .and_then(|()| self.stream.flush())
+            .write_all_by(frame, deadline)
             .map_err(|source| ConnError::Io {
                 peer: self.peer.clone(),
                 source,
@@ -169,15 +301,17 @@ impl Conn {
     }
 
     /// Reads the next answer's body, which must answer request `id` (a broker answers a
-    /// connection's requests in order).
+    /// connection's requests in order), within the request timeout from the first byte read
+    /// to the last.
     pub fn recv(&mut self, id: i32) -> Result<Vec<u8>, ConnError> {
+        let deadline = self.deadline();
         let io = |peer: &str, source| ConnError::Io {
             peer: peer.to_owned(),
             source,
         };
         let mut size = [0u8; 4];
         self.stream
-            .read_exact(&mut size)
+            .read_exact_by(&mut size, deadline)
             .map_err(|e| io(&self.peer, e))?;
         let size = i32::from_be_bytes(size);
         let len = usize::try_from(size)
@@ -188,10 +322,15 @@ impl Conn {
                 size: i64::from(size),
                 max: self.max_frame,
             })?;
-        let mut frame = vec![0u8; len];
-        self.stream
-            .read_exact(&mut frame)
-            .map_err(|e| io(&self.peer, e))?;
+        // Grown as bytes come (doubling), not allocated whole at the size the broker claims.
+        let mut frame = Vec::new();
+        while frame.len() < len {
+            let at = frame.len();
+            frame.resize(at + (len - at).min(at.max(FIRST_READ)), 0);
+            self.stream
+                .read_exact_by(&mut frame[at..], deadline)
+                .map_err(|e| io(&self.peer, e))?;
+        }
         let body_len = protocol::answer_body(&frame, id)
             .map_err(|e| self.decode(e))?
             .len();
@@ -313,7 +452,7 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-fn handshake(addr: &str, tls: &Tls, tcp: TcpStream) -> Result<SslStream<TcpStream>, ConnError> {
+fn handshake(addr: &str, tls: &Tls, tcp: Timed) -> Result<SslStream<Timed>, ConnError> {
     let err = |message: String| ConnError::Tls {
         peer: addr.to_owned(),
         message,
@@ -371,7 +510,177 @@ fn handshake(addr: &str, tls: &Tls, tcp: TcpStream) -> Result<SslStream<TcpStrea
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use super::{Conn, Options, Stream, Timed, host_of};
+    use crate::ConnError;
+
+    fn options(timeout: Duration) -> Options {
+        Options {
+            client_id: "mf".into(),
+            timeout,
+            max_frame: 1 << 20,
+        }
+    }
+
+    /// A broker that reads the request (or TLS hello), then sends `head` and 1000 zeros one byte
+    /// every `every`, until the client hangs up or all are sent.
+    fn trickling_broker(head: Vec<u8>, every: Duration) -> (String, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let addr = listener.local_addr().expect("its address").to_string();
+        let broker = std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = [0u8; 256];
+            let _ = socket.read(&mut request);
+            let mut answer = head;
+            answer.extend_from_slice(&[0; 1000]);
+            for byte in answer {
+                if socket.write_all(&[byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        (addr, broker)
+    }
+
+    /// N14: each byte comes well within the read timeout, but the answer as a whole does not
+    /// come within the request timeout: the read ends at that timeout, as a timeout.
+    #[test]
+    fn a_broker_trickling_an_answer_is_cut_off_at_the_request_timeout() {
+        let (addr, broker) =
+            trickling_broker(1000i32.to_be_bytes().to_vec(), Duration::from_millis(20));
+        let timeout = Duration::from_millis(400);
+        let started = Instant::now();
+        let outcome = Conn::open(&addr, &crate::Security::default(), &options(timeout));
+        let elapsed = started.elapsed();
+        match outcome {
+            Err(ConnError::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{source}")
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // 1000 bytes at 20 ms would take 20 s; the request timeout is 0.4 s.
+        assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+        assert!(elapsed >= timeout, "ended before the timeout: {elapsed:?}");
+        broker
+            .join()
+            .expect("the broker thread ends once the client hangs up");
+    }
+
+    /// A TLS "server" that announces a 16 KiB handshake record and trickles it: the handshake
+    /// ends at the timeout too.
+    #[test]
+    fn a_broker_trickling_its_tls_handshake_is_cut_off_at_the_timeout() {
+        let record_header = vec![0x16, 0x03, 0x03, 0x40, 0x00];
+        let (addr, broker) = trickling_broker(record_header, Duration::from_millis(20));
+        let security = crate::Security {
+            tls: Some(crate::Tls::default()),
+            sasl: None,
+        };
+        let timeout = Duration::from_millis(400);
+        let started = Instant::now();
+        let outcome = Conn::open(&addr, &security, &options(timeout));
+        let elapsed = started.elapsed();
+        assert!(
+            matches!(outcome, Err(ConnError::Tls { .. })),
+            "expected a failed handshake, got {outcome:?}"
+        );
+        assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+        broker
+            .join()
+            .expect("the broker thread ends once the client hangs up");
+    }
+
+    /// The deadline is the request's, not the connection's: a new request has its own.
+    #[test]
+    fn each_answer_has_its_own_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let addr = listener.local_addr().expect("its address");
+        let broker = std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            for id in 0..3i32 {
+                std::thread::sleep(Duration::from_millis(150));
+                let mut frame = 6i32.to_be_bytes().to_vec();
+                frame.extend_from_slice(&id.to_be_bytes());
+                frame.extend_from_slice(&[7, 7]);
+                if socket.write_all(&frame).is_err() {
+                    return;
+                }
+            }
+        });
+        let tcp = TcpStream::connect(addr).expect("connected");
+        let tcp = Timed {
+            tcp,
+            deadline: Instant::now(),
+        };
+        let mut conn = Conn::with_stream(
+            Stream::Plain(tcp),
+            "local".into(),
+            &options(Duration::from_millis(300)),
+        );
+        // 450 ms in all, more than one timeout, each answer within it.
+        for id in 0..3 {
+            assert_eq!(conn.recv(id).expect("an answer in time"), vec![7, 7]);
+        }
+        broker.join().expect("the broker thread ends");
+    }
+
+    fn frame(correlation: i32, body: &[u8]) -> Vec<u8> {
+        let size = i32::try_from(body.len() + 4).unwrap_or(i32::MAX);
+        let mut f = size.to_be_bytes().to_vec();
+        f.extend_from_slice(&correlation.to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn over(bytes: Vec<u8>) -> Conn {
+        Conn::over(
+            "memory",
+            std::io::Cursor::new(bytes),
+            &options(Duration::from_secs(5)),
+        )
+    }
+
+    #[test]
+    fn hostile_answer_frames_are_errors() {
+        // A size past the frame limit, negative, or too small for a correlation id.
+        for size in [i32::MAX, (1 << 20) + 1, -1, i32::MIN, 0, 3] {
+            let mut conn = over(size.to_be_bytes().to_vec());
+            assert!(
+                matches!(conn.recv(0), Err(ConnError::FrameSize { .. })),
+                "size {size}"
+            );
+        }
+        // Another request's answer.
+        let mut conn = over(frame(5, b"body"));
+        assert!(matches!(conn.recv(4), Err(ConnError::Decode { .. })));
+        // Cut short: in the size, and in the frame (a claimed 1 MiB that never comes).
+        for bytes in [vec![0, 0], frame(0, b"body")[..7].to_vec(), {
+            let mut f = (1i32 << 20).to_be_bytes().to_vec();
+            f.extend_from_slice(&[0; 100]);
+            f
+        }] {
+            let mut conn = over(bytes);
+            match conn.recv(0) {
+                Err(ConnError::Io { source, .. }) => {
+                    assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof)
+                }
+                other => panic!("expected the end of the stream, got {other:?}"),
+            }
+        }
+        // Answers read in order, each its own body.
+        let mut conn = over([frame(0, b"a"), frame(1, b""), frame(2, b"ccc")].concat());
+        assert_eq!(conn.recv(0).expect("first"), b"a");
+        assert_eq!(conn.recv(1).expect("second"), b"");
+        assert_eq!(conn.recv(2).expect("third"), b"ccc");
+    }
 
     #[test]
     fn the_host_of_an_address() {

@@ -311,6 +311,15 @@ impl Fetcher {
         }
     }
 
+    /// Takes a fetch answer's body as if `leader` had sent it on this fetcher's connection:
+    /// what [`Self::round`] does with each answer it reads. For answers read elsewhere (tests,
+    /// fuzzing); an error is what would drop the leader's connection.
+    pub fn take_answer(&mut self, leader: i32, body: Vec<u8>) -> Result<Round, ConnError> {
+        let mut round = Round::default();
+        self.read(leader, &Arc::new(body), &mut round)?;
+        Ok(round)
+    }
+
     /// Takes the batches of one answer.
     fn read(
         &mut self,
@@ -394,5 +403,184 @@ impl Fetcher {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Options, Security};
+
+    fn fetcher() -> Fetcher {
+        let options = Options {
+            client_id: "mf".into(),
+            timeout: Duration::from_millis(200),
+            max_frame: 1 << 20,
+        };
+        // Nothing is connected: answers are handed in with `take_answer`.
+        let cluster =
+            Cluster::new("127.0.0.1:9", Security::default(), options).expect("one address");
+        let limits = FetchLimits {
+            max_bytes: 1 << 20,
+            partition_max_bytes: 1 << 20,
+            max_wait: Duration::from_millis(1),
+        };
+        Fetcher::new(cluster, limits)
+    }
+
+    /// A batch header without records (what the fetcher reads of a batch).
+    fn batch(base_offset: i64, last_offset_delta: i32) -> Vec<u8> {
+        let mut b = base_offset.to_be_bytes().to_vec();
+        b.extend_from_slice(&49i32.to_be_bytes());
+        b.extend_from_slice(&0i32.to_be_bytes()); // leader epoch
+        b.push(2);
+        b.extend_from_slice(&[0; 4]); // CRC: the fetcher does not check it
+        b.extend_from_slice(&0i16.to_be_bytes());
+        b.extend_from_slice(&last_offset_delta.to_be_bytes());
+        b.extend_from_slice(&[0; 16]);
+        b.extend_from_slice(&(-1i64).to_be_bytes());
+        b.extend_from_slice(&(-1i16).to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        b.extend_from_slice(&last_offset_delta.saturating_add(1).to_be_bytes());
+        b
+    }
+
+    /// A Fetch v11 answer body: topic `t`, the given (partition, error, records).
+    fn answer(partitions: &[(i32, i16, &[u8])]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&0i32.to_be_bytes()); // throttle
+        a.extend_from_slice(&0i16.to_be_bytes());
+        a.extend_from_slice(&0i32.to_be_bytes()); // session
+        a.extend_from_slice(&1i32.to_be_bytes());
+        a.extend_from_slice(&1i16.to_be_bytes());
+        a.push(b't');
+        a.extend_from_slice(&i32::try_from(partitions.len()).unwrap_or(0).to_be_bytes());
+        for (partition, error, records) in partitions {
+            a.extend_from_slice(&partition.to_be_bytes());
+            a.extend_from_slice(&error.to_be_bytes());
+            a.extend_from_slice(&[0; 24]); // watermarks, log start
+            a.extend_from_slice(&0i32.to_be_bytes()); // no aborted transactions
+            a.extend_from_slice(&(-1i32).to_be_bytes());
+            a.extend_from_slice(&i32::try_from(records.len()).unwrap_or(0).to_be_bytes());
+            a.extend_from_slice(records);
+        }
+        a
+    }
+
+    fn offsets_fetched(round: &Round) -> Vec<(i32, Vec<i64>)> {
+        round
+            .fetched
+            .iter()
+            .map(|f| {
+                let bases = f
+                    .batches
+                    .iter()
+                    .map(|r| {
+                        let one: Vec<_> = batch::batches(&f.body[r.clone()]).collect();
+                        assert_eq!(one.len(), 1, "a range is one batch");
+                        one[0].as_ref().map_or(-1, |b| b.header.base_offset)
+                    })
+                    .collect();
+                (f.partition, bases)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn batches_behind_the_position_or_repeated_are_not_handed_on_twice() {
+        let mut f = fetcher();
+        f.assign("t", 0, 10);
+        // Old batches, out of order, and the same partition twice in one answer.
+        let records = [batch(3, 1), batch(10, 2), batch(5, 0), batch(13, 0)].concat();
+        let body = answer(&[(0, 0, &records), (0, 0, &records)]);
+        let round = f.take_answer(1, body).expect("an answer that reads");
+        assert_eq!(offsets_fetched(&round), vec![(0, vec![10, 13])]);
+        assert_eq!(f.position("t", 0), Some(14));
+        // The same answer again (a broker repeating itself): nothing new, no step back.
+        let round = f
+            .take_answer(1, answer(&[(0, 0, &records)]))
+            .expect("reads");
+        assert!(round.fetched.is_empty());
+        assert_eq!(f.position("t", 0), Some(14));
+    }
+
+    #[test]
+    fn partitions_not_asked_for_are_ignored() {
+        let mut f = fetcher();
+        f.assign("t", 0, 0);
+        let records = batch(0, 0);
+        let round = f
+            .take_answer(1, answer(&[(7, 0, &records), (-1, 0, &records)]))
+            .expect("reads");
+        assert!(round.fetched.is_empty() && round.troubles.is_empty());
+        assert_eq!(f.position("t", 0), Some(0));
+        assert_eq!(f.position("t", 7), None);
+    }
+
+    #[test]
+    fn offsets_at_the_end_of_the_range_saturate() {
+        let mut f = fetcher();
+        f.assign("t", 0, 0);
+        let records = [batch(i64::MAX - 1, i32::MAX), batch(5, 0)].concat();
+        let round = f
+            .take_answer(1, answer(&[(0, 0, &records)]))
+            .expect("reads");
+        assert_eq!(offsets_fetched(&round), vec![(0, vec![i64::MAX - 1])]);
+        assert_eq!(f.position("t", 0), Some(i64::MAX));
+    }
+
+    #[test]
+    fn damaged_records_pause_and_cut_batches_are_reported() {
+        let mut f = fetcher();
+        f.assign("t", 0, 0);
+        f.assign("t", 1, 0);
+        let mut bad = batch(0, 0);
+        bad[16] = 1; // magic 1
+        let cut = &batch(0, 0)[..40];
+        let round = f
+            .take_answer(1, answer(&[(0, 0, &bad), (1, 0, cut)]))
+            .expect("reads");
+        assert!(round.fetched.is_empty());
+        let troubles: Vec<_> = round
+            .troubles
+            .iter()
+            .map(|t| {
+                (
+                    t.partition,
+                    t.paused,
+                    matches!(t.trouble, Trouble::Records(_)),
+                )
+            })
+            .collect();
+        assert_eq!(troubles, vec![(0, true, true), (1, false, false)]);
+        assert!(matches!(
+            round.troubles[1].trouble,
+            Trouble::BatchTooLarge { partial: 40 }
+        ));
+        assert_eq!((f.position("t", 0), f.position("t", 1)), (Some(0), Some(0)));
+    }
+
+    #[test]
+    fn an_answer_that_does_not_read_drops_the_connection() {
+        let mut f = fetcher();
+        f.assign("t", 0, 0);
+        let body = answer(&[(0, 0, &batch(0, 0))]);
+        for len in 0..body.len() - 61 {
+            assert!(
+                matches!(
+                    f.take_answer(1, body[..len].to_vec()),
+                    Err(ConnError::Decode { .. })
+                ),
+                "{len}"
+            );
+        }
+        // A count of partitions far past the answer's bytes.
+        let mut huge = body.clone();
+        huge[17..21].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert!(matches!(
+            f.take_answer(1, huge),
+            Err(ConnError::Decode { .. })
+        ));
+        assert_eq!(f.position("t", 0), Some(0));
     }
 }

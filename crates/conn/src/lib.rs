@@ -14,7 +14,7 @@ mod scram;
 pub mod writer;
 
 pub use cluster::{Cluster, MAX_BOOTSTRAP};
-pub use conn::{Conn, Options};
+pub use conn::{Conn, Duplex, Options};
 pub use fetcher::{FetchLimits, Fetcher};
 pub use oauth::OAuth;
 pub use scram::{Scram, ScramHash};

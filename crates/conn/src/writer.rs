@@ -492,3 +492,168 @@ fn resend<T>(sequencer: &mut Sequencer<Item<T>>) -> VecDeque<Resend> {
         .map(|(stamp, ticket, item)| (stamp, ticket, item.body.clone(), item.range.clone()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Conn, Options, Security};
+
+    const LEADER: i32 = 1;
+
+    fn options() -> Options {
+        Options {
+            client_id: "mf".into(),
+            timeout: Duration::from_secs(5),
+            max_frame: 1 << 20,
+        }
+    }
+
+    fn topic() -> Arc<str> {
+        Arc::from("t")
+    }
+
+    /// A writer whose leader's connection reads `answers`, with one request outstanding on it
+    /// (correlation id 0) holding the first batch of partitions 0 and 1 (tokens 0 and 1),
+    /// and the second batch of partition 0 queued (token 2).
+    fn writer_answered_by(answers: Vec<u8>) -> Writer<u32> {
+        let cluster =
+            Cluster::new("127.0.0.1:9", Security::default(), options()).expect("one address");
+        let mut writer = Writer::new(cluster, 1);
+        let conn = Conn::over("memory", std::io::Cursor::new(answers), &options());
+        let serial = conn.serial();
+        writer.cluster.adopt(LEADER, conn);
+        let body = Arc::new(vec![0u8; 61]);
+        for (partition, token) in [(0, 0), (1, 1), (0, 2)] {
+            let item = Item {
+                body: body.clone(),
+                range: 0..61,
+                token,
+            };
+            assert!(writer.push(&topic(), partition, item).is_ok());
+        }
+        let mut tickets = Vec::new();
+        for (key, lane) in &mut writer.lanes {
+            lane.leader = Some(LEADER);
+            let mut sequencer = Sequencer::new(5, 0);
+            let item = lane.queue.pop_front().expect("a queued batch");
+            let (_, ticket) = sequencer.assign(1, item).expect("room");
+            tickets.push((key.clone(), ticket));
+            lane.sequencer = Some(sequencer);
+        }
+        writer
+            .outstanding
+            .entry(LEADER)
+            .or_default()
+            .push_back(Outstanding {
+                conn: serial,
+                id: 0,
+                sent_at: Instant::now(),
+                tickets,
+            });
+        writer
+    }
+
+    /// A Produce v8 answer frame for request `id`: topic `name`'s (partition, error, base
+    /// offset).
+    fn answer(id: i32, name: &str, partitions: &[(i32, i16, i64)]) -> Vec<u8> {
+        let mut body = id.to_be_bytes().to_vec();
+        body.extend_from_slice(&1i32.to_be_bytes());
+        body.extend_from_slice(&i16::try_from(name.len()).unwrap_or(0).to_be_bytes());
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(&i32::try_from(partitions.len()).unwrap_or(0).to_be_bytes());
+        for (partition, error, base_offset) in partitions {
+            body.extend_from_slice(&partition.to_be_bytes());
+            body.extend_from_slice(&error.to_be_bytes());
+            body.extend_from_slice(&base_offset.to_be_bytes());
+            body.extend_from_slice(&(-1i64).to_be_bytes()); // log append time
+            body.extend_from_slice(&0i64.to_be_bytes()); // log start
+            body.extend_from_slice(&0i32.to_be_bytes()); // no record errors
+            body.extend_from_slice(&(-1i16).to_be_bytes()); // no message
+        }
+        body.extend_from_slice(&0i32.to_be_bytes()); // throttle
+        let mut frame = i32::try_from(body.len())
+            .unwrap_or(0)
+            .to_be_bytes()
+            .to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    fn receive(writer: &mut Writer<u32>) -> Progress<u32> {
+        let mut progress = Progress::default();
+        writer.receive(LEADER, &mut progress);
+        progress
+    }
+
+    fn written(progress: &Progress<u32>) -> Vec<(i32, u32, Option<i64>)> {
+        progress
+            .written
+            .iter()
+            .map(|w| (w.partition, w.token, w.base_offset))
+            .collect()
+    }
+
+    fn resending(writer: &Writer<u32>) -> Vec<usize> {
+        writer.lanes.values().map(|l| l.resending.len()).collect()
+    }
+
+    #[test]
+    fn an_answer_acknowledges_its_batches() {
+        let mut writer = writer_answered_by(answer(0, "t", &[(0, 0, 40), (1, 0, -7)]));
+        let progress = receive(&mut writer);
+        // A negative base offset is not an offset.
+        assert_eq!(written(&progress), vec![(0, 0, Some(40)), (1, 1, None)]);
+        assert_eq!(writer.pending(), 1, "the queued batch");
+    }
+
+    #[test]
+    fn another_requests_answer_drops_the_connection_and_writes_again() {
+        for frame in [
+            answer(7, "t", &[(0, 0, 40), (1, 0, 41)]),
+            answer(0, "t", &[(0, 0, 40)])[..20].to_vec(),
+            (i32::MAX).to_be_bytes().to_vec(),
+            Vec::new(),
+        ] {
+            let mut writer = writer_answered_by(frame);
+            let progress = receive(&mut writer);
+            assert!(progress.written.is_empty() && progress.faults.is_empty());
+            assert!(progress.failure.is_some());
+            assert_eq!(resending(&writer), vec![1, 1], "both batches written again");
+            assert!(writer.lanes.values().all(|l| l.leader.is_none()));
+            assert_eq!(writer.pending(), 3, "nothing lost");
+        }
+    }
+
+    #[test]
+    fn partitions_left_out_or_not_asked_for_are_written_again() {
+        let frame = answer(0, "t", &[(7, 0, 1), (1, 0, 41), (1, 0, 99), (-1, 0, 3)]);
+        let mut writer = writer_answered_by(frame);
+        let progress = receive(&mut writer);
+        assert_eq!(written(&progress), vec![(1, 1, Some(41))]);
+        assert_eq!(
+            progress.troubles,
+            vec![(topic(), 0, ErrorCode::NOT_LEADER_OR_FOLLOWER)]
+        );
+        assert_eq!(resending(&writer), vec![1, 0]);
+        // Another topic's answer acknowledges nothing of this one.
+        let mut writer = writer_answered_by(answer(0, "u", &[(0, 0, 1), (1, 0, 2)]));
+        let progress = receive(&mut writer);
+        assert!(progress.written.is_empty());
+        assert_eq!(resending(&writer), vec![1, 1]);
+    }
+
+    #[test]
+    fn an_error_the_writer_cannot_resolve_gives_the_lane_back() {
+        // 87: INVALID_RECORD; the queued batch goes back with the unacknowledged one.
+        let mut writer = writer_answered_by(answer(0, "t", &[(0, 87, -1), (1, 0, 41)]));
+        let progress = receive(&mut writer);
+        assert_eq!(written(&progress), vec![(1, 1, Some(41))]);
+        let faults: Vec<_> = progress
+            .faults
+            .iter()
+            .map(|f| (f.partition, f.tokens.clone()))
+            .collect();
+        assert_eq!(faults, vec![(0, vec![0, 2])]);
+        assert_eq!(writer.pending(), 0);
+    }
+}

@@ -1,169 +1,79 @@
-//! Runs every fuzz target's body over its seed corpus (`fuzz/seeds/<target>/`) and simple
-//! mutations of it, then fuzzes each for a bounded time with random edits, so CI exercises the
-//! fuzz invariants without nightly or libFuzzer.
+//! Runs every fuzz target's body over mirrorflow-core's decoders over its seed corpus
+//! (`fuzz/seeds/<target>/`) and simple mutations of it, then fuzzes each for a bounded time
+//! with random edits, so CI exercises the fuzz invariants without nightly or libFuzzer.
 
-#[path = "../../../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/core_bodies.rs"]
 mod fuzz_bodies;
+#[path = "../../../fuzz/stable/runner.rs"]
+mod runner;
 
-use std::path::Path;
+use runner::{FuzzBody, bounded_random_fuzzing, run_with_mutations};
 
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join("fuzz/seeds")
-        .join(target);
-    let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
-        .map(|entry| {
-            let path = entry.expect("readable corpus entry").path();
-            std::fs::read(&path).unwrap_or_else(|e| panic!("seed {}: {e}", path.display()))
-        })
-        .collect();
-    seeds.sort();
-    assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
-    seeds
-}
-
-/// Each seed, every prefix of it, and every `stride`-th byte flipped to a few values.
-fn run_with_mutations(target: &str, body: fn(&[u8]), stride: usize) -> usize {
-    let mut runs = 0;
-    for seed in seeds(target) {
-        for len in 0..=seed.len() {
-            body(&seed[..len]);
-            runs += 1;
-        }
-        for i in (0..seed.len()).step_by(stride) {
-            for byte in [0x00, 0x01, 0x7f, 0x80, 0xff, seed[i] ^ 0x20] {
-                let mut mutated = seed.clone();
-                mutated[i] = byte;
-                body(&mutated);
-                runs += 1;
-            }
-        }
-    }
-    runs
-}
+const DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 #[test]
 fn decode_checkpoint_corpus() {
-    assert!(run_with_mutations("decode_checkpoint", fuzz_bodies::decode_checkpoint, 1) > 100);
+    assert!(run_with_mutations(DIR, "decode_checkpoint", fuzz_bodies::decode_checkpoint, 1) > 100);
 }
 
 #[test]
 fn decode_heartbeat_corpus() {
-    assert!(run_with_mutations("decode_heartbeat", fuzz_bodies::decode_heartbeat, 1) > 50);
+    assert!(run_with_mutations(DIR, "decode_heartbeat", fuzz_bodies::decode_heartbeat, 1) > 50);
 }
 
 #[test]
 fn decode_offset_sync_corpus() {
-    assert!(run_with_mutations("decode_offset_sync", fuzz_bodies::decode_offset_sync, 1) > 50);
+    assert!(
+        run_with_mutations(
+            DIR,
+            "decode_offset_sync",
+            fuzz_bodies::decode_offset_sync,
+            1
+        ) > 50
+    );
 }
 
 #[test]
 fn fetched_batches_corpus() {
-    assert!(run_with_mutations("fetched_batches", fuzz_bodies::fetched_batches, 1) > 100);
+    assert!(run_with_mutations(DIR, "fetched_batches", fuzz_bodies::fetched_batches, 1) > 100);
 }
 
 #[test]
 fn broker_answers_corpus() {
-    assert!(run_with_mutations("broker_answers", fuzz_bodies::broker_answers, 1) > 100);
+    assert!(run_with_mutations(DIR, "broker_answers", fuzz_bodies::broker_answers, 1) > 100);
 }
 
 #[test]
 fn batch_records_corpus() {
     // Inflating up to the 1 MiB cap is slow in debug builds: flip fewer bytes.
-    assert!(run_with_mutations("batch_records", fuzz_bodies::batch_records, 8) > 100);
+    assert!(run_with_mutations(DIR, "batch_records", fuzz_bodies::batch_records, 8) > 100);
 }
 
 #[test]
 fn positions_records_corpus() {
-    assert!(run_with_mutations("positions_records", fuzz_bodies::positions_records, 1) > 100);
+    assert!(run_with_mutations(DIR, "positions_records", fuzz_bodies::positions_records, 1) > 100);
 }
 
 #[test]
 fn policy_filter_corpus() {
     // Compiling regexes is slow in debug builds: flip fewer bytes.
-    assert!(run_with_mutations("policy_filter", fuzz_bodies::policy_filter, 5) > 100);
+    assert!(run_with_mutations(DIR, "policy_filter", fuzz_bodies::policy_filter, 5) > 100);
 }
 
-/// A fuzz target's body.
-type FuzzBody = fn(&[u8]);
-
-/// xorshift64*: a few lines instead of a dependency; the seed is printed so a failure can be
-/// replayed with `MF_FUZZ_SEED`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+#[test]
+fn consumer_offsets_corpus() {
+    assert!(run_with_mutations(DIR, "consumer_offsets", fuzz_bodies::consumer_offsets, 1) > 100);
 }
 
-/// One random edit of an input: flip, set, insert, delete, duplicate a span, or splice with
-/// another seed, the kinds of edits libFuzzer's mutator makes.
-fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    let len = input.len();
-    match rng.below(6) {
-        0 if len > 0 => {
-            let i = rng.below(len);
-            input[i] ^= 1 << rng.below(8);
-        }
-        1 if len > 0 => {
-            let i = rng.below(len);
-            input[i] = [0x00, 0x7f, 0x80, 0xff, rng.next() as u8][rng.below(5)];
-        }
-        2 => {
-            let i = rng.below(len + 1);
-            input.insert(i, rng.next() as u8);
-        }
-        3 if len > 0 => {
-            let i = rng.below(len);
-            let n = rng.below(len - i) + 1;
-            input.drain(i..i + n);
-        }
-        4 if len > 0 && len < 4096 => {
-            let i = rng.below(len);
-            let n = rng.below(len - i) + 1;
-            let span: Vec<u8> = input[i..i + n].to_vec();
-            let at = rng.below(len + 1);
-            input.splice(at..at, span);
-        }
-        _ => {
-            let other = &seeds[rng.below(seeds.len())];
-            let cut = rng.below(len + 1);
-            let from = rng.below(other.len() + 1);
-            input.truncate(cut);
-            input.extend_from_slice(&other[from..]);
-        }
-    }
+#[test]
+fn fetch_positions_corpus() {
+    assert!(run_with_mutations(DIR, "fetch_positions", fuzz_bodies::fetch_positions, 1) > 100);
 }
 
-/// Every target, each for a bounded time (`MF_FUZZ_SECONDS`, default 3 s per target): random
-/// edits stacked on the seeds. Coverage-guided fuzzing with libFuzzer is `fuzz/README.md`.
+/// Every target, each for a bounded time (`MF_FUZZ_SECONDS`, default 3 s per target).
 #[test]
 fn bounded_random_fuzzing_of_every_target() {
-    let seconds: u64 = std::env::var("MF_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let seed = std::env::var("MF_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                | 1
-        });
-    println!("MF_FUZZ_SEED={seed} MF_FUZZ_SECONDS={seconds}");
-    let targets: [(&str, FuzzBody); 8] = [
+    let targets: [(&str, FuzzBody); 10] = [
         ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
         ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
         ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
@@ -172,21 +82,8 @@ fn bounded_random_fuzzing_of_every_target() {
         ("broker_answers", fuzz_bodies::broker_answers),
         ("batch_records", fuzz_bodies::batch_records),
         ("positions_records", fuzz_bodies::positions_records),
+        ("consumer_offsets", fuzz_bodies::consumer_offsets),
+        ("fetch_positions", fuzz_bodies::fetch_positions),
     ];
-    let mut rng = Rng(seed);
-    for (name, body) in targets {
-        let corpus = seeds(name);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-        let mut runs = 0u64;
-        while std::time::Instant::now() < deadline {
-            let mut input = corpus[rng.below(corpus.len())].clone();
-            for _ in 0..=rng.below(8) {
-                mutate(&mut rng, &mut input, &corpus);
-            }
-            body(&input);
-            runs += 1;
-        }
-        println!("{name}: {runs} inputs in {seconds} s");
-        assert!(runs > 10, "{name}: only {runs} inputs ran");
-    }
+    bounded_random_fuzzing(DIR, &targets);
 }
