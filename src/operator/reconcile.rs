@@ -191,11 +191,13 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    let api = Api::<K>::namespaced(client.clone(), ns);
-    if let Some(o) = api.get_opt(name).await?
-        && o.owner_references().iter().any(|r| r.uid == owner_uid)
-    {
-        api.delete(name, &DeleteParams::background()).await?;
+    let owned = owners_of::<K>(client, ns, name)
+        .await?
+        .is_some_and(|owners| owners.iter().any(|r| r.uid == owner_uid));
+    if owned {
+        Api::<K>::namespaced(client.clone(), ns)
+            .delete(name, &DeleteParams::background())
+            .await?;
     }
     Ok(())
 }

@@ -229,20 +229,25 @@ async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() 
         }
     };
     refused_for("names no place its value may be sent to").await?;
-    run(
-        "kubectl",
-        &[
-            "annotate",
-            "secret",
-            "victim",
-            "-n",
-            &ns,
-            &format!(
-                "mirrorflow.io/allowed-destinations={}",
-                world.source_bootstrap
-            ),
-        ],
-    )?;
+    // What the Secret's owner says, one annotation at a time.
+    let owner_says = |annotation: String| {
+        run(
+            "kubectl",
+            &[
+                "annotate",
+                "secret",
+                "victim",
+                "-n",
+                &ns,
+                "--overwrite",
+                &annotation,
+            ],
+        )
+    };
+    owner_says(format!(
+        "mirrorflow.io/allowed-destinations={}",
+        world.source_bootstrap
+    ))?;
     touch(2)?;
     refused_for("may be sent only to").await?;
     ensure!(
@@ -250,38 +255,17 @@ async fn a_flow_author_cannot_have_the_operator_send_a_secret_to_their_broker() 
         "the operator sent the Secret to a destination its owner did not name"
     );
     // Named, but plaintext: still refused until the owner allows plaintext too.
-    run(
-        "kubectl",
-        &[
-            "annotate",
-            "secret",
-            "victim",
-            "-n",
-            &ns,
-            "--overwrite",
-            &format!(
-                "mirrorflow.io/allowed-destinations=127.0.0.1:{}",
-                broker.port
-            ),
-        ],
-    )?;
+    owner_says(format!(
+        "mirrorflow.io/allowed-destinations=127.0.0.1:{}",
+        broker.port
+    ))?;
     touch(3)?;
     refused_for("unencrypted").await?;
     ensure!(
         broker.connections.load(Ordering::SeqCst) == 0,
         "the operator sent a PLAIN password over plaintext without the owner's word"
     );
-    run(
-        "kubectl",
-        &[
-            "annotate",
-            "secret",
-            "victim",
-            "-n",
-            &ns,
-            "mirrorflow.io/allow-plaintext=true",
-        ],
-    )?;
+    owner_says("mirrorflow.io/allow-plaintext=true".to_string())?;
     touch(4)?;
     mirrorflow_e2e::eventually(
         "the probe to reach the listener",
