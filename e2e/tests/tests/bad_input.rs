@@ -544,7 +544,7 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
         "kubectl",
         &["apply", "-f", "-"],
         &format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: identity-there, namespace: {ns}}}\nspec:\n  source: {{alias: src, bootstrapServers: \"{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n  replicationPolicy: {{type: Identity}}\n  topics: [\"none-such-identity\"]\n",
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: identity-there, namespace: {ns}}}\nspec:\n  source: {{alias: idsrc, bootstrapServers: \"{}\"}}\n  target: {{alias: tgt, bootstrapServers: \"{}\"}}\n  replicationPolicy: {{type: Identity}}\n  topics: [\"none-such-identity\"]\n",
             world.source_bootstrap, world.target_bootstrap
         ),
     )?;
