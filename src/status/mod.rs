@@ -96,6 +96,10 @@ pub struct Selected {
     /// group named there that the source does not list has not committed yet, rather than a
     /// pattern that matches nothing.
     pub groups_named: bool,
+    /// Every pattern of `spec.topics` is a plain name: a topic named there that the source
+    /// lacks has not been created yet (a reverse flow waiting for its first topic), rather
+    /// than a pattern that matches nothing.
+    pub topics_named: bool,
     /// Selected groups whose committed offsets the source refused to the flow's principal
     /// (group authorization failed).
     pub groups_forbidden: usize,
@@ -620,7 +624,7 @@ fn no_topics(obs: &Observation) -> Option<String> {
         .selected
         .topics_matched
         .or(obs.topics.and_then(|t| usize::try_from(t).ok()));
-    if matched != Some(0) || obs.source_error.is_some() {
+    if matched != Some(0) || obs.source_error.is_some() || obs.selected.topics_named {
         return None;
     }
     let seen = match obs.selected.topics_seen {
@@ -640,7 +644,8 @@ fn no_topics(obs: &Observation) -> Option<String> {
 /// and the message says so, so a flow that mirrors data for consumers still to come is not
 /// reported broken.
 fn no_groups(obs: &Observation) -> Verdict {
-    if obs.topics == Some(0) || obs.selected.topics_matched == Some(0) {
+    let no_topic = obs.topics == Some(0) || obs.selected.topics_matched == Some(0);
+    if no_topic && !obs.selected.topics_named {
         return verdict(
             CHECKPOINTS_FRESH,
             false,

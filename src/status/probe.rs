@@ -598,15 +598,20 @@ fn observe_clusters(
             budget,
         );
         out.selected.groups = selected_groups(flow, &source, budget);
-        out.selected.groups_named = !flow.spec.groups.is_empty()
-            && flow.spec.groups.iter().all(|g| {
-                !g.is_empty()
-                    && !g.contains([
-                        '\\', '^', '$', '|', '?', '*', '+', '(', ')', '[', ']', '{', '}',
-                    ])
-            });
+        out.selected.groups_named = plain_names(&flow.spec.groups);
     }
     out
+}
+
+/// Whether every pattern is a plain name (no regular expression beyond `.`, which names use).
+fn plain_names(patterns: &[String]) -> bool {
+    !patterns.is_empty()
+        && patterns.iter().all(|p| {
+            !p.is_empty()
+                && !p.contains([
+                    '\\', '^', '$', '|', '?', '*', '+', '(', ')', '[', ']', '{', '}',
+                ])
+        })
 }
 
 /// The source's topics (internal ones left out) and the partitions of those the flow copies.
@@ -630,6 +635,7 @@ fn selected_topics(flow: &Flow, md: &rdkafka::metadata::Metadata) -> Selected {
         groups_forbidden: 0,
         topics_matched: None,
         groups_named: false,
+        topics_named: plain_names(&flow.spec.topics),
     }
 }
 

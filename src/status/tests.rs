@@ -667,6 +667,15 @@ fn a_selection_that_matches_no_source_topic_is_never_failover_ready() {
             .message
             .contains("select none of the topics")
     );
+    // Topics named one by one that the source lacks have not been created yet (a reverse
+    // flow before its first topic): not a wrong selection.
+    o.selected.topics_named = true;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_ne!(cond(&s, FAILOVER_READY).reason, reason::NO_TOPICS_MATCHED);
+    assert_ne!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::NO_TOPICS_MATCHED
+    );
 }
 
 #[test]

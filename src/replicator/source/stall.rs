@@ -142,8 +142,13 @@ pub fn message(copied: &Copied, source_end: i64, since: Duration) -> String {
 /// One look: the policy's positions against the source's ends; stalls are logged, counted,
 /// shown in the metrics and put in `stops` (the refusal record the discovery loop writes),
 /// and taken out again when the partition moves.
-pub fn check<P: Delivery>(watch: &mut StallWatch, policy: &P, stops: &Stops) {
-    let copied = policy.copied();
+pub fn check<P: Delivery>(
+    watch: &mut StallWatch,
+    policy: &P,
+    stops: &Stops,
+    read: &HashMap<(String, i32), i64>,
+) {
+    let copied = caught_up_by_reading(policy.copied(), read);
     if copied.is_empty() && watch.seen.is_empty() {
         return;
     }
@@ -235,6 +240,40 @@ pub fn tracked<S: super::engine::tracked::Tracked>(
         .collect()
 }
 
+/// Where the source consumer has read each partition it reads records of (partitions the
+/// whole-batch copy pauses have none).
+pub fn read_positions<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+) -> HashMap<(String, i32), i64> {
+    use rdkafka::consumer::Consumer;
+    let Ok(list) = consumer.position() else {
+        return HashMap::new();
+    };
+    list.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A partition whose copy ends before transaction markers (or aborted records) at the log's
+/// end has copied every record there is, yet its next offset stays below the source's end.
+/// The source consumer reads past them: where it has read further than the copy without a
+/// fault, the copy is taken to be where the consumer is, so a log at rest is no stall.
+pub fn caught_up_by_reading(
+    mut copied: Vec<Copied>,
+    read: &HashMap<(String, i32), i64>,
+) -> Vec<Copied> {
+    for c in copied.iter_mut().filter(|c| c.reason.is_none()) {
+        if let Some(&at) = read.get(&(c.topic.clone(), c.partition)) {
+            c.next = c.next.max(at);
+        }
+    }
+    copied
+}
+
 /// A partition no longer owned: its topic found back from the remote name by the flow's policy.
 fn clear_metric_of_remote(
     metrics: &crate::replicator::Metrics,
@@ -253,6 +292,32 @@ fn clear_metric_of_remote(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_that_ends_before_trailing_markers_is_not_a_stall() {
+        let copied = |next, reason: Option<&str>| Copied {
+            topic: "t".into(),
+            partition: 0,
+            remote: "a.t".into(),
+            next,
+            reason: reason.map(String::from),
+        };
+        let read: HashMap<(String, i32), i64> = [(("t".to_string(), 0), 809)].into();
+        // The consumer read past the commit marker at 808: the copy is there too.
+        let c = caught_up_by_reading(vec![copied(808, None)], &read);
+        assert_eq!(c[0].next, 809);
+        let mut watch = StallWatch::default();
+        let ends: HashMap<(String, i32), i64> = [(("t".to_string(), 0), 809)].into();
+        let t0 = Instant::now();
+        watch.observe(&c, &ends, t0);
+        assert!(watch.observe(&c, &ends, t0 + STALL_AFTER * 2).is_empty());
+        // A faulted partition keeps its own position: the consumer's says nothing of writes.
+        let c = caught_up_by_reading(vec![copied(808, Some("a write failed"))], &read);
+        assert_eq!(c[0].next, 808);
+        // A partition the consumer does not read (paused for whole batches) is left as it is.
+        let c = caught_up_by_reading(vec![copied(5, None)], &HashMap::new());
+        assert_eq!(c[0].next, 5);
+    }
 
     fn at(next: i64) -> Copied {
         Copied {

@@ -431,9 +431,10 @@ pub fn run<P: Delivery>(
             targets.last = Instant::now();
         }
         if stalls.due() {
+            let read = super::stall::read_positions(&consumer);
             let p = lock(&policy);
             let stops = p.shared().stops.clone();
-            super::stall::check(&mut stall_watch, &*p, &stops);
+            super::stall::check(&mut stall_watch, &*p, &stops, &read);
             drop(p);
             stalls.last = Instant::now();
         }
