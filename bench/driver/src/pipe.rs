@@ -4,6 +4,7 @@
 //! each until one more client no longer raises the rate. One client is no limit: a copy that
 //! pipelines fetches and produces can beat it (the 129 % "of the limit").
 
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -98,32 +99,23 @@ fn produce_step(p: &Pipe, n: i32, k: usize, tag: &str) -> Result<f64> {
 }
 
 /// `k` consumers read the source data set from the beginning for at most `step`; records/s.
+/// The window opens once every consumer is assigned: connecting and asking for end offsets
+/// on a loaded machine can take longer than a short step, and would count as zero records.
 fn consume_step(p: &Pipe, n: i32, k: usize) -> Result<f64> {
     let read = AtomicU64::new(0);
-    let started = Instant::now();
+    let ready = Barrier::new(k);
+    let elapsed_us = AtomicU64::new(0);
     std::thread::scope(|scope| -> Result<()> {
         let workers: Vec<_> = (0..k)
             .map(|i| {
-                let (read, mine) = (&read, owned(n, k, i));
+                let (read, ready, elapsed_us, mine) = (&read, &ready, &elapsed_us, owned(n, k, i));
                 scope.spawn(move || -> Result<()> {
-                    // The replicator's consumer fetch defaults (src/replicator/source/clients.rs).
-                    let mut c = client(&p.source);
-                    c.set("group.id", "mirrorflow-bench-pipe")
-                        .set("enable.auto.commit", "false")
-                        .set("enable.partition.eof", "false")
-                        .set("fetch.queue.backoff.ms", "10")
-                        .set("fetch.max.bytes", "4194304")
-                        .set("max.partition.fetch.bytes", "1048576")
-                        .set("queued.max.messages.kbytes", "4096")
-                        .set("fetch.wait.max.ms", "100");
-                    let consumer: BaseConsumer = c.create()?;
-                    let ends = end_offsets(&consumer, &p.topic, n)?;
-                    let goal: i64 = mine.iter().map(|&q| ends[q as usize]).sum();
-                    let mut tpl = TopicPartitionList::new();
-                    for &q in &mine {
-                        tpl.add_partition_offset(&p.topic, q, Offset::Beginning)?;
-                    }
-                    consumer.assign(&tpl)?;
+                    let prepared = assigned_consumer(p, n, &mine);
+                    // Every worker reaches the barrier, even one that failed to prepare, so
+                    // that none waits for ever.
+                    ready.wait();
+                    let (consumer, goal) = prepared?;
+                    let started = Instant::now();
                     let mut mine_read = 0_i64;
                     while mine_read < goal && started.elapsed() < p.step {
                         if let Some(m) = consumer.poll(Duration::from_millis(50)) {
@@ -131,6 +123,8 @@ fn consume_step(p: &Pipe, n: i32, k: usize) -> Result<f64> {
                             mine_read += 1;
                         }
                     }
+                    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    elapsed_us.fetch_max(took, Ordering::Relaxed);
                     read.fetch_add(mine_read as u64, Ordering::Relaxed);
                     Ok(())
                 })
@@ -142,7 +136,32 @@ fn consume_step(p: &Pipe, n: i32, k: usize) -> Result<f64> {
         }
         Ok(())
     })?;
-    Ok(read.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    let seconds = elapsed_us.load(Ordering::Relaxed) as f64 / 1e6;
+    Ok(read.load(Ordering::Relaxed) as f64 / seconds.max(1e-3))
+}
+
+/// A consumer of the partitions `mine` of the data set, assigned at their beginning, and how
+/// many records they hold.
+fn assigned_consumer(p: &Pipe, n: i32, mine: &[i32]) -> Result<(BaseConsumer, i64)> {
+    // The replicator's consumer fetch defaults (src/replicator/source/clients.rs).
+    let mut c = client(&p.source);
+    c.set("group.id", "mirrorflow-bench-pipe")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.queue.backoff.ms", "10")
+        .set("fetch.max.bytes", "4194304")
+        .set("max.partition.fetch.bytes", "1048576")
+        .set("queued.max.messages.kbytes", "4096")
+        .set("fetch.wait.max.ms", "100");
+    let consumer: BaseConsumer = c.create()?;
+    let ends = end_offsets(&consumer, &p.topic, n)?;
+    let goal: i64 = mine.iter().map(|&q| ends[q as usize]).sum();
+    let mut tpl = TopicPartitionList::new();
+    for &q in mine {
+        tpl.add_partition_offset(&p.topic, q, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    Ok((consumer, goal))
 }
 
 pub fn delete_topic(bootstrap: &str, topic: &str) -> Result<()> {
