@@ -49,6 +49,7 @@ tools() {
   with_progress "building kube-scheduler $K8S_VERSION (Go modules; a few minutes cold)" build_scheduler
   with_progress "building kubelet $KUBELET_VERSION (Go modules; about 4 min cold)" build_kubelet
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
+  with_progress "building Prometheus and promtool $PROMETHEUS_VERSION (Go modules; about 6 min cold)" build_prometheus
 }
 
 setup() {
@@ -100,7 +101,7 @@ export KAFKA_SOURCE_PORT='$KAFKA_SOURCE_PORT' KAFKA_TARGET_PORT='$KAFKA_TARGET_P
 export ETCD_PORT='$ETCD_PORT' ETCD_PEER_PORT='$ETCD_PEER_PORT' APISERVER_PORT='$APISERVER_PORT' KCM_PORT='$KCM_PORT'
 export SCHEDULER_PORT='$SCHEDULER_PORT' KUBELET_PORT='$KUBELET_PORT' KUBELET_HEALTHZ_PORT='$KUBELET_HEALTHZ_PORT'
 export NODE_BRIDGE='$NODE_BRIDGE' NODE_POD_CIDR='$NODE_POD_CIDR'
-export PATH='$K8S_BIN:$HELM_BIN:'"\$PATH"
+export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:'"\$PATH"
 EOF
   if [ -f "$(KUBECONFIG_PATH)" ]; then echo "export KUBECONFIG='$(KUBECONFIG_PATH)'" >>"$MF_STATE/env"; fi
 }

@@ -101,6 +101,22 @@ build_helm() {
   touch "$HELM_BIN/.done"
 }
 
+# promtool and the Prometheus server without its web UI's assets (the tests use the HTTP API),
+# with Kubernetes service discovery only: the other discovery plugins (clouds' SDKs) would
+# triple a cold build.
+build_prometheus() {
+  [ -f "$PROMETHEUS_BIN/.done" ] && return 0
+  go_env
+  mkdir -p "$PROMETHEUS_BIN"
+  local cmd
+  for cmd in promtool prometheus; do
+    GOBIN="$PROMETHEUS_BIN" go install -trimpath -ldflags "-s -w" -tags remove_all_sd,enable_kubernetes_sd \
+      "github.com/prometheus/prometheus/cmd/$cmd@$PROMETHEUS_VERSION" ||
+      die "building $cmd $PROMETHEUS_VERSION failed"
+  done
+  touch "$PROMETHEUS_BIN/.done"
+}
+
 # Kafka, its tools and MirrorMaker 2 come as jars from Maven Central; one classpath holds them all so
 # interop tests and benchmarks run the real MM2 beside the brokers.
 fetch_kafka() {

@@ -9,6 +9,9 @@ K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 KUBELET_VERSION="${KUBELET_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+# Prometheus and promtool (Go module tag v0.316.0 is Prometheus 3.x): alert rule tests and the
+# dashboard's queries against a real Prometheus (e2e/monitoring).
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 
 MF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MF_CACHE="${MF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mirrorflow}"
@@ -22,6 +25,7 @@ KUBELET_BIN="$MF_CACHE/kubelet-$KUBELET_VERSION"
 SCHEDULER_BIN="$MF_CACHE/kube-scheduler-$K8S_VERSION"
 ETCD_BIN="$MF_CACHE/etcd-$ETCD_VERSION"
 HELM_BIN="$MF_CACHE/helm-$HELM_VERSION"
+PROMETHEUS_BIN="$MF_CACHE/prometheus-$PROMETHEUS_VERSION/bin"
 
 # Loopback ports of the world. Kept in one place so tests and docs agree.
 KAFKA_SOURCE_PORT="${KAFKA_SOURCE_PORT:-19092}"

@@ -215,6 +215,15 @@ impl Metrics {
             .register(Box::new(m.topic_acls_created.clone()))?;
         m.registry
             .register(Box::new(m.topic_acls_missing.clone()))?;
+        // Series that exist from the start at 0: a rate over a series that appears with its
+        // first error misses that error, and a healthy flow's error and reach panels would
+        // show no data rather than zero.
+        for lp in ["source", "checkpoint", "heartbeat"] {
+            m.errors.with_label_values(&[lp, "unreachable"]);
+        }
+        for cluster in ["source", "target"] {
+            m.cluster_unreachable.with_label_values(&[cluster]);
+        }
         Ok(m)
     }
 

@@ -136,6 +136,7 @@ pub mod mm2;
 pub mod node;
 pub mod oauth;
 pub mod operator;
+pub mod prometheus;
 pub mod replicator;
 pub mod secure;
 pub mod switchover;
