@@ -898,4 +898,28 @@ mod tests {
             state.metadata
         );
     }
+
+    /// A leader that drops its connection with a write unanswered and cannot be reached
+    /// again: the writer asks for metadata and tries again, paced, and gives the lane back
+    /// after the delivery timeout as a connection failure, instead of waiting.
+    #[test]
+    fn a_leader_that_cannot_be_reached_gives_the_lane_back() {
+        let broker = FakeBroker::default();
+        broker.state().mute = true;
+        let timeout = Duration::from_millis(800);
+        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
+        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+        assert!(written.is_empty());
+        assert_eq!(
+            faults_of(&faults),
+            vec![(0, ErrorCode::NETWORK_EXCEPTION, vec![0, 1])]
+        );
+        let state = broker.state();
+        assert_eq!(state.requests, 1, "the one write the connection took");
+        assert!(
+            (2..=6).contains(&state.metadata),
+            "{} metadata requests",
+            state.metadata
+        );
+    }
 }

@@ -33,6 +33,8 @@ pub(super) struct State {
     pub(super) leaderless: bool,
     /// Metadata requests answered so far.
     pub(super) metadata: usize,
+    /// Produce requests are read and never answered (the connection ends there).
+    pub(super) mute: bool,
 }
 
 /// One connection's bytes: written by the client and not yet read as a whole request, and
@@ -52,7 +54,8 @@ pub(super) struct FakeBroker {
 
 /// The broker's node id and address in its metadata answers.
 pub(super) const NODE: i32 = 1;
-pub(super) const ADDRESS: &str = "fake:9092";
+/// Nothing listens there: a connection the writer opens again is refused at once.
+pub(super) const ADDRESS: &str = "127.0.0.1:9";
 /// The partitions of every topic asked about.
 pub(super) const PARTITIONS: i32 = 2;
 
@@ -197,10 +200,10 @@ impl State {
         body.extend_from_slice(&0i32.to_be_bytes()); // throttle
         body.extend_from_slice(&1i32.to_be_bytes()); // one broker
         body.extend_from_slice(&NODE.to_be_bytes());
-        let (host, port) = ADDRESS.split_once(':').unwrap_or((ADDRESS, "9092"));
+        let (host, port) = ADDRESS.split_once(':').unwrap_or((ADDRESS, "9"));
         body.extend_from_slice(&i16::try_from(host.len()).unwrap_or(0).to_be_bytes());
         body.extend_from_slice(host.as_bytes());
-        body.extend_from_slice(&port.parse::<i32>().unwrap_or(9092).to_be_bytes());
+        body.extend_from_slice(&port.parse::<i32>().unwrap_or(9).to_be_bytes());
         body.extend_from_slice(&(-1i16).to_be_bytes()); // no rack
         body.extend_from_slice(&(-1i16).to_be_bytes()); // no cluster id
         body.extend_from_slice(&NODE.to_be_bytes()); // controller
@@ -240,6 +243,9 @@ impl State {
         r.i16()?; // acks
         r.i32()?; // timeout
         self.requests += 1;
+        if self.mute {
+            return Ok(Vec::new());
+        }
         let refused = self.requests <= self.refuse_first;
         let mut body = id.to_be_bytes().to_vec();
         let topics = r.count()?;
