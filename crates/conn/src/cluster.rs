@@ -148,6 +148,12 @@ impl Cluster {
         self.conns.insert(node_id, conn);
     }
 
+    /// Uses `conn` for metadata requests (in tests: one over bytes in memory).
+    #[cfg(test)]
+    pub(crate) fn adopt_metadata(&mut self, conn: Conn) {
+        self.metadata_conn = Some(conn);
+    }
+
     /// Closes the connection to `node_id` (after it failed); the next use opens a new one.
     pub fn forget(&mut self, node_id: i32) {
         self.conns.remove(&node_id);

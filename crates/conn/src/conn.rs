@@ -248,6 +248,17 @@ impl Conn {
         Conn::with_stream(Stream::Other(Box::new(stream)), peer.to_owned(), options)
     }
 
+    /// Takes the broker to serve `version` of `api` (in tests: a connection [`Self::over`]
+    /// bytes, which has had no versions exchange).
+    #[cfg(test)]
+    pub(crate) fn serve(&mut self, api: i16, version: i16) {
+        self.served.push(ApiRange {
+            api,
+            min: version,
+            max: version,
+        });
+    }
+
     /// The time by which a request started now is to be sent, or its answer read.
     fn deadline(&self) -> Instant {
         Instant::now() + self.timeout

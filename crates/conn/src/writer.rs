@@ -3,13 +3,17 @@
 //! Each partition is a lane: batches queued in order, given their sequences by a
 //! [`Sequencer`] when sent, at most [`MAX_IN_FLIGHT`] unacknowledged. Every leader gets
 //! requests holding one batch per partition (what Produce v3 and later allow), at most
-//! `in_flight` of them outstanding on its connection. An answer that says a batch may not
-//! have been written (the leader moved, a timeout, too few replicas) has the lane write its
-//! unacknowledged batches again, in order and with the same sequences, after asking for
-//! metadata when leadership was the cause; a broken connection does the same for every lane
-//! it carried. When the broker no longer knows the producer's sequences, the lane's batches
-//! (unacknowledged and queued) go back to the caller as a [`Fault`], to be copied again from
-//! the last written position under a new producer id.
+//! `in_flight` of them outstanding on its connection. A lane's first batch under a producer id
+//! goes alone until it is acknowledged: a broker that keeps no sequence of the producer takes
+//! any, so a later batch could land before a first one refused (a new topic's leader not yet
+//! elected). An answer that says a batch may not have been written (the leader moved, a
+//! timeout, too few replicas) has the lane write its unacknowledged batches again, in order and
+//! with the same sequences, after [`RETRY_BACKOFF`] and new metadata (after the metadata when
+//! leadership was the cause); a broken connection does the same for every lane it carried.
+//! When the broker no longer knows the producer's sequences, or a lane's batches have waited
+//! longer than the delivery timeout ([`DELIVERY_TIMEOUT`]) for an acknowledged write, the
+//! lane's batches (unacknowledged and queued) go back to the caller as a [`Fault`], to be copied
+//! again from the last written position under a new producer id: no wait lasts unseen.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
@@ -29,6 +33,16 @@ pub const MAX_TOPIC_LEN: usize = 249;
 
 /// How long the target may take to write a request to its replicas (`acks=all`).
 pub const PRODUCE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a partition's batches may wait for an acknowledged write before they go back to the
+/// caller (a Java producer's `delivery.timeout.ms`): longer than a write the target holds for
+/// its replicas ([`PRODUCE_TIMEOUT`]) and a few leader elections.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a partition waits before it writes again after an answer that said its batch may not
+/// have been written (a Java producer's `retry.backoff.ms`); after a leadership error it also
+/// waits for new metadata ([`METADATA_BACKOFF`] apart).
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A batch to write: bytes of a fetch answer, and what the caller knows it by.
 #[derive(Debug, Clone)]
@@ -91,9 +105,52 @@ struct Lane<T> {
     /// Unacknowledged batches to write again, in order, before any new one.
     resending: VecDeque<Resend>,
     leader: Option<i32>,
+    /// No batch of the lane is sent before then: the backoff after a retriable answer.
+    retry_at: Option<Instant>,
+    /// Since when the lane has had batches pending and none acknowledged.
+    waiting_since: Option<Instant>,
+    /// What last held the lane up: the error its batches go back with when that lasts longer
+    /// than the delivery timeout.
+    held_by: ErrorCode,
 }
 
 impl<T> Lane<T> {
+    fn new() -> Self {
+        Lane {
+            queue: VecDeque::new(),
+            sequencer: None,
+            resending: VecDeque::new(),
+            leader: None,
+            retry_at: None,
+            waiting_since: None,
+            held_by: ErrorCode::REQUEST_TIMED_OUT,
+        }
+    }
+
+    /// Batches not yet acknowledged (queued, or written and unanswered).
+    fn pending(&self) -> usize {
+        self.queue.len() + self.sequencer.as_ref().map_or(0, Sequencer::unacknowledged)
+    }
+
+    /// Whether the lane may send now (its backoff over).
+    fn ready(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|at| at <= now)
+    }
+
+    /// A write of the lane may not have happened (`error`): its unacknowledged batches are
+    /// written again, in order, after [`RETRY_BACKOFF`], and after new metadata when the leader
+    /// was the cause.
+    fn retry(&mut self, error: ErrorCode) {
+        if let Some(sequencer) = self.sequencer.as_mut() {
+            self.resending = resend(sequencer);
+        }
+        self.held_by = error;
+        self.retry_at = Some(Instant::now() + RETRY_BACKOFF);
+        if error.is_leadership() {
+            self.leader = None;
+        }
+    }
+
     /// The lane's writes failed for good: its unacknowledged batches (`unacknowledged`, from
     /// the sequencer) and its queued ones go back to the caller, oldest first, and the lane
     /// waits for a sequencer under a new producer id.
@@ -102,6 +159,8 @@ impl<T> Lane<T> {
         tokens.extend(self.queue.drain(..).map(|i| i.token));
         self.resending.clear();
         self.sequencer = None;
+        self.retry_at = None;
+        self.waiting_since = None;
         Fault {
             topic: key.0.clone(),
             partition: key.1,
@@ -131,6 +190,9 @@ pub struct Writer<T> {
     producer: Option<(i64, i16)>,
     stale: bool,
     pacer: Pacer,
+    /// How long a lane may have batches pending without one acknowledged before they go back
+    /// to the caller as a fault.
+    delivery_timeout: Duration,
 }
 
 impl<T> Writer<T> {
@@ -147,7 +209,17 @@ impl<T> Writer<T> {
             producer: None,
             stale: true,
             pacer: Pacer::new(METADATA_BACKOFF),
+            delivery_timeout: DELIVERY_TIMEOUT,
         }
+    }
+
+    /// How long a partition's batches may wait for a write that is acknowledged (the leader
+    /// unknown, refused, timed out, unreachable) before they go back to the caller as a
+    /// [`Fault`] with the last error ([`DELIVERY_TIMEOUT`] unless told otherwise).
+    #[must_use]
+    pub fn with_delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
     }
 
     /// Queues a batch for `topic`'s `partition`, after the ones queued before it. A topic name
@@ -159,31 +231,25 @@ impl<T> Writer<T> {
         let lane = self
             .lanes
             .entry((topic.clone(), partition))
-            .or_insert_with(|| Lane {
-                queue: VecDeque::new(),
-                sequencer: None,
-                resending: VecDeque::new(),
-                leader: None,
-            });
+            .or_insert_with(Lane::new);
         if lane.leader.is_none() {
             self.stale = true;
         }
+        lane.waiting_since.get_or_insert_with(Instant::now);
         lane.queue.push_back(item);
         Ok(())
     }
 
     /// Batches not yet acknowledged (queued, or written and unanswered).
     pub fn pending(&self) -> usize {
-        self.lanes
-            .values()
-            .map(|l| l.queue.len() + l.sequencer.as_ref().map_or(0, Sequencer::unacknowledged))
-            .sum()
+        self.lanes.values().map(Lane::pending).sum()
     }
 
     /// Sends what can be sent (up to `in_flight` requests per leader), then reads the oldest
     /// outstanding answer (blocking until it comes or the connection's timeout). With nothing
-    /// to send and nothing outstanding it returns at once, or, when batches wait for a leader
-    /// or a producer id, after [`METADATA_BACKOFF`].
+    /// to send and nothing outstanding it returns at once, or, when batches wait (for a leader,
+    /// a producer id, a retry's backoff), after that wait or [`METADATA_BACKOFF`], whichever
+    /// is shorter. Batches that waited longer than the delivery timeout come back as faults.
     pub fn pump(&mut self) -> Progress<T> {
         let mut progress = Progress::default();
         if self.stale {
@@ -228,12 +294,48 @@ impl<T> Writer<T> {
             .min();
         match oldest {
             Some((_, leader)) => self.receive(leader, &mut progress),
-            None if !sent && self.lanes.values().any(|l| !l.queue.is_empty()) => {
-                std::thread::sleep(METADATA_BACKOFF);
-            }
+            None if !sent && self.pending() > 0 => std::thread::sleep(self.idle_wait()),
             None => {}
         }
+        self.expire(&mut progress);
         progress
+    }
+
+    /// How long a pump with batches pending, nothing sent and nothing outstanding waits: until
+    /// the first backoff ends, at most [`METADATA_BACKOFF`] (the next metadata request).
+    fn idle_wait(&self) -> Duration {
+        let now = Instant::now();
+        self.lanes
+            .values()
+            .filter_map(|l| l.retry_at)
+            .filter(|&at| at > now)
+            .map(|at| at - now)
+            .min()
+            .map_or(METADATA_BACKOFF, |wait| wait.min(METADATA_BACKOFF))
+    }
+
+    /// Lanes whose batches have waited longer than the delivery timeout without one
+    /// acknowledged go back to the caller with what held them up: a wait the caller sees, not
+    /// one that lasts for ever.
+    fn expire(&mut self, progress: &mut Progress<T>) {
+        let now = Instant::now();
+        for (key, lane) in &mut self.lanes {
+            let expired = lane
+                .waiting_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= self.delivery_timeout);
+            if !expired {
+                continue;
+            }
+            let error = lane.held_by;
+            let unacknowledged = match lane.sequencer.as_mut().map(|s| s.abandon(error)) {
+                Some(Answer::Fault { tokens, .. }) => tokens,
+                _ => Vec::new(),
+            };
+            progress.faults.push(lane.fault(key, error, unacknowledged));
+            // Writes of the old sequences may still land: the lane starts again under a new
+            // producer id, as after any fault.
+            self.producer = None;
+        }
     }
 
     fn refresh(&mut self, progress: &mut Progress<T>) {
@@ -255,6 +357,7 @@ impl<T> Writer<T> {
                             Some(_) => ErrorCode::LEADER_NOT_AVAILABLE,
                             None => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                         };
+                        lane.held_by = error;
                         progress.troubles.push((topic.clone(), *partition, error));
                     }
                 }
@@ -287,7 +390,13 @@ impl<T> Writer<T> {
             Ok(producer) => self.producer = Some(producer),
             Err(e @ ConnError::Broker { .. }) => {
                 // Retriable (a coordinator still loading) or not, it is asked again on the next
-                // pump, after [`METADATA_BACKOFF`]; the error is the caller's to show.
+                // pump, after [`METADATA_BACKOFF`]; the error is the caller's to show, and the
+                // one the waiting lanes go back with when it lasts.
+                if let ConnError::Broker { error, .. } = &e {
+                    for lane in self.lanes.values_mut().filter(|l| l.sequencer.is_none()) {
+                        lane.held_by = *error;
+                    }
+                }
                 progress.failure = Some(e.to_string());
             }
             Err(e) => self.lost(leader, e, progress),
@@ -305,8 +414,9 @@ impl<T> Writer<T> {
         let mut request = ProduceRequest::new(id, conn.client_id(), None, -1, timeout, 1 << 20)?;
         let mut tickets = Vec::new();
         let mut topic: Option<Arc<str>> = None;
+        let now = Instant::now();
         for (key, lane) in &mut self.lanes {
-            if lane.leader != Some(leader) {
+            if lane.leader != Some(leader) || !lane.ready(now) {
                 continue;
             }
             let Some(sequencer) = lane.sequencer.as_mut() else {
@@ -314,7 +424,7 @@ impl<T> Writer<T> {
             };
             let next = if let Some(resend) = lane.resending.pop_front() {
                 Some(resend)
-            } else if sequencer.has_room()
+            } else if sequencer.may_send()
                 && let Some(item) = lane.queue.pop_front()
             {
                 let records = batch::batches(&item.body[item.range.clone()])
@@ -438,16 +548,21 @@ impl<T> Writer<T> {
             return;
         };
         match sequencer.answer(ticket, error, base_offset) {
-            Answer::Written { token, base_offset } => progress.written.push(Written {
-                topic: key.0.clone(),
-                partition: key.1,
-                token: token.token,
-                base_offset,
-            }),
+            Answer::Written { token, base_offset } => {
+                lane.waiting_since = (lane.pending() > 0).then(Instant::now);
+                progress.written.push(Written {
+                    topic: key.0.clone(),
+                    partition: key.1,
+                    token: token.token,
+                    base_offset,
+                });
+            }
             Answer::Resend(error) => {
                 progress.troubles.push((key.0.clone(), key.1, error));
-                self.stale |= error.is_leadership();
-                lane.resending = resend(sequencer);
+                // Whatever the error, the leader may have moved: metadata is asked again
+                // (paced), and the lane writes again after its backoff.
+                self.stale = true;
+                lane.retry(error);
             }
             Answer::Fault { error, tokens } => {
                 progress.faults.push(lane.fault(key, error, tokens));
@@ -470,10 +585,8 @@ impl<T> Writer<T> {
         keys.sort();
         keys.dedup();
         for key in keys {
-            if let Some(lane) = self.lanes.get_mut(&key)
-                && let Some(sequencer) = lane.sequencer.as_mut()
-            {
-                lane.resending = resend(sequencer);
+            if let Some(lane) = self.lanes.get_mut(&key) {
+                lane.retry(ErrorCode::NETWORK_EXCEPTION);
             }
         }
         for lane in self.lanes.values_mut() {
@@ -494,7 +607,11 @@ fn resend<T>(sequencer: &mut Sequencer<Item<T>>) -> VecDeque<Resend> {
 }
 
 #[cfg(test)]
+mod fake_broker;
+
+#[cfg(test)]
 mod tests {
+    use super::fake_broker::{self, FakeBroker};
     use super::*;
     use crate::{Conn, Options, Security};
 
@@ -655,5 +772,154 @@ mod tests {
             .collect();
         assert_eq!(faults, vec![(0, vec![0, 2])]);
         assert_eq!(writer.pending(), 0);
+    }
+
+    const NOT_LEADER: ErrorCode = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+
+    /// A writer whose only broker is `broker` (leading every partition), its producer id
+    /// known, with `batches` batches of 10 records queued for partition 0 (tokens 0, 1, ...).
+    fn writer_on(broker: &FakeBroker, batches: u32) -> Writer<u32> {
+        let cluster = Cluster::new(fake_broker::ADDRESS, Security::default(), options())
+            .expect("one address");
+        let mut writer = Writer::new(cluster, 5);
+        let mut produce = Conn::over(fake_broker::ADDRESS, broker.connection(), &options());
+        produce.serve(protocol::API_PRODUCE, protocol::PRODUCE_VERSION);
+        let mut metadata = Conn::over(fake_broker::ADDRESS, broker.connection(), &options());
+        metadata.serve(protocol::API_METADATA, protocol::METADATA_VERSION);
+        writer.cluster.adopt(fake_broker::NODE, produce);
+        writer.cluster.adopt_metadata(metadata);
+        writer.producer = Some((5, 0));
+        let body = Arc::new(fake_broker::source_batch(10));
+        for token in 0..batches {
+            let item = Item {
+                body: body.clone(),
+                range: 0..body.len(),
+                token,
+            };
+            assert!(writer.push(&topic(), 0, item).is_ok());
+        }
+        writer
+    }
+
+    /// Pumps until nothing is pending or `limit` passed: the tokens written, and the faults.
+    fn pump_until_settled(
+        writer: &mut Writer<u32>,
+        limit: Duration,
+    ) -> (Vec<u32>, Vec<Fault<u32>>) {
+        let started = Instant::now();
+        let (mut written, mut faults) = (Vec::new(), Vec::new());
+        while writer.pending() > 0 && started.elapsed() < limit {
+            let progress = writer.pump();
+            written.extend(progress.written.iter().map(|w| w.token));
+            faults.extend(progress.faults);
+        }
+        (written, faults)
+    }
+
+    fn faults_of(faults: &[Fault<u32>]) -> Vec<(i32, ErrorCode, Vec<u32>)> {
+        faults
+            .iter()
+            .map(|f| (f.partition, f.error, f.tokens.clone()))
+            .collect()
+    }
+
+    /// A topic created a moment ago: its leader answers the first write NOT_LEADER_OR_FOLLOWER
+    /// (its election not yet applied), then takes writes. It keeps no sequence of the producer
+    /// yet, so it would take a later batch first at any sequence (and then refuse the first
+    /// one as out of order): every batch lands once, in order, and nothing faults.
+    #[test]
+    fn a_new_partitions_first_refusal_neither_reorders_nor_faults() {
+        let broker = FakeBroker::refusing(1, NOT_LEADER);
+        let mut writer = writer_on(&broker, 3);
+        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+        assert_eq!(faults_of(&faults), vec![]);
+        assert_eq!(written, vec![0, 1, 2]);
+        let state = broker.state();
+        assert_eq!(
+            state.log.get(&0),
+            Some(&vec![0, 10, 20]),
+            "the target's order"
+        );
+        assert!(state.metadata >= 2, "the leader was asked for again");
+    }
+
+    /// A leader that never takes the write: the writer asks for metadata and writes again,
+    /// paced (no busy loop), and after its delivery timeout gives the lane back as a fault
+    /// with the leader's error, instead of waiting for ever.
+    #[test]
+    fn a_refusal_that_lasts_gives_the_lane_back_after_the_delivery_timeout() {
+        for error in [NOT_LEADER, ErrorCode(19), ErrorCode(7)] {
+            let broker = FakeBroker::refusing(usize::MAX, error);
+            let timeout = Duration::from_millis(800);
+            let mut writer = writer_on(&broker, 3).with_delivery_timeout(timeout);
+            let started = Instant::now();
+            let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+            let elapsed = started.elapsed();
+            assert!(written.is_empty());
+            assert_eq!(
+                faults_of(&faults),
+                vec![(0, error, vec![0, 1, 2])],
+                "{error}"
+            );
+            assert!(
+                elapsed >= timeout && elapsed < Duration::from_secs(3),
+                "{elapsed:?}"
+            );
+            let state = broker.state();
+            // One write per backoff at most: 0.8 s of them, not thousands.
+            assert!(
+                (2..=10).contains(&state.requests),
+                "{} writes",
+                state.requests
+            );
+            assert_eq!(state.log.get(&0), None);
+        }
+    }
+
+    /// A partition whose leader the metadata never names: its batches go back to the caller
+    /// after the delivery timeout, metadata asked for meanwhile at the metadata backoff.
+    #[test]
+    fn a_partition_without_a_leader_for_too_long_is_given_back() {
+        let broker = FakeBroker::default();
+        broker.state().leaderless = true;
+        let timeout = Duration::from_millis(800);
+        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
+        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+        assert!(written.is_empty());
+        assert_eq!(
+            faults_of(&faults),
+            vec![(0, ErrorCode::LEADER_NOT_AVAILABLE, vec![0, 1])]
+        );
+        let state = broker.state();
+        assert_eq!(state.requests, 0, "nothing written without a leader");
+        assert!(
+            (2..=6).contains(&state.metadata),
+            "{} metadata requests",
+            state.metadata
+        );
+    }
+
+    /// A leader that drops its connection with a write unanswered and cannot be reached
+    /// again: the writer asks for metadata and tries again, paced, and gives the lane back
+    /// after the delivery timeout as a connection failure, instead of waiting.
+    #[test]
+    fn a_leader_that_cannot_be_reached_gives_the_lane_back() {
+        let broker = FakeBroker::default();
+        broker.state().mute = true;
+        let timeout = Duration::from_millis(800);
+        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
+        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+        assert!(written.is_empty());
+        assert_eq!(
+            faults_of(&faults),
+            vec![(0, ErrorCode::NETWORK_EXCEPTION, vec![0, 1])]
+        );
+        let state = broker.state();
+        assert_eq!(state.requests, 1, "the one write the connection took");
+        assert!(
+            (2..=6).contains(&state.metadata),
+            "{} metadata requests",
+            state.metadata
+        );
     }
 }

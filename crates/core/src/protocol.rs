@@ -40,6 +40,9 @@ impl ErrorCode {
     pub const UNKNOWN_TOPIC_OR_PARTITION: Self = Self(3);
     pub const LEADER_NOT_AVAILABLE: Self = Self(5);
     pub const NOT_LEADER_OR_FOLLOWER: Self = Self(6);
+    pub const REQUEST_TIMED_OUT: Self = Self(7);
+    /// A client's own code for a connection that failed (no broker answers it).
+    pub const NETWORK_EXCEPTION: Self = Self(13);
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
     pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);
 
@@ -57,6 +60,7 @@ impl ErrorCode {
             6 => "NOT_LEADER_OR_FOLLOWER",
             7 => "REQUEST_TIMED_OUT",
             10 => "MESSAGE_TOO_LARGE",
+            13 => "NETWORK_EXCEPTION",
             14 => "COORDINATOR_LOAD_IN_PROGRESS",
             15 => "COORDINATOR_NOT_AVAILABLE",
             16 => "NOT_COORDINATOR",

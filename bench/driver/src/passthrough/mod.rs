@@ -17,7 +17,9 @@
 //! allows), each batch restamped straight into the request.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -92,8 +94,10 @@ pub fn run(o: &Options) -> Result<()> {
     );
 
     let (tx, rx) = mpsc::sync_channel::<Fetched>(4);
+    let stop = Arc::new(AtomicBool::new(false));
     let topic = o.topic.clone();
     let (max_bytes, partition_max_bytes) = (o.max_bytes, o.partition_max_bytes);
+    let fetching = stop.clone();
     let fetcher =
         std::thread::Builder::new()
             .name("fetch".into())
@@ -103,26 +107,35 @@ pub fn run(o: &Options) -> Result<()> {
                     &topic,
                     &partitions,
                     (max_bytes, partition_max_bytes),
-                    &tx,
+                    (&tx, &fetching),
                 )
             })?;
-    let produced = produce_loop(target, &o.remote_topic, o.in_flight, &rx);
-    // The producer only ends on an error; the fetcher's own error says more when it ended first.
+    let produced = produce_loop(target, &o.remote_topic, o.in_flight, rx);
+    end(produced, &stop, fetcher)
+}
+
+/// The producer only ends on an error: the fetcher is told to stop and joined, and the error
+/// reported (the fetcher's when it ended first: it says more). A fetcher that has fetched
+/// everything hands nothing on, so it would never learn from its channel that the producer
+/// ended: waiting for it unasked kept the producer's error unreported, and the process alive
+/// with nothing copied, until the watcher's timeout.
+fn end(produced: Result<()>, stop: &AtomicBool, fetcher: JoinHandle<Result<()>>) -> Result<()> {
+    stop.store(true, Ordering::Relaxed);
     match fetcher.join() {
         Ok(Err(e)) => Err(e.context("fetching")),
         _ => produced.context("producing"),
     }
 }
 
-/// Fetches every partition from offset 0 on through [`Fetcher`] and hands the batches on.
-/// Leader moves are followed (the fetcher asks for metadata again); any other trouble ends
-/// the measurement.
+/// Fetches every partition from offset 0 on through [`Fetcher`] and hands the batches on,
+/// until `stop` (checked every round). Leader moves are followed (the fetcher asks for
+/// metadata again); any other trouble ends the measurement.
 fn fetch_loop(
     source: Cluster,
     topic: &str,
     partitions: &[i32],
     (max_bytes, partition_max_bytes): (i32, i32),
-    tx: &mpsc::SyncSender<Fetched>,
+    (tx, stop): (&mpsc::SyncSender<Fetched>, &AtomicBool),
 ) -> Result<()> {
     let limits = FetchLimits {
         max_bytes,
@@ -134,7 +147,7 @@ fn fetch_loop(
         fetcher.assign(topic, p, 0);
     }
     let mut log = Log::default();
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         let round = fetcher.round();
         log.note(
             "fetch",
@@ -174,16 +187,18 @@ fn fetch_loop(
             }
         }
     }
+    Ok(())
 }
 
 /// Writes every batch handed on through [`Writer`]: leader moves and retriable errors are
-/// handled there (the batches written again with their sequences); a fault ends the
-/// measurement.
+/// handled there (the batches written again with their sequences, and given back as a fault
+/// when that lasts longer than the writer's delivery timeout); a fault ends the measurement.
+/// The channel closes when this returns, so a fetcher waiting to hand on a round ends too.
 fn produce_loop(
     target: Cluster,
     topic: &str,
     in_flight: usize,
-    rx: &mpsc::Receiver<Fetched>,
+    rx: mpsc::Receiver<Fetched>,
 ) -> Result<()> {
     let topic: Arc<str> = Arc::from(topic);
     let mut writer: Writer<()> = Writer::new(target, in_flight);
@@ -277,5 +292,50 @@ impl Log {
             troubles.join(", "),
             std::mem::take(&mut self.skipped)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A fetcher with nothing left to fetch: it hands nothing on, and only ends when told.
+    fn caught_up_fetcher(stop: &Arc<AtomicBool>) -> JoinHandle<Result<()>> {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(())
+        })
+    }
+
+    /// The CI smoke run's silent stall: the producer's fault was held behind a join of a
+    /// fetcher that had fetched everything, so the arm neither copied nor failed. It is
+    /// reported at once now.
+    #[test]
+    fn a_producers_error_is_reported_while_the_fetcher_has_nothing_to_hand_on() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fetcher = caught_up_fetcher(&stop);
+        let started = Instant::now();
+        let ended = end(Err(anyhow::anyhow!("a fault")), &stop, fetcher);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let message = ended.err().map_or_else(String::new, |e| format!("{e:#}"));
+        assert!(message.contains("producing: a fault"), "{message}");
+    }
+
+    /// When the fetcher failed first, its error is the one reported.
+    #[test]
+    fn a_fetchers_error_is_the_one_reported_when_it_ended_first() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fetcher = std::thread::spawn(|| -> Result<()> { bail!("a batch to decode") });
+        let ended = end(
+            Err(anyhow::anyhow!("the fetching thread ended")),
+            &stop,
+            fetcher,
+        );
+        let message = ended.err().map_or_else(String::new, |e| format!("{e:#}"));
+        assert!(message.contains("fetching: a batch to decode"), "{message}");
     }
 }

@@ -62,6 +62,8 @@ pub struct Sequencer<T> {
     next: i32,
     attempt: u32,
     in_flight: VecDeque<InFlight<T>>,
+    /// Whether the broker acknowledged a batch of this producer on the partition.
+    acknowledged: bool,
 }
 
 impl<T> Sequencer<T> {
@@ -73,12 +75,22 @@ impl<T> Sequencer<T> {
             next: 0,
             attempt: 0,
             in_flight: VecDeque::new(),
+            acknowledged: false,
         }
     }
 
     /// Whether another batch may be sent ([`MAX_IN_FLIGHT`]).
     pub fn has_room(&self) -> bool {
         self.in_flight.len() < MAX_IN_FLIGHT
+    }
+
+    /// Whether the next batch may be sent now. Until the broker has acknowledged one batch of
+    /// the producer on the partition it keeps no sequence of it there, and it takes a batch of
+    /// any sequence: a later batch could be written before an earlier one that failed (a
+    /// leader not yet elected on a new topic), and that earlier one then be refused as out of
+    /// order. So the first batch goes alone; after it, up to [`MAX_IN_FLIGHT`].
+    pub fn may_send(&self) -> bool {
+        self.has_room() && (self.acknowledged || self.in_flight.is_empty())
     }
 
     pub fn unacknowledged(&self) -> usize {
@@ -170,10 +182,13 @@ impl<T> Sequencer<T> {
         match written {
             // Answers come in the order of the writes: the oldest batch is answered first.
             Some(base_offset) if at == 0 => match self.in_flight.pop_front() {
-                Some(b) => Answer::Written {
-                    token: b.token,
-                    base_offset,
-                },
+                Some(b) => {
+                    self.acknowledged = true;
+                    Answer::Written {
+                        token: b.token,
+                        base_offset,
+                    }
+                }
                 None => Answer::Stale,
             },
             // A later batch written before an earlier one was answered: the broker would not

@@ -51,6 +51,34 @@ fn at_most_five_batches_are_unacknowledged() {
 }
 
 #[test]
+fn the_first_batch_of_a_producer_goes_alone_until_acknowledged() {
+    let mut s = Sequencer::new(1, 0);
+    assert!(s.may_send());
+    let a = sent(&mut s, 2, "a");
+    assert!(
+        !s.may_send(),
+        "the broker would take a later batch at any sequence"
+    );
+    assert_eq!(s.answer(a, NOT_LEADER, -1), Answer::Resend(NOT_LEADER));
+    let again = s.resend();
+    assert_eq!(again.len(), 1);
+    let a2 = again[0].1;
+    assert!(!s.may_send(), "the resend is still the only one out");
+    assert!(matches!(
+        s.answer(a2, ErrorCode::NONE, 0),
+        Answer::Written { token: "a", .. }
+    ));
+    for _ in 0..MAX_IN_FLIGHT {
+        assert!(s.may_send());
+        sent(&mut s, 1, "b");
+    }
+    assert!(
+        !s.may_send(),
+        "at most five once the broker knows the producer"
+    );
+}
+
+#[test]
 fn answers_acknowledge_in_order_with_the_target_offset() {
     let mut s = Sequencer::new(1, 0);
     let a = sent(&mut s, 3, "a");
