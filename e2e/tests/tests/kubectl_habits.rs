@@ -13,6 +13,20 @@ impl Drop for Cleanup {
     }
 }
 
+/// `kubectl explain FIELD` with its whitespace folded, retried once a second for up to `seconds`.
+fn explain_within(field: &str, seconds: u64) -> Result<String> {
+    let mut last = None;
+    for _ in 0..seconds {
+        match run("kubectl", &["explain", field]) {
+            // kubectl wraps descriptions at 80 columns: compare words, not lines.
+            Ok(text) => return Ok(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("kubectl explain {field}: not tried")))
+}
+
 #[test]
 fn kubectl_explain_short_names_and_columns_work_on_the_installed_crd() -> Result<()> {
     let world = World::from_env()?;
@@ -28,21 +42,28 @@ fn kubectl_explain_short_names_and_columns_work_on_the_installed_crd() -> Result
         ],
     )?;
 
-    // Field docs come from the `///` comments of crates/api/src/spec.rs, through the CRD.
-    let explained = run(
+    run(
         "kubectl",
-        &["explain", "mirrorflow.spec.source.bootstrapServers"],
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/mirrorflows.mirrorflow.io",
+            "--timeout=60s",
+        ],
     )?;
+    // Field docs come from the `///` comments of crates/api/src/spec.rs, through the CRD. The
+    // apiserver publishes a new CRD's schema a few seconds after it is established.
+    let explained = explain_within("mirrorflow.spec.source.bootstrapServers", 60)?;
     ensure!(
         explained.contains("Comma-separated `host:port` list of the cluster's brokers"),
         "kubectl explain of bootstrapServers:\n{explained}"
     );
-    let alias = run("kubectl", &["explain", "mf.spec.source.alias"])?;
+    let alias = explain_within("mf.spec.source.alias", 10)?;
     ensure!(
         alias.contains("remote topics on the target are named"),
         "kubectl explain by short name:\n{alias}"
     );
-    let kind = run("kubectl", &["explain", "mirrorflow"])?;
+    let kind = explain_within("mirrorflow", 10)?;
     ensure!(
         kind.contains("A one-way Kafka replication flow"),
         "kubectl explain of the kind:\n{kind}"
