@@ -92,6 +92,41 @@ enum Command {
             default_value = ""
         )]
         allowed_pod_metadata_keys: Vec<String>,
+        /// Resources of a replicator container whose flow sets no `spec.resources`: requests,
+        /// comma-separated `name=quantity` (cpu, memory, ephemeral-storage).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_DEFAULT_REQUESTS",
+            value_delimiter = ',',
+            default_value = "cpu=100m,memory=128Mi"
+        )]
+        replicator_default_requests: Vec<String>,
+        /// ... and limits; memory is required: every replicator container gets a memory limit
+        /// (a flow that sets resources without one gets this one).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_DEFAULT_LIMITS",
+            value_delimiter = ',',
+            default_value = "cpu=2,memory=512Mi"
+        )]
+        replicator_default_limits: Vec<String>,
+        /// The most a flow may request or be limited to per replicator container,
+        /// comma-separated `name=quantity`; a flow asking for more is refused
+        /// (ResourcesNotAllowed). A resource not named is unbounded.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_MAX_RESOURCES",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        replicator_max_resources: Vec<String>,
+        /// Refuse flows that request a resource without limiting it.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_REQUIRE_LIMITS",
+            default_value_t = false
+        )]
+        replicator_require_limits: bool,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -193,6 +228,10 @@ fn main() -> anyhow::Result<()> {
             replicator_image,
             allowed_image_prefixes,
             allowed_pod_metadata_keys,
+            replicator_default_requests,
+            replicator_default_limits,
+            replicator_max_resources,
+            replicator_require_limits,
             watch_namespace,
             leader_election,
         } => {
@@ -207,6 +246,13 @@ fn main() -> anyhow::Result<()> {
             } else {
                 None
             };
+            let resources = mirrorflow::operator::guards::ResourcePolicy::from_flags(
+                &replicator_default_requests,
+                &replicator_default_limits,
+                &replicator_max_resources,
+                replicator_require_limits,
+            )
+            .map_err(|e| anyhow::anyhow!("replicator resources: {e}"))?;
             let runtime = mirrorflow::operator::runtime()?;
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
@@ -221,6 +267,7 @@ fn main() -> anyhow::Result<()> {
                     .map(|p| p.trim().to_string())
                     .filter(|p| !p.is_empty())
                     .collect(),
+                resources,
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{
     ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
@@ -42,6 +41,9 @@ pub struct BuildInputs {
     pub image: String,
     /// resourceVersion of every Secret the flow references, so a rotated credential rolls pods.
     pub secret_versions: BTreeMap<String, String>,
+    /// The replicator container's resources, as the installer's bounds allowed them
+    /// ([`super::guards::replicator_resources`]).
+    pub resources: ResourceRequirements,
 }
 
 /// The objects to apply, in apply order.
@@ -243,21 +245,6 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-fn default_resources() -> ResourceRequirements {
-    let q = |s: &str| Quantity(s.to_string());
-    ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".into(), q("100m")),
-            ("memory".into(), q("128Mi")),
-        ])),
-        limits: Some(BTreeMap::from([
-            ("cpu".into(), q("2")),
-            ("memory".into(), q("512Mi")),
-        ])),
-        ..ResourceRequirements::default()
-    }
-}
-
 fn pod_template(
     flow: &MirrorFlow,
     inputs: &BuildInputs,
@@ -337,12 +324,7 @@ fn pod_template(
         }]),
         readiness_probe: Some(http_probe("/readyz", 2, 3)),
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
-        resources: Some(
-            flow.spec
-                .resources
-                .clone()
-                .unwrap_or_else(default_resources),
-        ),
+        resources: Some(inputs.resources.clone()),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
@@ -411,6 +393,7 @@ mod tests {
         BuildInputs {
             image: "mirrorflow:dev".into(),
             secret_versions: BTreeMap::from([("creds".into(), "1".into())]),
+            resources: crate::operator::guards::ResourcePolicy::default().default,
         }
     }
 

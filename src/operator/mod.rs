@@ -257,6 +257,8 @@ pub struct Context {
     pub allowed_image_prefixes: Vec<String>,
     /// Label and annotation keys a flow may put on its pods (`spec.pod.labels`, `.annotations`).
     pub allowed_pod_metadata_keys: Vec<String>,
+    /// The installer's defaults and bounds for replicator containers' resources.
+    pub resources: guards::ResourcePolicy,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -422,6 +424,8 @@ pub struct Options {
     pub allowed_image_prefixes: Vec<String>,
     /// Label and annotation keys a flow may put on its pods.
     pub allowed_pod_metadata_keys: Vec<String>,
+    /// Defaults and bounds for replicator containers' resources.
+    pub resources: guards::ResourcePolicy,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -499,6 +503,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         replicator_image: opts.replicator_image,
         allowed_image_prefixes: opts.allowed_image_prefixes,
         allowed_pod_metadata_keys: opts.allowed_pod_metadata_keys,
+        resources: opts.resources,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),

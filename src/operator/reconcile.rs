@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceRequirements, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -41,7 +41,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         ctx.metrics
             .forget_flow(&mf.namespace().unwrap_or_default(), &mf.name_any());
         ctx.forget(&Context::flow_key(&mf));
-        // Children carry owner references: the garbage collector removes them.
+        // ChildInputs carry owner references: the garbage collector removes them.
         return Ok(Action::await_change());
     }
     let ns = mf.namespace().ok_or(Error::NotNamespaced)?;
@@ -69,7 +69,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(super::lease::RENEW_EVERY));
     }
     match workload(&verdict, observe_only) {
-        Workload::Apply(versions) => match apply_children(&ctx, &ns, &mf, versions).await? {
+        Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await? {
             Ok(ready) => obs.ready_replicas = ready,
             Err(rejected) => obs.blocked = Some(rejected),
         },
@@ -125,10 +125,10 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// What a reconcile does with a flow's replicators.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 enum Workload<'a> {
-    /// Apply the children, built with these Secret resource versions.
-    Apply(&'a BTreeMap<String, String>),
+    /// Apply the children, built with these inputs.
+    Apply(&'a ChildInputs),
     /// Delete the children this flow owns.
     Remove,
     /// Leave whatever runs as it is.
@@ -137,7 +137,7 @@ enum Workload<'a> {
 
 fn workload(check: &Check, observe_only: bool) -> Workload<'_> {
     match check {
-        Check::Deploy(_, versions) if !observe_only => Workload::Apply(versions),
+        Check::Deploy(_, children) if !observe_only => Workload::Apply(children),
         // Observe mode runs no replicator; nor does a flow that would harm a cluster or use
         // what it may not.
         Check::Deploy(..) | Check::Stop(_) => Workload::Remove,
@@ -250,10 +250,19 @@ async fn probe_into(
     true
 }
 
+/// What the checks decided the flow's children are built with.
+#[derive(Debug, PartialEq)]
+struct ChildInputs {
+    /// The resourceVersion of every Secret the flow references.
+    versions: BTreeMap<String, String>,
+    /// The replicator container's resources, within the installer's bounds.
+    resources: ResourceRequirements,
+}
+
 /// What the reconcile does with a flow.
 enum Check {
     /// Valid, its Secrets readable and allowed, harming no cluster: deploy and probe it.
-    Deploy(Box<flow::Flow>, BTreeMap<String, String>),
+    Deploy(Box<flow::Flow>, ChildInputs),
     /// Not deployable as it stands; replicators already running are left as they are.
     Hold(Blocked),
     /// Harmful (a loop, one cluster on both sides, shared internal topics) or using a Secret
@@ -278,6 +287,11 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::pod_metadata_not_allowed(mf, &ctx.allowed_pod_metadata_keys) {
         return Ok(Check::Stop(b));
     }
+    // Held, not stopped: replicators already running were built with resources that passed.
+    let resources = match guards::replicator_resources(mf, &ctx.resources) {
+        Ok(r) => r,
+        Err(b) => return Ok(Check::Hold(b)),
+    };
     let others = ctx.flows.state();
     if let Some(b) = guards::replication_loop(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
@@ -311,7 +325,13 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::alias_names_two_clusters(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Hold(b));
     }
-    Ok(Check::Deploy(Box::new(resolved), versions))
+    Ok(Check::Deploy(
+        Box::new(resolved),
+        ChildInputs {
+            versions,
+            resources,
+        },
+    ))
 }
 
 /// A held flow keeps its replicators, which mount the Secrets they were deployed with. If the
@@ -407,11 +427,12 @@ async fn apply_children(
     ctx: &Context,
     ns: &str,
     mf: &MirrorFlow,
-    versions: &BTreeMap<String, String>,
+    children: &ChildInputs,
 ) -> Result<Result<i32, Blocked>, Error> {
     let inputs = BuildInputs {
         image: ctx.replicator_image.clone(),
-        secret_versions: versions.clone(),
+        secret_versions: children.versions.clone(),
+        resources: children.resources.clone(),
     };
     let objects = desired::build(mf, &inputs).map_err(Error::Build)?;
     let name = mf.name_any();

@@ -45,6 +45,7 @@ fn bare_context(client: kube::Client) -> Context {
         replicator_image: "mirrorflow:test".into(),
         allowed_image_prefixes: Vec::new(),
         allowed_pod_metadata_keys: Vec::new(),
+        resources: Default::default(),
         liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),
@@ -230,6 +231,42 @@ async fn an_invalid_spec_is_answered_without_reading_anything() {
             .any(|(t, r)| t == status::READY && r == reason::INVALID_SPEC),
         "{status}"
     );
+}
+
+#[tokio::test]
+async fn resources_above_the_installers_maximum_are_refused_before_anything_is_read() {
+    let (client, seen) = fake_apiserver::client(serve(|_| None));
+    let mut ctx = bare_context(client);
+    ctx.resources = guards::ResourcePolicy::from_flags(
+        &[],
+        &["memory=512Mi".into()],
+        &["memory=1Gi".into()],
+        true,
+    )
+    .expect("a valid policy");
+    let mut big = flow();
+    big.spec.resources =
+        serde_json::from_value(json!({"limits": {"memory": "64Gi"}})).expect("resources");
+    reconcile(Arc::new(big), Arc::new(ctx))
+        .await
+        .expect("the reconcile succeeds");
+    let seen: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(seen.iter().all(|r| r.method != "GET"), "{seen:?}");
+    assert_eq!(wrote_children(&seen), Vec::<String>::new());
+    let (status, events) = written(&seen);
+    assert!(
+        reasons(&status)
+            .iter()
+            .any(|(t, r)| t == status::READY && r == reason::RESOURCES_NOT_ALLOWED),
+        "{status}"
+    );
+    assert!(
+        status["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("spec.resources.limits.memory: 64Gi")),
+        "{status}"
+    );
+    assert!(events.contains(&("Warning".into(), reason::RESOURCES_NOT_ALLOWED.into())));
 }
 
 // A world in which the flow can be deployed: `creds` opted in, the clusters' ids known, and
@@ -532,6 +569,11 @@ async fn a_valid_flow_applies_its_four_children_in_order_with_server_side_apply_
         .find(|p| p.path == STS)
         .expect("a StatefulSet");
     assert_eq!(sts.body["spec"]["replicas"], 1);
+    assert_eq!(
+        sts.body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "512Mi",
+        "a flow without spec.resources gets the installer's default memory limit"
+    );
     let written_bodies: String = seen
         .iter()
         .filter(|r| r.method != "GET")

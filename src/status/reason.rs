@@ -69,6 +69,10 @@ pub const CHILD_CONFLICT: &str = "ChildConflict";
 pub const PARTITION_STALLED: &str = "PartitionStalled";
 /// `spec.pod.labels` or `spec.pod.annotations` has a key the operator's installer did not allow.
 pub const POD_METADATA_NOT_ALLOWED: &str = "PodMetadataNotAllowed";
+/// `spec.resources` asks for more than the operator's installer allows per replicator container,
+/// for a resource it does not bound, for requests without limits where limits are required,
+/// or is not a quantity the operator reads.
+pub const RESOURCES_NOT_ALLOWED: &str = "ResourcesNotAllowed";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

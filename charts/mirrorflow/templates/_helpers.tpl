@@ -94,3 +94,14 @@ through owner references).
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/*
+A resource list ({cpu: 100m, memory: 1Gi}) as the operator's flags take it: `cpu=100m,memory=1Gi`.
+*/}}
+{{- define "mirrorflow.quantities" -}}
+{{- $pairs := list }}
+{{- range $name, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%v" $name $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
