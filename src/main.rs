@@ -127,6 +127,11 @@ enum Command {
             default_value_t = false
         )]
         replicator_require_limits: bool,
+        /// The NetworkPolicy per flow in front of its replicator pods, as JSON: `{"enabled":
+        /// true, "metricsFrom": [NetworkPolicyPeer...], "egressCidrs": ["10.0.0.0/8"...],
+        /// "dnsTo": [NetworkPolicyPeer...]}` (the chart renders it). Empty: none.
+        #[arg(long, env = "MIRRORFLOW_REPLICATOR_NETWORK_POLICY", default_value = "")]
+        replicator_network_policy: String,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -232,6 +237,7 @@ fn main() -> anyhow::Result<()> {
             replicator_default_limits,
             replicator_max_resources,
             replicator_require_limits,
+            replicator_network_policy,
             watch_namespace,
             leader_election,
         } => {
@@ -253,6 +259,10 @@ fn main() -> anyhow::Result<()> {
                 replicator_require_limits,
             )
             .map_err(|e| anyhow::anyhow!("replicator resources: {e}"))?;
+            let network = mirrorflow::operator::network::ReplicatorNetwork::from_json(
+                &replicator_network_policy,
+            )
+            .map_err(|e| anyhow::anyhow!("replicator network policy: {e}"))?;
             let runtime = mirrorflow::operator::runtime()?;
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
@@ -268,6 +278,7 @@ fn main() -> anyhow::Result<()> {
                     .filter(|p| !p.is_empty())
                     .collect(),
                 resources,
+                network,
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

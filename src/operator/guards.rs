@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use crate::api::{FlowMode, MirrorFlow, PolicyKind};
 use crate::status::{Blocked, reason};
 
+pub mod cidr;
 mod quantity;
 pub mod resources;
 mod secrets;

@@ -15,6 +15,7 @@ pub mod fake_apiserver;
 pub mod guards;
 pub mod lease;
 pub mod liveness;
+pub mod network;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
@@ -259,6 +260,8 @@ pub struct Context {
     pub allowed_pod_metadata_keys: Vec<String>,
     /// The installer's defaults and bounds for replicator containers' resources.
     pub resources: guards::ResourcePolicy,
+    /// The installer's NetworkPolicy for replicator pods.
+    pub network: network::ReplicatorNetwork,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -426,6 +429,8 @@ pub struct Options {
     pub allowed_pod_metadata_keys: Vec<String>,
     /// Defaults and bounds for replicator containers' resources.
     pub resources: guards::ResourcePolicy,
+    /// The NetworkPolicy for replicator pods.
+    pub network: network::ReplicatorNetwork,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -504,6 +509,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         allowed_image_prefixes: opts.allowed_image_prefixes,
         allowed_pod_metadata_keys: opts.allowed_pod_metadata_keys,
         resources: opts.resources,
+        network: opts.network,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceRequirements, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -167,6 +168,7 @@ async fn remove_workload(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<(),
     let c = &ctx.client;
     delete_owned::<StatefulSet>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<PodDisruptionBudget>(c, ns, &mf.name_any(), &uid).await?;
+    delete_owned::<NetworkPolicy>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<Service>(c, ns, &desired::service_name(mf), &uid).await?;
     delete_owned::<ConfigMap>(c, ns, &desired::config_map_name(mf), &uid).await?;
     if let Ok(mut m) = ctx.applied.lock() {
@@ -433,6 +435,7 @@ async fn apply_children(
         image: ctx.replicator_image.clone(),
         secret_versions: children.versions.clone(),
         resources: children.resources.clone(),
+        network: ctx.network.clone(),
     };
     let objects = desired::build(mf, &inputs).map_err(Error::Build)?;
     let name = mf.name_any();
@@ -461,7 +464,7 @@ async fn apply_children(
     ) {
         return Ok(Ok(ready_replicas(cached_sts.as_deref())));
     }
-    if let Some(b) = foreign_child(&ctx.client, ns, mf).await? {
+    if let Some(b) = foreign_child(&ctx.client, ns, mf, objects.network_policy.is_some()).await? {
         return Ok(Err(b));
     }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -486,6 +489,19 @@ async fn apply_children(
         .await
     {
         return refused("Service", &svc, e).map(Err);
+    }
+    // Before the StatefulSet, so its pods never run without the policy.
+    match &objects.network_policy {
+        Some(policy) => {
+            if let Err(e) = Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+                .patch(&name, &pp, &Patch::Apply(policy))
+                .await
+            {
+                return refused("NetworkPolicy", &name, e).map(Err);
+            }
+        }
+        // The installer turned the policy off: one this flow applied earlier goes.
+        None => delete_owned::<NetworkPolicy>(&client, ns, &name, &uid_of(mf)).await?,
     }
     let sts = match Api::<StatefulSet>::namespaced(client.clone(), ns)
         .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
@@ -526,20 +542,25 @@ async fn foreign_child(
     client: &kube::Client,
     ns: &str,
     mf: &MirrorFlow,
+    network_policy: bool,
 ) -> Result<Option<Blocked>, Error> {
-    let uid = mf.meta().uid.clone().unwrap_or_default();
+    let uid = uid_of(mf);
     let name = mf.name_any();
-    let checks = [
+    let mut checks = vec![
         ("ConfigMap", desired::config_map_name(mf)),
         ("Service", desired::service_name(mf)),
         ("StatefulSet", name.clone()),
-        ("PodDisruptionBudget", name),
+        ("PodDisruptionBudget", name.clone()),
     ];
+    if network_policy {
+        checks.push(("NetworkPolicy", name));
+    }
     for (kind, child) in checks {
         let owners = match kind {
             "ConfigMap" => owners_of::<ConfigMap>(client, ns, &child).await?,
             "Service" => owners_of::<Service>(client, ns, &child).await?,
             "StatefulSet" => owners_of::<StatefulSet>(client, ns, &child).await?,
+            "NetworkPolicy" => owners_of::<NetworkPolicy>(client, ns, &child).await?,
             _ => owners_of::<PodDisruptionBudget>(client, ns, &child).await?,
         };
         if let Some(owners) = owners
@@ -551,6 +572,10 @@ async fn foreign_child(
         }
     }
     Ok(None)
+}
+
+fn uid_of(mf: &MirrorFlow) -> String {
+    mf.meta().uid.clone().unwrap_or_default()
 }
 
 /// The owner references of the object, or `None` when there is no such object.

@@ -46,6 +46,7 @@ fn bare_context(client: kube::Client) -> Context {
         allowed_image_prefixes: Vec::new(),
         allowed_pod_metadata_keys: Vec::new(),
         resources: Default::default(),
+        network: Default::default(),
         liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),
@@ -276,6 +277,7 @@ const CM: &str = "/api/v1/namespaces/ns/configmaps/f-flow";
 const SVC: &str = "/api/v1/namespaces/ns/services/f-metrics";
 const STS: &str = "/apis/apps/v1/namespaces/ns/statefulsets/f";
 const PDB: &str = "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/f";
+const NP: &str = "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/f";
 const SECRET: &str = "/api/v1/namespaces/ns/secrets/creds";
 /// The password in `creds`, plain and as the Secret carries it: no written object may hold it.
 const PASSWORD: &str = "hunter2-for-brokers-only";
@@ -307,6 +309,7 @@ fn child(path: &str, owner: &str) -> Value {
         CM => ("v1", "ConfigMap"),
         SVC => ("v1", "Service"),
         STS => ("apps/v1", "StatefulSet"),
+        NP => ("networking.k8s.io/v1", "NetworkPolicy"),
         _ => ("policy/v1", "PodDisruptionBudget"),
     };
     json!({
@@ -328,7 +331,7 @@ struct Children {
 
 impl Children {
     fn answer(&self, r: &Seen) -> Option<(StatusCode, Value)> {
-        if ![CM, SVC, STS, PDB].contains(&r.path.as_str()) {
+        if ![CM, SVC, STS, PDB, NP].contains(&r.path.as_str()) {
             return None;
         }
         let mut objects = self.objects.lock().ok()?;
@@ -793,6 +796,10 @@ async fn back_to_replicate_after_observe_applies_again_even_while_the_watches_la
 /// Refusals, deletion, apiserver failures, the lease and the probe slots.
 #[path = "reconcile_failure_tests.rs"]
 mod failures;
+
+/// The NetworkPolicy child in front of the replicator pods.
+#[path = "reconcile_network_tests.rs"]
+mod network;
 
 #[tokio::test]
 async fn a_placement_change_on_a_running_flow_is_held_keeping_its_replicators() {

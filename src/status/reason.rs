@@ -62,7 +62,7 @@ pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
 /// An older flow copies the other way between the same clusters and one of the two uses the
 /// Identity policy: records would go back and forth forever.
 pub const REPLICATION_LOOP: &str = "ReplicationLoop";
-/// A ConfigMap, Service, StatefulSet or PodDisruptionBudget of the name this flow's child needs
+/// A ConfigMap, Service, StatefulSet, PodDisruptionBudget or NetworkPolicy of the name this flow's child needs
 /// exists and is not this flow's: nothing is applied over it.
 pub const CHILD_CONFLICT: &str = "ChildConflict";
 /// A partition has copied nothing for a minute while its source holds records beyond it.
