@@ -132,6 +132,25 @@ enum Command {
         /// "dnsTo": [NetworkPolicyPeer...]}` (the chart renders it). Empty: none.
         #[arg(long, env = "MIRRORFLOW_REPLICATOR_NETWORK_POLICY", default_value = "")]
         replicator_network_policy: String,
+        /// CIDR blocks every address of a flow's bootstrap servers must be in before the
+        /// operator connects to them, comma-separated (default: any address not denied).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_PROBE_ALLOW_CIDRS",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        probe_allow_cidrs: Vec<String>,
+        /// CIDR blocks no address of a flow's bootstrap servers may be in (e.g. the cloud
+        /// metadata address 169.254.169.254/32); also kept out of replicator egress when the
+        /// replicator NetworkPolicy is on.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_PROBE_DENY_CIDRS",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        probe_deny_cidrs: Vec<String>,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -238,6 +257,8 @@ fn main() -> anyhow::Result<()> {
             replicator_max_resources,
             replicator_require_limits,
             replicator_network_policy,
+            probe_allow_cidrs,
+            probe_deny_cidrs,
             watch_namespace,
             leader_election,
         } => {
@@ -263,6 +284,12 @@ fn main() -> anyhow::Result<()> {
                 &replicator_network_policy,
             )
             .map_err(|e| anyhow::anyhow!("replicator network policy: {e}"))?;
+            let addresses = mirrorflow::operator::guards::addresses::AddressPolicy::from_flags(
+                &probe_allow_cidrs,
+                &probe_deny_cidrs,
+            )
+            .map_err(|e| anyhow::anyhow!("probe addresses: {e}"))?;
+            let network = network.with_denied(&addresses.deny);
             let runtime = mirrorflow::operator::runtime()?;
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
@@ -279,6 +306,7 @@ fn main() -> anyhow::Result<()> {
                     .collect(),
                 resources,
                 network,
+                addresses,
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

@@ -79,6 +79,7 @@ fn reasons() -> Vec<&'static str> {
         reason::PARTITION_STALLED,
         reason::POD_METADATA_NOT_ALLOWED,
         reason::RESOURCES_NOT_ALLOWED,
+        reason::ADDRESS_NOT_ALLOWED,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,
         reason::SOURCE_NOT_KAFKA,

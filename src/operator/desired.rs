@@ -525,7 +525,12 @@ mod tests {
 
     #[test]
     fn a_network_policy_is_built_only_when_the_installer_wants_one() {
-        assert!(build(&flow(""), &inputs()).unwrap().network_policy.is_none());
+        assert!(
+            build(&flow(""), &inputs())
+                .unwrap()
+                .network_policy
+                .is_none()
+        );
         let mut with = inputs();
         with.network.enabled = true;
         let policy = build(&flow(""), &with).unwrap().network_policy.unwrap();
@@ -539,7 +544,11 @@ mod tests {
             spec.pod_selector.unwrap().match_labels,
             Some(selector_labels(&flow("")))
         );
-        assert_eq!(spec.ingress, Some(Vec::new()), "no scraper named: none admitted");
+        assert_eq!(
+            spec.ingress,
+            Some(Vec::new()),
+            "no scraper named: none admitted"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use crate::api::{FlowMode, MirrorFlow, PolicyKind};
 use crate::status::{Blocked, reason};
 
+pub mod addresses;
 pub mod cidr;
 mod quantity;
 pub mod resources;
@@ -145,6 +146,7 @@ const NOT_STANDING: &[&str] = &[
     reason::IMAGE_NOT_ALLOWED,
     reason::POD_METADATA_NOT_ALLOWED,
     reason::RESOURCES_NOT_ALLOWED,
+    reason::ADDRESS_NOT_ALLOWED,
     reason::SAME_CLUSTER,
     reason::CONFLICTING_FLOW,
     reason::REPLICATION_LOOP,

@@ -262,6 +262,8 @@ pub struct Context {
     pub resources: guards::ResourcePolicy,
     /// The installer's NetworkPolicy for replicator pods.
     pub network: network::ReplicatorNetwork,
+    /// The addresses the probe may connect to (every bootstrap server is checked first).
+    pub addresses: guards::addresses::AddressPolicy,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -431,6 +433,8 @@ pub struct Options {
     pub resources: guards::ResourcePolicy,
     /// The NetworkPolicy for replicator pods.
     pub network: network::ReplicatorNetwork,
+    /// The addresses the probe may connect to.
+    pub addresses: guards::addresses::AddressPolicy,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -510,6 +514,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         allowed_pod_metadata_keys: opts.allowed_pod_metadata_keys,
         resources: opts.resources,
         network: opts.network,
+        addresses: opts.addresses,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),

@@ -1,7 +1,8 @@
 //! The NetworkPolicy in front of a flow's replicator pods: their `/metrics` names the flow's
 //! topics and groups, so only the scrapers the installer names may reach port 9464, and no
 //! other ingress is allowed. Egress stays open unless the installer lists the CIDR blocks the
-//! replicators may reach (a flow's brokers can be anywhere, so only the installer can say).
+//! replicators may reach (a flow's brokers can be anywhere, so only the installer can say) or
+//! blocks no flow may reach (the probe's deny-list, e.g. cloud metadata), which are cut out.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,8 @@ pub struct ReplicatorNetwork {
     pub egress: Vec<Cidr>,
     /// Where replicators may ask DNS (port 53) when egress is restricted.
     pub dns_to: Vec<NetworkPolicyPeer>,
+    /// Blocks replicators may never reach (the probe's deny-list), cut out of their egress.
+    pub deny: Vec<Cidr>,
 }
 
 /// The JSON the chart renders.
@@ -57,7 +60,16 @@ impl ReplicatorNetwork {
             metrics_from: s.metrics_from,
             egress: cidr::parse_list("--replicator-network-policy: egressCidrs", &s.egress_cidrs)?,
             dns_to: s.dns_to,
+            deny: Vec::new(),
         })
+    }
+
+    /// The same, with `deny` kept out of replicator egress too.
+    pub fn with_denied(self, deny: &[Cidr]) -> Self {
+        ReplicatorNetwork {
+            deny: deny.to_vec(),
+            ..self
+        }
     }
 }
 
@@ -85,7 +97,7 @@ pub fn spec(
         }]
     };
     let mut policy_types = vec!["Ingress".to_string()];
-    let egress = (!settings.egress.is_empty()).then(|| {
+    let egress = (!settings.egress.is_empty() || !settings.deny.is_empty()).then(|| {
         policy_types.push("Egress".into());
         egress_rules(settings)
     });
@@ -100,23 +112,50 @@ pub fn spec(
     }
 }
 
-fn egress_rules(settings: &ReplicatorNetwork) -> Vec<NetworkPolicyEgressRule> {
-    let blocks = settings
-        .egress
-        .iter()
-        .map(|c| NetworkPolicyPeer {
-            ip_block: Some(IPBlock {
-                cidr: c.to_string(),
-                except: None,
-            }),
-            ..NetworkPolicyPeer::default()
+/// The blocks replicators may reach: the allow-list, or everything when there is none, less
+/// the deny-list. A NetworkPolicy can only cut a strictly smaller block out of a larger one
+/// (`except`); an allowed block inside a denied one is dropped whole.
+fn reachable(settings: &ReplicatorNetwork) -> Vec<NetworkPolicyPeer> {
+    let everything = || {
+        ["0.0.0.0/0", "::/0"]
+            .into_iter()
+            .filter_map(|c| Cidr::parse(c).ok())
+            .collect()
+    };
+    let allowed: Vec<Cidr> = if settings.egress.is_empty() {
+        everything()
+    } else {
+        settings.egress.clone()
+    };
+    allowed
+        .into_iter()
+        .filter(|a| !settings.deny.iter().any(|d| d.covers(a)))
+        .map(|a| {
+            let except: Vec<String> = settings
+                .deny
+                .iter()
+                .filter(|d| a.covers(d))
+                .map(Cidr::to_string)
+                .collect();
+            NetworkPolicyPeer {
+                ip_block: Some(IPBlock {
+                    cidr: a.to_string(),
+                    except: (!except.is_empty()).then_some(except),
+                }),
+                ..NetworkPolicyPeer::default()
+            }
         })
-        .collect();
+        .collect()
+}
+
+fn egress_rules(settings: &ReplicatorNetwork) -> Vec<NetworkPolicyEgressRule> {
+    let blocks = reachable(settings);
     let mut rules = vec![NetworkPolicyEgressRule {
         to: Some(blocks),
         ports: None,
     }];
-    if !settings.dns_to.is_empty() {
+    // With no allow-list DNS is among what is reachable already.
+    if !settings.egress.is_empty() && !settings.dns_to.is_empty() {
         let dns = |protocol: &str| NetworkPolicyPort {
             port: Some(IntOrString::Int(53)),
             protocol: Some(protocol.into()),
@@ -205,6 +244,65 @@ mod tests {
                 (Some("TCP".into()), Some(IntOrString::Int(53)))
             ]
         );
+    }
+
+    #[test]
+    fn denied_blocks_are_cut_out_of_replicator_egress() {
+        let deny = ["169.254.169.254/32", "10.96.0.0/12", "fd00:ec2::254/128"]
+            .map(|c| Cidr::parse(c).expect("a block"));
+        // No allow-list: everything but the denied blocks, and no separate DNS rule.
+        let open = ReplicatorNetwork::from_json(CHART)
+            .expect("valid")
+            .with_denied(&deny);
+        let spec = spec(&open, selector(), 9464);
+        assert_eq!(
+            spec.policy_types,
+            Some(vec!["Ingress".to_string(), "Egress".to_string()])
+        );
+        let egress = spec.egress.expect("egress rules");
+        assert_eq!(egress.len(), 1, "{egress:?}");
+        let blocks: Vec<(String, Option<Vec<String>>)> = egress[0]
+            .to
+            .iter()
+            .flatten()
+            .filter_map(|p| p.ip_block.clone().map(|b| (b.cidr, b.except)))
+            .collect();
+        assert_eq!(
+            blocks,
+            [
+                (
+                    "0.0.0.0/0".to_string(),
+                    Some(vec!["169.254.169.254/32".into(), "10.96.0.0/12".into()])
+                ),
+                ("::/0".to_string(), Some(vec!["fd00:ec2::254/128".into()])),
+            ]
+        );
+        // An allow-list: each block less what is denied inside it; a block inside a denied
+        // one is dropped.
+        let json = CHART.replace(
+            r#""egressCidrs": []"#,
+            r#""egressCidrs": ["10.0.0.0/8", "10.100.0.0/16", "192.168.0.0/16"]"#,
+        );
+        let listed = ReplicatorNetwork::from_json(&json)
+            .expect("valid")
+            .with_denied(&deny);
+        let egress = super::spec(&listed, selector(), 9464)
+            .egress
+            .expect("egress");
+        let blocks: Vec<(String, Option<Vec<String>>)> = egress[0]
+            .to
+            .iter()
+            .flatten()
+            .filter_map(|p| p.ip_block.clone().map(|b| (b.cidr, b.except)))
+            .collect();
+        assert_eq!(
+            blocks,
+            [
+                ("10.0.0.0/8".to_string(), Some(vec!["10.96.0.0/12".into()])),
+                ("192.168.0.0/16".to_string(), None),
+            ]
+        );
+        assert_eq!(egress.len(), 2, "and DNS");
     }
 
     #[test]

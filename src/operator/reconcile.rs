@@ -298,6 +298,14 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::replication_loop(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
     }
+    // Before anything connects to the flow's clusters (the id look-up, the probe).
+    if let Some(b) = guards::addresses::bootstrap_refusal(mf, &ctx.addresses).await {
+        return Ok(match b.reason {
+            reason::ADDRESS_NOT_ALLOWED => Check::Stop(b),
+            // Not resolvable now, so not checkable: running replicators stay.
+            _ => Check::Hold(b),
+        });
+    }
     let (values, versions) = match fetch_secrets(ctx, ns, mf).await? {
         Ok(found) => found,
         Err(SecretRefusal::Missing(b)) => return Ok(Check::Hold(b)),

@@ -116,3 +116,37 @@ async fn a_policy_the_installer_turned_off_is_deleted_at_the_next_apply() {
     fx.reconcile(&flow()).await.expect("the reconcile succeeds");
     assert_eq!(wrote_children(&fx.requests()), applies_of_all_four());
 }
+
+#[tokio::test]
+async fn a_bootstrap_server_at_a_denied_address_is_never_connected_to() {
+    let (client, seen) = fake_apiserver::client(serve(|_| None));
+    let mut ctx = bare_context(client);
+    ctx.addresses =
+        guards::addresses::AddressPolicy::from_flags(&[], &["169.254.169.254/32".into()])
+            .expect("a valid policy");
+    let ctx = Arc::new(ctx);
+    let mut metadata = flow();
+    metadata.spec.target.bootstrap_servers = "b.example:9092,169.254.169.254:80".into();
+    let action = reconcile(Arc::new(metadata), ctx.clone())
+        .await
+        .expect("the reconcile succeeds");
+    let seen: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    // Refused before the Secrets are read and before any cluster id look-up or probe.
+    assert!(
+        !seen.iter().any(|r| r.path.contains("/secrets/")),
+        "{seen:?}"
+    );
+    assert_eq!(ctx.probe_clients.len(), 0, "no Kafka client was made");
+    assert_eq!(wrote_children(&seen), Vec::<String>::new());
+    let (status, events) = written(&seen);
+    let ready = condition(&status, status::READY);
+    assert_eq!(ready["reason"], reason::ADDRESS_NOT_ALLOWED);
+    assert!(
+        ready["message"].as_str().is_some_and(|m| m.starts_with(
+            "spec.target.bootstrapServers: '169.254.169.254:80' resolves to an address"
+        )),
+        "{ready}"
+    );
+    assert!(events.contains(&("Warning".into(), reason::ADDRESS_NOT_ALLOWED.into())));
+    assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+}

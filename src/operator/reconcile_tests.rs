@@ -47,6 +47,7 @@ fn bare_context(client: kube::Client) -> Context {
         allowed_pod_metadata_keys: Vec::new(),
         resources: Default::default(),
         network: Default::default(),
+        addresses: Default::default(),
         liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),

@@ -73,6 +73,9 @@ pub const POD_METADATA_NOT_ALLOWED: &str = "PodMetadataNotAllowed";
 /// for a resource it does not bound, for requests without limits where limits are required,
 /// or is not a quantity the operator reads.
 pub const RESOURCES_NOT_ALLOWED: &str = "ResourcesNotAllowed";
+/// A bootstrap server resolves to an address the operator's installer does not let it connect
+/// to (chart value `probeAddresses`): the probe does not connect, no replicator runs.
+pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

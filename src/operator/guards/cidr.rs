@@ -52,9 +52,12 @@ impl Cidr {
         addr.is_ipv4() == self.network.is_ipv4() && self.masked(addr) == bits(self.network)
     }
 
-    /// Whether every address of `other` is in this block.
+    /// Whether every address of `other` is in this block (blocks of one family only: a
+    /// NetworkPolicy cannot cut an IPv6 block out of an IPv4 one).
     pub fn covers(&self, other: &Cidr) -> bool {
-        other.prefix >= self.prefix && self.contains(other.network)
+        other.is_ipv4() == self.is_ipv4()
+            && other.prefix >= self.prefix
+            && self.contains(other.network)
     }
 
     pub fn is_ipv4(&self) -> bool {
@@ -128,6 +131,7 @@ mod tests {
         assert!(one.contains(ip("fd00:ec2::254")) && !one.contains(ip("fd00:ec2::253")));
         assert!(ula.covers(&one) && !one.covers(&ula));
         assert!(!cidr("10.0.0.0/8").covers(&one));
+        assert!(!cidr("0.0.0.0/0").covers(&cidr("::ffff:10.0.0.0/104")));
     }
 
     #[test]
