@@ -80,6 +80,7 @@ fn reasons() -> Vec<&'static str> {
         reason::POD_METADATA_NOT_ALLOWED,
         reason::RESOURCES_NOT_ALLOWED,
         reason::ADDRESS_NOT_ALLOWED,
+        reason::TOO_MANY_BROKERS,
         reason::SECRET_NOT_SHARED,
         reason::IMAGE_NOT_ALLOWED,
         reason::SOURCE_NOT_KAFKA,

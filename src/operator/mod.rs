@@ -505,6 +505,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     tracing::info!("operator running");
     let (stateful_sets, sts_writer) = reflector::store();
     let (config_maps, cm_writer) = reflector::store();
+    let probe_clients = Arc::new(
+        crate::status::clients::ProbeClients::default()
+            .with_address_check(opts.addresses.connect_check()),
+    );
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
@@ -520,7 +524,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         flows: store.clone(),
         lease: lease.as_ref().map(|(lock, _)| lock.clone()),
         probes: Default::default(),
-        probe_clients: Default::default(),
+        probe_clients,
         cluster_ids: Default::default(),
         applied: Default::default(),
         removed: Default::default(),

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mirrorflow_conn::OAuth;
+use mirrorflow_conn::{AddressCheck, OAuth};
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -147,6 +147,10 @@ pub struct ProbeClients {
     /// ([`LOOPBACK_TOKEN_ENDPOINTS_ENV`] = `allow`, chart value
     /// `probe.loopbackTokenEndpoints`). A CLI run fetches from the user's own machine.
     loopback_token_endpoints: bool,
+    /// Which addresses the probe may connect to (the installer's `probeAddresses`): the
+    /// project's own connections check every address they connect to, and metadata naming a
+    /// broker elsewhere is refused before librdkafka follows it (`None`: any).
+    address_check: Option<AddressCheck>,
 }
 
 /// The operator's environment variable that lets its probe fetch OAuth tokens from `http://`
@@ -167,7 +171,30 @@ impl ProbeClients {
             clusters: Mutex::new(HashMap::new()),
             idle,
             loopback_token_endpoints: false,
+            address_check: None,
         }
+    }
+
+    pub fn with_address_check(mut self, check: Option<AddressCheck>) -> Self {
+        self.address_check = check;
+        self
+    }
+
+    /// Why the probe must not follow `md`, the metadata of the cluster `config` reaches in
+    /// `namespace`: too many brokers, or one at an address it may not connect to. The client
+    /// is dropped then (its broker threads end when the probe lets go of it).
+    pub fn brokers_refused(
+        &self,
+        namespace: &str,
+        config: &ClientConfig,
+        md: &Metadata,
+    ) -> Option<ClusterFault> {
+        let refusal = super::brokers::refusal(md, self.address_check.as_ref())?;
+        let key = ClientKey::new(namespace, config);
+        let gone = self.clusters.lock().ok().and_then(|mut c| c.remove(&key));
+        // Outside the lock: dropping a client waits for its threads.
+        drop(gone);
+        Some(ClusterFault::Brokers(refusal))
     }
 
     /// The clients of a CLI run, on the user's machine: a loopback token endpoint is theirs.
@@ -209,7 +236,11 @@ impl ProbeClients {
             c.touch();
             return Ok(c.clone());
         }
-        let c = Arc::new(Cluster::new(config, self.loopback_token_endpoints)?);
+        let c = Arc::new(Cluster::new(
+            config,
+            self.loopback_token_endpoints,
+            self.address_check.clone(),
+        )?);
         clusters.insert(key, c.clone());
         Ok(c)
     }
@@ -342,10 +373,14 @@ fn librdkafka_config(base: &ClientConfig, group: &str, own_tokens: bool) -> Clie
 const DRAIN: usize = 64;
 
 impl Cluster {
-    fn new(config: &ClientConfig, loopback_token_endpoints: bool) -> Result<Self, KafkaError> {
+    fn new(
+        config: &ClientConfig,
+        loopback_token_endpoints: bool,
+        address_check: Option<AddressCheck>,
+    ) -> Result<Self, KafkaError> {
         Ok(Cluster {
             client: consumer(config, PROBE_GROUP, loopback_token_endpoints)?,
-            own: OwnTails::new(config, loopback_token_endpoints).map(Mutex::new),
+            own: OwnTails::new(config, loopback_token_endpoints, address_check).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),

@@ -440,6 +440,12 @@ fn observe_clusters(
         }
     };
     let source_md = source.metadata(budget.next(TIMEOUT));
+    if let Some(f) = (source_md.as_ref().ok())
+        .and_then(|md| clients.brokers_refused(namespace, &source_config, md))
+    {
+        out.source_error = Some(f);
+        return out;
+    }
     let mut mirrored = Vec::new();
     match &source_md {
         Ok(md) => {
@@ -457,6 +463,10 @@ fn observe_clusters(
         Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
     let target_md = match target.metadata(budget.next(TIMEOUT)) {
+        Ok(md) if let Some(f) = clients.brokers_refused(namespace, &target_config, &md) => {
+            out.target_error = Some(f);
+            return out;
+        }
         Ok(md) => {
             target.client().context().clear_cause();
             md

@@ -76,6 +76,8 @@ pub const RESOURCES_NOT_ALLOWED: &str = "ResourcesNotAllowed";
 /// A bootstrap server resolves to an address the operator's installer does not let it connect
 /// to (chart value `probeAddresses`): the probe does not connect, no replicator runs.
 pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
+/// A cluster's metadata lists more brokers than the operator's probe follows.
+pub const TOO_MANY_BROKERS: &str = "TooManyBrokers";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

@@ -346,13 +346,19 @@ pub(super) struct OwnTails {
     bootstrap: String,
     security: Security,
     client_id: String,
+    /// The installer's bound on the addresses these connections may reach.
+    address_check: Option<mirrorflow_conn::AddressCheck>,
     fetcher: Option<Fetcher>,
     pub(super) tails: HashMap<String, Tail>,
 }
 
 impl OwnTails {
     /// `None` when the configuration needs what these connections do not speak.
-    pub(super) fn new(config: &ClientConfig, allow_loopback: bool) -> Option<Self> {
+    pub(super) fn new(
+        config: &ClientConfig,
+        allow_loopback: bool,
+        address_check: Option<mirrorflow_conn::AddressCheck>,
+    ) -> Option<Self> {
         Some(OwnTails {
             bootstrap: config.get("bootstrap.servers")?.to_owned(),
             security: conn_security(config, allow_loopback)?,
@@ -360,6 +366,7 @@ impl OwnTails {
                 .get("client.id")
                 .unwrap_or("mirrorflow-operator-probe")
                 .to_owned(),
+            address_check,
             fetcher: None,
             tails: HashMap::new(),
         })
@@ -371,6 +378,7 @@ impl OwnTails {
                 client_id: self.client_id.clone(),
                 timeout: IO_TIMEOUT,
                 max_frame: MAX_FRAME,
+                address_check: self.address_check.clone(),
             };
             let cluster =
                 mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)

@@ -36,6 +36,15 @@ impl AddressPolicy {
         self.allow.is_empty() && self.deny.is_empty()
     }
 
+    /// The check the probe's connections apply to every address they connect to (`None`
+    /// when every address may be reached).
+    pub fn connect_check(&self) -> Option<mirrorflow_conn::AddressCheck> {
+        let policy = self.clone();
+        (!self.is_open()).then(|| {
+            mirrorflow_conn::AddressCheck::new(move |a| policy.refusal(a).map_or(Ok(()), Err))
+        })
+    }
+
     /// Why `addr` may not be connected to, or `None` when it may.
     pub fn refusal(&self, addr: IpAddr) -> Option<String> {
         if let Some(block) = self.deny.iter().find(|b| b.contains(addr)) {
