@@ -294,6 +294,9 @@ pub struct Cluster {
     group_names: Mutex<Option<(Instant, Arc<Vec<String>>)>>,
 }
 
+/// The largest answer a probe client reads from a broker (`receive.message.max.bytes`).
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+
 /// How long one answer about the whole cluster (metadata, its groups) serves the flows that
 /// share the client: far below the status interval, so a status is never older for it.
 const SHARED_FOR: Duration = Duration::from_secs(2);
@@ -311,7 +314,8 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// statistics: nobody reads them. Answers are bounded at 8 MiB (`receive.message.max.bytes`,
 /// librdkafka's default 100 MB): a Metadata or ListGroups answer of a cluster with tens of
 /// thousands of partitions or groups fits, and a hostile broker's answer costs at most that
-/// per client instead of a hundred MB. Settings the flow gave stand.
+/// per client instead of a hundred MB; that bound holds whatever the flow's configuration
+/// says. Other settings the flow gave stand.
 fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     let mut c = base.clone();
     c.set("group.id", group)
@@ -320,10 +324,10 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         .set("enable.partition.eof", "false")
         // A followed topic whose start was deleted (retention) goes on from its new start.
         .set("auto.offset.reset", "earliest")
-        .set("socket.timeout.ms", "5000");
+        .set("socket.timeout.ms", "5000")
+        .set("receive.message.max.bytes", &MAX_ANSWER_BYTES.to_string());
     for (name, value) in [
         ("queued.max.messages.kbytes", "512"),
-        ("receive.message.max.bytes", "8388608"),
         ("fetch.max.bytes", "1048576"),
         ("max.partition.fetch.bytes", "262144"),
         ("statistics.interval.ms", "0"),
@@ -692,6 +696,12 @@ mod tests {
             PROBE_GROUP,
         );
         assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
+        // The answer bound holds whatever the configuration says (N6).
+        let big = probe_config(
+            &config(&[("receive.message.max.bytes", "100000000")]),
+            PROBE_GROUP,
+        );
+        assert_eq!(big.get("receive.message.max.bytes"), Some("8388608"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
         consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
     }
