@@ -151,7 +151,14 @@ pub struct ProbeClients {
     /// project's own connections check every address they connect to, and metadata naming a
     /// broker elsewhere is refused before librdkafka follows it (`None`: any).
     address_check: Option<AddressCheck>,
+    /// Clusters whose metadata was refused ([`Self::brokers_refused`]), and when: not asked
+    /// again for [`REFUSED_FOR`], so a cluster listing thousands of brokers does not make a
+    /// client (and its threads) every probe.
+    refused: Mutex<HashMap<ClientKey, (Instant, ClusterFault)>>,
 }
+
+/// How long a cluster whose metadata was refused is not connected to again.
+pub const REFUSED_FOR: Duration = Duration::from_secs(300);
 
 /// The operator's environment variable that lets its probe fetch OAuth tokens from `http://`
 /// loopback endpoints (`allow`); test worlds whose token endpoint runs on the node set it.
@@ -172,7 +179,18 @@ impl ProbeClients {
             idle,
             loopback_token_endpoints: false,
             address_check: None,
+            refused: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The fault of the cluster `config` reaches in `namespace` when its metadata was refused
+    /// within [`REFUSED_FOR`]: the probe does not connect to it again until then.
+    pub fn recently_refused(&self, namespace: &str, config: &ClientConfig) -> Option<ClusterFault> {
+        let mut refused = self.refused.lock().ok()?;
+        refused.retain(|_, (at, _)| at.elapsed() < REFUSED_FOR);
+        refused
+            .get(&ClientKey::new(namespace, config))
+            .map(|(_, f)| f.clone())
     }
 
     pub fn with_address_check(mut self, check: Option<AddressCheck>) -> Self {
@@ -189,12 +207,16 @@ impl ProbeClients {
         config: &ClientConfig,
         md: &Metadata,
     ) -> Option<ClusterFault> {
-        let refusal = super::brokers::refusal(md, self.address_check.as_ref())?;
+        let fault =
+            ClusterFault::Brokers(super::brokers::refusal(md, self.address_check.as_ref())?);
         let key = ClientKey::new(namespace, config);
         let gone = self.clusters.lock().ok().and_then(|mut c| c.remove(&key));
         // Outside the lock: dropping a client waits for its threads.
         drop(gone);
-        Some(ClusterFault::Brokers(refusal))
+        if let Ok(mut refused) = self.refused.lock() {
+            refused.insert(key, (Instant::now(), fault.clone()));
+        }
+        Some(fault)
     }
 
     /// The clients of a CLI run, on the user's machine: a loopback token endpoint is theirs.
@@ -224,7 +246,10 @@ impl ProbeClients {
         namespace: &str,
         config: &ClientConfig,
     ) -> Result<Arc<Cluster>, KafkaError> {
-        if let Some(refused) = self.refused(config) {
+        if let Some(refused) = self
+            .refused(config)
+            .or_else(|| self.recently_refused(namespace, config))
+        {
             return Err(KafkaError::ClientCreation(format!("{refused:?}")));
         }
         let key = ClientKey::new(namespace, config);
@@ -325,7 +350,7 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         // A followed topic whose start was deleted (retention) goes on from its new start.
         .set("auto.offset.reset", "earliest")
         .set("socket.timeout.ms", "5000")
-        .set("receive.message.max.bytes", &MAX_ANSWER_BYTES.to_string());
+        .set("receive.message.max.bytes", MAX_ANSWER_BYTES.to_string());
     for (name, value) in [
         ("queued.max.messages.kbytes", "512"),
         ("fetch.max.bytes", "1048576"),
@@ -704,6 +729,38 @@ mod tests {
         assert_eq!(big.get("receive.message.max.bytes"), Some("8388608"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
         consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
+    }
+
+    #[test]
+    fn a_cluster_whose_metadata_was_refused_is_not_connected_to_again_for_a_while() {
+        let clients = ProbeClients::new(IDLE);
+        let hostile = config(&[("bootstrap.servers", "hostile:9092")]);
+        let fault = ClusterFault::Brokers(crate::status::brokers::Refusal::TooManyBrokers {
+            count: 20_000,
+        });
+        if let Ok(mut r) = clients.refused.lock() {
+            r.insert(
+                ClientKey::new("ns", &hostile),
+                (Instant::now(), fault.clone()),
+            );
+        }
+        assert_eq!(clients.recently_refused("ns", &hostile), Some(fault));
+        assert!(clients.cluster("ns", &hostile).is_err());
+        assert_eq!(clients.len(), 0, "no client, no broker threads");
+        // Another namespace, or another cluster, is not affected.
+        assert_eq!(clients.recently_refused("other", &hostile), None);
+        // After REFUSED_FOR the cluster is asked again (an `Instant` that far back exists
+        // once the machine has run that long).
+        let Some(long_ago) = Instant::now().checked_sub(REFUSED_FOR + Duration::from_secs(1))
+        else {
+            return;
+        };
+        if let Ok(mut r) = clients.refused.lock()
+            && let Some(entry) = r.get_mut(&ClientKey::new("ns", &hostile))
+        {
+            entry.0 = long_ago;
+        }
+        assert_eq!(clients.recently_refused("ns", &hostile), None);
     }
 
     #[test]

@@ -420,8 +420,10 @@ fn observe_clusters(
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
     let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
-    out.source_error = clients.refused(&source_config);
-    out.target_error = clients.refused(&target_config);
+    out.source_error = (clients.refused(&source_config))
+        .or_else(|| clients.recently_refused(namespace, &source_config));
+    out.target_error = (clients.refused(&target_config))
+        .or_else(|| clients.recently_refused(namespace, &target_config));
     if out.source_error.is_some() || out.target_error.is_some() {
         return out;
     }
