@@ -371,6 +371,7 @@ fn consumer(
     base: &ClientConfig,
     group: &str,
     loopback_token_endpoints: bool,
+    address_check: Option<AddressCheck>,
 ) -> Result<ProbeConsumer, KafkaError> {
     let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
     // rdkafka sets a token from the context without SASL extensions: a flow that needs them
@@ -379,7 +380,8 @@ fn consumer(
     let oauth = oauthbearer
         .then(|| super::tails::oauth(base, loopback_token_endpoints))
         .flatten()
-        .filter(|o| o.extensions.is_empty());
+        .filter(|o| o.extensions.is_empty())
+        .map(|o| o.with_address_check(address_check));
     librdkafka_config(base, group, oauth.is_some()).create_with_context(TokenContext {
         probe: ProbeContext::new(oauthbearer),
         oauth,
@@ -408,7 +410,12 @@ impl Cluster {
         address_check: Option<AddressCheck>,
     ) -> Result<Self, KafkaError> {
         Ok(Cluster {
-            client: consumer(config, PROBE_GROUP, loopback_token_endpoints)?,
+            client: consumer(
+                config,
+                PROBE_GROUP,
+                loopback_token_endpoints,
+                address_check.clone(),
+            )?,
             own: OwnTails::new(config, loopback_token_endpoints, address_check).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
@@ -728,7 +735,7 @@ mod tests {
         );
         assert_eq!(big.get("receive.message.max.bytes"), Some("8388608"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
-        consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
+        consumer(&config(&[]), PROBE_GROUP, false, None).expect("a probe client");
     }
 
     #[test]
@@ -813,7 +820,7 @@ mod tests {
             ("sasl.oauthbearer.client.id", "probe"),
             ("sasl.oauthbearer.client.secret", "s3cret"),
         ]);
-        let client = consumer(&oauth, PROBE_GROUP, true).expect("a probe client");
+        let client = consumer(&oauth, PROBE_GROUP, true, None).expect("a probe client");
         let context = client.context();
         assert!(context.oauth.is_some());
         let token = context.generate_oauth_token(None).expect("a token");
@@ -834,7 +841,7 @@ mod tests {
         // With SASL extensions, which a token from the context cannot carry: librdkafka's own.
         let mut extended = oauth.clone();
         extended.set("sasl.oauthbearer.extensions", "logicalCluster=lkc-1");
-        let client = consumer(&extended, PROBE_GROUP, true).expect("a probe client");
+        let client = consumer(&extended, PROBE_GROUP, true, None).expect("a probe client");
         assert!(client.context().oauth.is_none());
     }
 

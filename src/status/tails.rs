@@ -339,6 +339,14 @@ pub(super) fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth
     ))
 }
 
+/// `security` whose token endpoint, if any, is held to `check` as the brokers are.
+fn checked(mut security: Security, check: &Option<mirrorflow_conn::AddressCheck>) -> Security {
+    if let Some(Sasl::OAuthBearer(oauth)) = security.sasl.take() {
+        security.sasl = Some(Sasl::OAuthBearer(oauth.with_address_check(check.clone())));
+    }
+    security
+}
+
 /// The followed topics of one cluster (as one set of credentials in one namespace sees it),
 /// read with one fetcher: each round fetches every followed topic, so the reads of a probe's
 /// three topics share their round trips.
@@ -361,7 +369,7 @@ impl OwnTails {
     ) -> Option<Self> {
         Some(OwnTails {
             bootstrap: config.get("bootstrap.servers")?.to_owned(),
-            security: conn_security(config, allow_loopback)?,
+            security: checked(conn_security(config, allow_loopback)?, &address_check),
             client_id: config
                 .get("client.id")
                 .unwrap_or("mirrorflow-operator-probe")
