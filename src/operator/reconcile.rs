@@ -499,17 +499,8 @@ async fn apply_children(
         return refused("Service", &svc, e).map(Err);
     }
     // Before the StatefulSet, so its pods never run without the policy.
-    match &objects.network_policy {
-        Some(policy) => {
-            if let Err(e) = Api::<NetworkPolicy>::namespaced(client.clone(), ns)
-                .patch(&name, &pp, &Patch::Apply(policy))
-                .await
-            {
-                return refused("NetworkPolicy", &name, e).map(Err);
-            }
-        }
-        // The installer turned the policy off: one this flow applied earlier goes.
-        None => delete_owned::<NetworkPolicy>(&client, ns, &name, &uid_of(mf)).await?,
+    if let Err(e) = network_policy(&client, ns, mf, objects.network_policy.as_ref(), &pp).await? {
+        return refused("NetworkPolicy", &name, e).map(Err);
     }
     let sts = match Api::<StatefulSet>::namespaced(client.clone(), ns)
         .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
@@ -539,6 +530,27 @@ async fn apply_children(
         );
     }
     Ok(Ok(ready_replicas(Some(&sts))))
+}
+
+/// Applies the flow's NetworkPolicy, or deletes the one it applied earlier when the installer
+/// turned the policy off. `Ok(Err(_))`: the apiserver refused the policy.
+async fn network_policy(
+    client: &kube::Client,
+    ns: &str,
+    mf: &MirrorFlow,
+    policy: Option<&NetworkPolicy>,
+    pp: &PatchParams,
+) -> Result<Result<(), kube::Error>, Error> {
+    let name = mf.name_any();
+    match policy {
+        Some(p) => Ok(Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+            .patch(&name, pp, &Patch::Apply(p))
+            .await
+            .map(drop)),
+        None => delete_owned::<NetworkPolicy>(client, ns, &name, &uid_of(mf))
+            .await
+            .map(Ok),
+    }
 }
 
 /// A child's name taken by an object this flow does not control. Server-side apply with
