@@ -145,7 +145,6 @@ const NOT_STANDING: &[&str] = &[
     reason::SECRET_NOT_SHARED,
     reason::IMAGE_NOT_ALLOWED,
     reason::POD_METADATA_NOT_ALLOWED,
-    reason::RESOURCES_NOT_ALLOWED,
     reason::ADDRESS_NOT_ALLOWED,
     reason::SAME_CLUSTER,
     reason::CONFLICTING_FLOW,

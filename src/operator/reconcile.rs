@@ -289,9 +289,12 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::pod_metadata_not_allowed(mf, &ctx.allowed_pod_metadata_keys) {
         return Ok(Check::Stop(b));
     }
-    // Held, not stopped: replicators already running were built with resources that passed.
+    // Held, not stopped: replicators already running were built with resources that passed
+    // (and keep writing, so the flow keeps its standing against later flows).
     let resources = match guards::replicator_resources(mf, &ctx.resources) {
         Ok(r) => r,
+        // An Observe flow runs no pod: what it would ask for does not matter yet.
+        Err(_) if mf.spec.mode == FlowMode::Observe => ctx.resources.default.clone(),
         Err(b) => return Ok(Check::Hold(b)),
     };
     let others = ctx.flows.state();

@@ -237,22 +237,12 @@ async fn an_invalid_spec_is_answered_without_reading_anything() {
 
 #[tokio::test]
 async fn resources_above_the_installers_maximum_are_refused_before_anything_is_read() {
-    let (client, seen) = fake_apiserver::client(serve(|_| None));
-    let mut ctx = bare_context(client);
-    ctx.resources = guards::ResourcePolicy::from_flags(
-        &[],
-        &["memory=512Mi".into()],
-        &["memory=1Gi".into()],
-        true,
-    )
-    .expect("a valid policy");
-    let mut big = flow();
-    big.spec.resources =
-        serde_json::from_value(json!({"limits": {"memory": "64Gi"}})).expect("resources");
-    reconcile(Arc::new(big), Arc::new(ctx))
-        .await
-        .expect("the reconcile succeeds");
-    let seen: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let (seen, observe_reads) = (reconcile_big(false).await, reconcile_big(true).await);
+    // An Observe flow runs no pod: its resources are not judged, so it goes on to its Secrets.
+    assert!(
+        observe_reads.iter().any(|r| r.path.contains("/secrets/")),
+        "{observe_reads:?}"
+    );
     assert!(seen.iter().all(|r| r.method != "GET"), "{seen:?}");
     assert_eq!(wrote_children(&seen), Vec::<String>::new());
     let (status, events) = written(&seen);
@@ -269,6 +259,29 @@ async fn resources_above_the_installers_maximum_are_refused_before_anything_is_r
         "{status}"
     );
     assert!(events.contains(&("Warning".into(), reason::RESOURCES_NOT_ALLOWED.into())));
+}
+
+/// What one reconcile of a flow asking for 64Gi (at most 1Gi allowed) asked the apiserver.
+async fn reconcile_big(observe: bool) -> Vec<Seen> {
+    let (client, seen) = fake_apiserver::client(serve(|_| None));
+    let mut ctx = bare_context(client);
+    ctx.resources = guards::ResourcePolicy::from_flags(
+        &[],
+        &["memory=512Mi".into()],
+        &["memory=1Gi".into()],
+        true,
+    )
+    .expect("a valid policy");
+    let mut big = flow();
+    big.spec.resources =
+        serde_json::from_value(json!({"limits": {"memory": "64Gi"}})).expect("resources");
+    if observe {
+        big.spec.mode = crate::api::FlowMode::Observe;
+    }
+    reconcile(Arc::new(big), Arc::new(ctx))
+        .await
+        .expect("the reconcile succeeds");
+    seen.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
 // A world in which the flow can be deployed: `creds` opted in, the clusters' ids known, and
