@@ -207,3 +207,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "brokers_tests.rs"]
+mod with_a_broker;
