@@ -92,6 +92,65 @@ enum Command {
             default_value = ""
         )]
         allowed_pod_metadata_keys: Vec<String>,
+        /// Resources of a replicator container whose flow sets no `spec.resources`: requests,
+        /// comma-separated `name=quantity` (cpu, memory, ephemeral-storage).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_DEFAULT_REQUESTS",
+            value_delimiter = ',',
+            default_value = "cpu=100m,memory=128Mi"
+        )]
+        replicator_default_requests: Vec<String>,
+        /// ... and limits; memory is required: every replicator container gets a memory limit
+        /// (a flow that sets resources without one gets this one).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_DEFAULT_LIMITS",
+            value_delimiter = ',',
+            default_value = "cpu=2,memory=512Mi"
+        )]
+        replicator_default_limits: Vec<String>,
+        /// The most a flow may request or be limited to per replicator container,
+        /// comma-separated `name=quantity`; a flow asking for more is refused
+        /// (ResourcesNotAllowed). A resource not named is unbounded.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_MAX_RESOURCES",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        replicator_max_resources: Vec<String>,
+        /// Refuse flows that request a resource without limiting it.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICATOR_REQUIRE_LIMITS",
+            default_value_t = false
+        )]
+        replicator_require_limits: bool,
+        /// The NetworkPolicy per flow in front of its replicator pods, as JSON: `{"enabled":
+        /// true, "metricsFrom": [NetworkPolicyPeer...], "egressCidrs": ["10.0.0.0/8"...],
+        /// "dnsTo": [NetworkPolicyPeer...]}` (the chart renders it). Empty: none.
+        #[arg(long, env = "MIRRORFLOW_REPLICATOR_NETWORK_POLICY", default_value = "")]
+        replicator_network_policy: String,
+        /// CIDR blocks every address of a flow's bootstrap servers must be in before the
+        /// operator connects to them, comma-separated (default: any address not denied).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_PROBE_ALLOW_CIDRS",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        probe_allow_cidrs: Vec<String>,
+        /// CIDR blocks no address of a flow's bootstrap servers may be in (e.g. the cloud
+        /// metadata address 169.254.169.254/32); also kept out of replicator egress when the
+        /// replicator NetworkPolicy is on.
+        #[arg(
+            long,
+            env = "MIRRORFLOW_PROBE_DENY_CIDRS",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        probe_deny_cidrs: Vec<String>,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -193,6 +252,13 @@ fn main() -> anyhow::Result<()> {
             replicator_image,
             allowed_image_prefixes,
             allowed_pod_metadata_keys,
+            replicator_default_requests,
+            replicator_default_limits,
+            replicator_max_resources,
+            replicator_require_limits,
+            replicator_network_policy,
+            probe_allow_cidrs,
+            probe_deny_cidrs,
             watch_namespace,
             leader_election,
         } => {
@@ -207,6 +273,23 @@ fn main() -> anyhow::Result<()> {
             } else {
                 None
             };
+            let resources = mirrorflow::operator::guards::ResourcePolicy::from_flags(
+                &replicator_default_requests,
+                &replicator_default_limits,
+                &replicator_max_resources,
+                replicator_require_limits,
+            )
+            .map_err(|e| anyhow::anyhow!("replicator resources: {e}"))?;
+            let network = mirrorflow::operator::network::ReplicatorNetwork::from_json(
+                &replicator_network_policy,
+            )
+            .map_err(|e| anyhow::anyhow!("replicator network policy: {e}"))?;
+            let addresses = mirrorflow::operator::guards::addresses::AddressPolicy::from_flags(
+                &probe_allow_cidrs,
+                &probe_deny_cidrs,
+            )
+            .map_err(|e| anyhow::anyhow!("probe addresses: {e}"))?;
+            let network = network.with_denied(&addresses.deny);
             let runtime = mirrorflow::operator::runtime()?;
             runtime.block_on(mirrorflow::operator::run(mirrorflow::operator::Options {
                 listen,
@@ -221,6 +304,9 @@ fn main() -> anyhow::Result<()> {
                     .map(|p| p.trim().to_string())
                     .filter(|p| !p.is_empty())
                     .collect(),
+                resources,
+                network,
+                addresses,
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

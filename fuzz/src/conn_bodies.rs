@@ -64,6 +64,7 @@ pub fn conn_frames(data: &[u8]) {
         client_id: "fuzz".into(),
         timeout: Duration::from_secs(10),
         max_frame: CONN_FRAMES_MAX,
+        address_check: None,
     };
     let mut conn = Conn::over("fuzz", std::io::Cursor::new(data.to_vec()), &options);
     let mut read = 0usize;
@@ -111,6 +112,7 @@ pub fn fetcher_answers(data: &[u8]) {
         client_id: "fuzz".into(),
         timeout: Duration::from_secs(1),
         max_frame: CONN_FRAMES_MAX,
+        address_check: None,
     };
     // Nothing is connected: the answer is handed in.
     let Ok(cluster) = Cluster::new("127.0.0.1:9", Security::default(), options) else {

@@ -35,6 +35,7 @@ pub fn digest(desired: &Desired) -> u64 {
         serde_json::to_vec(&desired.service),
         serde_json::to_vec(&desired.stateful_set),
         serde_json::to_vec(&desired.pdb),
+        serde_json::to_vec(&desired.network_policy),
     ] {
         // An object that cannot be serialised is applied (and refused) every time.
         match part {
@@ -158,16 +159,28 @@ mod tests {
             service: Default::default(),
             stateful_set: Default::default(),
             pdb: Default::default(),
+            network_policy: None,
         };
         let same = Desired {
             config_map: ConfigMap::default(),
             service: Default::default(),
             stateful_set: Default::default(),
             pdb: Default::default(),
+            network_policy: None,
         };
         assert_eq!(digest(&desired), digest(&same));
         let mut changed = same;
         changed.stateful_set.metadata.name = Some("f".into());
         assert_ne!(digest(&desired), digest(&changed));
+        let mut with_policy = Desired {
+            network_policy: Some(Default::default()),
+            ..changed
+        };
+        let before = digest(&with_policy);
+        assert_ne!(digest(&desired), before);
+        if let Some(p) = with_policy.network_policy.as_mut() {
+            p.metadata.name = Some("f".into());
+        }
+        assert_ne!(before, digest(&with_policy));
     }
 }

@@ -4,7 +4,8 @@
 //! Per flow `<name>`: a ConfigMap `<name>-flow` (the rendered flow, never secrets), a StatefulSet
 //! `<name>` of replicators (stable names, so logs, metrics and a later exactly-once mode can
 //! refer to replica `<name>-<ordinal>`), a headless Service `<name>-metrics` (per-pod metrics,
-//! and the StatefulSet's governing service) and a PodDisruptionBudget `<name>`.
+//! and the StatefulSet's governing service), a PodDisruptionBudget `<name>` and, when the
+//! installer wants one, a NetworkPolicy `<name>` in front of the replicator pods.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -16,12 +17,13 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
     ServicePort, ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
+use super::network::{self, ReplicatorNetwork};
 use crate::api::{MirrorFlow, SecretKeyRef};
 use crate::kafka::DEFAULT_SECRETS_DIR;
 
@@ -42,6 +44,11 @@ pub struct BuildInputs {
     pub image: String,
     /// resourceVersion of every Secret the flow references, so a rotated credential rolls pods.
     pub secret_versions: BTreeMap<String, String>,
+    /// The replicator container's resources, as the installer's bounds allowed them
+    /// ([`super::guards::replicator_resources`]).
+    pub resources: ResourceRequirements,
+    /// The installer's NetworkPolicy settings for replicator pods.
+    pub network: ReplicatorNetwork,
 }
 
 /// The objects to apply, in apply order.
@@ -50,6 +57,8 @@ pub struct Desired {
     pub service: Service,
     pub stateful_set: StatefulSet,
     pub pdb: PodDisruptionBudget,
+    /// `None` when the installer wants no NetworkPolicy.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,11 +216,23 @@ pub fn build(flow: &MirrorFlow, inputs: &BuildInputs) -> Result<Desired, BuildEr
         }),
         ..PodDisruptionBudget::default()
     };
+    let network_policy = match inputs.network.enabled {
+        true => Some(NetworkPolicy {
+            metadata: meta(flow, flow.name_any())?,
+            spec: Some(network::spec(
+                &inputs.network,
+                selector_labels(flow),
+                REPLICATOR_PORT,
+            )),
+        }),
+        false => None,
+    };
     Ok(Desired {
         config_map,
         service,
         stateful_set,
         pdb,
+        network_policy,
     })
 }
 
@@ -240,21 +261,6 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
         failure_threshold: Some(failures),
         timeout_seconds: Some(2),
         ..Probe::default()
-    }
-}
-
-fn default_resources() -> ResourceRequirements {
-    let q = |s: &str| Quantity(s.to_string());
-    ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".into(), q("100m")),
-            ("memory".into(), q("128Mi")),
-        ])),
-        limits: Some(BTreeMap::from([
-            ("cpu".into(), q("2")),
-            ("memory".into(), q("512Mi")),
-        ])),
-        ..ResourceRequirements::default()
     }
 }
 
@@ -337,12 +343,7 @@ fn pod_template(
         }]),
         readiness_probe: Some(http_probe("/readyz", 2, 3)),
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
-        resources: Some(
-            flow.spec
-                .resources
-                .clone()
-                .unwrap_or_else(default_resources),
-        ),
+        resources: Some(inputs.resources.clone()),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
@@ -411,6 +412,8 @@ mod tests {
         BuildInputs {
             image: "mirrorflow:dev".into(),
             secret_versions: BTreeMap::from([("creds".into(), "1".into())]),
+            resources: crate::operator::guards::ResourcePolicy::default().default,
+            network: ReplicatorNetwork::default(),
         }
     }
 
@@ -518,6 +521,34 @@ mod tests {
         let mut rotated = inputs();
         rotated.secret_versions.insert("creds".into(), "2".into());
         assert_ne!(base, hash(&flow(""), &rotated));
+    }
+
+    #[test]
+    fn a_network_policy_is_built_only_when_the_installer_wants_one() {
+        assert!(
+            build(&flow(""), &inputs())
+                .unwrap()
+                .network_policy
+                .is_none()
+        );
+        let mut with = inputs();
+        with.network.enabled = true;
+        let policy = build(&flow(""), &with).unwrap().network_policy.unwrap();
+        assert_eq!(policy.metadata.name.as_deref(), Some("orders"));
+        assert_eq!(
+            policy.metadata.owner_references.unwrap()[0].controller,
+            Some(true)
+        );
+        let spec = policy.spec.unwrap();
+        assert_eq!(
+            spec.pod_selector.unwrap().match_labels,
+            Some(selector_labels(&flow("")))
+        );
+        assert_eq!(
+            spec.ingress,
+            Some(Vec::new()),
+            "no scraper named: none admitted"
+        );
     }
 
     #[test]

@@ -9,7 +9,12 @@ use kube::ResourceExt;
 use crate::api::{FlowMode, MirrorFlow, PolicyKind};
 use crate::status::{Blocked, reason};
 
+pub mod addresses;
+pub mod cidr;
+mod quantity;
+pub mod resources;
 mod secrets;
+pub use resources::{ResourcePolicy, replicator_resources};
 pub use secrets::*;
 
 /// A child of the flow would take the name of an object the flow does not own.
@@ -139,6 +144,8 @@ const NOT_STANDING: &[&str] = &[
     reason::SECRET_MISSING,
     reason::SECRET_NOT_SHARED,
     reason::IMAGE_NOT_ALLOWED,
+    reason::POD_METADATA_NOT_ALLOWED,
+    reason::ADDRESS_NOT_ALLOWED,
     reason::SAME_CLUSTER,
     reason::CONFLICTING_FLOW,
     reason::REPLICATION_LOOP,

@@ -15,6 +15,7 @@ pub mod fake_apiserver;
 pub mod guards;
 pub mod lease;
 pub mod liveness;
+pub mod network;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
@@ -257,6 +258,12 @@ pub struct Context {
     pub allowed_image_prefixes: Vec<String>,
     /// Label and annotation keys a flow may put on its pods (`spec.pod.labels`, `.annotations`).
     pub allowed_pod_metadata_keys: Vec<String>,
+    /// The installer's defaults and bounds for replicator containers' resources.
+    pub resources: guards::ResourcePolicy,
+    /// The installer's NetworkPolicy for replicator pods.
+    pub network: network::ReplicatorNetwork,
+    /// The addresses the probe may connect to (every bootstrap server is checked first).
+    pub addresses: guards::addresses::AddressPolicy,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -422,6 +429,12 @@ pub struct Options {
     pub allowed_image_prefixes: Vec<String>,
     /// Label and annotation keys a flow may put on its pods.
     pub allowed_pod_metadata_keys: Vec<String>,
+    /// Defaults and bounds for replicator containers' resources.
+    pub resources: guards::ResourcePolicy,
+    /// The NetworkPolicy for replicator pods.
+    pub network: network::ReplicatorNetwork,
+    /// The addresses the probe may connect to.
+    pub addresses: guards::addresses::AddressPolicy,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -492,6 +505,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     tracing::info!("operator running");
     let (stateful_sets, sts_writer) = reflector::store();
     let (config_maps, cm_writer) = reflector::store();
+    let probe_clients = Arc::new(
+        crate::status::clients::ProbeClients::default()
+            .with_address_check(opts.addresses.connect_check()),
+    );
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
@@ -499,12 +516,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         replicator_image: opts.replicator_image,
         allowed_image_prefixes: opts.allowed_image_prefixes,
         allowed_pod_metadata_keys: opts.allowed_pod_metadata_keys,
+        resources: opts.resources,
+        network: opts.network,
+        addresses: opts.addresses,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),
         lease: lease.as_ref().map(|(lock, _)| lock.clone()),
         probes: Default::default(),
-        probe_clients: Default::default(),
+        probe_clients,
         cluster_ids: Default::default(),
         applied: Default::default(),
         removed: Default::default(),

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceRequirements, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -41,7 +42,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         ctx.metrics
             .forget_flow(&mf.namespace().unwrap_or_default(), &mf.name_any());
         ctx.forget(&Context::flow_key(&mf));
-        // Children carry owner references: the garbage collector removes them.
+        // ChildInputs carry owner references: the garbage collector removes them.
         return Ok(Action::await_change());
     }
     let ns = mf.namespace().ok_or(Error::NotNamespaced)?;
@@ -69,7 +70,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(super::lease::RENEW_EVERY));
     }
     match workload(&verdict, observe_only) {
-        Workload::Apply(versions) => match apply_children(&ctx, &ns, &mf, versions).await? {
+        Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await? {
             Ok(ready) => obs.ready_replicas = ready,
             Err(rejected) => obs.blocked = Some(rejected),
         },
@@ -125,10 +126,10 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// What a reconcile does with a flow's replicators.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 enum Workload<'a> {
-    /// Apply the children, built with these Secret resource versions.
-    Apply(&'a BTreeMap<String, String>),
+    /// Apply the children, built with these inputs.
+    Apply(&'a ChildInputs),
     /// Delete the children this flow owns.
     Remove,
     /// Leave whatever runs as it is.
@@ -137,7 +138,7 @@ enum Workload<'a> {
 
 fn workload(check: &Check, observe_only: bool) -> Workload<'_> {
     match check {
-        Check::Deploy(_, versions) if !observe_only => Workload::Apply(versions),
+        Check::Deploy(_, children) if !observe_only => Workload::Apply(children),
         // Observe mode runs no replicator; nor does a flow that would harm a cluster or use
         // what it may not.
         Check::Deploy(..) | Check::Stop(_) => Workload::Remove,
@@ -167,6 +168,7 @@ async fn remove_workload(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<(),
     let c = &ctx.client;
     delete_owned::<StatefulSet>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<PodDisruptionBudget>(c, ns, &mf.name_any(), &uid).await?;
+    delete_owned::<NetworkPolicy>(c, ns, &mf.name_any(), &uid).await?;
     delete_owned::<Service>(c, ns, &desired::service_name(mf), &uid).await?;
     delete_owned::<ConfigMap>(c, ns, &desired::config_map_name(mf), &uid).await?;
     if let Ok(mut m) = ctx.applied.lock() {
@@ -250,10 +252,19 @@ async fn probe_into(
     true
 }
 
+/// What the checks decided the flow's children are built with.
+#[derive(Debug, PartialEq)]
+struct ChildInputs {
+    /// The resourceVersion of every Secret the flow references.
+    versions: BTreeMap<String, String>,
+    /// The replicator container's resources, within the installer's bounds.
+    resources: ResourceRequirements,
+}
+
 /// What the reconcile does with a flow.
 enum Check {
     /// Valid, its Secrets readable and allowed, harming no cluster: deploy and probe it.
-    Deploy(Box<flow::Flow>, BTreeMap<String, String>),
+    Deploy(Box<flow::Flow>, ChildInputs),
     /// Not deployable as it stands; replicators already running are left as they are.
     Hold(Blocked),
     /// Harmful (a loop, one cluster on both sides, shared internal topics) or using a Secret
@@ -278,9 +289,25 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::pod_metadata_not_allowed(mf, &ctx.allowed_pod_metadata_keys) {
         return Ok(Check::Stop(b));
     }
+    // Held, not stopped: replicators already running were built with resources that passed
+    // (and keep writing, so the flow keeps its standing against later flows).
+    let resources = match guards::replicator_resources(mf, &ctx.resources) {
+        Ok(r) => r,
+        // An Observe flow runs no pod: what it would ask for does not matter yet.
+        Err(_) if mf.spec.mode == FlowMode::Observe => ctx.resources.default.clone(),
+        Err(b) => return Ok(Check::Hold(b)),
+    };
     let others = ctx.flows.state();
     if let Some(b) = guards::replication_loop(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Stop(b));
+    }
+    // Before anything connects to the flow's clusters (the id look-up, the probe).
+    if let Some(b) = guards::addresses::bootstrap_refusal(mf, &ctx.addresses).await {
+        return Ok(match b.reason {
+            reason::ADDRESS_NOT_ALLOWED => Check::Stop(b),
+            // Not resolvable now, so not checkable: running replicators stay.
+            _ => Check::Hold(b),
+        });
     }
     let (values, versions) = match fetch_secrets(ctx, ns, mf).await? {
         Ok(found) => found,
@@ -311,7 +338,13 @@ async fn check(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<Check, Error>
     if let Some(b) = guards::alias_names_two_clusters(mf, &others, |k| ctx.known_cluster_ids(k)) {
         return Ok(Check::Hold(b));
     }
-    Ok(Check::Deploy(Box::new(resolved), versions))
+    Ok(Check::Deploy(
+        Box::new(resolved),
+        ChildInputs {
+            versions,
+            resources,
+        },
+    ))
 }
 
 /// A held flow keeps its replicators, which mount the Secrets they were deployed with. If the
@@ -407,11 +440,13 @@ async fn apply_children(
     ctx: &Context,
     ns: &str,
     mf: &MirrorFlow,
-    versions: &BTreeMap<String, String>,
+    children: &ChildInputs,
 ) -> Result<Result<i32, Blocked>, Error> {
     let inputs = BuildInputs {
         image: ctx.replicator_image.clone(),
-        secret_versions: versions.clone(),
+        secret_versions: children.versions.clone(),
+        resources: children.resources.clone(),
+        network: ctx.network.clone(),
     };
     let objects = desired::build(mf, &inputs).map_err(Error::Build)?;
     let name = mf.name_any();
@@ -440,7 +475,7 @@ async fn apply_children(
     ) {
         return Ok(Ok(ready_replicas(cached_sts.as_deref())));
     }
-    if let Some(b) = foreign_child(&ctx.client, ns, mf).await? {
+    if let Some(b) = foreign_child(&ctx.client, ns, mf, objects.network_policy.is_some()).await? {
         return Ok(Err(b));
     }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -465,6 +500,10 @@ async fn apply_children(
         .await
     {
         return refused("Service", &svc, e).map(Err);
+    }
+    // Before the StatefulSet, so its pods never run without the policy.
+    if let Err(e) = network_policy(&client, ns, mf, objects.network_policy.as_ref(), &pp).await? {
+        return refused("NetworkPolicy", &name, e).map(Err);
     }
     let sts = match Api::<StatefulSet>::namespaced(client.clone(), ns)
         .patch(&name, &pp, &Patch::Apply(&objects.stateful_set))
@@ -496,6 +535,27 @@ async fn apply_children(
     Ok(Ok(ready_replicas(Some(&sts))))
 }
 
+/// Applies the flow's NetworkPolicy, or deletes the one it applied earlier when the installer
+/// turned the policy off. `Ok(Err(_))`: the apiserver refused the policy.
+async fn network_policy(
+    client: &kube::Client,
+    ns: &str,
+    mf: &MirrorFlow,
+    policy: Option<&NetworkPolicy>,
+    pp: &PatchParams,
+) -> Result<Result<(), kube::Error>, Error> {
+    let name = mf.name_any();
+    match policy {
+        Some(p) => Ok(Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+            .patch(&name, pp, &Patch::Apply(p))
+            .await
+            .map(drop)),
+        None => delete_owned::<NetworkPolicy>(client, ns, &name, &uid_of(mf))
+            .await
+            .map(Ok),
+    }
+}
+
 /// A child's name taken by an object this flow does not control. Server-side apply with
 /// `force` would take it over (a Service's selector and a PDB's are replaced whole) and a later
 /// removal would delete it: a flow author could seize or delete objects they may not write.
@@ -505,20 +565,25 @@ async fn foreign_child(
     client: &kube::Client,
     ns: &str,
     mf: &MirrorFlow,
+    network_policy: bool,
 ) -> Result<Option<Blocked>, Error> {
-    let uid = mf.meta().uid.clone().unwrap_or_default();
+    let uid = uid_of(mf);
     let name = mf.name_any();
-    let checks = [
+    let mut checks = vec![
         ("ConfigMap", desired::config_map_name(mf)),
         ("Service", desired::service_name(mf)),
         ("StatefulSet", name.clone()),
-        ("PodDisruptionBudget", name),
+        ("PodDisruptionBudget", name.clone()),
     ];
+    if network_policy {
+        checks.push(("NetworkPolicy", name));
+    }
     for (kind, child) in checks {
         let owners = match kind {
             "ConfigMap" => owners_of::<ConfigMap>(client, ns, &child).await?,
             "Service" => owners_of::<Service>(client, ns, &child).await?,
             "StatefulSet" => owners_of::<StatefulSet>(client, ns, &child).await?,
+            "NetworkPolicy" => owners_of::<NetworkPolicy>(client, ns, &child).await?,
             _ => owners_of::<PodDisruptionBudget>(client, ns, &child).await?,
         };
         if let Some(owners) = owners
@@ -530,6 +595,10 @@ async fn foreign_child(
         }
     }
     Ok(None)
+}
+
+fn uid_of(mf: &MirrorFlow) -> String {
+    mf.meta().uid.clone().unwrap_or_default()
 }
 
 /// The owner references of the object, or `None` when there is no such object.

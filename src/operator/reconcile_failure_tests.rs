@@ -284,10 +284,13 @@ fn the_verdict_and_the_mode_decide_whether_replicators_run_stop_or_stay() {
         &SecretFiles::from_values(BTreeMap::new()),
     )
     .expect("a flow without Secrets resolves");
-    let versions = BTreeMap::from([("creds".to_string(), "7".to_string())]);
-    let deploy = Check::Deploy(Box::new(resolved), versions.clone());
+    let children = || ChildInputs {
+        versions: BTreeMap::from([("creds".to_string(), "7".to_string())]),
+        resources: guards::ResourcePolicy::default().default,
+    };
+    let deploy = Check::Deploy(Box::new(resolved), children());
     let blocked = || Blocked::new(reason::INVALID_SPEC, "spec.replicas: 0 is out of range");
-    assert_eq!(workload(&deploy, false), Workload::Apply(&versions));
+    assert_eq!(workload(&deploy, false), Workload::Apply(&children()));
     assert_eq!(workload(&deploy, true), Workload::Remove, "Observe");
     assert_eq!(
         workload(&Check::Stop(blocked()), false),

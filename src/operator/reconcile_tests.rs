@@ -45,6 +45,9 @@ fn bare_context(client: kube::Client) -> Context {
         replicator_image: "mirrorflow:test".into(),
         allowed_image_prefixes: Vec::new(),
         allowed_pod_metadata_keys: Vec::new(),
+        resources: Default::default(),
+        network: Default::default(),
+        addresses: Default::default(),
         liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),
@@ -232,6 +235,55 @@ async fn an_invalid_spec_is_answered_without_reading_anything() {
     );
 }
 
+#[tokio::test]
+async fn resources_above_the_installers_maximum_are_refused_before_anything_is_read() {
+    let (seen, observe_reads) = (reconcile_big(false).await, reconcile_big(true).await);
+    // An Observe flow runs no pod: its resources are not judged, so it goes on to its Secrets.
+    assert!(
+        observe_reads.iter().any(|r| r.path.contains("/secrets/")),
+        "{observe_reads:?}"
+    );
+    assert!(seen.iter().all(|r| r.method != "GET"), "{seen:?}");
+    assert_eq!(wrote_children(&seen), Vec::<String>::new());
+    let (status, events) = written(&seen);
+    assert!(
+        reasons(&status)
+            .iter()
+            .any(|(t, r)| t == status::READY && r == reason::RESOURCES_NOT_ALLOWED),
+        "{status}"
+    );
+    assert!(
+        status["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("spec.resources.limits.memory: 64Gi")),
+        "{status}"
+    );
+    assert!(events.contains(&("Warning".into(), reason::RESOURCES_NOT_ALLOWED.into())));
+}
+
+/// What one reconcile of a flow asking for 64Gi (at most 1Gi allowed) asked the apiserver.
+async fn reconcile_big(observe: bool) -> Vec<Seen> {
+    let (client, seen) = fake_apiserver::client(serve(|_| None));
+    let mut ctx = bare_context(client);
+    ctx.resources = guards::ResourcePolicy::from_flags(
+        &[],
+        &["memory=512Mi".into()],
+        &["memory=1Gi".into()],
+        true,
+    )
+    .expect("a valid policy");
+    let mut big = flow();
+    big.spec.resources =
+        serde_json::from_value(json!({"limits": {"memory": "64Gi"}})).expect("resources");
+    if observe {
+        big.spec.mode = crate::api::FlowMode::Observe;
+    }
+    reconcile(Arc::new(big), Arc::new(ctx))
+        .await
+        .expect("the reconcile succeeds");
+    seen.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
 // A world in which the flow can be deployed: `creds` opted in, the clusters' ids known, and
 // the children applied against a small store in the fake apiserver.
 
@@ -239,6 +291,7 @@ const CM: &str = "/api/v1/namespaces/ns/configmaps/f-flow";
 const SVC: &str = "/api/v1/namespaces/ns/services/f-metrics";
 const STS: &str = "/apis/apps/v1/namespaces/ns/statefulsets/f";
 const PDB: &str = "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/f";
+const NP: &str = "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/f";
 const SECRET: &str = "/api/v1/namespaces/ns/secrets/creds";
 /// The password in `creds`, plain and as the Secret carries it: no written object may hold it.
 const PASSWORD: &str = "hunter2-for-brokers-only";
@@ -270,6 +323,7 @@ fn child(path: &str, owner: &str) -> Value {
         CM => ("v1", "ConfigMap"),
         SVC => ("v1", "Service"),
         STS => ("apps/v1", "StatefulSet"),
+        NP => ("networking.k8s.io/v1", "NetworkPolicy"),
         _ => ("policy/v1", "PodDisruptionBudget"),
     };
     json!({
@@ -291,7 +345,7 @@ struct Children {
 
 impl Children {
     fn answer(&self, r: &Seen) -> Option<(StatusCode, Value)> {
-        if ![CM, SVC, STS, PDB].contains(&r.path.as_str()) {
+        if ![CM, SVC, STS, PDB, NP].contains(&r.path.as_str()) {
             return None;
         }
         let mut objects = self.objects.lock().ok()?;
@@ -532,6 +586,11 @@ async fn a_valid_flow_applies_its_four_children_in_order_with_server_side_apply_
         .find(|p| p.path == STS)
         .expect("a StatefulSet");
     assert_eq!(sts.body["spec"]["replicas"], 1);
+    assert_eq!(
+        sts.body["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "512Mi",
+        "a flow without spec.resources gets the installer's default memory limit"
+    );
     let written_bodies: String = seen
         .iter()
         .filter(|r| r.method != "GET")
@@ -751,6 +810,10 @@ async fn back_to_replicate_after_observe_applies_again_even_while_the_watches_la
 /// Refusals, deletion, apiserver failures, the lease and the probe slots.
 #[path = "reconcile_failure_tests.rs"]
 mod failures;
+
+/// The NetworkPolicy child in front of the replicator pods.
+#[path = "reconcile_network_tests.rs"]
+mod network;
 
 #[tokio::test]
 async fn a_placement_change_on_a_running_flow_is_held_keeping_its_replicators() {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mirrorflow_conn::OAuth;
+use mirrorflow_conn::{AddressCheck, OAuth};
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -147,7 +147,18 @@ pub struct ProbeClients {
     /// ([`LOOPBACK_TOKEN_ENDPOINTS_ENV`] = `allow`, chart value
     /// `probe.loopbackTokenEndpoints`). A CLI run fetches from the user's own machine.
     loopback_token_endpoints: bool,
+    /// Which addresses the probe may connect to (the installer's `probeAddresses`): the
+    /// project's own connections check every address they connect to, and metadata naming a
+    /// broker elsewhere is refused before librdkafka follows it (`None`: any).
+    address_check: Option<AddressCheck>,
+    /// Clusters whose metadata was refused ([`Self::brokers_refused`]), and when: not asked
+    /// again for [`REFUSED_FOR`], so a cluster listing thousands of brokers does not make a
+    /// client (and its threads) every probe.
+    refused: Mutex<HashMap<ClientKey, (Instant, ClusterFault)>>,
 }
+
+/// How long a cluster whose metadata was refused is not connected to again.
+pub const REFUSED_FOR: Duration = Duration::from_secs(300);
 
 /// The operator's environment variable that lets its probe fetch OAuth tokens from `http://`
 /// loopback endpoints (`allow`); test worlds whose token endpoint runs on the node set it.
@@ -167,7 +178,45 @@ impl ProbeClients {
             clusters: Mutex::new(HashMap::new()),
             idle,
             loopback_token_endpoints: false,
+            address_check: None,
+            refused: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The fault of the cluster `config` reaches in `namespace` when its metadata was refused
+    /// within [`REFUSED_FOR`]: the probe does not connect to it again until then.
+    pub fn recently_refused(&self, namespace: &str, config: &ClientConfig) -> Option<ClusterFault> {
+        let mut refused = self.refused.lock().ok()?;
+        refused.retain(|_, (at, _)| at.elapsed() < REFUSED_FOR);
+        refused
+            .get(&ClientKey::new(namespace, config))
+            .map(|(_, f)| f.clone())
+    }
+
+    pub fn with_address_check(mut self, check: Option<AddressCheck>) -> Self {
+        self.address_check = check;
+        self
+    }
+
+    /// Why the probe must not follow `md`, the metadata of the cluster `config` reaches in
+    /// `namespace`: too many brokers, or one at an address it may not connect to. The client
+    /// is dropped then (its broker threads end when the probe lets go of it).
+    pub fn brokers_refused(
+        &self,
+        namespace: &str,
+        config: &ClientConfig,
+        md: &Metadata,
+    ) -> Option<ClusterFault> {
+        let fault =
+            ClusterFault::Brokers(super::brokers::refusal(md, self.address_check.as_ref())?);
+        let key = ClientKey::new(namespace, config);
+        let gone = self.clusters.lock().ok().and_then(|mut c| c.remove(&key));
+        // Outside the lock: dropping a client waits for its threads.
+        drop(gone);
+        if let Ok(mut refused) = self.refused.lock() {
+            refused.insert(key, (Instant::now(), fault.clone()));
+        }
+        Some(fault)
     }
 
     /// The clients of a CLI run, on the user's machine: a loopback token endpoint is theirs.
@@ -197,7 +246,10 @@ impl ProbeClients {
         namespace: &str,
         config: &ClientConfig,
     ) -> Result<Arc<Cluster>, KafkaError> {
-        if let Some(refused) = self.refused(config) {
+        if let Some(refused) = self
+            .refused(config)
+            .or_else(|| self.recently_refused(namespace, config))
+        {
             return Err(KafkaError::ClientCreation(format!("{refused:?}")));
         }
         let key = ClientKey::new(namespace, config);
@@ -209,7 +261,11 @@ impl ProbeClients {
             c.touch();
             return Ok(c.clone());
         }
-        let c = Arc::new(Cluster::new(config, self.loopback_token_endpoints)?);
+        let c = Arc::new(Cluster::new(
+            config,
+            self.loopback_token_endpoints,
+            self.address_check.clone(),
+        )?);
         clusters.insert(key, c.clone());
         Ok(c)
     }
@@ -263,6 +319,9 @@ pub struct Cluster {
     group_names: Mutex<Option<(Instant, Arc<Vec<String>>)>>,
 }
 
+/// The largest answer a probe client reads from a broker (`receive.message.max.bytes`).
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+
 /// How long one answer about the whole cluster (metadata, its groups) serves the flows that
 /// share the client: far below the status interval, so a status is never older for it.
 const SHARED_FOR: Duration = Duration::from_secs(2);
@@ -280,7 +339,8 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// statistics: nobody reads them. Answers are bounded at 8 MiB (`receive.message.max.bytes`,
 /// librdkafka's default 100 MB): a Metadata or ListGroups answer of a cluster with tens of
 /// thousands of partitions or groups fits, and a hostile broker's answer costs at most that
-/// per client instead of a hundred MB. Settings the flow gave stand.
+/// per client instead of a hundred MB; that bound holds whatever the flow's configuration
+/// says. Other settings the flow gave stand.
 fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
     let mut c = base.clone();
     c.set("group.id", group)
@@ -289,10 +349,10 @@ fn probe_config(base: &ClientConfig, group: &str) -> ClientConfig {
         .set("enable.partition.eof", "false")
         // A followed topic whose start was deleted (retention) goes on from its new start.
         .set("auto.offset.reset", "earliest")
-        .set("socket.timeout.ms", "5000");
+        .set("socket.timeout.ms", "5000")
+        .set("receive.message.max.bytes", MAX_ANSWER_BYTES.to_string());
     for (name, value) in [
         ("queued.max.messages.kbytes", "512"),
-        ("receive.message.max.bytes", "8388608"),
         ("fetch.max.bytes", "1048576"),
         ("max.partition.fetch.bytes", "262144"),
         ("statistics.interval.ms", "0"),
@@ -311,6 +371,7 @@ fn consumer(
     base: &ClientConfig,
     group: &str,
     loopback_token_endpoints: bool,
+    address_check: Option<AddressCheck>,
 ) -> Result<ProbeConsumer, KafkaError> {
     let oauthbearer = base.get("sasl.mechanisms") == Some("OAUTHBEARER");
     // rdkafka sets a token from the context without SASL extensions: a flow that needs them
@@ -319,7 +380,8 @@ fn consumer(
     let oauth = oauthbearer
         .then(|| super::tails::oauth(base, loopback_token_endpoints))
         .flatten()
-        .filter(|o| o.extensions.is_empty());
+        .filter(|o| o.extensions.is_empty())
+        .map(|o| o.with_address_check(address_check));
     librdkafka_config(base, group, oauth.is_some()).create_with_context(TokenContext {
         probe: ProbeContext::new(oauthbearer),
         oauth,
@@ -342,10 +404,19 @@ fn librdkafka_config(base: &ClientConfig, group: &str, own_tokens: bool) -> Clie
 const DRAIN: usize = 64;
 
 impl Cluster {
-    fn new(config: &ClientConfig, loopback_token_endpoints: bool) -> Result<Self, KafkaError> {
+    fn new(
+        config: &ClientConfig,
+        loopback_token_endpoints: bool,
+        address_check: Option<AddressCheck>,
+    ) -> Result<Self, KafkaError> {
         Ok(Cluster {
-            client: consumer(config, PROBE_GROUP, loopback_token_endpoints)?,
-            own: OwnTails::new(config, loopback_token_endpoints).map(Mutex::new),
+            client: consumer(
+                config,
+                PROBE_GROUP,
+                loopback_token_endpoints,
+                address_check.clone(),
+            )?,
+            own: OwnTails::new(config, loopback_token_endpoints, address_check).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),
@@ -657,8 +728,46 @@ mod tests {
             PROBE_GROUP,
         );
         assert_eq!(own.get("max.partition.fetch.bytes"), Some("1048576"));
+        // The answer bound holds whatever the configuration says (N6).
+        let big = probe_config(
+            &config(&[("receive.message.max.bytes", "100000000")]),
+            PROBE_GROUP,
+        );
+        assert_eq!(big.get("receive.message.max.bytes"), Some("8388608"));
         // librdkafka accepts the settings (it refuses a fetch size below the message size).
-        consumer(&config(&[]), PROBE_GROUP, false).expect("a probe client");
+        consumer(&config(&[]), PROBE_GROUP, false, None).expect("a probe client");
+    }
+
+    #[test]
+    fn a_cluster_whose_metadata_was_refused_is_not_connected_to_again_for_a_while() {
+        let clients = ProbeClients::new(IDLE);
+        let hostile = config(&[("bootstrap.servers", "hostile:9092")]);
+        let fault = ClusterFault::Brokers(crate::status::brokers::Refusal::TooManyBrokers {
+            count: 20_000,
+        });
+        if let Ok(mut r) = clients.refused.lock() {
+            r.insert(
+                ClientKey::new("ns", &hostile),
+                (Instant::now(), fault.clone()),
+            );
+        }
+        assert_eq!(clients.recently_refused("ns", &hostile), Some(fault));
+        assert!(clients.cluster("ns", &hostile).is_err());
+        assert_eq!(clients.len(), 0, "no client, no broker threads");
+        // Another namespace, or another cluster, is not affected.
+        assert_eq!(clients.recently_refused("other", &hostile), None);
+        // After REFUSED_FOR the cluster is asked again (an `Instant` that far back exists
+        // once the machine has run that long).
+        let Some(long_ago) = Instant::now().checked_sub(REFUSED_FOR + Duration::from_secs(1))
+        else {
+            return;
+        };
+        if let Ok(mut r) = clients.refused.lock()
+            && let Some(entry) = r.get_mut(&ClientKey::new("ns", &hostile))
+        {
+            entry.0 = long_ago;
+        }
+        assert_eq!(clients.recently_refused("ns", &hostile), None);
     }
 
     #[test]
@@ -711,7 +820,7 @@ mod tests {
             ("sasl.oauthbearer.client.id", "probe"),
             ("sasl.oauthbearer.client.secret", "s3cret"),
         ]);
-        let client = consumer(&oauth, PROBE_GROUP, true).expect("a probe client");
+        let client = consumer(&oauth, PROBE_GROUP, true, None).expect("a probe client");
         let context = client.context();
         assert!(context.oauth.is_some());
         let token = context.generate_oauth_token(None).expect("a token");
@@ -732,7 +841,7 @@ mod tests {
         // With SASL extensions, which a token from the context cannot carry: librdkafka's own.
         let mut extended = oauth.clone();
         extended.set("sasl.oauthbearer.extensions", "logicalCluster=lkc-1");
-        let client = consumer(&extended, PROBE_GROUP, true).expect("a probe client");
+        let client = consumer(&extended, PROBE_GROUP, true, None).expect("a probe client");
         assert!(client.context().oauth.is_none());
     }
 

@@ -16,6 +16,7 @@
 //! what to do, and `lastTransitionTime` that moves only when `status` flips.
 
 pub mod acls;
+pub mod brokers;
 pub mod clients;
 pub mod diagnose;
 pub mod gaps;
@@ -132,6 +133,9 @@ pub enum ClusterFault {
     /// The client could not connect and [`diagnose`] found the class: nothing listening, TLS
     /// or SASL expected or not, not Kafka, a certificate, a mechanism not enabled.
     Connection(diagnose::Diagnosis),
+    /// The cluster's metadata lists too many brokers, or one the operator may not reach: the
+    /// probe did not follow it.
+    Brokers(brokers::Refusal),
 }
 
 /// The most bytes of a broker's or token endpoint's own words a status message or Event
@@ -174,6 +178,8 @@ impl ClusterFault {
             ClusterFault::NotAuthorized(e) => ClusterFault::NotAuthorized(cut(e)),
             // A class, never the bytes the address answered.
             ClusterFault::Connection(d) => ClusterFault::Connection(d.clone()),
+            // Bounded where it is made.
+            ClusterFault::Brokers(r) => ClusterFault::Brokers(r.clone()),
         }
     }
 
@@ -187,6 +193,13 @@ impl ClusterFault {
         let source = side == "source";
         match self {
             ClusterFault::Connection(d) => diagnose::describe(d, side),
+            ClusterFault::Brokers(r) => (
+                match r {
+                    brokers::Refusal::TooManyBrokers { .. } => reason::TOO_MANY_BROKERS,
+                    brokers::Refusal::Address { .. } => reason::ADDRESS_NOT_ALLOWED,
+                },
+                brokers::describe(r, side),
+            ),
             ClusterFault::Unreachable(e) => (
                 if source {
                     reason::SOURCE_UNREACHABLE

@@ -420,8 +420,10 @@ fn observe_clusters(
     let policy = flow.policy.as_ref();
     let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
     let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
-    out.source_error = clients.refused(&source_config);
-    out.target_error = clients.refused(&target_config);
+    out.source_error = (clients.refused(&source_config))
+        .or_else(|| clients.recently_refused(namespace, &source_config));
+    out.target_error = (clients.refused(&target_config))
+        .or_else(|| clients.recently_refused(namespace, &target_config));
     if out.source_error.is_some() || out.target_error.is_some() {
         return out;
     }
@@ -440,6 +442,12 @@ fn observe_clusters(
         }
     };
     let source_md = source.metadata(budget.next(TIMEOUT));
+    if let Some(f) = (source_md.as_ref().ok())
+        .and_then(|md| clients.brokers_refused(namespace, &source_config, md))
+    {
+        out.source_error = Some(f);
+        return out;
+    }
     let mut mirrored = Vec::new();
     match &source_md {
         Ok(md) => {
@@ -457,6 +465,10 @@ fn observe_clusters(
         Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
     }
     let target_md = match target.metadata(budget.next(TIMEOUT)) {
+        Ok(md) if let Some(f) = clients.brokers_refused(namespace, &target_config, &md) => {
+            out.target_error = Some(f);
+            return out;
+        }
         Ok(md) => {
             target.client().context().clear_cause();
             md

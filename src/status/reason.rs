@@ -62,13 +62,22 @@ pub const CONFLICTING_FLOW: &str = "ConflictingFlow";
 /// An older flow copies the other way between the same clusters and one of the two uses the
 /// Identity policy: records would go back and forth forever.
 pub const REPLICATION_LOOP: &str = "ReplicationLoop";
-/// A ConfigMap, Service, StatefulSet or PodDisruptionBudget of the name this flow's child needs
+/// A ConfigMap, Service, StatefulSet, PodDisruptionBudget or NetworkPolicy of the name this flow's child needs
 /// exists and is not this flow's: nothing is applied over it.
 pub const CHILD_CONFLICT: &str = "ChildConflict";
 /// A partition has copied nothing for a minute while its source holds records beyond it.
 pub const PARTITION_STALLED: &str = "PartitionStalled";
 /// `spec.pod.labels` or `spec.pod.annotations` has a key the operator's installer did not allow.
 pub const POD_METADATA_NOT_ALLOWED: &str = "PodMetadataNotAllowed";
+/// `spec.resources` asks for more than the operator's installer allows per replicator container,
+/// for a resource it does not bound, for requests without limits where limits are required,
+/// or is not a quantity the operator reads.
+pub const RESOURCES_NOT_ALLOWED: &str = "ResourcesNotAllowed";
+/// A bootstrap server resolves to an address the operator's installer does not let it connect
+/// to (chart value `probeAddresses`): the probe does not connect, no replicator runs.
+pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
+/// A cluster's metadata lists more brokers than the operator's probe follows.
+pub const TOO_MANY_BROKERS: &str = "TooManyBrokers";
 /// A referenced Secret has not opted in to being used by this flow.
 pub const SECRET_NOT_SHARED: &str = "SecretNotShared";
 /// `spec.pod.image` is not among the images the operator's installer allowed.

@@ -339,6 +339,14 @@ pub(super) fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth
     ))
 }
 
+/// `security` whose token endpoint, if any, is held to `check` as the brokers are.
+fn checked(mut security: Security, check: &Option<mirrorflow_conn::AddressCheck>) -> Security {
+    if let Some(Sasl::OAuthBearer(oauth)) = security.sasl.take() {
+        security.sasl = Some(Sasl::OAuthBearer(oauth.with_address_check(check.clone())));
+    }
+    security
+}
+
 /// The followed topics of one cluster (as one set of credentials in one namespace sees it),
 /// read with one fetcher: each round fetches every followed topic, so the reads of a probe's
 /// three topics share their round trips.
@@ -346,20 +354,27 @@ pub(super) struct OwnTails {
     bootstrap: String,
     security: Security,
     client_id: String,
+    /// The installer's bound on the addresses these connections may reach.
+    address_check: Option<mirrorflow_conn::AddressCheck>,
     fetcher: Option<Fetcher>,
     pub(super) tails: HashMap<String, Tail>,
 }
 
 impl OwnTails {
     /// `None` when the configuration needs what these connections do not speak.
-    pub(super) fn new(config: &ClientConfig, allow_loopback: bool) -> Option<Self> {
+    pub(super) fn new(
+        config: &ClientConfig,
+        allow_loopback: bool,
+        address_check: Option<mirrorflow_conn::AddressCheck>,
+    ) -> Option<Self> {
         Some(OwnTails {
             bootstrap: config.get("bootstrap.servers")?.to_owned(),
-            security: conn_security(config, allow_loopback)?,
+            security: checked(conn_security(config, allow_loopback)?, &address_check),
             client_id: config
                 .get("client.id")
                 .unwrap_or("mirrorflow-operator-probe")
                 .to_owned(),
+            address_check,
             fetcher: None,
             tails: HashMap::new(),
         })
@@ -371,6 +386,7 @@ impl OwnTails {
                 client_id: self.client_id.clone(),
                 timeout: IO_TIMEOUT,
                 max_frame: MAX_FRAME,
+                address_check: self.address_check.clone(),
             };
             let cluster =
                 mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)

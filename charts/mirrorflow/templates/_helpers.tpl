@@ -83,6 +83,11 @@ through owner references).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
+# The NetworkPolicy in front of each flow's replicator pods (replicatorNetworkPolicy): read by
+# name, applied and deleted like the other children.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # Secrets a flow references, one by name: to check they exist and opted in to the flow, for
 # the probe's credentials, and to roll pods when they change. No list or watch: the operator
 # never needs to see a Secret no flow names.
@@ -93,4 +98,30 @@ through owner references).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- end }}
+
+{{/*
+A resource list ({cpu: 100m, memory: 1Gi}) as the operator's flags take it: `cpu=100m,memory=1Gi`.
+*/}}
+{{- define "mirrorflow.quantities" -}}
+{{- $pairs := list }}
+{{- range $name, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%v" $name $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/*
+The replicator NetworkPolicy settings as the operator reads them (JSON): the scrapers allowed
+to reach port 9464 (Prometheus-like pods in the named namespaces, the release namespace by
+default, plus any extra peers), the egress allow-list and where DNS may be asked.
+*/}}
+{{- define "mirrorflow.replicatorNetworkPolicy" -}}
+{{- $np := .Values.replicatorNetworkPolicy }}
+{{- $peers := list }}
+{{- range (default (list .Release.Namespace) $np.metrics.namespaces) }}
+{{- $peers = append $peers (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .)) "podSelector" $np.metrics.podSelector) }}
+{{- end }}
+{{- $peers = concat $peers $np.metrics.extraFrom }}
+{{- dict "enabled" $np.enabled "metricsFrom" $peers "egressCidrs" $np.egressCidrs "dnsTo" $np.dnsTo | toJson }}
 {{- end }}

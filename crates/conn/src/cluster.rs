@@ -278,6 +278,7 @@ mod tests {
             client_id: "mf".into(),
             timeout: Duration::from_millis(200),
             max_frame: 1 << 20,
+            address_check: None,
         }
     }
 

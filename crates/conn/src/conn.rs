@@ -1,7 +1,8 @@
 //! One blocking connection to one broker.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,30 @@ pub struct Options {
     pub timeout: Duration,
     /// The largest answer frame read (a fetch's `max_bytes` and its framing, with room).
     pub max_frame: usize,
+    /// Whether a resolved address may be connected to (`None`: any). Checked on the very
+    /// address connected to, so a broker named in a metadata answer, or a name that resolves
+    /// elsewhere the next time, is held to it as well as the bootstrap servers.
+    pub address_check: Option<AddressCheck>,
+}
+
+/// Decides whether an address may be connected to; `Err` says why not.
+#[derive(Clone)]
+pub struct AddressCheck(Arc<dyn Fn(IpAddr) -> Result<(), String> + Send + Sync>);
+
+impl AddressCheck {
+    pub fn new(check: impl Fn(IpAddr) -> Result<(), String> + Send + Sync + 'static) -> Self {
+        AddressCheck(Arc::new(check))
+    }
+
+    pub fn check(&self, addr: IpAddr) -> Result<(), String> {
+        (self.0)(addr)
+    }
+}
+
+impl std::fmt::Debug for AddressCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AddressCheck")
+    }
 }
 
 /// Bytes both ways: what a connection runs over besides a socket ([`Conn::over`]).
@@ -203,6 +228,14 @@ impl Conn {
                 "the name resolves to no address",
             ))
         })?;
+        if let Some(check) = &options.address_check {
+            check
+                .check(socket.ip())
+                .map_err(|why| ConnError::AddressRefused {
+                    peer: peer.clone(),
+                    why,
+                })?;
+        }
         let tcp = TcpStream::connect_timeout(&socket, options.timeout).map_err(io)?;
         tcp.set_nodelay(true).map_err(io)?;
         // The TLS handshake, like each request, ends by the timeout.
@@ -522,10 +555,10 @@ fn handshake(addr: &str, tls: &Tls, tcp: Timed) -> Result<SslStream<Timed>, Conn
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::{IpAddr, TcpListener, TcpStream};
     use std::time::{Duration, Instant};
 
-    use super::{Conn, Options, Stream, Timed, host_of};
+    use super::{AddressCheck, Conn, Options, Stream, Timed, host_of};
     use crate::ConnError;
 
     fn options(timeout: Duration) -> Options {
@@ -533,6 +566,7 @@ mod tests {
             client_id: "mf".into(),
             timeout,
             max_frame: 1 << 20,
+            address_check: None,
         }
     }
 
@@ -557,6 +591,36 @@ mod tests {
             }
         });
         (addr, broker)
+    }
+
+    /// N12: an address the installer does not allow is never connected to; the check sees
+    /// the resolved address, so a name is held to it as well as an address.
+    #[test]
+    fn a_refused_address_is_not_connected_to() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let port = listener.local_addr().expect("its address").port();
+        let mut refusing = options(Duration::from_secs(2));
+        refusing.address_check = Some(AddressCheck::new(|ip: IpAddr| {
+            if ip.is_loopback() {
+                Err(format!("{ip} is in 127.0.0.0/8"))
+            } else {
+                Ok(())
+            }
+        }));
+        for addr in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+            match Conn::open(&addr, &crate::Security::default(), &refusing) {
+                Err(ConnError::AddressRefused { peer, why }) => {
+                    assert_eq!(peer, addr);
+                    assert!(why.contains("127.0.0.0/8"), "{why}");
+                }
+                other => panic!("{addr}: expected a refusal, got {other:?}"),
+            }
+        }
+        assert!(
+            listener.accept().is_err(),
+            "nothing connected to the refused address"
+        );
     }
 
     /// N14: each byte comes well within the read timeout, but the answer as a whole does not

@@ -14,7 +14,7 @@ mod scram;
 pub mod writer;
 
 pub use cluster::{Cluster, MAX_BOOTSTRAP};
-pub use conn::{Conn, Duplex, Options};
+pub use conn::{AddressCheck, Conn, Duplex, Options};
 pub use fetcher::{FetchLimits, Fetcher};
 pub use oauth::OAuth;
 pub use scram::{Scram, ScramHash};
@@ -126,6 +126,9 @@ pub enum ConnError {
     },
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    /// The address was refused before connecting ([`Options::address_check`]).
+    #[error("{peer}: not connected: {why}")]
+    AddressRefused { peer: String, why: String },
     #[error("bootstrap: {count} addresses (1 to {max})")]
     Bootstrap { count: usize, max: usize },
     #[error("broker {node_id} is not in the cluster's metadata")]

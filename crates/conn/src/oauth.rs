@@ -36,6 +36,8 @@ pub struct OAuth {
     /// link-local address: a CLI run on the user's machine, a test world. Never for the
     /// shared operator unless its installer said so.
     pub allow_loopback: bool,
+    /// The installer's bound on the addresses called (`None`: any not refused above).
+    pub address_check: Option<crate::AddressCheck>,
     /// The token while it is fresh, shared by every connection of a cluster.
     token: Arc<Mutex<Option<(String, Instant)>>>,
 }
@@ -56,8 +58,15 @@ impl OAuth {
             scope,
             extensions,
             allow_loopback,
+            address_check: None,
             token: Arc::default(),
         }
+    }
+
+    /// The same client, calling only addresses `check` allows.
+    pub fn with_address_check(mut self, check: Option<crate::AddressCheck>) -> Self {
+        self.address_check = check;
+        self
     }
 
     /// A token: the one fetched before while it is fresh (80 % of its lifetime), else a new
@@ -189,12 +198,20 @@ fn is_local(ip: IpAddr) -> bool {
 
 /// The address to connect to: the first the host resolves to, refused when it is local and
 /// loopback is not allowed, or when plain http goes anywhere but loopback.
-fn checked_address(endpoint: &Endpoint<'_>, allow_loopback: bool) -> Result<SocketAddr, ConnError> {
+fn checked_address(endpoint: &Endpoint<'_>, oauth: &OAuth) -> Result<SocketAddr, ConnError> {
+    let allow_loopback = oauth.allow_loopback;
     let address = (endpoint.host, endpoint.port)
         .to_socket_addrs()
         .map_err(|_| token_error("the token endpoint's host does not resolve"))?
         .next()
         .ok_or_else(|| token_error("the token endpoint's host does not resolve"))?;
+    if let Some(check) = &oauth.address_check
+        && check.check(address.ip()).is_err()
+    {
+        return Err(token_error(
+            "the token endpoint resolves to an address the operator's installer does not let it reach",
+        ));
+    }
     let local = is_local(address.ip());
     if local && !allow_loopback {
         return Err(token_error(
@@ -214,7 +231,7 @@ fn checked_address(endpoint: &Endpoint<'_>, allow_loopback: bool) -> Result<Sock
 pub fn fetch_token(oauth: &OAuth, timeout: Duration) -> Result<(String, Duration), ConnError> {
     let deadline = Instant::now() + timeout;
     let endpoint = parse_endpoint(&oauth.token_endpoint)?;
-    let address = checked_address(&endpoint, oauth.allow_loopback)?;
+    let address = checked_address(&endpoint, oauth)?;
     let unreachable = |_| token_error("the token endpoint cannot be reached");
     let tcp = TcpStream::connect_timeout(&address, timeout).map_err(unreachable)?;
     tcp.set_read_timeout(Some(timeout)).map_err(unreachable)?;

@@ -622,6 +622,7 @@ mod tests {
             client_id: "mf".into(),
             timeout: Duration::from_secs(5),
             max_frame: 1 << 20,
+            address_check: None,
         }
     }
 

@@ -45,6 +45,7 @@ fn options() -> Options {
         client_id: "mirrorflow-e2e-batches".into(),
         timeout: Duration::from_secs(10),
         max_frame: 64 << 20,
+        address_check: None,
     }
 }
 

@@ -77,6 +77,7 @@ fn stored_codecs(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Cod
         client_id: "mirrorflow-e2e-batches".into(),
         timeout: Duration::from_secs(10),
         max_frame: 64 << 20,
+        address_check: None,
     };
     let mut conn = Conn::open(bootstrap, &Security::default(), &options)?;
     let mut codecs = Vec::new();

@@ -434,6 +434,8 @@ fn batch_connections(
         // Longer than a write the target may hold for its replicas.
         timeout: mirrorflow_conn::writer::PRODUCE_TIMEOUT + Duration::from_secs(30),
         max_frame: frame,
+        // Replicators run in the flow's namespace; their egress is the NetworkPolicy's.
+        address_check: None,
     };
     // A fetch answer is at most its `max_bytes` plus one batch past it; writes answer small.
     let fetch_frame = window.fetch_bytes.saturating_mul(2).max(16 << 20);

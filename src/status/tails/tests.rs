@@ -188,5 +188,5 @@ fn the_probe_configuration_gives_the_same_security_to_the_own_connections() {
         conn_security(&unknown, false).is_none(),
         "followed with librdkafka"
     );
-    assert!(OwnTails::new(&unknown, false).is_none());
+    assert!(OwnTails::new(&unknown, false, None).is_none());
 }

@@ -37,6 +37,7 @@ fn cluster(bootstrap: &str) -> Result<Cluster> {
         timeout: Duration::from_secs(60),
         // A fetch's `max_bytes` plus its framing, with room to spare.
         max_frame: 256 << 20,
+        address_check: None,
     };
     Ok(Cluster::new(bootstrap, Security::default(), options)?)
 }

@@ -70,18 +70,37 @@ fn the_operator_calls_no_local_address_and_no_plain_http() {
     assert!(!is_local("10.0.0.1".parse().expect("an address")));
     let local = parse_endpoint("https://127.0.0.1:8443/t").expect("valid");
     assert!(
-        checked_address(&local, false).is_err(),
+        checked_address(&local, &oauth("", false)).is_err(),
         "loopback over https"
     );
-    assert!(checked_address(&local, true).is_ok(), "allowed");
+    assert!(checked_address(&local, &oauth("", true)).is_ok(), "allowed");
     let metadata = parse_endpoint("http://169.254.169.254/latest").expect("valid");
     assert!(
-        checked_address(&metadata, true).is_err(),
+        checked_address(&metadata, &oauth("", true)).is_err(),
         "http to link-local, even allowed"
     );
     let plain = parse_endpoint("http://10.0.0.1/t").expect("valid");
-    let err = checked_address(&plain, true).expect_err("http off loopback");
+    let err = checked_address(&plain, &oauth("", true)).expect_err("http off loopback");
     assert!(err.to_string().contains("https"), "{err}");
+}
+
+/// N12: the installer's address bound holds for the token endpoint as for the brokers.
+#[test]
+fn a_token_endpoint_outside_the_installers_addresses_is_not_called() {
+    let ten = crate::AddressCheck::new(|ip| match ip {
+        std::net::IpAddr::V4(v4) if v4.octets()[0] == 10 => Ok(()),
+        other => Err(format!("{other} is outside 10.0.0.0/8")),
+    });
+    let inside = parse_endpoint("https://10.0.0.1/t").expect("valid");
+    let outside = parse_endpoint("https://192.0.2.1/t").expect("valid");
+    let bounded = oauth("", false).with_address_check(Some(ten));
+    assert!(checked_address(&inside, &bounded).is_ok());
+    let err = checked_address(&outside, &bounded).expect_err("refused");
+    assert!(err.to_string().contains("installer"), "{err}");
+    assert!(
+        checked_address(&outside, &oauth("", false)).is_ok(),
+        "unbounded"
+    );
 }
 
 #[test]
