@@ -53,6 +53,7 @@ fn a_partition_without_the_producers_state_takes_any_sequence_and_then_refuses_t
         client_id: "mf-unknown-producer".into(),
         timeout: Duration::from_secs(30),
         max_frame: 1 << 20,
+        address_check: None,
     };
     let mut cluster = Cluster::new(&broker, Security::default(), options).expect("an address");
     let metadata = cluster.metadata(&[&topic]).expect("metadata");
