@@ -14,10 +14,12 @@ pub fn install_operator(world: &World, ns: &str) -> Result<()> {
 
 /// [`install_operator`] with more `--set key=value` chart values.
 pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result<()> {
-    let chart = world.repo_root.join("charts/mirrorflow");
-    let chart = chart.to_str().context("chart path")?;
-    // Helm installs a chart's CRDs only when absent and never upgrades them: a world that
-    // outlived a schema change would test against the old schema.
+    install_operator_in(world, ns, ns, values)
+}
+
+/// Applies the checkout's CRD. Helm installs a chart's CRDs only when absent and never
+/// upgrades them: a world that outlived a schema change would test against the old schema.
+pub fn apply_crds(world: &World) -> Result<()> {
     let crds = world.repo_root.join("crds");
     run(
         "kubectl",
@@ -28,8 +30,17 @@ pub fn install_operator_with(world: &World, ns: &str, values: &[&str]) -> Result
             "-f",
             crds.to_str().context("crds path")?,
         ],
-    )?;
-    let watch = format!("watchNamespace={ns}");
+    )
+    .map(|_| ())
+}
+
+/// Installs the chart as release `mirrorflow` into `ns` (created), its operator watching
+/// `watch` only (as a platform team runs it when the two differ).
+pub fn install_operator_in(world: &World, ns: &str, watch: &str, values: &[&str]) -> Result<()> {
+    let chart = world.repo_root.join("charts/mirrorflow");
+    let chart = chart.to_str().context("chart path")?;
+    apply_crds(world)?;
+    let watch = format!("watchNamespace={watch}");
     let world_values = world.chart_values.to_str().context("chart values path")?;
     let mut args = vec![
         "install",

@@ -2,7 +2,8 @@
 //! field's documentation from the Rust types, the short and singular names list flows, and
 //! `kubectl get` prints the status columns.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
+use mirrorflow_e2e::operator::apply_crds;
 use mirrorflow_e2e::{World, run, run_with_input, unique};
 
 struct Cleanup(String);
@@ -30,18 +31,7 @@ fn explain_within(field: &str, seconds: u64) -> Result<String> {
 #[test]
 fn kubectl_explain_short_names_and_columns_work_on_the_installed_crd() -> Result<()> {
     let world = World::from_env()?;
-    let crds = world.repo_root.join("crds");
-    run(
-        "kubectl",
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            crds.to_str().context("crds path")?,
-        ],
-    )?;
-
+    apply_crds(&world)?;
     run(
         "kubectl",
         &[

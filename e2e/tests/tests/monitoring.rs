@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, wait_for_flow};
+use mirrorflow_e2e::operator::{condition, install_operator_in, wait_for_flow};
 use mirrorflow_e2e::prometheus::{Prometheus, scrape_configs};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use serde_yaml::Value;
@@ -155,36 +155,7 @@ async fn a_real_prometheus_answers_every_dashboard_panel_for_a_running_flow() ->
         "metrics.replicatorPodMonitor.enabled=true",
     ];
     let watch = format!("watchNamespace={team}");
-    let crds = world.repo_root.join("crds");
-    run(
-        "kubectl",
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            path_str(&crds)?,
-        ],
-    )?;
-    let chart = world.repo_root.join("charts/mirrorflow");
-    run(
-        "helm",
-        &[
-            "install",
-            "mirrorflow",
-            path_str(&chart)?,
-            "-n",
-            &ops,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-            "-f",
-            path_str(&world.chart_values)?,
-            "--set",
-            &watch,
-        ],
-    )?;
+    install_operator_in(&world, &ops, &team, &[])?;
 
     // What the Prometheus Operator would scrape, had the chart's monitors been installed.
     let mut configs = Vec::new();
