@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{condition, install_operator, wait_for_flow};
+use mirrorflow_e2e::operator::{condition, install_operator_with, wait_for_flow};
 use mirrorflow_e2e::replicator::http_get;
 use mirrorflow_e2e::{World, run, run_with_input, unique};
 
@@ -299,8 +299,20 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
         (
             "limits-below-requests",
             "  resources: {requests: {cpu: \"2\"}, limits: {cpu: \"1\"}}\n".into(),
-            "ChildRejected",
-            "spec.resources",
+            "ResourcesNotAllowed",
+            "spec.resources.requests.cpu",
+        ),
+        (
+            "resources-above-the-installers-maximum",
+            "  resources: {requests: {memory: 1Gi}, limits: {cpu: \"1\", memory: 64Gi}}\n".into(),
+            "ResourcesNotAllowed",
+            "spec.resources.limits.memory",
+        ),
+        (
+            "source-at-a-denied-address",
+            "REPLACE_DENIED_SOURCE".into(),
+            "AddressNotAllowed",
+            "spec.source.bootstrapServers",
         ),
         (
             "bad-toleration",
@@ -370,6 +382,8 @@ fn condition_yaml(ns: &str, name: &str, world: &World, spec: &str) -> String {
         // The same source alias into the same target as `conflict-older`, created before.
         "REPLACE_CONFLICT" => format!("{}  topics: [\"none-such\"]\n", flow("dup", s, t, "")),
         "REPLACE_UNREACHABLE" => flow("unreach", "127.0.0.1:1", t, ""),
+        // The cloud metadata address, which the test's operator denies (probeAddresses.deny).
+        "REPLACE_DENIED_SOURCE" => flow("denied", "169.254.169.254:9092", t, ""),
         "REPLACE_SOURCE_CONFIG" => clusters(s, t, "    config: {sasl.password: hunter2}\n"),
         c if c.starts_with("REPLACE_SOURCE_EXTRA:") => clusters(
             s,
@@ -411,7 +425,7 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
     let client = world.kube_client().await?;
     let ns = unique("e2e-bad");
     let _cleanup = Cleanup(ns.clone());
-    install_operator(&world, &ns)?;
+    install_operator_with(&world, &ns, &["probeAddresses.deny={169.254.169.254/32}"])?;
 
     // 1. The apiserver refuses these outright (server-side dry run: nothing is stored).
     let mut table = Vec::new();
