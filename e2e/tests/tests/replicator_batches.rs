@@ -4,7 +4,8 @@
 //! product's lz4) with exactly the visible records; groups
 //! translate onto the record they read next; a graceful restart neither repeats nor skips; and
 //! a batch that cannot be copied whole (records compacted away) stops its partition with a
-//! `Replicating` condition that names the fix, which then works.
+//! `Replicating` condition that names the fix, which then works; so does a batch larger than the
+//! copy fetches.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -311,5 +312,78 @@ async fn a_batch_with_compacted_records_stops_its_partition_and_says_how_to_copy
     })
     .await
     .with_context(|| r.log_text())?;
+    Ok(())
+}
+
+/// One batch larger than the whole-batch copy fetches (the topic's `max.message.bytes` allows
+/// 32 MiB; the copy reads answers of up to 16 MiB) stops its partition with a `Replicating`
+/// condition that names it and the fix, instead of stalling it silently.
+#[tokio::test]
+async fn a_batch_larger_than_the_copy_fetches_is_named_not_stalled() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("batches-large")?;
+    let source = s.world.source_bootstrap.clone();
+    let topic = unique("batches-large");
+    kafka::create_topic_with(&source, &topic, 1, &[("max.message.bytes", "33554432")]).await?;
+    // 20 records of 1 MiB sent together, uncompressed: one batch of about 20 MiB.
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set("compression.type", "none")
+        .set("linger.ms", "500")
+        .set("batch.size", "33554432")
+        .set("message.max.bytes", "33554432")
+        .set("acks", "all")
+        .create()?;
+    let values: Vec<String> = (0..20)
+        .map(|i| format!("{i:02}{}", "x".repeat(1 << 20)))
+        .collect();
+    send_together(&producer, &topic, 0, None, &values).await?;
+    let options = Options {
+        client_id: "mirrorflow-e2e-batches".into(),
+        timeout: Duration::from_secs(10),
+        max_frame: 64 << 20,
+        address_check: None,
+    };
+    let mut conn = Conn::open(&source, &Security::default(), &options)?;
+    let largest = committed_batches(&mut conn, &topic, 0)?
+        .iter()
+        .map(|(_, bytes)| bytes.len())
+        .max()
+        .unwrap_or(0);
+    ensure!(
+        largest > 17 << 20,
+        "the source holds one batch over the copy's 16 MiB (largest: {largest} bytes)"
+    );
+
+    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&s.name);
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    let flow = batches_flow(&s, &[&topic], &[]);
+    std::fs::write(&flow_file, &flow)?;
+    let r = s.start("r", &flow).await?;
+    let stopped = eventually(
+        "Replicating False naming the oversized batch's partition",
+        Duration::from_secs(150),
+        || {
+            let (world, file) = (&s.world, &flow_file);
+            async move {
+                let c = measured_condition(&world.repo_root, file, "Replicating")?;
+                Ok((c["status"] == "False"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("larger than the whole-batch copy fetches")))
+                .then_some(c))
+            }
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    println!("stopped: {stopped}");
+    let message = stopped["message"].as_str().unwrap_or_default();
+    ensure!(
+        message.contains(&format!("{topic}-0"))
+            && message.contains("spec.sourceLoop.copy: Records"),
+        "the condition names the partition and the fix: {message}"
+    );
     Ok(())
 }
