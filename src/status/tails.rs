@@ -340,10 +340,14 @@ pub(super) fn oauth(config: &ClientConfig, allow_loopback: bool) -> Option<OAuth
 }
 
 /// `security` whose token endpoint, if any, is held to `check` as the brokers are.
+/// Other credentials (SCRAM, PLAIN) stay as they are.
 fn checked(mut security: Security, check: &Option<mirrorflow_conn::AddressCheck>) -> Security {
-    if let Some(Sasl::OAuthBearer(oauth)) = security.sasl.take() {
-        security.sasl = Some(Sasl::OAuthBearer(oauth.with_address_check(check.clone())));
-    }
+    security.sasl = match security.sasl.take() {
+        Some(Sasl::OAuthBearer(oauth)) => {
+            Some(Sasl::OAuthBearer(oauth.with_address_check(check.clone())))
+        }
+        other => other,
+    };
     security
 }
 

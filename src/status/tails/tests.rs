@@ -134,6 +134,42 @@ fn config(pairs: &[(&str, &str)]) -> ClientConfig {
     c
 }
 
+/// The installer's address check reaches a token endpoint and takes no other credentials
+/// away: SCRAM and PLAIN tails kept their SASL once (and reached the broker unauthenticated).
+#[test]
+fn the_address_check_keeps_every_kind_of_credentials() {
+    let check = Some(mirrorflow_conn::AddressCheck::new(|_| Ok(())));
+    for (mechanism, extra) in [
+        ("SCRAM-SHA-512", None),
+        ("PLAIN", None),
+        (
+            "OAUTHBEARER",
+            Some([
+                ("sasl.oauthbearer.token.endpoint.url", "https://idp/t"),
+                ("sasl.oauthbearer.client.id", "c"),
+                ("sasl.oauthbearer.client.secret", "s"),
+            ]),
+        ),
+    ] {
+        let mut pairs = vec![
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanisms", mechanism),
+            ("sasl.username", "u"),
+            ("sasl.password", "p"),
+        ];
+        pairs.extend(extra.into_iter().flatten());
+        let security = conn_security(&config(&pairs), false).expect(mechanism);
+        let kept = checked(security, &check);
+        let same = match (mechanism, &kept.sasl) {
+            ("SCRAM-SHA-512", Some(Sasl::Scram { user, .. })) => user == "u",
+            ("PLAIN", Some(Sasl::Plain { user, .. })) => user == "u",
+            ("OAUTHBEARER", Some(Sasl::OAuthBearer(_))) => true,
+            _ => false,
+        };
+        assert!(same, "{mechanism}: the credentials went missing");
+    }
+}
+
 #[test]
 fn the_probe_configuration_gives_the_same_security_to_the_own_connections() {
     let plain = conn_security(&config(&[]), false).expect("plaintext");
