@@ -1,5 +1,6 @@
-//! The reconcile when it refuses, a flow goes away, the apiserver fails, the lease lapsed or
-//! no probe slot came in time.
+//! The reconcile when it refuses or holds a flow (resources beyond the installer's bounds, a
+//! placement change), a flow goes away, the apiserver fails, the lease lapsed or no probe slot
+//! came in time.
 
 use super::*;
 
@@ -432,5 +433,105 @@ async fn a_held_flow_whose_secret_owner_withdrew_the_opt_in_keeps_no_replicator(
     assert_eq!(
         condition(&status, status::READY)["reason"],
         reason::SECRET_NOT_SHARED
+    );
+}
+
+#[tokio::test]
+async fn resources_above_the_installers_maximum_are_refused_before_anything_is_read() {
+    let (seen, observe_reads) = (reconcile_big(false).await, reconcile_big(true).await);
+    // An Observe flow runs no pod: its resources are not judged, so it goes on to its Secrets.
+    assert!(
+        observe_reads.iter().any(|r| r.path.contains("/secrets/")),
+        "{observe_reads:?}"
+    );
+    assert!(seen.iter().all(|r| r.method != "GET"), "{seen:?}");
+    assert_eq!(wrote_children(&seen), Vec::<String>::new());
+    let (status, events) = written(&seen);
+    assert!(
+        reasons(&status)
+            .iter()
+            .any(|(t, r)| t == status::READY && r == reason::RESOURCES_NOT_ALLOWED),
+        "{status}"
+    );
+    assert!(
+        status["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("spec.resources.limits.memory: 64Gi")),
+        "{status}"
+    );
+    assert!(events.contains(&("Warning".into(), reason::RESOURCES_NOT_ALLOWED.into())));
+}
+
+/// What one reconcile of a flow asking for 64Gi (at most 1Gi allowed) asked the apiserver.
+async fn reconcile_big(observe: bool) -> Vec<Seen> {
+    let (client, seen) = fake_apiserver::client(serve(|_| None));
+    let mut ctx = bare_context(client);
+    ctx.resources = guards::ResourcePolicy::from_flags(
+        &[],
+        &["memory=512Mi".into()],
+        &["memory=1Gi".into()],
+        true,
+    )
+    .expect("a valid policy");
+    let mut big = flow();
+    big.spec.resources =
+        serde_json::from_value(json!({"limits": {"memory": "64Gi"}})).expect("resources");
+    if observe {
+        big.spec.mode = crate::api::FlowMode::Observe;
+    }
+    reconcile(Arc::new(big), Arc::new(ctx))
+        .await
+        .expect("the reconcile succeeds");
+    seen.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_placement_change_on_a_running_flow_is_held_keeping_its_replicators() {
+    let (client, seen) = fake_apiserver::client(serve(events_and_status));
+    let ctx = context(client);
+    let mut moved = flow();
+    moved.status = Some(MirrorFlowStatus {
+        deployed_placement: Some(flow::placement::of(&moved.spec)),
+        ..MirrorFlowStatus::default()
+    });
+    moved.metadata.generation = Some(2);
+    moved.spec.replication_policy.kind = crate::api::PolicyKind::Identity;
+    reconcile(Arc::new(moved.clone()), ctx.clone())
+        .await
+        .expect("the reconcile succeeds");
+    let requests: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(
+        wrote_children(&requests).is_empty(),
+        "held: the running replicators are neither changed nor deleted: {requests:?}"
+    );
+    let (status, _) = written(&requests);
+    let ready = condition(&status, status::READY);
+    assert_eq!(ready["reason"], reason::PLACEMENT_CHANGED, "{status}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.replicationPolicy.type: this change moves")
+            && message.contains("accept-placement-change=2"),
+        "{message}"
+    );
+    assert_eq!(status["deployedPlacement"]["policy"], "Prefix", "{status}");
+    // Accepted for this generation: no longer held by the placement.
+    let mut accepted = moved;
+    accepted.metadata.annotations = Some(
+        [(
+            flow::placement::ACCEPT_PLACEMENT_CHANGE.to_string(),
+            "2".to_string(),
+        )]
+        .into(),
+    );
+    let (client, seen) = fake_apiserver::client(serve(events_and_status));
+    reconcile(Arc::new(accepted), context(client))
+        .await
+        .expect("the reconcile succeeds");
+    let requests: Vec<Seen> = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let (status, _) = written(&requests);
+    assert_ne!(
+        condition(&status, status::READY)["reason"],
+        reason::PLACEMENT_CHANGED,
+        "{status}"
     );
 }

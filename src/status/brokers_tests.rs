@@ -191,3 +191,49 @@ fn a_broker_named_in_metadata_at_a_refused_address_is_not_followed() {
     let md = cluster.metadata(Duration::from_secs(10)).expect("metadata");
     assert_eq!(open.brokers_refused("ns", &config, &md), None);
 }
+
+/// A refusal names the side's field and its reason, and a broker name from the answer is
+/// bounded before it reaches a message.
+#[test]
+fn refused_metadata_names_the_side_and_the_reason() {
+    for (refusal, side, want) in [
+        (
+            Refusal::TooManyBrokers { count: 20_000 },
+            "source",
+            crate::status::reason::TOO_MANY_BROKERS,
+        ),
+        (
+            Refusal::Address {
+                broker: "169.254.169.254:80".into(),
+                why: "169.254.169.254 is in 169.254.169.254/32".into(),
+            },
+            "target",
+            crate::status::reason::ADDRESS_NOT_ALLOWED,
+        ),
+    ] {
+        let (got, message) = ClusterFault::Brokers(refusal).describe(side);
+        assert_eq!(got, want);
+        assert!(
+            message.starts_with(&format!(
+                "spec.{side}.bootstrapServers: the {side} cluster's metadata"
+            )),
+            "{message}"
+        );
+    }
+    // A broker name from the answer is bounded before it reaches a message.
+    let long = format!("{}:9092", "b".repeat(100_000));
+    let r = super::judge(
+        1,
+        &[(long, 9092)],
+        Some(&mirrorflow_conn::AddressCheck::new(|_| Err("no".into()))),
+        |_| Ok(vec![std::net::IpAddr::from([10, 0, 0, 1])]),
+        std::time::Instant::now() + std::time::Duration::from_secs(5),
+    )
+    .expect("refused");
+    let (_, message) = ClusterFault::Brokers(r).describe("source");
+    assert!(
+        message.len() < crate::status::MAX_FOREIGN_TEXT + 600,
+        "{}",
+        message.len()
+    );
+}

@@ -60,46 +60,6 @@ fn oauth_faults_name_the_oauthbearer_field_to_fix() {
 }
 
 #[test]
-fn refused_metadata_names_the_side_and_the_reason() {
-    for (refusal, side, want) in [
-        (
-            brokers::Refusal::TooManyBrokers { count: 20_000 },
-            "source",
-            reason::TOO_MANY_BROKERS,
-        ),
-        (
-            brokers::Refusal::Address {
-                broker: "169.254.169.254:80".into(),
-                why: "169.254.169.254 is in 169.254.169.254/32".into(),
-            },
-            "target",
-            reason::ADDRESS_NOT_ALLOWED,
-        ),
-    ] {
-        let (got, message) = ClusterFault::Brokers(refusal).describe(side);
-        assert_eq!(got, want);
-        assert!(
-            message.starts_with(&format!(
-                "spec.{side}.bootstrapServers: the {side} cluster's metadata"
-            )),
-            "{message}"
-        );
-    }
-    // A broker name from the answer is bounded before it reaches a message.
-    let long = format!("{}:9092", "b".repeat(100_000));
-    let r = brokers::judge(
-        1,
-        &[(long, 9092)],
-        Some(&mirrorflow_conn::AddressCheck::new(|_| Err("no".into()))),
-        |_| Ok(vec![std::net::IpAddr::from([10, 0, 0, 1])]),
-        std::time::Instant::now() + std::time::Duration::from_secs(5),
-    )
-    .expect("refused");
-    let (_, message) = ClusterFault::Brokers(r).describe("source");
-    assert!(message.len() < MAX_FOREIGN_TEXT + 600, "{}", message.len());
-}
-
-#[test]
 fn an_endpoints_long_answer_is_cut_before_it_reaches_a_message() {
     // A token endpoint answering 400 with megabytes; multi-byte characters at the cut.
     let body = format!("MARKER{}", "é".repeat(5 << 20));
