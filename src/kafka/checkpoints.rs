@@ -29,12 +29,89 @@ pub fn offset_sync(m: &impl Message) -> Option<(OffsetSync, SyncOrigin)> {
     Some((sync, SyncOrigin::from_header(header)))
 }
 
+/// Header on every checkpoint the checkpoint loop writes: whether its translation was exact
+/// ([`Exactness`]), so the operator's probe can tell a checkpoint that a failover would re-read
+/// records from from an exact one (the offsets alone cannot). The key and value stay MM2's:
+/// MM2's readers (`Checkpoint.deserializeRecord`, `RemoteClusterUtils`) read only those, as
+/// they ignore [`SYNC_ORIGIN_HEADER`] on offset syncs.
+pub const TRANSLATION_HEADER: &str = "mirrorflow.translation";
+const EXACT: &str = "exact";
+const CONSERVATIVE: &str = "conservative:";
+/// The longest header value read: `conservative:` and the 20 digits of `u64::MAX`.
+const MAX_HEADER: usize = 40;
+
+/// How a checkpoint's downstream offset was found, as its writer recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Exactness {
+    /// Its writer did not say (MM2, an older replicator, a header this version cannot read):
+    /// no evidence either way.
+    #[default]
+    Unknown,
+    /// Seeking to it re-reads nothing.
+    Exact,
+    /// Seeking to it skips nothing but re-reads up to `max_replay` records: no offset sync
+    /// covered the commit yet (the copy's newest sync is before it), so it points just past
+    /// the newest record known.
+    Conservative { max_replay: u64 },
+}
+
+impl Exactness {
+    /// The [`TRANSLATION_HEADER`] value that says it; `None` for [`Exactness::Unknown`].
+    pub fn header_value(self) -> Option<String> {
+        match self {
+            Exactness::Unknown => None,
+            Exactness::Exact => Some(EXACT.to_string()),
+            Exactness::Conservative { max_replay } => Some(format!("{CONSERVATIVE}{max_replay}")),
+        }
+    }
+
+    /// What a [`TRANSLATION_HEADER`] value says (`None`: no header). Anyone who can write the
+    /// target's checkpoints topic chooses the bytes: anything but the two forms is Unknown.
+    pub fn from_header(value: Option<&[u8]>) -> Exactness {
+        let Some(text) = value
+            .filter(|v| v.len() <= MAX_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok())
+        else {
+            return Exactness::Unknown;
+        };
+        if text == EXACT {
+            return Exactness::Exact;
+        }
+        text.strip_prefix(CONSERVATIVE)
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse().ok())
+            .map_or(Exactness::Unknown, |max_replay| Exactness::Conservative {
+                max_replay,
+            })
+    }
+
+    /// What a record of the checkpoints topic says of its translation.
+    pub fn of_record(m: &impl Message) -> Exactness {
+        let header = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == TRANSLATION_HEADER)
+                .map(|h| h.value.unwrap_or_default())
+        });
+        Exactness::from_header(header)
+    }
+
+    /// Records a failover to it may re-read that are known of: 0 unless conservative.
+    pub fn max_replay(self) -> u64 {
+        match self {
+            Exactness::Conservative { max_replay } => max_replay,
+            Exactness::Exact | Exactness::Unknown => 0,
+        }
+    }
+}
+
 /// The newest checkpoint of one group-partition and when it was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCheckpoint {
     pub checkpoint: Checkpoint,
     /// Record timestamp (ms since the epoch), if the broker gave one.
     pub written_ms: Option<i64>,
+    /// What its writer said of its translation ([`TRANSLATION_HEADER`]).
+    pub exactness: Exactness,
 }
 
 /// Newest checkpoint per group, then per TARGET topic-partition.
@@ -68,17 +145,25 @@ pub fn read_checkpoints(
 /// Folds one record of a checkpoints topic into `index` (newer records replace older ones of
 /// the same group-partition); false when it is not a checkpoint (skipped).
 pub fn index_record(index: &mut CheckpointIndex, m: &impl Message) -> bool {
-    index_checkpoint(index, m.key(), m.payload(), m.timestamp().to_millis()).is_some()
+    index_checkpoint(
+        index,
+        m.key(),
+        m.payload(),
+        m.timestamp().to_millis(),
+        Exactness::of_record(m),
+    )
+    .is_some()
 }
 
-/// [`index_record`] for a record's key, value and timestamp as any reader gives them:
-/// `Some(true)` when the group-partition is new to `index`, `None` when the record is not a
-/// checkpoint.
+/// [`index_record`] for a record's key, value, timestamp and [`TRANSLATION_HEADER`] as any
+/// reader gives them: `Some(true)` when the group-partition is new to `index`, `None` when the
+/// record is not a checkpoint.
 pub fn index_checkpoint(
     index: &mut CheckpointIndex,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     written_ms: Option<i64>,
+    exactness: Exactness,
 ) -> Option<bool> {
     let cp = key
         .zip(value)
@@ -86,6 +171,7 @@ pub fn index_checkpoint(
     let stored = StoredCheckpoint {
         written_ms,
         checkpoint: cp,
+        exactness,
     };
     let replaced = index
         .entry(stored.checkpoint.group.clone())
@@ -127,4 +213,50 @@ pub fn read_to_end(
         Isolation::Committed,
     )?
     .read_to_end(timeout, on_record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_translation_header_says_what_the_writer_knew_and_nothing_else() {
+        let cases: [(Option<&[u8]>, Exactness); 10] = [
+            (None, Exactness::Unknown),
+            (Some(b"exact"), Exactness::Exact),
+            (
+                Some(b"conservative:59"),
+                Exactness::Conservative { max_replay: 59 },
+            ),
+            (
+                Some(b"conservative:18446744073709551615"),
+                Exactness::Conservative {
+                    max_replay: u64::MAX,
+                },
+            ),
+            (
+                Some(b"conservative:18446744073709551616"),
+                Exactness::Unknown,
+            ),
+            (Some(b"conservative:"), Exactness::Unknown),
+            (Some(b"conservative:+5"), Exactness::Unknown),
+            (Some(b"Exact"), Exactness::Unknown),
+            (Some(b"\xff\xfe"), Exactness::Unknown),
+            (Some(&[b'0'; 4096]), Exactness::Unknown),
+        ];
+        for (value, want) in cases {
+            assert_eq!(Exactness::from_header(value), want, "{value:?}");
+        }
+        for e in [
+            Exactness::Exact,
+            Exactness::Conservative { max_replay: 0 },
+            Exactness::Conservative {
+                max_replay: u64::MAX,
+            },
+        ] {
+            let value = e.header_value().expect("a known exactness is written");
+            assert_eq!(Exactness::from_header(Some(value.as_bytes())), e);
+        }
+        assert_eq!(Exactness::Unknown.header_value(), None, "nothing to say");
+    }
 }

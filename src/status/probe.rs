@@ -29,7 +29,7 @@ use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::diagnose::{self, Diagnosis};
 use super::tails::TailError;
-use super::{ClusterFault, GroupObservation, Observation, Selected};
+use super::{ClusterFault, Conservative, GroupObservation, Observation, Selected};
 use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
@@ -915,6 +915,7 @@ fn observe_group(
     let mut stale_since: Option<i64> = None;
     let mut newest_written: Option<i64> = None;
     let mut invalidated = 0u32;
+    let mut conservative = Conservative::default();
     for ((topic, partition), offset) in committed {
         let Offset::Offset(c) = *offset else {
             continue;
@@ -947,6 +948,18 @@ fn observe_group(
                     replay = replay.saturating_add(c.saturating_sub(up));
                     stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
                 }
+                // What its writer said it may re-read besides: a conservative translation
+                // points before the commit's true position, which the offsets do not show.
+                let imprecise = i64::try_from(stored.exactness.max_replay()).unwrap_or(i64::MAX);
+                if imprecise > 0 {
+                    replay = replay.saturating_add(imprecise);
+                    // At the commit: the group is not ready until the exact one comes (a group
+                    // that moved on is judged by its checkpoint age, as any uncovered commit).
+                    if up == c {
+                        conservative.partitions = conservative.partitions.saturating_add(1);
+                        conservative.max_replay = conservative.max_replay.saturating_add(imprecise);
+                    }
+                }
             }
             None => {
                 replay = replay.saturating_add(c);
@@ -968,6 +981,7 @@ fn observe_group(
         replay_records: replay,
         uncopied_records: uncopied,
         invalidated_checkpoints: invalidated,
+        conservative,
     })
 }
 

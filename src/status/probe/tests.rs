@@ -1,6 +1,7 @@
 //! The probe's decisions from what the clusters answered, without a cluster.
 
 use super::*;
+use crate::kafka::checkpoints::Exactness;
 use crate::mm2::Checkpoint;
 use proptest::prelude::*;
 
@@ -51,6 +52,7 @@ fn checkpoints(
                 StoredCheckpoint {
                     checkpoint,
                     written_ms,
+                    exactness: Exactness::Unknown,
                 },
             )
         })
@@ -163,6 +165,7 @@ fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
             replay_records: 0,
             uncopied_records: 0,
             invalidated_checkpoints: 0,
+            conservative: Conservative::default(),
         })
     );
 }
@@ -218,6 +221,85 @@ fn a_committed_partition_without_a_checkpoint_leaves_the_age_unknown_and_replays
     )
     .unwrap();
     assert_eq!((none.checkpoint_age, none.replay_records), (None, 12));
+}
+
+#[test]
+fn a_conservative_checkpoint_at_the_commit_is_not_exact_coverage() {
+    let conservative = |max_replay| Exactness::Conservative { max_replay };
+    // (commit, checkpoint upstream, what its writer said) on one partition ->
+    // (records replayed, partitions conservative at the commit, their records, age)
+    let cases = [
+        // The bug: upstream equals the commit, so the offsets alone say "covered, 0".
+        ((60, 60, conservative(59)), (59, 1, 59, Some(0))),
+        ((60, 60, Exactness::Exact), (0, 0, 0, Some(0))),
+        // MM2 or an older replicator: no evidence either way, as before.
+        ((60, 60, Exactness::Unknown), (0, 0, 0, Some(0))),
+        ((60, 60, conservative(0)), (0, 0, 0, Some(0))),
+        // The group moved on: uncovered as any commit past its checkpoint, and the checkpoint's
+        // own imprecision comes on top.
+        ((70, 60, conservative(59)), (10 + 59, 0, 0, Some(5))),
+        (
+            (60, 60, conservative(u64::MAX)),
+            (i64::MAX, 1, i64::MAX, Some(0)),
+        ),
+    ];
+    for ((commit, up, exactness), (replay, partitions, records, age)) in cases {
+        let mut cps = checkpoints("g", &[(0, up, Some(NOW - 5_000))]);
+        for stored in cps.values_mut() {
+            stored.exactness = exactness;
+        }
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, commit)]),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .expect("committed on a mirrored partition");
+        let case = format!("commit {commit}, checkpoint {up} {exactness:?}");
+        assert_eq!(seen.replay_records, replay, "{case}");
+        assert_eq!(
+            seen.conservative,
+            Conservative {
+                partitions,
+                max_replay: records
+            },
+            "{case}"
+        );
+        assert_eq!(seen.checkpoint_age, age.map(Duration::from_secs), "{case}");
+    }
+}
+
+#[test]
+fn conservative_partitions_of_a_group_add_up() {
+    let mut cps = checkpoints(
+        "g",
+        &[(0, 60, Some(NOW)), (1, 30, Some(NOW)), (2, 9, Some(NOW))],
+    );
+    for (stored, max_replay) in cps.values_mut().zip([59, 7, 3]) {
+        stored.exactness = Exactness::Conservative { max_replay };
+    }
+    let seen = observe_group(
+        &flow(""),
+        "g".into(),
+        &commits(&[(0, 60), (1, 30), (2, 10)]),
+        Some(&cps),
+        None,
+        &Recreations::new(),
+        age_at_now,
+    )
+    .expect("committed on mirrored partitions");
+    assert_eq!(
+        seen.conservative,
+        Conservative {
+            partitions: 2,
+            max_replay: 66
+        },
+        "partition 2 moved past its checkpoint"
+    );
+    assert_eq!(seen.replay_records, 59 + 7 + (1 + 3));
 }
 
 #[test]
