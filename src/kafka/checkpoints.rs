@@ -112,6 +112,11 @@ pub struct StoredCheckpoint {
     pub written_ms: Option<i64>,
     /// What its writer said of its translation ([`TRANSLATION_HEADER`]).
     pub exactness: Exactness,
+    /// When the group-partition's checkpoint was last exact, as far as this reader saw: this
+    /// one's time when it is, else the one it read before it (`None`: none read, e.g. compacted
+    /// away). A group that commits while the copy keeps up gets a conservative checkpoint at
+    /// most commits, then the exact one a sync later.
+    pub exact_ms: Option<i64>,
 }
 
 /// Newest checkpoint per group, then per TARGET topic-partition.
@@ -168,15 +173,21 @@ pub fn index_checkpoint(
     let cp = key
         .zip(value)
         .and_then(|(k, v)| Checkpoint::decode(k, v).ok())?;
+    let partitions = index.entry(cp.group.clone()).or_default();
+    let before = partitions.get(&cp.topic_partition);
+    let exact_ms = match exactness {
+        Exactness::Exact => written_ms,
+        Exactness::Conservative { .. } => before.and_then(|b| b.exact_ms),
+        // A writer that does not say (MM2): nothing is known of it.
+        Exactness::Unknown => None,
+    };
     let stored = StoredCheckpoint {
         written_ms,
         checkpoint: cp,
         exactness,
+        exact_ms,
     };
-    let replaced = index
-        .entry(stored.checkpoint.group.clone())
-        .or_default()
-        .insert(stored.checkpoint.topic_partition.clone(), stored);
+    let replaced = partitions.insert(stored.checkpoint.topic_partition.clone(), stored);
     Some(replaced.is_none())
 }
 
@@ -258,5 +269,48 @@ mod tests {
             assert_eq!(Exactness::from_header(Some(value.as_bytes())), e);
         }
         assert_eq!(Exactness::Unknown.header_value(), None, "nothing to say");
+    }
+
+    #[test]
+    fn the_index_remembers_when_a_pair_was_last_exact() {
+        let conservative = Exactness::Conservative { max_replay: 59 };
+        // (record time, exactness) read in order -> the pair's exact_ms after it
+        let steps = [
+            (10, conservative, None),
+            (20, Exactness::Exact, Some(20)),
+            (30, conservative, Some(20)),
+            (40, conservative, Some(20)),
+            (50, Exactness::Exact, Some(50)),
+            (60, Exactness::Unknown, None),
+            (70, conservative, None),
+        ];
+        let mut index = CheckpointIndex::new();
+        for (i, (ms, exactness, want)) in steps.into_iter().enumerate() {
+            let r = Checkpoint {
+                group: "g".into(),
+                topic_partition: TopicPartition::new("A.t", 0),
+                upstream_offset: 60,
+                downstream_offset: 8,
+                metadata: String::new(),
+            }
+            .encode()
+            .expect("encodes");
+            let new = index_checkpoint(
+                &mut index,
+                Some(&r.key),
+                Some(&r.value),
+                Some(ms),
+                exactness,
+            );
+            assert_eq!(new, Some(i == 0), "step {i}");
+            let stored = &index["g"][&TopicPartition::new("A.t", 0)];
+            assert_eq!(
+                (stored.exactness, stored.exact_ms),
+                (exactness, want),
+                "step {i}"
+            );
+        }
+        assert_eq!(conservative.max_replay(), 59);
+        assert_eq!(Exactness::Exact.max_replay(), 0);
     }
 }

@@ -13,6 +13,9 @@ pub struct Conservative {
     pub partitions: u32,
     /// The most records a failover to them may re-read, over those partitions.
     pub max_replay: i64,
+    /// How long ago the least recently exact of them had an exact checkpoint; `None` when one
+    /// never had one the probe read (a new group or flow, or compacted away).
+    pub exact_age: Option<Duration>,
 }
 
 /// Where a group stands for a failover now.
@@ -106,12 +109,33 @@ pub fn states(
                         limits.max_checkpoint_age
                     ),
                 ),
+                // Conservative at the commit, and not exact within the limit (or never): as
+                // stale as a checkpoint that stopped following the commits. A group exact a
+                // moment ago is only between a commit and the sync that covers it.
+                Some(_)
+                    if g.conservative.partitions > 0
+                        && g.conservative.exact_age.is_none_or(|a| a > max_age) =>
+                {
+                    (
+                        2,
+                        GroupState::CheckpointConservative,
+                        format!(
+                            "the checkpoint of {} partition(s) is conservative ({}): no offset sync of the copy reached the commit when it was translated, so a failover now would re-read up to {} records the group already processed; the checkpoint loop writes an exact one as soon as the copy's next offset sync covers the commit (within spec.sourceLoop.offsetSyncInterval of the copy reaching it; offset syncs another tool writes may never cover it)",
+                            g.conservative.partitions,
+                            match g.conservative.exact_age {
+                                Some(a) => format!("last exact {} ago", secs(a)),
+                                None => "never exact yet".to_string(),
+                            },
+                            g.conservative.max_replay
+                        ),
+                    )
+                }
                 Some(_) if g.conservative.partitions > 0 => (
-                    2,
-                    GroupState::CheckpointConservative,
+                    3,
+                    GroupState::Ready,
                     format!(
-                        "the checkpoint of {} partition(s) is conservative: no offset sync of the copy reached the commit when it was translated, so a failover now would re-read up to {} records the group already processed; the checkpoint loop writes an exact one as soon as the copy's next offset sync covers the commit (within spec.sourceLoop.offsetSyncInterval of the copy reaching it; offset syncs another tool writes may never cover it)",
-                        g.conservative.partitions, g.conservative.max_replay
+                        "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit",
+                        g.conservative.max_replay, g.conservative.partitions
                     ),
                 ),
                 Some(_) => (3, GroupState::Ready, "the group can fail over".to_string()),
@@ -224,6 +248,14 @@ mod tests {
         }
     }
 
+    fn by_59(exact_age: Option<u64>) -> Conservative {
+        Conservative {
+            partitions: 1,
+            max_replay: 59,
+            exact_age: exact_age.map(Duration::from_secs),
+        }
+    }
+
     #[test]
     fn a_conservative_checkpoint_at_the_commit_holds_failover_back_until_it_is_exact() {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -237,23 +269,17 @@ mod tests {
                 .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
                 .expect("the condition is reported")
         };
-        let held = crate::status::status(
-            None,
-            &one_group(Conservative {
-                partitions: 1,
-                max_replay: 59,
-            }),
-            &limits,
-            None,
-            &now,
-        );
+        // Never exact (a new flow, a commit the copy has not synced yet): the runbook's case.
+        let held = crate::status::status(None, &one_group(by_59(None)), &limits, None, &now);
         let row = &held.least_ready_groups[0];
         assert_eq!(
             (row.reason.as_str(), row.estimated_replay_records),
             ("CheckpointConservative", 59)
         );
         assert!(
-            row.message.contains("re-read up to 59 records") && row.message.contains("1 partition"),
+            row.message.contains("re-read up to 59 records")
+                && row.message.contains("1 partition")
+                && row.message.contains("never exact"),
             "{}",
             row.message
         );
@@ -288,11 +314,30 @@ mod tests {
     }
 
     #[test]
+    fn a_group_exact_within_the_checkpoint_age_limit_is_ready_and_says_what_it_would_re_read() {
+        let limits = FailoverReadinessSpec::default();
+        let max_age = limits.max_checkpoint_age.as_duration().as_secs();
+        // (when the conservative partition was last exact) -> state
+        let cases = [
+            (None, GroupState::CheckpointConservative),
+            (Some(0), GroupState::Ready),
+            (Some(max_age), GroupState::Ready),
+            (Some(max_age + 1), GroupState::CheckpointConservative),
+        ];
+        for (exact_age, want) in cases {
+            let rows = states(&one_group(by_59(exact_age)), &limits);
+            let [(state, row)] = rows.as_slice() else {
+                panic!("one group: {rows:?}");
+            };
+            assert_eq!(*state, want, "last exact {exact_age:?} ago");
+            assert_eq!(row.estimated_replay_records, 59, "{exact_age:?}");
+            assert!(row.message.contains("up to 59 records"), "{}", row.message);
+        }
+    }
+
+    #[test]
     fn a_worse_state_wins_over_a_conservative_checkpoint() {
-        let mut stale = one_group(Conservative {
-            partitions: 1,
-            max_replay: 3,
-        });
+        let mut stale = one_group(by_59(None));
         stale.groups[0].checkpoint_age = Some(Duration::from_secs(3600));
         let states: Vec<GroupState> = states(&stale, &FailoverReadinessSpec::default())
             .into_iter()

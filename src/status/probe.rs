@@ -916,6 +916,8 @@ fn observe_group(
     let mut newest_written: Option<i64> = None;
     let mut invalidated = 0u32;
     let mut conservative = Conservative::default();
+    // The oldest time one of the conservative partitions was last exact; `Some(None)`: never.
+    let mut exact_since: Option<Option<i64>> = None;
     for ((topic, partition), offset) in committed {
         let Offset::Offset(c) = *offset else {
             continue;
@@ -953,11 +955,16 @@ fn observe_group(
                 let imprecise = i64::try_from(stored.exactness.max_replay()).unwrap_or(i64::MAX);
                 if imprecise > 0 {
                     replay = replay.saturating_add(imprecise);
-                    // At the commit: the group is not ready until the exact one comes (a group
-                    // that moved on is judged by its checkpoint age, as any uncovered commit).
+                    // At the commit: judged by when it was last exact ([`super::groups`]); a
+                    // group that moved on is judged by its checkpoint age, as any commit past
+                    // its checkpoint.
                     if up == c {
                         conservative.partitions = conservative.partitions.saturating_add(1);
                         conservative.max_replay = conservative.max_replay.saturating_add(imprecise);
+                        exact_since = Some(match exact_since {
+                            None => stored.exact_ms,
+                            Some(since) => since.zip(stored.exact_ms).map(|(a, b)| a.min(b)),
+                        });
                     }
                 }
             }
@@ -981,7 +988,10 @@ fn observe_group(
         replay_records: replay,
         uncopied_records: uncopied,
         invalidated_checkpoints: invalidated,
-        conservative,
+        conservative: Conservative {
+            exact_age: exact_since.flatten().map(age),
+            ..conservative
+        },
     })
 }
 
