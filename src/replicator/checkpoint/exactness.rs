@@ -10,27 +10,28 @@
 //! the same key and value are written again with the exact header (MM2's readers see the same
 //! checkpoint twice; compaction keeps one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{Checkpoint, TopicPartition};
 
 /// Per group, the TARGET partitions whose latest checkpoint (written here, or read back from
-/// the topic) was a conservative translation.
+/// the topic) was a conservative translation. Kept as long as the tracker keeps the pair (also
+/// while another replica owns the group), so a group that comes back is still made exact.
 #[derive(Debug, Default)]
 pub struct Conservative {
-    groups: HashMap<String, HashMap<TopicPartition, u64>>,
+    groups: HashMap<String, HashSet<TopicPartition>>,
 }
 
 impl Conservative {
     /// `cp` is the pair's latest checkpoint, with what its writer said of it.
     pub fn record(&mut self, cp: &Checkpoint, exactness: Exactness) {
         match exactness {
-            Exactness::Conservative { max_replay } => {
+            Exactness::Conservative { .. } => {
                 self.groups
                     .entry(cp.group.clone())
                     .or_default()
-                    .insert(cp.topic_partition.clone(), max_replay);
+                    .insert(cp.topic_partition.clone());
             }
             // Exact, or a writer that did not say (MM2): nothing to make exact later.
             Exactness::Exact | Exactness::Unknown => self.forget(&cp.group, &cp.topic_partition),
@@ -38,9 +39,7 @@ impl Conservative {
     }
 
     pub fn contains(&self, group: &str, target: &TopicPartition) -> bool {
-        self.groups
-            .get(group)
-            .is_some_and(|g| g.contains_key(target))
+        self.groups.get(group).is_some_and(|g| g.contains(target))
     }
 
     pub fn forget(&mut self, group: &str, target: &TopicPartition) {
@@ -50,10 +49,6 @@ impl Conservative {
                 self.groups.remove(group);
             }
         }
-    }
-
-    pub fn forget_group(&mut self, group: &str) {
-        self.groups.remove(group);
     }
 }
 
@@ -119,7 +114,7 @@ mod tests {
             "MM2 wrote over it: nothing of ours to make exact"
         );
         assert!(!c.groups.contains_key("g"), "an emptied group goes");
-        c.forget_group("h");
+        c.forget("h", &TopicPartition::new("A.t", 0));
         assert!(!c.contains("h", &TopicPartition::new("A.t", 0)));
     }
 
@@ -164,12 +159,31 @@ mod tests {
 
         /// (upstream, downstream, exactness) of a checkpoint.
         type Written = (i64, i64, Exactness);
-        /// Offset syncs read, then the checkpoints due.
-        type Step<'a> = (&'a [(i64, i64)], &'a [Written]);
+        /// What the loop reads in a step.
+        enum Read {
+            /// An offset sync (upstream, downstream) of `t-0`.
+            Synced(i64, i64),
+            /// `__consumer_offsets` partition 0 goes to another replica, and comes back.
+            Reassigned,
+        }
+        /// What the loop reads, then the checkpoints due.
+        type Step<'a> = (&'a [Read], &'a [Written]);
 
-        /// `read_back`: the checkpoint of `g` on `A.t-0` in the topic at start, as (upstream,
-        /// downstream, exactness). Each step: offset syncs (upstream, downstream) of `t-0`
-        /// read, then the checkpoints due as (upstream, downstream, exactness).
+        fn commit_60() -> Event {
+            Event::Commit {
+                co_partition: 0,
+                group: "g".into(),
+                tp: TopicPartition::new("t", 0),
+                commit: Some(Commit {
+                    offset: 60,
+                    metadata: String::new(),
+                    commit_timestamp_ms: 1,
+                    live: false,
+                }),
+            }
+        }
+
+        /// `read_back`: the checkpoint of `g` on `A.t-0` in the topic at start.
         fn run(read_back: Option<Written>, steps: &[Step]) {
             let policy = PrefixPolicy::default();
             let filters = Filters::new(&[".*"], &[] as &[&str], &[".*"], &[] as &[&str])
@@ -195,28 +209,31 @@ mod tests {
                 Event::SyncsLoaded,
                 Event::Assigned(vec![0]),
                 Event::CaughtUp(0),
-                Event::Commit {
-                    co_partition: 0,
-                    group: "g".into(),
-                    tp: TopicPartition::new("t", 0),
-                    commit: Some(Commit {
-                        offset: 60,
-                        metadata: String::new(),
-                        commit_timestamp_ms: 1,
-                        live: false,
-                    }),
-                },
+                commit_60(),
             ] {
                 c.handle(event);
             }
-            for (i, (syncs, want)) in steps.iter().enumerate() {
-                for &(up, down) in syncs.iter() {
-                    c.handle(sync(up, down));
+            for (i, (reads, want)) in steps.iter().enumerate() {
+                for read in reads.iter() {
+                    match *read {
+                        Read::Synced(up, down) => c.handle(sync(up, down)),
+                        Read::Reassigned => {
+                            for e in [
+                                Event::Revoked(vec![0]),
+                                Event::Assigned(vec![0]),
+                                commit_60(),
+                                Event::CaughtUp(0),
+                            ] {
+                                c.handle(e);
+                            }
+                        }
+                    }
                 }
                 assert_eq!(flush(&mut c), *want, "step {i}");
             }
         }
 
+        use Read::{Reassigned, Synced};
         const EXACT: Exactness = Exactness::Exact;
         const BY_59: Exactness = Exactness::Conservative { max_replay: 59 };
 
@@ -226,10 +243,10 @@ mod tests {
                 None,
                 &[
                     // Only the first record's sync: 60 is past it, 59 records may lie between.
-                    (&[(0, 7)], &[(60, 8, BY_59)]),
+                    (&[Synced(0, 7)], &[(60, 8, BY_59)]),
                     // The copy's sync past the commit, same delta: the run covers 60 exactly.
-                    (&[(99, 106)], &[(60, 67, EXACT)]),
-                    (&[(120, 127)], &[]),
+                    (&[Synced(99, 106)], &[(60, 67, EXACT)]),
+                    (&[Synced(120, 127)], &[]),
                 ],
             );
         }
@@ -239,11 +256,11 @@ mod tests {
             run(
                 None,
                 &[
-                    (&[(0, 7)], &[(60, 8, BY_59)]),
+                    (&[Synced(0, 7)], &[(60, 8, BY_59)]),
                     // Source offsets 1..=59 held no record (compaction): 60 landed right after 0,
                     // where the conservative checkpoint already points. MM2's rule writes nothing.
-                    (&[(60, 8)], &[(60, 8, EXACT)]),
-                    (&[(61, 9)], &[]),
+                    (&[Synced(60, 8)], &[(60, 8, EXACT)]),
+                    (&[Synced(61, 9)], &[]),
                 ],
             );
         }
@@ -253,12 +270,27 @@ mod tests {
             // Another replica (or this one before a restart) wrote it; the header says so.
             run(
                 Some((60, 8, BY_59)),
-                &[(&[(0, 7)], &[]), (&[(60, 8)], &[(60, 8, EXACT)])],
+                &[
+                    (&[Synced(0, 7)], &[]),
+                    (&[Synced(60, 8)], &[(60, 8, EXACT)]),
+                ],
             );
             // MM2 wrote it: no evidence to correct, MM2's rule alone.
             run(
                 Some((60, 8, Exactness::Unknown)),
-                &[(&[(0, 7)], &[]), (&[(60, 8)], &[])],
+                &[(&[Synced(0, 7)], &[]), (&[Synced(60, 8)], &[])],
+            );
+        }
+
+        #[test]
+        fn a_group_that_left_and_came_back_is_still_made_exact() {
+            run(
+                None,
+                &[
+                    (&[Synced(0, 7)], &[(60, 8, BY_59)]),
+                    (&[Reassigned], &[]),
+                    (&[Synced(60, 8)], &[(60, 8, EXACT)]),
+                ],
             );
         }
     }

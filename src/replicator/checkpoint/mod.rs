@@ -539,7 +539,6 @@ impl Core<'_> {
 
     fn forget_group(&mut self, group: &str) {
         self.uncovered.remove(group);
-        self.conservative.forget_group(group);
         self.changed_groups.remove(group);
         self.dirty.retain(|(g, _)| g != group);
         self.forgotten.push(group.to_owned());
