@@ -69,15 +69,16 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     if !ctx.leading() {
         return Ok(Action::requeue(super::lease::RENEW_EVERY));
     }
+    // When a replica on a lost node is due to be replaced, if sooner than the next refresh.
+    let mut replace_due: Option<Duration> = None;
     match workload(&verdict, observe_only) {
         Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await? {
             Ok(ready) => {
                 obs.ready_replicas = ready;
-                obs.stranded = super::lost_nodes::tend(&ctx, &ns, &mf, ready, obs.desired_replicas)
-                    .await
-                    .iter()
-                    .map(|s| s.message())
-                    .collect();
+                let stranded =
+                    super::lost_nodes::tend(&ctx, &ns, &mf, ready, obs.desired_replicas).await;
+                replace_due = stranded.iter().filter_map(|s| s.replace_in).min();
+                obs.stranded = stranded.iter().map(|s| s.message()).collect();
             }
             Err(rejected) => obs.blocked = Some(rejected),
         },
@@ -127,7 +128,14 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     let next = if obs.blocked.is_some() {
         Duration::from_secs(60)
     } else {
-        STATUS_INTERVAL
+        // A replacement is made at its time, not up to a refresh later (a second past it, so
+        // the node has been lost for the whole bound).
+        replace_due
+            .filter(|d| !d.is_zero())
+            .map_or(STATUS_INTERVAL, |d| {
+                let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                STATUS_INTERVAL.min(Duration::from_secs(whole + 1))
+            })
     };
     Ok(Action::requeue(next))
 }

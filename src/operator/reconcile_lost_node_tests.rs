@@ -94,6 +94,22 @@ async fn a_replica_on_a_lost_node_is_named_while_it_waits_and_left_alone() {
 }
 
 #[tokio::test]
+async fn a_replacement_due_before_the_next_refresh_is_looked_at_when_due() {
+    // Lost for 55 s of 60: the next reconcile comes a second after the bound, not 10 s later.
+    let action = fixture(55)
+        .reconcile(&three_replicas())
+        .await
+        .expect("the reconcile succeeds");
+    assert_eq!(action, Action::requeue(Duration::from_secs(6)));
+    // Lost for 20 s: the usual refresh comes first.
+    let action = fixture(20)
+        .reconcile(&three_replicas())
+        .await
+        .expect("the reconcile succeeds");
+    assert_eq!(action, Action::requeue(STATUS_INTERVAL));
+}
+
+#[tokio::test]
 async fn a_replica_lost_longer_than_the_bound_is_deleted_by_uid_with_no_grace_and_an_event() {
     let fx = fixture(90);
     fx.reconcile(&three_replicas())
