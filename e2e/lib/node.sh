@@ -294,8 +294,7 @@ node_chain_remove() {
 node_link_up() {
   local fwd
   [ -n "$NODE_PEER_BRIDGE" ] || return 0
-  ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1 ||
-    die "the first node's bridge $NODE_PEER_BRIDGE is missing: start the world (e2e/world.sh up) before a second node"
+  ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1 || die "the first node's bridge $NODE_PEER_BRIDGE is missing"
   fwd="$(node_chain_fwd)"
   iptables -w -N "$fwd" 2>/dev/null || iptables -w -F "$fwd"
   iptables -w -A "$fwd" -i "$NODE_BRIDGE" -o "$NODE_PEER_BRIDGE" -j ACCEPT
@@ -408,6 +407,10 @@ node_kubelet_start() {
 
 node_start() {
   node_need_tools
+  # Checked before anything starts, so a refused second node leaves nothing to clean up.
+  if [ -n "$NODE_PEER_BRIDGE" ] && ! ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1; then
+    die "the first node's bridge $NODE_PEER_BRIDGE is missing: start the world (e2e/world.sh up) before a second node"
+  fi
   build_kubelet
   mkdir -p "$NODE_DIR/kubelet/root"
   NODE_CGROUP_ROOT="$(node_cgroup_root)"
