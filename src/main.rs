@@ -56,7 +56,9 @@ enum Command {
         /// Address of /metrics, /healthz and /readyz.
         #[arg(long, env = "MIRRORFLOW_LISTEN", default_value = "127.0.0.1:9464")]
         listen: SocketAddr,
-        /// This replica's name (in a pod: the pod name).
+        /// This replica's name (in a pod: the pod name). Given, it must be stable and its
+        /// own: the replica joins the source group as a static member under it, so a restart
+        /// moves no partition. Left out: the host name, and dynamic membership.
         #[arg(long, env = "MIRRORFLOW_REPLICA")]
         replica: Option<String>,
     },
@@ -151,6 +153,15 @@ enum Command {
             default_value = ""
         )]
         probe_deny_cidrs: Vec<String>,
+        /// Seconds a replicator pod's node may stay lost (its Ready condition Unknown) before
+        /// the operator deletes the pod so its StatefulSet starts it on a node that answers;
+        /// 0: never (a person deletes it).
+        #[arg(
+            long,
+            env = "MIRRORFLOW_REPLICA_REPLACE_AFTER_SECONDS",
+            default_value_t = 60
+        )]
+        replica_replace_after_seconds: u64,
         /// Watch only this namespace (default: all).
         #[arg(long, env = "MIRRORFLOW_WATCH_NAMESPACE")]
         watch_namespace: Option<String>,
@@ -235,11 +246,13 @@ fn main() -> anyhow::Result<()> {
             let mut flow =
                 mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;
             flow.writer = file.writer;
+            let static_membership = replica.is_some();
             let replica = replica.unwrap_or_else(|| {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
             });
-            let ctx =
-                Arc::new(replicator::Context::new(flow, replica).context("creating metrics")?);
+            let mut ctx = replicator::Context::new(flow, replica).context("creating metrics")?;
+            ctx.static_membership = static_membership;
+            let ctx = Arc::new(ctx);
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
                 let shutdown = CancellationToken::new();
@@ -259,6 +272,7 @@ fn main() -> anyhow::Result<()> {
             replicator_network_policy,
             probe_allow_cidrs,
             probe_deny_cidrs,
+            replica_replace_after_seconds,
             watch_namespace,
             leader_election,
         } => {
@@ -307,6 +321,8 @@ fn main() -> anyhow::Result<()> {
                 resources,
                 network,
                 addresses,
+                replace_after: (replica_replace_after_seconds > 0)
+                    .then(|| std::time::Duration::from_secs(replica_replace_after_seconds)),
                 watch_namespace: watch_namespace.filter(|n| !n.is_empty()),
                 leader_election,
             }))?;

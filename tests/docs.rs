@@ -48,6 +48,7 @@ fn reasons() -> Vec<&'static str> {
         reason::SOURCE_TOKEN_REFUSED,
         reason::TARGET_TOKEN_REFUSED,
         reason::REPLICAS_NOT_READY,
+        reason::REPLICA_ON_LOST_NODE,
         reason::NO_HEARTBEATS,
         reason::HEARTBEAT_LAG_HIGH,
         reason::NO_CHECKPOINTS,

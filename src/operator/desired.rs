@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use super::network::{self, ReplicatorNetwork};
+use super::spread;
 use crate::api::{MirrorFlow, SecretKeyRef};
 use crate::kafka::DEFAULT_SECRETS_DIR;
 
@@ -374,6 +375,7 @@ fn pod_template(
                 .then_some(overrides.node_selector.clone()),
             tolerations: (!overrides.tolerations.is_empty())
                 .then_some(overrides.tolerations.clone()),
+            topology_spread_constraints: Some(spread::constraints(flow, &selector_labels(flow))),
             security_context: Some(PodSecurityContext {
                 run_as_non_root: Some(true),
                 run_as_user: Some(NONROOT_UID),

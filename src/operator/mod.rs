@@ -15,11 +15,13 @@ pub mod fake_apiserver;
 pub mod guards;
 pub mod lease;
 pub mod liveness;
+pub mod lost_nodes;
 pub mod network;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;
 pub mod slim;
+pub mod spread;
 pub mod triggers;
 
 use std::collections::{HashMap, HashSet};
@@ -72,6 +74,8 @@ pub struct OperatorMetrics {
     pub reconciles: IntCounter,
     pub reconcile_errors: IntCounterVec,
     pub reconcile_duration: Histogram,
+    /// Replicas deleted because their node was lost ([`lost_nodes`]).
+    pub replicas_replaced: IntCounter,
     /// Per flow (`namespace`, `flow`): 1 while a condition is True, by `condition`.
     pub flow_condition: IntGaugeVec,
     /// Per flow: age of the newest replicated source heartbeat (absent when none was seen).
@@ -187,6 +191,10 @@ impl OperatorMetrics {
         let registry = Registry::new_custom(Some("mirrorflow_operator".into()), None)?;
         let m = OperatorMetrics {
             reconciles: IntCounter::new("reconciles_total", "Reconciles started")?,
+            replicas_replaced: IntCounter::new(
+                "replicas_replaced_total",
+                "Replicator pods deleted because their node stopped answering",
+            )?,
             reconcile_errors: IntCounterVec::new(
                 Opts::new("reconcile_errors_total", "Reconciles that failed, by kind"),
                 &["kind"],
@@ -240,6 +248,7 @@ impl OperatorMetrics {
         m.registry
             .register(Box::new(m.flow_groups_not_ready.clone()))?;
         m.registry.register(Box::new(m.reconciles.clone()))?;
+        m.registry.register(Box::new(m.replicas_replaced.clone()))?;
         m.registry.register(Box::new(m.reconcile_errors.clone()))?;
         m.registry
             .register(Box::new(m.reconcile_duration.clone()))?;
@@ -264,6 +273,8 @@ pub struct Context {
     pub network: network::ReplicatorNetwork,
     /// The addresses the probe may connect to (every bootstrap server is checked first).
     pub addresses: guards::addresses::AddressPolicy,
+    /// How long a replica's node may be lost before the replica is replaced; `None`: never.
+    pub replace_after: Option<Duration>,
     /// The status last written per flow (`namespace/name`).
     pub last_status: Mutex<HashMap<String, crate::api::MirrorFlowStatus>>,
     /// Consecutive failed reconciles per flow (`namespace/name`); reset by a success.
@@ -435,6 +446,8 @@ pub struct Options {
     pub network: network::ReplicatorNetwork,
     /// The addresses the probe may connect to.
     pub addresses: guards::addresses::AddressPolicy,
+    /// How long a replica's node may be lost before the replica is replaced; `None`: never.
+    pub replace_after: Option<Duration>,
     /// Namespace to watch; `None` = all.
     pub watch_namespace: Option<String>,
     /// (namespace, holder identity) when leader election is on.
@@ -519,6 +532,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         resources: opts.resources,
         network: opts.network,
         addresses: opts.addresses,
+        replace_after: opts.replace_after,
         last_status: Default::default(),
         failures: Default::default(),
         flows: store.clone(),

@@ -71,7 +71,14 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     }
     match workload(&verdict, observe_only) {
         Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await? {
-            Ok(ready) => obs.ready_replicas = ready,
+            Ok(ready) => {
+                obs.ready_replicas = ready;
+                obs.stranded = super::lost_nodes::tend(&ctx, &ns, &mf, ready, obs.desired_replicas)
+                    .await
+                    .iter()
+                    .map(|s| s.message())
+                    .collect();
+            }
             Err(rejected) => obs.blocked = Some(rejected),
         },
         Workload::Remove => {

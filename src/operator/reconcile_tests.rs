@@ -48,6 +48,7 @@ fn bare_context(client: kube::Client) -> Context {
         resources: Default::default(),
         network: Default::default(),
         addresses: Default::default(),
+        replace_after: Some(Duration::from_secs(60)),
         liveness: Default::default(),
         last_status: Default::default(),
         failures: Default::default(),
@@ -765,3 +766,7 @@ mod failures;
 /// The NetworkPolicy child in front of the replicator pods.
 #[path = "reconcile_network_tests.rs"]
 mod network;
+
+/// Replicas stranded on a lost node.
+#[path = "reconcile_lost_node_tests.rs"]
+mod lost_node;

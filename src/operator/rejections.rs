@@ -17,6 +17,10 @@ const FIELD_ORIGINS: &[(&str, &str)] = &[
     ("spec.template.annotations", "spec.pod.annotations"),
     ("spec.template.spec.tolerations", "spec.pod.tolerations"),
     ("spec.template.spec.nodeSelector", "spec.pod.nodeSelector"),
+    (
+        "spec.template.spec.topologySpreadConstraints",
+        "spec.pod.topologySpreadConstraints",
+    ),
     ("spec.template.spec.containers[0].image", "spec.pod.image"),
     (
         "spec.template.spec.containers[0].resources",

@@ -37,6 +37,11 @@ pub struct Context {
     pub replica: String,
     /// Whether each cluster answers, as every loop sees it.
     pub clusters: reach::Clusters,
+    /// The replica's name is stable and its own (`--replica`, the pod name in a pod): the
+    /// source consumers join as static members named after it, so a restart within the
+    /// session timeout gets its partitions back without a rebalance, and a second process
+    /// under the same name fences the first.
+    pub static_membership: bool,
 }
 
 impl Context {
@@ -61,6 +66,7 @@ impl Context {
             flow,
             readiness,
             replica,
+            static_membership: false,
         })
     }
 }

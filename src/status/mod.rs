@@ -312,6 +312,9 @@ pub struct Observation {
     pub aligned: bool,
     pub desired_replicas: i32,
     pub ready_replicas: i32,
+    /// Replicas on nodes the node controller lost, one message each (which pod, which node,
+    /// when it is replaced).
+    pub stranded: Vec<String>,
     /// Error text when the cluster could not be reached.
     pub source_error: Option<ClusterFault>,
     pub target_error: Option<ClusterFault>,
@@ -411,6 +414,13 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
     } else if let Some((r, m)) = &unreachable {
         // A cluster the replicators cannot use also keeps them unready: name the cause.
         verdict(READY, false, r, m.clone())
+    } else if !obs.stranded.is_empty() {
+        verdict(
+            READY,
+            false,
+            reason::REPLICA_ON_LOST_NODE,
+            obs.stranded.join("; "),
+        )
     } else if obs.ready_replicas < obs.desired_replicas {
         verdict(
             READY,

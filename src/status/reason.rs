@@ -23,6 +23,8 @@ pub const TARGET_TOKEN_ENDPOINT_UNREACHABLE: &str = "TargetTokenEndpointUnreacha
 pub const SOURCE_TOKEN_REFUSED: &str = "SourceTokenRefused";
 pub const TARGET_TOKEN_REFUSED: &str = "TargetTokenRefused";
 pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+/// A replica is on a node the node controller lost; the operator replaces it after a bound.
+pub const REPLICA_ON_LOST_NODE: &str = "ReplicaOnLostNode";
 pub const NO_HEARTBEATS: &str = "NoHeartbeats";
 pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
 pub const NO_CHECKPOINTS: &str = "NoCheckpoints";

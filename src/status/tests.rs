@@ -236,6 +236,29 @@ fn transition_time_moves_only_on_a_flip() {
 }
 
 #[test]
+fn a_replica_on_a_lost_node_is_named_in_ready_before_the_plain_count() {
+    let mut o = healthy();
+    o.desired_replicas = 3;
+    o.ready_replicas = 2;
+    o.stranded = vec!["replicator pod f-1 is on node n2, which has not answered for 20s".into()];
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let ready = cond(&s, READY);
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason, reason::REPLICA_ON_LOST_NODE);
+    assert!(
+        ready.message.contains("f-1") && ready.message.contains("n2"),
+        "{}",
+        ready.message
+    );
+    // Its partitions are not copied until it is replaced: no failover now, and why.
+    let failover = cond(&s, FAILOVER_READY);
+    assert_eq!(
+        (failover.status.as_str(), failover.reason.as_str()),
+        ("False", reason::REPLICA_ON_LOST_NODE)
+    );
+}
+
+#[test]
 fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message() {
     let o = Observation {
         blocked: Some(Blocked::new(

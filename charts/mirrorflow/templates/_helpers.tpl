@@ -98,6 +98,14 @@ through owner references).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if gt (int .Values.replicaReplaceAfterSeconds) 0 }}
+# A flow's replicator pods, read by name (`<flow>-<ordinal>`) when one is not ready, and
+# deleted when its node was lost for replicaReplaceAfterSeconds (only pods its StatefulSet
+# controls, by uid). No list or watch.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, delete]
+{{- end }}
 {{- end }}
 
 {{/*

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration, TopologySpreadConstraint};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -486,6 +486,14 @@ pub struct PodOverrides {
     /// Tolerations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// How the replicas spread over failure domains. Default (empty): at most one replica
+    /// more on any node, and in any zone where nodes carry `topology.kubernetes.io/zone`,
+    /// than on another, preferred but never blocking scheduling (`ScheduleAnyway`), so losing
+    /// a node or a zone leaves replicas elsewhere. Constraints given here replace the default;
+    /// a `labelSelector` left out selects this flow's replicas.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     /// The replicator image. Default: the operator's own image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,

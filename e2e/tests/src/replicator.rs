@@ -6,6 +6,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+/// How a replicator process joins its flow's source group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Membership {
+    /// Named with `--replica`: a static member, as every pod is.
+    Static,
+    /// Unnamed: a new member at every start.
+    Dynamic,
+}
+
 /// A replicator process; stopped with SIGTERM (then SIGKILL) when dropped.
 pub struct Replicator {
     child: Option<Child>,
@@ -62,6 +71,18 @@ impl Replicator {
     /// Writes `flow_yaml` to a file and starts a replicator on it. `port` picks its metrics port
     /// on 127.0.0.1; `replica` names it.
     pub fn start(repo_root: &Path, name: &str, flow_yaml: &str, port: u16) -> Result<Replicator> {
+        Replicator::start_as(repo_root, name, flow_yaml, port, Membership::Static)
+    }
+
+    /// [`Replicator::start`], choosing whether the replica is named (`--replica`: a static
+    /// member of the source group, as in a pod) or not (dynamic membership).
+    pub fn start_as(
+        repo_root: &Path,
+        name: &str,
+        flow_yaml: &str,
+        port: u16,
+        membership: Membership,
+    ) -> Result<Replicator> {
         let dir = std::env::temp_dir().join("mirrorflow-e2e").join(name);
         std::fs::create_dir_all(&dir)?;
         let config = dir.join("flow.yaml");
@@ -75,13 +96,12 @@ impl Replicator {
         let child = Command::new(binary(repo_root))
             .args(["replicate", "--config"])
             .arg(&config)
-            .args([
-                "--listen",
-                &metrics_addr,
-                "--replica",
-                name,
-                "--secrets-dir",
-            ])
+            .args(["--listen", &metrics_addr])
+            .args(match membership {
+                Membership::Static => vec!["--replica", name],
+                Membership::Dynamic => vec![],
+            })
+            .arg("--secrets-dir")
             .arg(dir.join("secrets"))
             .env("RUST_LOG", "info,mirrorflow=debug")
             .stdout(Stdio::from(out.try_clone()?))
@@ -193,4 +213,33 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
         head.lines().next().unwrap_or("")
     );
     Ok(body.to_string())
+}
+
+/// A log line without its colour escapes (`ESC [ 3 m`), as the replicator writes to a file.
+pub fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence ends with its first letter.
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The number after ` name=` in a [`plain`] log line.
+pub fn number_field(plain_line: &str, name: &str) -> Option<u32> {
+    let at = plain_line.find(&format!(" {name}="))? + name.len() + 2;
+    let digits: String = plain_line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition};
+use mirrorflow_e2e::replicator::{Replicator, binary, measured_condition, number_field, plain};
 use mirrorflow_e2e::{World, eventually, fidelity, kafka, unique};
 use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, NewPartitions, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
@@ -935,38 +935,16 @@ async fn two_consumers_split_and_hand_on(
 /// Partitions each source consumer of a replica owns, by its latest assignment log line
 /// (`partitions=N consumer=I`; the text log colours field names, so escapes are dropped first).
 fn owned_by_consumer(log: &str) -> BTreeMap<u32, u32> {
-    let field = |line: &str, name: &str| -> Option<u32> {
-        let at = line.find(&format!(" {name}="))? + name.len() + 2;
-        let digits: String = line[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    };
-    let mut owned = BTreeMap::new();
-    for line in log
-        .lines()
+    log.lines()
         .filter(|l| l.contains("assigned to this consumer"))
-    {
-        let mut plain = String::with_capacity(line.len());
-        let mut chars = line.chars();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' {
-                // An escape sequence ends with its first letter (`ESC [ 3 m`).
-                for e in chars.by_ref() {
-                    if e.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            } else {
-                plain.push(c);
-            }
-        }
-        if let (Some(n), Some(i)) = (field(&plain, "partitions"), field(&plain, "consumer")) {
-            owned.insert(i, n);
-        }
-    }
-    owned
+        .map(plain)
+        .filter_map(|l| {
+            Some((
+                number_field(&l, "consumer")?,
+                number_field(&l, "partitions")?,
+            ))
+        })
+        .collect()
 }
 
 #[tokio::test]

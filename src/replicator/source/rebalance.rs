@@ -111,6 +111,19 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
     }
 }
 
+/// Revokes every owned partition through the owner, as a graceful revocation does, and
+/// unassigns them in this consumer only: the group is not told (a static member that stops
+/// keeps its assignment in the group until it returns or its session ends).
+pub fn give_up_locally<C: ConsumerContext, O: Owner>(owner: &Mutex<O>, consumer: &BaseConsumer<C>) {
+    let mut o = lock(owner);
+    let all = o.owned();
+    o.revoked(&all, false);
+    drop(o);
+    if let Err(e) = consumer.unassign() {
+        tracing::warn!(error = %e, "unassigning at shutdown failed");
+    }
+}
+
 /// The (topic, partition) of every element of `tpl`.
 pub fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
     let elements = tpl.elements();

@@ -337,6 +337,11 @@ pub fn spawn<P: Delivery>(
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let worker = policy.shared().worker.index();
+    let ctx = &policy.shared().ctx;
+    let mut config = config.clone();
+    if ctx.static_membership {
+        config.set("group.instance.id", static_member_id(&ctx.replica, worker));
+    }
     let consumer: Source<P> = config
         .create_with_context(SourceContext::new(policy, health.clone()))
         .context("creating the source consumer")?;
@@ -346,6 +351,12 @@ pub fn spawn<P: Delivery>(
         run(consumer, copy.subscriptions, copy.ctx, copy.shutdown)
     });
     Ok(())
+}
+
+/// A copy loop's static member name in the source group: one per consumer of a replica, the
+/// same after every restart of that replica.
+pub fn static_member_id(replica: &str, worker: usize) -> String {
+    format!("{replica}-c{worker}")
 }
 
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
@@ -441,6 +452,14 @@ pub fn run<P: Delivery>(
     }
     tracing::info!("source loop stopping: settling writes");
     lock(&policy).stop();
+    if ctx.static_membership {
+        // A static member that leaves hands its partitions to the others at once, and they
+        // come back when it returns: two moves per restart. It gives them up here only (the
+        // policy stores their positions as on a revocation) and closes without leaving
+        // (KIP-345), so the coordinator keeps them for it until the session timeout.
+        super::rebalance::give_up_locally(&policy, &consumer);
+        return Ok(());
+    }
     // Leaving the group revokes everything through the policy, which has little left to do.
     consumer.unsubscribe();
     for _ in 0..10 {

@@ -1,0 +1,199 @@
+//! A rolling restart moves no partition: a replica named with `--replica` (every pod is) joins
+//! the source group as a static member, so when it stops and starts again within the session
+//! timeout it gets its own partitions back and the other replicas are never asked to take them.
+//! The same restart with unnamed (dynamic) replicas is measured beside it, so the test shows
+//! the difference rather than assume it. Records are produced throughout: none may be lost.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use mirrorflow_e2e::replicator::{Membership, Replicator, number_field, plain};
+use mirrorflow_e2e::switchover::end_offsets;
+use mirrorflow_e2e::{World, eventually, fidelity, kafka, unique};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureRecord;
+
+const WAIT: Duration = Duration::from_secs(90);
+const PARTITIONS: i32 = 6;
+
+/// How many partitions `topic` has (0 when it does not exist).
+fn partition_count(bootstrap: &str, topic: &str) -> Result<usize> {
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let metadata = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    Ok(metadata
+        .topics()
+        .first()
+        .map(|t| t.partitions().len())
+        .unwrap_or(0))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The partition counts a replica's log reported, in order ("source partitions assigned to
+/// this consumer ... partitions=N").
+fn assignments(log: &str) -> Vec<u32> {
+    log.lines()
+        .filter(|l| l.contains("assigned to this consumer"))
+        .filter_map(|l| number_field(&plain(l), "partitions"))
+        .collect()
+}
+
+struct Outcome {
+    /// Partitions the replica that stayed up took on while the other restarted.
+    moved_to_survivor: u32,
+    /// From the stop until the restarted replica owned partitions again.
+    back_after: Duration,
+}
+
+async fn restart_one_of_two(membership: Membership) -> Result<Outcome> {
+    let world = World::from_env()?;
+    let prefix = match membership {
+        Membership::Static => "rstatic",
+        Membership::Dynamic => "rdynamic",
+    };
+    let name = unique(prefix);
+    let topic = unique(prefix);
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    kafka::create_topic(&world.source_bootstrap, &topic, PARTITIONS).await?;
+    let flow = format!(
+        "source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n\
+         target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n\
+         topics: ['{topic}']\n\
+         checkpoints: {{enabled: false}}\n\
+         heartbeats: {{enabled: false}}\n\
+         sourceLoop: {{topicsRefreshInterval: 1s, offsetSyncInterval: 1s}}\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    let start = |replica: &str| {
+        Replicator::start_as(
+            &world.repo_root,
+            &format!("{name}-{replica}"),
+            &flow,
+            free_port()?,
+            membership,
+        )
+    };
+    let survivor = start("a")?;
+    let mut restarted = start("b")?;
+    let assigned = |r: &Replicator| r.metric("mirrorflow_assigned_partitions").unwrap_or(0.0);
+    // Every partition of the topic plus `heartbeats` (always replicated) is owned once.
+    let heartbeats = partition_count(&world.source_bootstrap, "heartbeats")?;
+    let total = f64::from(PARTITIONS) + heartbeats as f64;
+    let split = || {
+        let (x, y) = (assigned(&survivor), assigned(&restarted));
+        async move { Ok((x > 0.0 && y > 0.0 && x + y == total).then_some(())) }
+    };
+    eventually(
+        "both replicas own partitions, all of them once",
+        WAIT,
+        split,
+    )
+    .await
+    .with_context(|| format!("{}\n---\n{}", survivor.log_text(), restarted.log_text()))?;
+    let before = assignments(&survivor.log_text());
+    let owned_before = before.last().copied().unwrap_or(0);
+
+    let producer = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
+    let produced = 3_000u32;
+    let writing = {
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            for i in 0..produced {
+                let value = format!("r{i}");
+                let key = i.to_string();
+                producer
+                    .send(
+                        FutureRecord::to(&topic).key(&key).payload(&value),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map_err(|(e, _)| e)?;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopped = Instant::now();
+    restarted.stop(Duration::from_secs(30));
+    // A pod comes back after its container starts; a second is about the fastest.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let restarted = start("b")?;
+    eventually("the restarted replica owns partitions again", WAIT, || {
+        let (x, y) = (assigned(&survivor), assigned(&restarted));
+        async move { Ok((y > 0.0 && x + y == total).then_some(())) }
+    })
+    .await
+    .with_context(|| format!("{}\n---\n{}", survivor.log_text(), restarted.log_text()))?;
+    let back_after = stopped.elapsed();
+    writing.await??;
+
+    let remote = format!("{source_alias}.{topic}");
+    eventually(
+        "every record produced during the restart copied",
+        WAIT,
+        || {
+            let n: i64 = end_offsets(&world.target_bootstrap, &remote, PARTITIONS)
+                .map(|e| e.iter().sum())
+                .unwrap_or(0);
+            async move { Ok((n >= i64::from(produced)).then_some(())) }
+        },
+    )
+    .await
+    .with_context(|| format!("{}\n---\n{}", survivor.log_text(), restarted.log_text()))?;
+
+    let mut copied = std::collections::BTreeSet::new();
+    for p in 0..PARTITIONS {
+        for r in fidelity::read_visible(&world.target_bootstrap, &remote, p)? {
+            copied.insert(r.value);
+        }
+    }
+    let lost: Vec<u32> = (0..produced)
+        .filter(|i| !copied.contains(&format!("r{i}")))
+        .collect();
+    ensure!(
+        lost.is_empty(),
+        "{} records lost in the restart, first {:?}",
+        lost.len(),
+        lost.first()
+    );
+
+    let after = assignments(&survivor.log_text());
+    let peak = after
+        .iter()
+        .skip(before.len())
+        .copied()
+        .max()
+        .unwrap_or(owned_before);
+    Ok(Outcome {
+        moved_to_survivor: peak.saturating_sub(owned_before),
+        back_after,
+    })
+}
+
+#[tokio::test]
+async fn a_restarted_static_replica_gets_its_partitions_back_and_moves_none() -> Result<()> {
+    let dynamic = restart_one_of_two(Membership::Dynamic).await?;
+    let fixed = restart_one_of_two(Membership::Static).await?;
+    eprintln!(
+        "rolling restart of 1 of 2 replicas: dynamic membership moved {} partitions to the other replica (owner back after {:?}); static membership moved {} (back after {:?})",
+        dynamic.moved_to_survivor, dynamic.back_after, fixed.moved_to_survivor, fixed.back_after
+    );
+    ensure!(
+        fixed.moved_to_survivor == 0,
+        "a static member's restart moved {} partitions to the other replica",
+        fixed.moved_to_survivor
+    );
+    ensure!(
+        dynamic.moved_to_survivor > 0,
+        "the dynamic restart moved no partition either: the measurement cannot tell the two apart"
+    );
+    Ok(())
+}
