@@ -13,11 +13,12 @@
 //! own timeouts, as they would from a machine that lost power. The Node object is left as it
 //! was; kube-controller-manager turns it NotReady after its grace period (20 s in the world).
 //!
-//! The operator's part (its contract): a replica whose node's `Ready` condition has not been
-//! `True` for longer than the installer's `replicaReplaceAfterSeconds` (15 here) is deleted with
-//! grace period 0, so the StatefulSet makes it again on a Ready node; while it waits, the flow's
-//! `Ready` condition is False with reason `ReplicaOnLostNode` and a message naming the pod and
-//! the node, and an Event with that reason is recorded.
+//! The operator's part (docs/day-two.md, "A node lost"): a replica whose node has been lost
+//! (`Ready` Unknown) for longer than the installer's `replicaReplaceAfterSeconds` (15 here) is
+//! deleted with grace period 0, so the StatefulSet makes it again on a node that answers; while
+//! it waits, the flow's `Ready` condition is False with reason `ReplicaOnLostNode` and a message
+//! naming the pod and the node; the replacement is recorded as an Event `ReplicaReplaced` about
+//! the flow, naming them too.
 //!
 //! Measured for each flow, from the kill: detection (the flow's `ReplicaOnLostNode`), the
 //! replacement (the pod on the lost node gone), the resumption (on every partition, a record
@@ -488,7 +489,7 @@ async fn a_lost_nodes_replicas_are_replaced_and_records_flow_again() -> Result<(
         .await?
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("ReplicaOnLostNode"))
+        .filter(|e| e.reason.as_deref() == Some("ReplicaReplaced"))
         .collect();
     let mut failures = Vec::new();
     println!(
@@ -555,16 +556,20 @@ async fn a_lost_nodes_replicas_are_replaced_and_records_flow_again() -> Result<(
                 }
             }
         }
-        let recorded = events.iter().any(|e| {
-            let about = e.involved_object.name.as_deref() == Some(f.name);
-            let message = e.message.as_deref().unwrap_or_default();
-            about
-                || f.lost_pods
-                    .iter()
-                    .any(|(pod, _)| message.contains(pod.as_str()))
-        });
-        if !recorded {
-            failures.push(format!("{}: no ReplicaOnLostNode Event about it", f.name));
+        for (pod, _) in &f.lost_pods {
+            let recorded = events.iter().any(|e| {
+                let message = e.message.as_deref().unwrap_or_default();
+                e.involved_object.kind.as_deref() == Some("MirrorFlow")
+                    && e.involved_object.name.as_deref() == Some(f.name)
+                    && message.contains(pod.as_str())
+                    && message.contains(NODE2)
+            });
+            if !recorded {
+                failures.push(format!(
+                    "{}: no ReplicaReplaced Event about the flow naming {pod} and {NODE2}",
+                    f.name
+                ));
+            }
         }
         if lost > 0 {
             failures.push(format!(
