@@ -49,6 +49,7 @@ fn exported() -> BTreeSet<String> {
             replay_records: 0,
             uncopied_records: 0,
             invalidated_checkpoints: 0,
+            conservative: Default::default(),
         }],
         ..Observation::default()
     };

@@ -54,6 +54,7 @@ fn reasons() -> Vec<&'static str> {
         reason::NO_CHECKPOINTS,
         reason::CHECKPOINTS_STALE,
         reason::CHECKPOINTS_INVALIDATED,
+        reason::CHECKPOINTS_CONSERVATIVE,
         reason::REPLICATION_LAG_HIGH,
         reason::TOPIC_CHANGES_REFUSED,
         reason::REPLICATION_BEHIND,
@@ -106,6 +107,7 @@ fn reasons() -> Vec<&'static str> {
         "NoCheckpoint",
         "CheckpointStale",
         "CheckpointInvalidated",
+        "CheckpointConservative",
     ]
 }
 

@@ -237,6 +237,8 @@ pub(crate) mod tests {
                         metadata: String::new(),
                     },
                     written_ms: Some(1_000),
+                    exactness: crate::kafka::checkpoints::Exactness::Unknown,
+                    exact_ms: None,
                 },
             );
         }

@@ -666,7 +666,13 @@ fn dispatch(tails: &mut HashMap<String, Tail>, m: &BorrowedMessage<'_>) {
     }
     if let Some(t) = tails.get_mut(m.topic()) {
         // A refused tail keeps its refusal; the next follow reports it.
-        let _ = t.apply(m.offset(), m.key(), m.payload(), m.timestamp().to_millis());
+        let _ = t.apply(
+            m.offset(),
+            m.key(),
+            m.payload(),
+            m.timestamp().to_millis(),
+            crate::kafka::checkpoints::Exactness::of_record(m),
+        );
     }
 }
 

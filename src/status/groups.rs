@@ -5,6 +5,19 @@ use std::time::Duration;
 use super::{Observation, reason, secs};
 use crate::api::{FailoverReadinessSpec, GroupReadiness};
 
+/// A group's checkpoints that cover its commits only conservatively: no offset sync of the copy
+/// reached the commit when they were translated, so they point at the record after the newest
+/// one known to be copied, and a failover to them re-reads what lies between.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conservative {
+    pub partitions: u32,
+    /// The most records a failover to them may re-read, over those partitions.
+    pub max_replay: i64,
+    /// How long ago the least recently exact of them had an exact checkpoint; `None` when one
+    /// never had one the probe read (a new group or flow, or compacted away).
+    pub exact_age: Option<Duration>,
+}
+
 /// Where a group stands for a failover now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum GroupState {
@@ -17,6 +30,9 @@ pub enum GroupState {
     NoCheckpoint,
     /// Its checkpoint is older than `failoverReadiness.maxCheckpointAge`.
     CheckpointStale,
+    /// A checkpoint at its commit is a conservative translation (its writer said so): a
+    /// failover now would re-read records the group processed.
+    CheckpointConservative,
     Ready,
 }
 
@@ -28,6 +44,7 @@ impl GroupState {
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => "NoCheckpoint",
             GroupState::CheckpointStale => "CheckpointStale",
+            GroupState::CheckpointConservative => "CheckpointConservative",
             GroupState::Ready => "Ready",
         }
     }
@@ -38,6 +55,7 @@ impl GroupState {
             GroupState::CheckpointInvalidated => reason::CHECKPOINTS_INVALIDATED,
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => reason::NO_CHECKPOINTS,
+            GroupState::CheckpointConservative => reason::CHECKPOINTS_CONSERVATIVE,
             GroupState::CheckpointStale | GroupState::Ready => reason::CHECKPOINTS_STALE,
         }
     }
@@ -45,7 +63,8 @@ impl GroupState {
 
 /// Per-group readiness with its state, worst first: groups whose checkpoints point into a
 /// recreated remote log (a failover would skip records), then groups without any checkpoint,
-/// then stale ones (oldest first), then ready ones; ties by records a failover would re-read, then name.
+/// then stale ones (oldest first) and those whose checkpoint at the commit is conservative, then
+/// ready ones; ties by records a failover would re-read, then name.
 pub fn states(
     obs: &Observation,
     limits: &FailoverReadinessSpec,
@@ -88,6 +107,35 @@ pub fn states(
                         "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
                         secs(age),
                         limits.max_checkpoint_age
+                    ),
+                ),
+                // Conservative at the commit, and not exact within the limit (or never): as
+                // stale as a checkpoint that stopped following the commits. A group exact a
+                // moment ago is only between a commit and the sync that covers it.
+                Some(_)
+                    if g.conservative.partitions > 0
+                        && g.conservative.exact_age.is_none_or(|a| a > max_age) =>
+                {
+                    (
+                        2,
+                        GroupState::CheckpointConservative,
+                        format!(
+                            "the checkpoint of {} partition(s) is conservative ({}): no offset sync of the copy reached the commit when it was translated, so a failover now would re-read up to {} records the group already processed; the checkpoint loop writes an exact one as soon as the copy's next offset sync covers the commit (within spec.sourceLoop.offsetSyncInterval of the copy reaching it; offset syncs another tool writes may never cover it)",
+                            g.conservative.partitions,
+                            match g.conservative.exact_age {
+                                Some(a) => format!("last exact {} ago", secs(a)),
+                                None => "never exact yet".to_string(),
+                            },
+                            g.conservative.max_replay
+                        ),
+                    )
+                }
+                Some(_) if g.conservative.partitions > 0 => (
+                    3,
+                    GroupState::Ready,
+                    format!(
+                        "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit",
+                        g.conservative.max_replay, g.conservative.partitions
                     ),
                 ),
                 Some(_) => (3, GroupState::Ready, "the group can fail over".to_string()),
@@ -141,6 +189,7 @@ mod tests {
             replay_records: 0,
             uncopied_records: uncopied,
             invalidated_checkpoints: partitions,
+            conservative: Conservative::default(),
         }
     }
 
@@ -174,5 +223,126 @@ mod tests {
             GroupState::NoCheckpoint.condition_reason(),
             reason::NO_CHECKPOINTS
         );
+    }
+
+    /// A healthy flow whose one group `g` is in `conservative` at its commit, as the probe saw
+    /// it (replay includes the conservative records).
+    fn one_group(conservative: Conservative) -> Observation {
+        Observation {
+            desired_replicas: 1,
+            ready_replicas: 1,
+            heartbeats_enabled: true,
+            checkpoints_enabled: true,
+            heartbeat_age: Some(Duration::from_secs(2)),
+            topics: Some(2),
+            replication_lag: Some(0),
+            groups: vec![GroupObservation {
+                group: "g".into(),
+                checkpoint_age: Some(Duration::ZERO),
+                replay_records: conservative.max_replay,
+                uncopied_records: 0,
+                invalidated_checkpoints: 0,
+                conservative,
+            }],
+            ..Observation::default()
+        }
+    }
+
+    fn by_59(exact_age: Option<u64>) -> Conservative {
+        Conservative {
+            partitions: 1,
+            max_replay: 59,
+            exact_age: exact_age.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn a_conservative_checkpoint_at_the_commit_holds_failover_back_until_it_is_exact() {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("a time"),
+        );
+        let limits = FailoverReadinessSpec::default();
+        let condition = |s: &crate::api::MirrorFlowStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+                .expect("the condition is reported")
+        };
+        // Never exact (a new flow, a commit the copy has not synced yet): the runbook's case.
+        let held = crate::status::status(None, &one_group(by_59(None)), &limits, None, &now);
+        let row = &held.least_ready_groups[0];
+        assert_eq!(
+            (row.reason.as_str(), row.estimated_replay_records),
+            ("CheckpointConservative", 59)
+        );
+        assert!(
+            row.message.contains("re-read up to 59 records")
+                && row.message.contains("1 partition")
+                && row.message.contains("never exact"),
+            "{}",
+            row.message
+        );
+        let (status, why, message) = condition(&held, crate::status::FAILOVER_READY);
+        assert_eq!(
+            (status.as_str(), why.as_str()),
+            ("False", reason::CHECKPOINTS_CONSERVATIVE)
+        );
+        assert!(message.contains("re-read up to 59 records"), "{message}");
+        assert_eq!(
+            condition(&held, crate::status::CHECKPOINTS_FRESH).0,
+            "False"
+        );
+
+        let exact = crate::status::status(
+            Some(&held),
+            &one_group(Conservative::default()),
+            &limits,
+            None,
+            &now,
+        );
+        let row = &exact.least_ready_groups[0];
+        assert_eq!(
+            (row.reason.as_str(), row.estimated_replay_records),
+            ("Ready", 0)
+        );
+        assert_eq!(
+            condition(&exact, crate::status::FAILOVER_READY).0,
+            "True",
+            "the exact checkpoint that replaces it makes the group ready"
+        );
+    }
+
+    #[test]
+    fn a_group_exact_within_the_checkpoint_age_limit_is_ready_and_says_what_it_would_re_read() {
+        let limits = FailoverReadinessSpec::default();
+        let max_age = limits.max_checkpoint_age.as_duration().as_secs();
+        // (when the conservative partition was last exact) -> state
+        let cases = [
+            (None, GroupState::CheckpointConservative),
+            (Some(0), GroupState::Ready),
+            (Some(max_age), GroupState::Ready),
+            (Some(max_age + 1), GroupState::CheckpointConservative),
+        ];
+        for (exact_age, want) in cases {
+            let rows = states(&one_group(by_59(exact_age)), &limits);
+            let [(state, row)] = rows.as_slice() else {
+                panic!("one group: {rows:?}");
+            };
+            assert_eq!(*state, want, "last exact {exact_age:?} ago");
+            assert_eq!(row.estimated_replay_records, 59, "{exact_age:?}");
+            assert!(row.message.contains("up to 59 records"), "{}", row.message);
+        }
+    }
+
+    #[test]
+    fn a_worse_state_wins_over_a_conservative_checkpoint() {
+        let mut stale = one_group(by_59(None));
+        stale.groups[0].checkpoint_age = Some(Duration::from_secs(3600));
+        let states: Vec<GroupState> = states(&stale, &FailoverReadinessSpec::default())
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(states, [GroupState::CheckpointStale]);
     }
 }

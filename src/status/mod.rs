@@ -26,7 +26,7 @@ pub mod reason;
 pub mod tails;
 pub mod writes;
 
-pub use groups::{GroupState, group_readiness};
+pub use groups::{Conservative, GroupState, group_readiness};
 
 use std::time::Duration;
 
@@ -78,6 +78,10 @@ pub struct GroupObservation {
     /// Partitions whose checkpoint was written before their remote partition was recreated
     /// (a `TargetTopicRecreated` gap): it points into a log that is gone.
     pub invalidated_checkpoints: u32,
+    /// Partitions whose checkpoint is at the commit but was a conservative translation (its
+    /// writer said so), and how many records a failover to them may re-read in all (also in
+    /// `replay_records`).
+    pub conservative: Conservative,
 }
 
 /// What the flow's topic and group selection was matched against on the source; `None` where

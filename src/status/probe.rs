@@ -29,7 +29,7 @@ use super::acls::TopicAcls;
 use super::clients::{Cluster, ProbeClients, ProbeConsumer, TailKind, TailState};
 use super::diagnose::{self, Diagnosis};
 use super::tails::TailError;
-use super::{ClusterFault, GroupObservation, Observation, Selected};
+use super::{ClusterFault, Conservative, GroupObservation, Observation, Selected};
 use crate::api::FlowMode;
 use crate::flow::Flow;
 use crate::kafka::Side;
@@ -915,6 +915,9 @@ fn observe_group(
     let mut stale_since: Option<i64> = None;
     let mut newest_written: Option<i64> = None;
     let mut invalidated = 0u32;
+    let mut conservative = Conservative::default();
+    // The oldest time one of the conservative partitions was last exact; `Some(None)`: never.
+    let mut exact_since: Option<Option<i64>> = None;
     for ((topic, partition), offset) in committed {
         let Offset::Offset(c) = *offset else {
             continue;
@@ -947,6 +950,23 @@ fn observe_group(
                     replay = replay.saturating_add(c.saturating_sub(up));
                     stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
                 }
+                // What its writer said it may re-read besides: a conservative translation
+                // points before the commit's true position, which the offsets do not show.
+                let imprecise = i64::try_from(stored.exactness.max_replay()).unwrap_or(i64::MAX);
+                if imprecise > 0 {
+                    replay = replay.saturating_add(imprecise);
+                    // At the commit: judged by when it was last exact ([`super::groups`]); a
+                    // group that moved on is judged by its checkpoint age, as any commit past
+                    // its checkpoint.
+                    if up == c {
+                        conservative.partitions = conservative.partitions.saturating_add(1);
+                        conservative.max_replay = conservative.max_replay.saturating_add(imprecise);
+                        exact_since = Some(match exact_since {
+                            None => stored.exact_ms,
+                            Some(since) => since.zip(stored.exact_ms).map(|(a, b)| a.min(b)),
+                        });
+                    }
+                }
             }
             None => {
                 replay = replay.saturating_add(c);
@@ -968,6 +988,10 @@ fn observe_group(
         replay_records: replay,
         uncopied_records: uncopied,
         invalidated_checkpoints: invalidated,
+        conservative: Conservative {
+            exact_age: exact_since.flatten().map(age),
+            ..conservative
+        },
     })
 }
 

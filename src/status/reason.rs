@@ -31,6 +31,9 @@ pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
 pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
 /// A group's checkpoint points into a remote partition that was recreated since.
 pub const CHECKPOINTS_INVALIDATED: &str = "CheckpointsInvalidated";
+/// A group's checkpoint is at its commit but was translated conservatively: a failover now
+/// would re-read records until the copy's offset sync reaches the commit.
+pub const CHECKPOINTS_CONSERVATIVE: &str = "CheckpointsConservative";
 pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
 /// A cluster refused a remote topic's creation, growth or config sync (or the source's configs
 /// could not be read), so that topic is not copied, or not as its source is.

@@ -26,7 +26,7 @@ use mirrorflow_core::protocol::list_offsets::{EARLIEST, LATEST};
 use mirrorflow_core::protocol::{ErrorCode, Isolation};
 use rdkafka::ClientConfig;
 
-use crate::kafka::checkpoints::{self, CheckpointIndex};
+use crate::kafka::checkpoints::{self, CheckpointIndex, Exactness};
 use crate::kafka::positions::{self, Frontier, Gaps};
 use crate::kafka::refusals::Refusals;
 use crate::kafka::writers::Claims;
@@ -177,14 +177,16 @@ impl Tail {
         }
     }
 
-    /// Folds the record at `offset`; a record before [`Self::next`] was folded already (a
-    /// fetch repeats the batch it starts in). A tail over its bound is refused and emptied.
+    /// Folds the record at `offset` (`exactness`: its checkpoint translation header, for the
+    /// checkpoints topic); a record before [`Self::next`] was folded already (a fetch repeats
+    /// the batch it starts in). A tail over its bound is refused and emptied.
     pub(super) fn apply(
         &mut self,
         offset: i64,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         timestamp_ms: Option<i64>,
+        exactness: Exactness,
     ) -> Result<(), TailRefusal> {
         if let Some(r) = &self.refused {
             return Err(r.clone());
@@ -193,7 +195,7 @@ impl Tail {
             return Ok(());
         }
         self.next = offset.saturating_add(1);
-        self.fold(key, value, timestamp_ms);
+        self.fold(key, value, timestamp_ms, exactness);
         if let Some((what, limit)) = self.over_bound() {
             return Err(self.refuse(TailRefusal::TooManyEntries {
                 offset,
@@ -204,7 +206,13 @@ impl Tail {
         Ok(())
     }
 
-    fn fold(&mut self, key: Option<&[u8]>, value: Option<&[u8]>, timestamp_ms: Option<i64>) {
+    fn fold(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+        exactness: Exactness,
+    ) {
         match &mut self.state {
             TailState::Positions {
                 positions,
@@ -223,7 +231,9 @@ impl Tail {
             }
             TailState::Checkpoints(index) => {
                 let index = Arc::make_mut(index);
-                if checkpoints::index_checkpoint(index, key, value, timestamp_ms) == Some(true) {
+                if checkpoints::index_checkpoint(index, key, value, timestamp_ms, exactness)
+                    == Some(true)
+                {
                     self.checkpoints = self.checkpoints.saturating_add(1);
                 }
             }
@@ -578,7 +588,13 @@ fn take(tail: &mut Tail, fetched: &Fetched) -> Result<(), TailRefusal> {
                     class: e.class(),
                 })?;
                 let timestamp = (r.timestamp >= 0).then_some(r.timestamp);
-                tail.apply(r.offset, r.key, r.value, timestamp)?;
+                let exactness = Exactness::from_header(
+                    r.headers
+                        .iter()
+                        .find(|h| h.key == checkpoints::TRANSLATION_HEADER.as_bytes())
+                        .map(|h| h.value.unwrap_or_default()),
+                );
+                tail.apply(r.offset, r.key, r.value, timestamp, exactness)?;
             }
         }
     }

@@ -22,6 +22,7 @@ fn healthy() -> Observation {
             replay_records: 0,
             uncopied_records: 0,
             invalidated_checkpoints: 0,
+            conservative: Conservative::default(),
         }],
         ..Observation::default()
     }
@@ -163,6 +164,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         replay_records: 40,
         uncopied_records: 0,
         invalidated_checkpoints: 0,
+        conservative: Conservative::default(),
     });
     o.groups.push(GroupObservation {
         group: "new".into(),
@@ -170,6 +172,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         replay_records: 7,
         uncopied_records: 0,
         invalidated_checkpoints: 0,
+        conservative: Conservative::default(),
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let names: Vec<_> = s
@@ -202,6 +205,7 @@ fn a_group_ahead_of_the_copy_is_blamed_on_replication_not_checkpoints() {
         replay_records: 500,
         uncopied_records: 480,
         invalidated_checkpoints: 0,
+        conservative: Conservative::default(),
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let row = &s.least_ready_groups[0];

@@ -137,7 +137,10 @@ pub struct GroupReadiness {
     /// CamelCase reason it is not ready, or `Ready`: `NoCheckpoint` (committed offsets on the
     /// source, no checkpoint on the target), `CheckpointStale` (its checkpoints stopped following
     /// its commits for longer than `maxCheckpointAge`), `ReplicationBehind` (it committed past
-    /// what is copied, so no checkpoint can cover it yet).
+    /// what is copied, so no checkpoint can cover it yet), `CheckpointInvalidated` (a checkpoint
+    /// points into a remote partition recreated since), `CheckpointConservative` (a checkpoint at
+    /// its commit was translated conservatively: a failover now would re-read records until the
+    /// copy's offset sync reaches the commit).
     pub reason: String,
     /// What that means and what to do.
     pub message: String,

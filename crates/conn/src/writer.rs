@@ -67,7 +67,11 @@ pub struct Written<T> {
 pub struct Fault<T> {
     pub topic: Arc<str>,
     pub partition: i32,
+    /// The broker's answer that ended the lane, or (`waited`) the last one while it waited.
     pub error: ErrorCode,
+    /// Set when no write was acknowledged for this long (the delivery timeout): the lane was
+    /// given back for waiting, not for an answer that ends it.
+    pub waited: Option<Duration>,
     pub tokens: Vec<T>,
 }
 
@@ -154,7 +158,13 @@ impl<T> Lane<T> {
     /// The lane's writes failed for good: its unacknowledged batches (`unacknowledged`, from
     /// the sequencer) and its queued ones go back to the caller, oldest first, and the lane
     /// waits for a sequencer under a new producer id.
-    fn fault(&mut self, key: &Key, error: ErrorCode, unacknowledged: Vec<Item<T>>) -> Fault<T> {
+    fn fault(
+        &mut self,
+        key: &Key,
+        error: ErrorCode,
+        waited: Option<Duration>,
+        unacknowledged: Vec<Item<T>>,
+    ) -> Fault<T> {
         let mut tokens: Vec<T> = unacknowledged.into_iter().map(|i| i.token).collect();
         tokens.extend(self.queue.drain(..).map(|i| i.token));
         self.resending.clear();
@@ -165,6 +175,7 @@ impl<T> Lane<T> {
             topic: key.0.clone(),
             partition: key.1,
             error,
+            waited,
             tokens,
         }
     }
@@ -331,7 +342,12 @@ impl<T> Writer<T> {
                 Some(Answer::Fault { tokens, .. }) => tokens,
                 _ => Vec::new(),
             };
-            progress.faults.push(lane.fault(key, error, unacknowledged));
+            progress.faults.push(lane.fault(
+                key,
+                error,
+                Some(self.delivery_timeout),
+                unacknowledged,
+            ));
             // Writes of the old sequences may still land: the lane starts again under a new
             // producer id, as after any fault.
             self.producer = None;
@@ -464,7 +480,7 @@ impl<T> Writer<T> {
                     if let Answer::Fault { error, tokens } =
                         sequencer.abandon(ErrorCode::CORRUPT_MESSAGE)
                     {
-                        progress.faults.push(lane.fault(key, error, tokens));
+                        progress.faults.push(lane.fault(key, error, None, tokens));
                         self.producer = None;
                     }
                 }
@@ -565,7 +581,7 @@ impl<T> Writer<T> {
                 lane.retry(error);
             }
             Answer::Fault { error, tokens } => {
-                progress.faults.push(lane.fault(key, error, tokens));
+                progress.faults.push(lane.fault(key, error, None, tokens));
                 self.producer = None;
             }
             Answer::Stale => {}
@@ -861,6 +877,10 @@ mod tests {
                 faults_of(&faults),
                 vec![(0, error, vec![0, 1, 2])],
                 "{error}"
+            );
+            assert!(
+                faults.iter().all(|f| f.waited == Some(timeout)),
+                "given back for waiting, and says so"
             );
             assert!(
                 elapsed >= timeout && elapsed < Duration::from_secs(3),

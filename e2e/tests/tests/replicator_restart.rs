@@ -83,12 +83,14 @@ async fn restart_one_of_two(membership: Membership) -> Result<Outcome> {
     let survivor = start("a")?;
     let mut restarted = start("b")?;
     let assigned = |r: &Replicator| r.metric("mirrorflow_assigned_partitions").unwrap_or(0.0);
-    // Every partition of the topic plus `heartbeats` (always replicated) is owned once.
-    let heartbeats = partition_count(&world.source_bootstrap, "heartbeats")?;
-    let total = f64::from(PARTITIONS) + heartbeats as f64;
+    // Every partition of the topic and of `heartbeats` (always replicated; other tests may
+    // create it meanwhile) is owned once.
+    let total = || -> Result<f64> {
+        Ok(f64::from(PARTITIONS) + partition_count(&world.source_bootstrap, "heartbeats")? as f64)
+    };
     let split = || {
-        let (x, y) = (assigned(&survivor), assigned(&restarted));
-        async move { Ok((x > 0.0 && y > 0.0 && x + y == total).then_some(())) }
+        let (x, y, all) = (assigned(&survivor), assigned(&restarted), total());
+        async move { Ok((x > 0.0 && y > 0.0 && x + y == all?).then_some(())) }
     };
     eventually(
         "both replicas own partitions, all of them once",
@@ -127,8 +129,8 @@ async fn restart_one_of_two(membership: Membership) -> Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let restarted = start("b")?;
     eventually("the restarted replica owns partitions again", WAIT, || {
-        let (x, y) = (assigned(&survivor), assigned(&restarted));
-        async move { Ok((y > 0.0 && x + y == total).then_some(())) }
+        let (x, y, all) = (assigned(&survivor), assigned(&restarted), total());
+        async move { Ok((y > 0.0 && x + y == all?).then_some(())) }
     })
     .await
     .with_context(|| format!("{}\n---\n{}", survivor.log_text(), restarted.log_text()))?;

@@ -1,18 +1,21 @@
 //! The status probe with shared, followed clients, against the world's two Kafka clusters (no
 //! apiserver, no pods): each probe sees what was written to the target's checkpoints, positions
-//! and heartbeats topics since the previous one, and clients are shared only within a namespace.
+//! and heartbeats topics since the previous one, and clients are shared only within a namespace;
+//! and the status does not call a group ready on a checkpoint its writer said was conservative.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Result;
+use anyhow::{Context, Result, ensure};
 use mirrorflow::api::MirrorFlowSpec;
 use mirrorflow::flow::{self, Flow};
 use mirrorflow::kafka::SecretFiles;
 use mirrorflow::kafka::positions::{self, Frontier};
-use mirrorflow::mm2::{Checkpoint, Heartbeat, TopicPartition};
+use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
 use mirrorflow::status::clients::ProbeClients;
 use mirrorflow::status::probe::{Budget, ClusterObservation, PROBE_BUDGET, observe_with};
-use mirrorflow_e2e::{World, kafka, unique};
+use mirrorflow_e2e::replicator::{Replicator, binary};
+use mirrorflow_e2e::{World, eventually, kafka, unique};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 async fn send(producer: &FutureProducer, topic: &str, key: &[u8], value: &[u8]) -> Result<()> {
@@ -193,5 +196,201 @@ async fn a_probe_sees_hundreds_of_groups_and_only_their_mirrored_commits() -> Re
         assert_eq!(g.replay_records, 7, "{g:?}");
         assert_eq!(g.checkpoint_age, None, "{g:?}");
     }
+    Ok(())
+}
+
+/// Target offsets of the hand-mirrored records are source offsets plus this.
+const SHIFT: i64 = 7;
+
+/// A record to partition 0; its offset.
+async fn send_value(producer: &FutureProducer, topic: &str, value: &str) -> Result<i64> {
+    let delivery = producer
+        .send(
+            FutureRecord::<(), _>::to(topic).partition(0).payload(value),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok(delivery.offset)
+}
+
+/// A dense offset sync (the header the source loop puts on its own) of `topic`-0.
+async fn dense_sync(
+    source: &FutureProducer,
+    syncs: &str,
+    topic: &str,
+    up: i64,
+    down: i64,
+) -> Result<()> {
+    let rec = OffsetSync::new(TopicPartition::new(topic, 0), up, down).encode()?;
+    let record = FutureRecord::to(syncs)
+        .partition(0)
+        .key(&rec.key)
+        .payload(&rec.value)
+        .headers(OwnedHeaders::new().insert(Header {
+            key: "mirrorflow.sync",
+            value: Some("dense"),
+        }));
+    source
+        .send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok(())
+}
+
+/// `mirrorflow <args> --flow-file <file> -o json`, parsed.
+fn cli_json(
+    world: &World,
+    command: &str,
+    file: &std::path::Path,
+    extra: &[&str],
+) -> Result<serde_json::Value> {
+    let out = std::process::Command::new(binary(&world.repo_root))
+        .arg(command)
+        .arg("--flow-file")
+        .arg(file)
+        .args(extra)
+        .args(["-o", "json"])
+        .output()?;
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "mirrorflow {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&serde_json::Value::Null)
+}
+
+/// The issue-43 case, without a race to win: the offset syncs are written by hand, so the
+/// checkpoint loop's first translation of the commit is conservative for as long as the test
+/// wants. The status must say so (not ready, 59 records to re-read), and only the exact
+/// checkpoint the loop writes once the sync past the commit lands makes the group ready; the
+/// translation `mirrorflow translate` prints then is the record's true place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conservative_checkpoint_is_not_ready_until_the_sync_past_the_commit_makes_it_exact()
+-> Result<()> {
+    let world = World::from_env()?;
+    let name = unique("cons");
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    let topic = unique("orders");
+    let group = format!("{topic}-app");
+    let remote = format!("{source_alias}.{topic}");
+    let syncs = format!("mm2-offset-syncs.{target_alias}.internal");
+    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    kafka::create_topic(&world.target_bootstrap, &remote, 1).await?;
+    kafka::create_topic(&world.source_bootstrap, &syncs, 1).await?;
+    let source = kafka::producer(&world.source_bootstrap, Duration::from_secs(30))?;
+    let target = kafka::producer(&world.target_bootstrap, Duration::from_secs(30))?;
+    for i in 0..SHIFT {
+        send_value(&target, &remote, &format!("filler-{i}")).await?;
+    }
+    // 100 records, copied by hand; the copy's only sync so far is its first record's, as when
+    // the source loop has copied the tail but not yet written the sync that covers it.
+    for i in 0..100 {
+        let value = format!("{name}-{i}");
+        let up = send_value(&source, &topic, &value).await?;
+        let down = send_value(&target, &remote, &value).await?;
+        ensure!(down == up + SHIFT, "target offset {down} for source {up}");
+    }
+    dense_sync(&source, &syncs, &topic, 0, SHIFT).await?;
+    kafka::commit(&world.source_bootstrap, &group, &topic, &[(0, 60)])?;
+
+    let yaml = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n  target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n  topics: ['{topic}']\n  groups: ['{group}']\n  sourceLoop: {{enabled: false}}\n  heartbeats: {{enabled: false}}\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let r = Replicator::start(&world.repo_root, &format!("{name}-{port}"), &yaml, port)?;
+    let flow_file = r.log.with_file_name("flow.yaml");
+    let checkpoints = format!("{source_alias}.checkpoints.internal");
+    let checkpoint_of_60 = |down: i64| {
+        let (world, checkpoints, group) = (&world, &checkpoints, &group);
+        move || async move {
+            if !kafka::topics(&world.target_bootstrap)?.contains(checkpoints) {
+                return Ok(None);
+            }
+            let all = kafka::read_partition(&world.target_bootstrap, checkpoints, 0)?;
+            Ok(all.into_iter().rev().find_map(|(_, k, v)| {
+                let cp = Checkpoint::decode(k.as_deref()?, v.as_deref()?).ok()?;
+                (&cp.group == group && cp.upstream_offset == 60 && cp.downstream_offset == down)
+                    .then_some(())
+            }))
+        }
+    };
+    // 60 is past the only sync: MM2's rule, the record after the newest one known (target 8),
+    // which re-reads up to 59 records.
+    eventually(
+        "the conservative checkpoint",
+        Duration::from_secs(60),
+        checkpoint_of_60(SHIFT + 1),
+    )
+    .await
+    .with_context(|| r.log_text())?;
+
+    let status = cli_json(&world, "status", &flow_file, &[])?;
+    let row = &status["leastReadyGroups"][0];
+    assert_eq!(row["group"], group.as_str(), "{status}");
+    assert_eq!(row["reason"], "CheckpointConservative", "{status}");
+    assert_eq!(row["estimatedReplayRecords"], 59, "{status}");
+    let fresh = condition(&status, "CheckpointsFresh");
+    assert_eq!(
+        (&fresh["status"], &fresh["reason"]),
+        (&"False".into(), &"CheckpointsConservative".into()),
+        "{status}"
+    );
+    assert_ne!(
+        condition(&status, "FailoverReady")["status"],
+        "True",
+        "{status}"
+    );
+    let translated = cli_json(&world, "translate", &flow_file, &["--group", &group])?;
+    assert_eq!(
+        translated["groups"][0]["partitions"][0]["offset"],
+        SHIFT + 1,
+        "the checkpoint in force: {translated}"
+    );
+
+    // The copy's sync past the commit, same delta: 60 translates exactly now.
+    dense_sync(&source, &syncs, &topic, 99, 99 + SHIFT).await?;
+    eventually(
+        "the exact checkpoint",
+        Duration::from_secs(30),
+        checkpoint_of_60(60 + SHIFT),
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    let status = cli_json(&world, "status", &flow_file, &[])?;
+    let row = &status["leastReadyGroups"][0];
+    assert_eq!(
+        (&row["reason"], &row["estimatedReplayRecords"]),
+        (&"Ready".into(), &0.into()),
+        "{status}"
+    );
+    assert_eq!(
+        condition(&status, "CheckpointsFresh")["status"],
+        "True",
+        "{status}"
+    );
+    let translated = cli_json(&world, "translate", &flow_file, &["--group", &group])?;
+    let offset = translated["groups"][0]["partitions"][0]["offset"]
+        .as_i64()
+        .context("a translated offset")?;
+    let at = kafka::read_partition(&world.target_bootstrap, &remote, 0)?
+        .into_iter()
+        .find(|(o, _, _)| *o == offset)
+        .and_then(|(_, _, v)| v);
+    assert_eq!(
+        at.as_deref(),
+        Some(format!("{name}-60").as_bytes()),
+        "translate agrees with the status: the group resumes at source record 60, the first it has not processed"
+    );
     Ok(())
 }

@@ -32,10 +32,15 @@
 //! behind theirs, found by the chaos test). A checkpoint counts as written once the
 //! target acknowledged it; a failed write is retried with backoff.
 //!
+//! Each checkpoint says in a header whether its translation was exact ([`exactness`]): the
+//! offsets of a conservative one look the same as an exact one's, and the operator's probe
+//! must not call a group ready to fail over without re-reading when it would re-read.
+//!
 //! Group offset sync into the target is optional and lives in [`group_sync`]; its per-group
 //! state and reason in [`sync_state`].
 
 mod commits;
+mod exactness;
 pub mod group_sync;
 mod recreated;
 mod shell;
@@ -53,6 +58,7 @@ use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use self::exactness::Conservative;
 use self::group_sync::GroupView;
 use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
@@ -61,6 +67,7 @@ use self::support::{
 };
 use super::Context;
 use crate::api::OffsetSyncsLocation;
+use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{
     Checkpoint, CheckpointTracker, Filters, OffsetSync, OffsetSyncStore, StoreConfig, SyncOrigin,
     TopicPartition,
@@ -88,8 +95,9 @@ pub enum Event {
         tp: TopicPartition,
         detected_ms: i64,
     },
-    /// A checkpoint read back from the checkpoints topic, with its record timestamp.
-    CheckpointRead(Checkpoint, Option<i64>),
+    /// A checkpoint read back from the checkpoints topic, with its record timestamp and what
+    /// its writer said of its translation.
+    CheckpointRead(Checkpoint, Option<i64>, Exactness),
     CheckpointsLoaded,
     /// The checkpoints follower read everything the topic held when mark N was asked for.
     CheckpointsMark(u64),
@@ -136,7 +144,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         }),
         |m| {
             let cp = Checkpoint::decode(m.key()?, m.payload()?).ok()?;
-            Some(Event::CheckpointRead(cp, m.timestamp().to_millis()))
+            Some(Event::CheckpointRead(
+                cp,
+                m.timestamp().to_millis(),
+                Exactness::of_record(m),
+            ))
         },
         readers.clone(),
     );
@@ -311,6 +323,8 @@ struct Core<'a> {
     naming: Naming<'a>,
     store: OffsetSyncStore,
     tracker: CheckpointTracker,
+    /// The pairs of the tracker whose latest checkpoint was a conservative translation.
+    conservative: Conservative,
     recreations: Recreations,
     commits: Commits,
     /// (group, source partition) pairs to evaluate at the next flush.
@@ -340,6 +354,7 @@ struct Due {
     /// The source partition of the commit it translates.
     tp: TopicPartition,
     checkpoint: Checkpoint,
+    exactness: Exactness,
     /// The commit's broker time when it was read live (its latency is worth measuring).
     live_since: Option<i64>,
 }
@@ -350,6 +365,7 @@ impl<'a> Core<'a> {
             naming,
             store: OffsetSyncStore::new(StoreConfig::default()),
             tracker: CheckpointTracker::new(),
+            conservative: Conservative::default(),
             recreations: Recreations::default(),
             commits: Commits::default(),
             dirty: HashSet::new(),
@@ -478,7 +494,7 @@ impl Core<'_> {
                 tracing::info!("offset syncs loaded");
                 self.dirty.extend(self.commits.all_pairs());
             }
-            Event::CheckpointRead(cp, timestamp_ms) => {
+            Event::CheckpointRead(cp, timestamp_ms, exactness) => {
                 // Groups this replica owns are authoritative in memory: a read-back of its own
                 // older write must not roll the tracker back. Until the mark of an assignment,
                 // another owner's later writes may still come: taken when they advance.
@@ -490,6 +506,7 @@ impl Core<'_> {
                 };
                 if !owned || (self.awaited_mark.is_some() && advances()) {
                     self.tracker.record_at(&cp, timestamp_ms);
+                    self.conservative.record(&cp, exactness);
                     if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
                         let at = UNIX_EPOCH + Duration::from_millis(ms);
                         let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
@@ -545,7 +562,10 @@ impl Core<'_> {
                     .verdict(&self.tracker, &group, &tp, &target)
                 {
                     Verdict::Evaluate => {}
-                    Verdict::ForgetThenEvaluate => self.tracker.forget(&group, &target),
+                    Verdict::ForgetThenEvaluate => {
+                        self.tracker.forget(&group, &target);
+                        self.conservative.forget(&group, &target);
+                    }
                     // The new log's first sync makes the pair dirty again.
                     Verdict::Wait => continue,
                 }
@@ -554,6 +574,7 @@ impl Core<'_> {
                 &self.naming,
                 &self.store,
                 &self.tracker,
+                &self.conservative,
                 &group,
                 &tp,
                 commit,
@@ -570,9 +591,10 @@ impl Core<'_> {
                 self.changed_groups.insert(group.clone());
             }
             match evaluation {
-                Evaluation::Emit(checkpoint) => batch.push(Due {
+                Evaluation::Emit(checkpoint, exactness) => batch.push(Due {
                     tp,
                     checkpoint,
+                    exactness,
                     live_since,
                 }),
                 Evaluation::NotMirrored | Evaluation::Unchanged => {
@@ -587,10 +609,17 @@ impl Core<'_> {
         batch
     }
 
-    /// The target acknowledged `cp` at `now`.
-    fn written(&mut self, tp: &TopicPartition, cp: &Checkpoint, now: SystemTime) {
+    /// The target acknowledged `cp`, of this exactness, at `now`.
+    fn written(
+        &mut self,
+        tp: &TopicPartition,
+        cp: &Checkpoint,
+        exactness: Exactness,
+        now: SystemTime,
+    ) {
         self.tracker
             .record_at(cp, Some(crate::clock::ms_since_epoch(now)));
+        self.conservative.record(cp, exactness);
         self.commits.settle(&cp.group, tp);
         self.last_checkpoint.insert(cp.group.clone(), now);
         self.changed_groups.insert(cp.group.clone());

@@ -57,9 +57,19 @@ impl Shell<'_> {
                     continue;
                 }
             };
-            let delivery = self
-                .producer
-                .send(&self.topic, &record.key, Some(&record.value), None);
+            let header = due.exactness.header_value().map(|value| {
+                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                    key: crate::kafka::checkpoints::TRANSLATION_HEADER,
+                    value: Some(value.as_str()),
+                })
+            });
+            let delivery = self.producer.send_with_headers(
+                &self.topic,
+                &record.key,
+                Some(&record.value),
+                None,
+                header,
+            );
             pending.push((due, delivery));
         }
         let mut all_ok = true;
@@ -71,12 +81,13 @@ impl Shell<'_> {
             let Due {
                 tp,
                 checkpoint: cp,
+                exactness,
                 live_since,
             } = due;
             match outcome {
                 Ok(()) => {
                     self.target_reach.ok();
-                    self.core.written(&tp, &cp, SystemTime::now());
+                    self.core.written(&tp, &cp, exactness, SystemTime::now());
                     self.ctx.metrics.checkpoints_emitted.inc();
                     if let Some(committed_ms) = live_since {
                         let latency = crate::clock::age(committed_ms).as_secs_f64();

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::exactness::{self, Conservative};
+use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{
     Checkpoint, CheckpointTracker, Filters, NameFilter, OffsetSyncStore, ReplicationPolicy,
     TopicDecision, TopicPartition, Translation, UnknownReason,
@@ -233,18 +235,20 @@ pub enum Evaluation {
     NotMirrored,
     /// No offset sync covers the committed offset (yet).
     Untranslatable(UnknownReason),
-    /// The checkpoint to write.
-    Emit(Checkpoint),
+    /// The checkpoint to write, and how exact its translation is.
+    Emit(Checkpoint, Exactness),
     /// Translated, but MM2's rule says nothing new (no rewind, downstream did not advance).
     Unchanged,
 }
 
-/// Translates `commit` and applies MM2's monotonic emission rule against `tracker`. The
-/// tracker is not updated: record the checkpoint once the target acknowledged it.
+/// Translates `commit` and applies MM2's monotonic emission rule against `tracker`, plus
+/// [`exactness::restamp`] for pairs whose latest checkpoint is in `conservative`. The tracker
+/// is not updated: record the checkpoint once the target acknowledged it.
 pub fn evaluate(
     naming: &Naming<'_>,
     store: &OffsetSyncStore,
     tracker: &CheckpointTracker,
+    conservative: &Conservative,
     group: &str,
     tp: &TopicPartition,
     commit: &Commit,
@@ -252,20 +256,33 @@ pub fn evaluate(
     let Some(target) = naming.target_partition(tp) else {
         return Evaluation::NotMirrored;
     };
-    let downstream = match store.translate(tp, commit.offset) {
-        Translation::Exact(offset) | Translation::Conservative { offset, .. } => offset,
+    let (downstream, exactness) = match store.translate(tp, commit.offset) {
+        Translation::Exact(offset) => (offset, Exactness::Exact),
+        Translation::Conservative { offset, max_replay } => {
+            (offset, Exactness::Conservative { max_replay })
+        }
         Translation::Unknown(reason) => return Evaluation::Untranslatable(reason),
     };
-    if !tracker.should_emit(group, &target, commit.offset, downstream) {
+    if !tracker.should_emit(group, &target, commit.offset, downstream)
+        && !exactness::restamp(
+            conservative.contains(group, &target),
+            tracker.last(group, &target),
+            downstream,
+            exactness,
+        )
+    {
         return Evaluation::Unchanged;
     }
-    Evaluation::Emit(Checkpoint {
-        group: group.to_owned(),
-        topic_partition: target,
-        upstream_offset: commit.offset,
-        downstream_offset: downstream,
-        metadata: commit.metadata.clone(),
-    })
+    Evaluation::Emit(
+        Checkpoint {
+            group: group.to_owned(),
+            topic_partition: target,
+            upstream_offset: commit.offset,
+            downstream_offset: downstream,
+            metadata: commit.metadata.clone(),
+        },
+        exactness,
+    )
 }
 
 #[cfg(test)]
@@ -359,14 +376,31 @@ mod tests {
         };
         let mut store = OffsetSyncStore::new(StoreConfig::default());
         let mut tracker = CheckpointTracker::new();
+        let conservative = Conservative::default();
         let t0 = tp("orders", 0);
         assert_eq!(
-            evaluate(&naming, &store, &tracker, "g", &t0, &commit(10)),
+            evaluate(
+                &naming,
+                &store,
+                &tracker,
+                &conservative,
+                "g",
+                &t0,
+                &commit(10)
+            ),
             Evaluation::Untranslatable(UnknownReason::Loading)
         );
         store.finish_initial_load();
         assert_eq!(
-            evaluate(&naming, &store, &tracker, "g", &t0, &commit(10)),
+            evaluate(
+                &naming,
+                &store,
+                &tracker,
+                &conservative,
+                "g",
+                &t0,
+                &commit(10)
+            ),
             Evaluation::Untranslatable(UnknownReason::NoSyncs)
         );
         store
@@ -375,8 +409,15 @@ mod tests {
         store
             .update(&OffsetSync::new(t0.clone(), 20, 120), SyncOrigin::Dense)
             .unwrap();
-        let Evaluation::Emit(cp) = evaluate(&naming, &store, &tracker, "g", &t0, &commit(10))
-        else {
+        let Evaluation::Emit(cp, Exactness::Exact) = evaluate(
+            &naming,
+            &store,
+            &tracker,
+            &conservative,
+            "g",
+            &t0,
+            &commit(10),
+        ) else {
             panic!("a covered commit is checkpointed");
         };
         assert_eq!(cp.topic_partition, tp("A.orders", 0));
@@ -384,16 +425,35 @@ mod tests {
         assert_eq!(cp.metadata, "m");
         tracker.record(&cp);
         assert_eq!(
-            evaluate(&naming, &store, &tracker, "g", &t0, &commit(10)),
+            evaluate(
+                &naming,
+                &store,
+                &tracker,
+                &conservative,
+                "g",
+                &t0,
+                &commit(10)
+            ),
             Evaluation::Unchanged
         );
         assert!(matches!(
-            evaluate(&naming, &store, &tracker, "g", &t0, &commit(5)),
-            Evaluation::Emit(Checkpoint {
-                upstream_offset: 5,
-                downstream_offset: 105,
-                ..
-            })
+            evaluate(
+                &naming,
+                &store,
+                &tracker,
+                &conservative,
+                "g",
+                &t0,
+                &commit(5)
+            ),
+            Evaluation::Emit(
+                Checkpoint {
+                    upstream_offset: 5,
+                    downstream_offset: 105,
+                    ..
+                },
+                Exactness::Exact
+            )
         ));
         for (topic, why) in [
             ("secret-x", "the topic filter excludes it"),
@@ -403,7 +463,15 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                evaluate(&naming, &store, &tracker, "g", &tp(topic, 0), &commit(1)),
+                evaluate(
+                    &naming,
+                    &store,
+                    &tracker,
+                    &conservative,
+                    "g",
+                    &tp(topic, 0),
+                    &commit(1)
+                ),
                 Evaluation::NotMirrored,
                 "{why}"
             );

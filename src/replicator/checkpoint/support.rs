@@ -89,6 +89,18 @@ impl AckedProducer {
         payload: Option<&[u8]>,
         timestamp_ms: Option<i64>,
     ) -> KafkaResult<oneshot::Receiver<KafkaResult<()>>> {
+        self.send_with_headers(topic, key, payload, timestamp_ms, None)
+    }
+
+    /// [`Self::send`] with record headers.
+    pub fn send_with_headers(
+        &self,
+        topic: &str,
+        key: &[u8],
+        payload: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+        headers: Option<rdkafka::message::OwnedHeaders>,
+    ) -> KafkaResult<oneshot::Receiver<KafkaResult<()>>> {
         let (ack, acked) = oneshot::channel();
         let mut record = BaseRecord::with_opaque_to(topic, Box::new(ack))
             .partition(0)
@@ -98,6 +110,9 @@ impl AckedProducer {
         }
         if let Some(ts) = timestamp_ms {
             record = record.timestamp(ts);
+        }
+        if let Some(headers) = headers {
+            record = record.headers(headers);
         }
         self.0.send(record).map_err(|(e, _)| e)?;
         Ok(acked)

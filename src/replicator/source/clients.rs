@@ -170,6 +170,23 @@ pub fn consumer(
     c
 }
 
+/// A static member's session when the flow sets none: long enough for a pod to stop and start
+/// again (a few seconds) without its partitions moving, and short enough that partitions of a
+/// replica that does not come back (a scale-down, a lost node) move to the others within it.
+pub const STATIC_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Makes the source consumer number `worker` of `replica` a static member of its group
+/// (KIP-345): the same name after every restart, so the coordinator keeps its partitions for
+/// it while it restarts, and a second process under that name fences the first.
+pub fn static_member(config: &mut ClientConfig, replica: &str, worker: usize) {
+    config.set("group.instance.id", format!("{replica}-c{worker}"));
+    default(
+        config,
+        "session.timeout.ms",
+        STATIC_SESSION_TIMEOUT.as_millis().to_string(),
+    );
+}
+
 /// The producer of copied records and positions on the target.
 pub fn producer(target: &ClientConfig, metadata_refresh: Duration) -> ClientConfig {
     let mut c = target.clone();
@@ -235,6 +252,18 @@ pub fn sync_producer(cluster: &ClientConfig) -> ClientConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_consumer_of_a_replica_is_its_own_static_member_with_a_short_session_unless_set() {
+        let mut c = ClientConfig::new();
+        static_member(&mut c, "flow-2", 1);
+        assert_eq!(c.get("group.instance.id"), Some("flow-2-c1"));
+        assert_eq!(c.get("session.timeout.ms"), Some("20000"));
+        let mut own = ClientConfig::new();
+        own.set("session.timeout.ms", "60000");
+        static_member(&mut own, "flow-0", 0);
+        assert_eq!(own.get("session.timeout.ms"), Some("60000"));
+    }
 
     #[test]
     fn durability_is_forced_and_tuning_yields_to_the_flow() {

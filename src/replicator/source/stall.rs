@@ -232,9 +232,14 @@ pub fn tracked<S: super::engine::tracked::Tracked>(
                 partition,
                 remote: s.remote().to_string(),
                 next: s.progress().latest().map_or(-1, |f| f.next),
-                reason: (!s.copying()).then(|| {
-                    "a write to the target failed; the partition is copied again from its last stored position after a backoff".to_string()
-                }),
+                reason: match s.last_fault() {
+                    Some(fault) => Some(format!(
+                        "its last write failed ({fault}); it is copied again from its last stored position after a backoff"
+                    )),
+                    None => (!s.copying()).then(|| {
+                        "a write to the target failed; the partition is copied again from its last stored position after a backoff".to_string()
+                    }),
+                },
             }
         })
         .collect()

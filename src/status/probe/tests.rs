@@ -1,6 +1,7 @@
 //! The probe's decisions from what the clusters answered, without a cluster.
 
 use super::*;
+use crate::kafka::checkpoints::Exactness;
 use crate::mm2::Checkpoint;
 use proptest::prelude::*;
 
@@ -51,6 +52,8 @@ fn checkpoints(
                 StoredCheckpoint {
                     checkpoint,
                     written_ms,
+                    exactness: Exactness::Unknown,
+                    exact_ms: None,
                 },
             )
         })
@@ -163,6 +166,7 @@ fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
             replay_records: 0,
             uncopied_records: 0,
             invalidated_checkpoints: 0,
+            conservative: Conservative::default(),
         })
     );
 }
@@ -218,6 +222,123 @@ fn a_committed_partition_without_a_checkpoint_leaves_the_age_unknown_and_replays
     )
     .unwrap();
     assert_eq!((none.checkpoint_age, none.replay_records), (None, 12));
+}
+
+#[test]
+fn a_conservative_checkpoint_at_the_commit_is_not_exact_coverage() {
+    let conservative = |max_replay| Exactness::Conservative { max_replay };
+    let one = |max_replay, exact_age: Option<u64>| Conservative {
+        partitions: 1,
+        max_replay,
+        exact_age: exact_age.map(Duration::from_secs),
+    };
+    // (commit, checkpoint upstream, what its writer said, when the pair was last exact) on one
+    // partition, its checkpoint written 5 s ago -> (records replayed, conservative at the
+    // commit, checkpoint age)
+    let cases = [
+        // The bug: upstream equals the commit, so the offsets alone say "covered, 0".
+        (
+            (60, 60, conservative(59), None),
+            (59, one(59, None), Some(0)),
+        ),
+        (
+            (60, 60, conservative(59), Some(NOW - 8_000)),
+            (59, one(59, Some(8)), Some(0)),
+        ),
+        (
+            (60, 60, Exactness::Exact, Some(NOW - 5_000)),
+            (0, Conservative::default(), Some(0)),
+        ),
+        // MM2 or an older replicator: no evidence either way, as before.
+        (
+            (60, 60, Exactness::Unknown, None),
+            (0, Conservative::default(), Some(0)),
+        ),
+        (
+            (60, 60, conservative(0), None),
+            (0, Conservative::default(), Some(0)),
+        ),
+        // The group moved on: uncovered as any commit past its checkpoint, and the checkpoint's
+        // own imprecision comes on top.
+        (
+            (70, 60, conservative(59), None),
+            (10 + 59, Conservative::default(), Some(5)),
+        ),
+        (
+            (60, 60, conservative(u64::MAX), None),
+            (i64::MAX, one(i64::MAX, None), Some(0)),
+        ),
+    ];
+    for ((commit, up, exactness, exact_ms), (replay, at_commit, age)) in cases {
+        let mut cps = checkpoints("g", &[(0, up, Some(NOW - 5_000))]);
+        for stored in cps.values_mut() {
+            stored.exactness = exactness;
+            stored.exact_ms = exact_ms;
+        }
+        let seen = observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&[(0, commit)]),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .expect("committed on a mirrored partition");
+        let case = format!("commit {commit}, checkpoint {up} {exactness:?} exact at {exact_ms:?}");
+        assert_eq!(seen.replay_records, replay, "{case}");
+        assert_eq!(seen.conservative, at_commit, "{case}");
+        assert_eq!(seen.checkpoint_age, age.map(Duration::from_secs), "{case}");
+    }
+}
+
+#[test]
+fn conservative_partitions_of_a_group_add_up_and_the_least_recently_exact_counts() {
+    // (partition, checkpoint upstream, commit, max replay, last exact)
+    let observe = |items: &[(i32, i64, i64, u64, Option<i64>)]| {
+        let mut cps = checkpoints(
+            "g",
+            &items
+                .iter()
+                .map(|&(p, up, ..)| (p, up, Some(NOW)))
+                .collect::<Vec<_>>(),
+        );
+        for (stored, &(.., max_replay, exact_ms)) in cps.values_mut().zip(items) {
+            stored.exactness = Exactness::Conservative { max_replay };
+            stored.exact_ms = exact_ms;
+        }
+        let committed: Vec<(i32, i64)> = items.iter().map(|&(p, _, c, ..)| (p, c)).collect();
+        observe_group(
+            &flow(""),
+            "g".into(),
+            &commits(&committed),
+            Some(&cps),
+            None,
+            &Recreations::new(),
+            age_at_now,
+        )
+        .expect("committed on mirrored partitions")
+    };
+    let seen = observe(&[
+        (0, 60, 60, 59, Some(NOW - 1_000)),
+        (1, 30, 30, 7, Some(NOW - 4_000)),
+        // Moved past its checkpoint: not at the commit, whenever it was exact.
+        (2, 9, 10, 3, Some(NOW - 90_000)),
+    ]);
+    assert_eq!(
+        seen.conservative,
+        Conservative {
+            partitions: 2,
+            max_replay: 66,
+            exact_age: Some(Duration::from_secs(4)),
+        }
+    );
+    assert_eq!(seen.replay_records, 59 + 7 + (1 + 3));
+    let never = observe(&[(0, 60, 60, 59, Some(NOW - 1_000)), (1, 30, 30, 7, None)]);
+    assert_eq!(
+        never.conservative.exact_age, None,
+        "one partition never exact"
+    );
 }
 
 #[test]

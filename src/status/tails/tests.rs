@@ -9,7 +9,7 @@ fn position(tail: &mut Tail, offset: i64, partition: i32) -> Result<(), TailRefu
         next: 5,
         downstream: 4,
     });
-    tail.apply(offset, Some(&key), Some(&value), None)
+    tail.apply(offset, Some(&key), Some(&value), None, Exactness::Unknown)
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn gaps_claims_and_checkpoints_are_bounded_too() {
             detected_ms: i,
         }
         .encode();
-        result = gaps.apply(i, Some(&key), Some(&value), None);
+        result = gaps.apply(i, Some(&key), Some(&value), None, Exactness::Unknown);
     }
     assert!(matches!(
         result,
@@ -74,6 +74,7 @@ fn gaps_claims_and_checkpoints_are_bounded_too() {
             Some(&key),
             Some(&value),
             None,
+            Exactness::Unknown,
         );
     }
     assert!(matches!(
@@ -100,7 +101,13 @@ fn gaps_claims_and_checkpoints_are_bounded_too() {
     for offset in 0..10 {
         let r = checkpoint(0);
         index
-            .apply(offset, Some(&r.key), Some(&r.value), Some(1))
+            .apply(
+                offset,
+                Some(&r.key),
+                Some(&r.value),
+                Some(1),
+                Exactness::Unknown,
+            )
             .expect("one entry");
     }
     assert_eq!(index.checkpoints, 1);
@@ -116,10 +123,10 @@ fn records_before_the_tail_were_read_already() {
     }
     .encode()
     .expect("encodes");
-    tail.apply(9, Some(&hb.key), Some(&hb.value), None)
+    tail.apply(9, Some(&hb.key), Some(&hb.value), None, Exactness::Unknown)
         .expect("skipped");
     assert!(matches!(tail.state, TailState::Heartbeat(None)));
-    tail.apply(10, Some(&hb.key), Some(&hb.value), None)
+    tail.apply(10, Some(&hb.key), Some(&hb.value), None, Exactness::Unknown)
         .expect("read");
     assert!(matches!(tail.state, TailState::Heartbeat(Some(7))));
     assert_eq!(tail.next, 11);

@@ -74,6 +74,8 @@ pub struct Slot {
     pub progress: Progress,
     pub in_flight: InFlightQueue<InFlight>,
     pub fault: Option<Fault>,
+    /// Why the last write failed, until one succeeds.
+    pub last_fault: Option<String>,
     pub backoff: Backoff,
     /// Sum of `wire` over `in_flight`.
     pub in_flight_bytes: usize,
@@ -106,6 +108,9 @@ impl Tracked for Slot {
     fn progress_mut(&mut self) -> &mut Progress {
         &mut self.progress
     }
+    fn last_fault(&self) -> Option<&str> {
+        self.last_fault.as_deref()
+    }
 }
 
 impl Slot {
@@ -125,6 +130,7 @@ impl Slot {
             progress,
             in_flight: InFlightQueue::default(),
             fault: None,
+            last_fault: None,
             backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
             in_flight_bytes: 0,
             limit,
@@ -232,6 +238,7 @@ pub fn settle(
                 // Recovered: the next fault waits the shortest delay again, not the longest
                 // one an earlier outage reached.
                 slot.backoff.reset();
+                slot.last_fault = None;
                 tally.delivered(&sent, landed);
                 if let Some(sync) = slot.progress.acknowledged(sent.offset, landed.offset, now) {
                     out.syncs.push((idx, generation, sync));
@@ -343,6 +350,26 @@ mod tests {
                 (slot, generation, position)
             );
         }
+    }
+
+    #[test]
+    fn a_stall_is_named_with_the_last_failed_write_until_a_write_succeeds() {
+        let (mut t, idx, g) = table();
+        t.get_mut(idx).unwrap().last_fault = Some("writing to a.t-0: broker down".into());
+        let reason = |t: &SlotTable<Slot>| {
+            crate::replicator::source::stall::tracked(t)[0]
+                .reason
+                .clone()
+        };
+        assert!(
+            reason(&t).is_some_and(|r| r.contains("broker down")),
+            "{:?}",
+            reason(&t)
+        );
+        send(&mut t, idx, 5, false);
+        let mut acks = vec![ok(idx, g, 0)];
+        settle(&mut acks, &mut t, Duration::ZERO, &mut Count::default());
+        assert_eq!(reason(&t), None, "a written record clears it");
     }
 
     #[test]

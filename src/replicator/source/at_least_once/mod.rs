@@ -451,6 +451,7 @@ impl AtLeastOnce {
                 "copy failed; the partition will be copied again from its last safe position");
         }
         slot.generation = generation;
+        slot.last_fault = Some(cause.to_string());
         slot.clear_in_flight();
         let resume_from = slot.progress.rewind();
         slot.fault = Some(Fault {

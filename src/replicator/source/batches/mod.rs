@@ -119,6 +119,8 @@ pub struct Slot {
     generation: u32,
     progress: Progress,
     fault: Option<Fault>,
+    /// Why the last write failed, until one succeeds.
+    last_fault: Option<String>,
     backoff: Backoff,
     /// Stopped, and named in the stops, until a batch of it is written.
     stopped: bool,
@@ -148,6 +150,9 @@ impl Tracked for Slot {
     }
     fn progress_mut(&mut self) -> &mut Progress {
         &mut self.progress
+    }
+    fn last_fault(&self) -> Option<&str> {
+        self.last_fault.as_deref()
     }
 }
 
@@ -544,6 +549,7 @@ impl Batches {
                 "copy failed; the partition will be copied again from its last safe position");
         }
         slot.generation = generation;
+        slot.last_fault = Some(reason.to_string());
         let resume_from = slot.progress.rewind();
         slot.fault = Some(Fault {
             retry_at: Instant::now() + slot.backoff.next_delay(),

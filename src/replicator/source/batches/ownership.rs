@@ -49,6 +49,7 @@ impl Owner for Batches {
                 remote: remote.into(),
                 generation,
                 progress,
+                last_fault: None,
                 // Fetched by the retry, which reads the log start where `offset` is not one.
                 fault: Some(Fault {
                     retry_at: Instant::now(),

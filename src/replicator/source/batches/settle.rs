@@ -40,6 +40,7 @@ impl Batches {
                 lock(&self.stops).remove(&(slot.remote.to_string(), slot.partition));
             }
             slot.backoff.reset();
+            slot.last_fault = None;
             let age_ms = wall_ms.saturating_sub(t.max_timestamp);
             let records = u64::try_from(t.records).unwrap_or(0);
             self.meters
@@ -66,10 +67,19 @@ impl Batches {
                 continue;
             };
             let idx = t.idx;
-            let message = format!(
-                "the target refused writing to {}-{}: {}",
-                f.topic, f.partition, f.error
-            );
+            let message = match f.waited {
+                Some(waited) => format!(
+                    "no write to {}-{} was acknowledged for {}s (the target's last answer: {}); copying it again from its last written position",
+                    f.topic,
+                    f.partition,
+                    waited.as_secs(),
+                    f.error
+                ),
+                None => format!(
+                    "the target refused writing to {}-{}: {}",
+                    f.topic, f.partition, f.error
+                ),
+            };
             if f.error.refuses_the_records() {
                 self.stop(
                     idx,

@@ -283,13 +283,17 @@ impl Shared {
     }
 }
 
-/// The source consumer's `session.timeout.ms` (librdkafka's default 45 s when not set).
-fn session_timeout(source: &rdkafka::ClientConfig) -> Duration {
-    let ms = source
+/// The source consumer's `session.timeout.ms`: the flow's, else a static member's default,
+/// else librdkafka's 45 s.
+fn session_timeout(source: &rdkafka::ClientConfig, static_member: bool) -> Duration {
+    let default = match static_member {
+        true => super::clients::STATIC_SESSION_TIMEOUT,
+        false => Duration::from_secs(45),
+    };
+    source
         .get("session.timeout.ms")
         .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(45_000);
-    Duration::from_millis(ms)
+        .map_or(default, Duration::from_millis)
 }
 
 /// When each chore of the loop is due.
@@ -340,7 +344,7 @@ pub fn spawn<P: Delivery>(
     let ctx = &policy.shared().ctx;
     let mut config = config.clone();
     if ctx.static_membership {
-        config.set("group.instance.id", static_member_id(&ctx.replica, worker));
+        super::clients::static_member(&mut config, &ctx.replica, worker);
     }
     let consumer: Source<P> = config
         .create_with_context(SourceContext::new(policy, health.clone()))
@@ -351,12 +355,6 @@ pub fn spawn<P: Delivery>(
         run(consumer, copy.subscriptions, copy.ctx, copy.shutdown)
     });
     Ok(())
-}
-
-/// A copy loop's static member name in the source group: one per consumer of a replica, the
-/// same after every restart of that replica.
-pub fn static_member_id(replica: &str, worker: usize) -> String {
-    format!("{replica}-c{worker}")
 }
 
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
@@ -375,7 +373,7 @@ pub fn run<P: Delivery>(
     let mut stalls = Chore::new(super::stall::CHECK_EVERY);
     let mut stall_watch = super::stall::StallWatch::default();
     let mut since_service = 0_u32;
-    let stall_limit = session_timeout(&ctx.flow.source_client) / 2;
+    let stall_limit = session_timeout(&ctx.flow.source_client, ctx.static_membership) / 2;
     let mut last_turn = Instant::now();
     while !shutdown.is_cancelled() {
         if subscriptions.has_changed().unwrap_or(false) {

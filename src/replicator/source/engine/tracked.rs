@@ -73,6 +73,9 @@ pub trait Tracked: Keyed {
     fn copying(&self) -> bool;
     fn progress(&self) -> &Progress;
     fn progress_mut(&mut self) -> &mut Progress;
+    /// Why its last write failed, until a write succeeds again: what a stall of it is named
+    /// with.
+    fn last_fault(&self) -> Option<&str>;
 
     fn tracked(&mut self) -> Option<&mut Progress> {
         if self.copying() {
