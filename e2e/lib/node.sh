@@ -407,9 +407,13 @@ node_kubelet_start() {
 
 node_start() {
   node_need_tools
-  # Checked before anything starts, so a refused second node leaves nothing to clean up.
+  # Checked before anything starts, so a refused start leaves nothing to clean up.
   if [ -n "$NODE_PEER_BRIDGE" ] && ! ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1; then
     die "the first node's bridge $NODE_PEER_BRIDGE is missing: start the world (e2e/world.sh up) before a second node"
+  fi
+  if ! pid_alive "$NODE_DIR/kubelet.pid"; then
+    require_port_free "$KUBELET_PORT" "kubelet of $NODE_NAME" KUBELET_PORT
+    require_port_free "$KUBELET_HEALTHZ_PORT" "kubelet healthz of $NODE_NAME" KUBELET_HEALTHZ_PORT
   fi
   build_kubelet
   mkdir -p "$NODE_DIR/kubelet/root"
