@@ -2,7 +2,8 @@
 # The main job: the local world with the operator installed by its Helm chart and a sample flow
 # replicating live data, left running for you to look at.
 #
-# Steps: world up (builds and imports the image) -> helm install the chart with the world's values
+# Steps: world up (builds the image, pushes it and the chart to the world's registry) -> helm
+# install the chart from that registry with the world's values
 # (the operator runs as a container on the world's node) ->
 # create the sample topics and a live producer + consumer groups on the source -> apply the
 # sample MirrorFlow -> wait until it is FailoverReady -> print `kubectl get mf`.
@@ -19,9 +20,12 @@ eval "$("$HERE/world.sh" env)"
 
 # The demo operator watches only the sample's namespace, so the tests' own operators (each
 # watching its test namespace) can run in the same world without two operators on one flow.
-log "installing the operator with its Helm chart"
+# As a user installs a release: the chart from the (world's) OCI registry, the image it names
+# pulled from there by digest.
+log "installing the operator from oci://$MF_REGISTRY/charts/mirrorflow"
 kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-helm upgrade --install mirrorflow "$ROOT/charts/mirrorflow" --namespace mirrorflow-system --create-namespace \
+helm upgrade --install mirrorflow "oci://$MF_REGISTRY/charts/mirrorflow" --version "$("$ROOT/release/version.sh")" \
+  --plain-http --namespace mirrorflow-system --create-namespace \
   -f "$MF_CHART_VALUES" --set watchNamespace=demo --wait --timeout 180s
 
 log "creating the sample topics and starting a live producer on the source"

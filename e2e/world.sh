@@ -4,7 +4,8 @@
 # pods as containers (kubelet, containerd, runc; lib/node.sh); a second node on demand.
 #
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
-#   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman]
+#   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman];
+#                                 with the world up, push it to the world's registry (lib/registry.sh)
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
 #                                 (--kafka-only: only the Kafka clusters, and only their jars set up)
 #   e2e/world.sh down             stop everything and delete the world's state
@@ -32,6 +33,8 @@ source "$HERE/lib/mm2.sh"
 source "$HERE/lib/image.sh"
 # shellcheck source=lib/node.sh
 source "$HERE/lib/node.sh"
+# shellcheck source=lib/registry.sh
+source "$HERE/lib/registry.sh"
 
 
 build_rust() {
@@ -52,6 +55,8 @@ tools() {
   with_progress "building kubelet $KUBELET_VERSION (Go modules; about 4 min cold)" build_kubelet
   with_progress "building Helm $HELM_VERSION (Go modules)" build_helm
   with_progress "building Prometheus and promtool $PROMETHEUS_VERSION (Go modules; about 6 min cold)" build_prometheus
+  with_progress "building the world's OCI registry (Go modules)" build_registry
+  with_progress "building actionlint $ACTIONLINT_VERSION (Go modules)" build_actionlint
 }
 
 setup() {
@@ -95,7 +100,8 @@ export MF_OIDC_CLIENT_ID='$OIDC_CLIENT_ID'
 export MF_OIDC_CLIENT_SECRET_FILE='$(oidc_dir)/client-secret'
 export MF_OIDC_CLIENTS_FILE='$(oidc_dir)/clients.json'
 export MF_NODE_STATE='$NODE_DIR'
-export MF_CHART_VALUES='$HERE/world/values.yaml'
+export MF_CHART_VALUES='$(registry_chart_values)'
+export MF_REGISTRY='$REGISTRY_ADDR' REGISTRY_PORT='$REGISTRY_PORT'
 export MF_TOOLS_IMAGE='$TOOLS_IMAGE'
 export CONTAINERD_ADDRESS='$(node_sock)' CONTAINERD_NAMESPACE=k8s.io
 # This world's ports and names, so world.sh run from this environment acts on this world only.
@@ -105,7 +111,7 @@ export SCHEDULER_PORT='$SCHEDULER_PORT' KUBELET_PORT='$KUBELET_PORT' KUBELET_HEA
 export NODE_BRIDGE='$NODE_BRIDGE' NODE_POD_CIDR='$NODE_POD_CIDR'
 export KUBELET2_PORT='$KUBELET2_PORT' KUBELET2_HEALTHZ_PORT='$KUBELET2_HEALTHZ_PORT'
 export NODE2_BRIDGE='$NODE2_BRIDGE' NODE2_POD_CIDR='$NODE2_POD_CIDR' MF_NODE2_STATE='$MF_STATE/node2'
-export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:'"\$PATH"
+export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:$ACTIONLINT_BIN:'"\$PATH"
 EOF
   if [ -f "$(KUBECONFIG_PATH)" ]; then echo "export KUBECONFIG='$(KUBECONFIG_PATH)'" >>"$MF_STATE/env"; fi
 }
@@ -121,6 +127,9 @@ up() {
   kafka_start target
   if [ "${MF_THIRD_CLUSTER:-0}" = 1 ]; then kafka_start third; fi
   if ! $kafka_only; then
+    # Before the node: its pods pull the image from here.
+    registry_start
+    registry_publish
     k8s_start
     node_start
   fi
@@ -138,6 +147,7 @@ down_quiet() {
   # The second node first: its link to the first node's pods names the first node's bridge.
   (node2_use && node2_stop)
   node_stop
+  registry_stop
   k8s_stop
   kafka_stop third
   kafka_stop target
@@ -169,6 +179,7 @@ status() {
   for c in etcd apiserver kcm; do
     if pid_alive "$(k8s_dir)/$c.pid"; then echo "$c: running"; else echo "$c: stopped"; fi
   done
+  if pid_alive "$REGISTRY_DIR/registry.pid"; then echo "registry: running on $REGISTRY_ADDR"; else echo "registry: stopped"; fi
   node_status
   (node2_use && node_status)
   [ -f "$(KUBECONFIG_PATH)" ] && echo "KUBECONFIG=$(KUBECONFIG_PATH)"
@@ -178,7 +189,11 @@ status() {
 case "${1:-}" in
   setup) setup ;;
   tools) tools ;;
-  image) image_setup && image_build ;;
+  image)
+    image_setup && image_build
+    # A running world pulls from its registry: the new image goes there too.
+    if pid_alive "$REGISTRY_DIR/registry.pid"; then registry_publish; fi
+    ;;
   image-setup) image_setup ;;
   up) up "${2:-}" ;;
   down) down ;;
@@ -186,7 +201,8 @@ case "${1:-}" in
   running)
     # Exit 0 only when every component of a full world is alive (used by test.sh).
     pid_alive "$(kafka_pidfile source)" && pid_alive "$(kafka_pidfile target)" &&
-      pid_alive "$(k8s_dir)/apiserver.pid" && pid_alive "$NODE_DIR/kubelet.pid"
+      pid_alive "$(k8s_dir)/apiserver.pid" && pid_alive "$NODE_DIR/kubelet.pid" &&
+      pid_alive "$REGISTRY_DIR/registry.pid"
     ;;
   env)
     [ -f "$MF_STATE/env" ] || die "the world is not up (run e2e/world.sh up)"

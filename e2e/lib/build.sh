@@ -117,6 +117,16 @@ build_prometheus() {
   touch "$PROMETHEUS_BIN/.done"
 }
 
+# actionlint checks the release workflow (.github/workflows) in CI, so it cannot rot unseen.
+build_actionlint() {
+  [ -x "$ACTIONLINT_BIN/actionlint" ] && return 0
+  go_env
+  mkdir -p "$ACTIONLINT_BIN"
+  GOBIN="$ACTIONLINT_BIN" go install -trimpath -ldflags "-s -w" \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ||
+    die "building actionlint $ACTIONLINT_VERSION failed"
+}
+
 # Kafka, its tools and MirrorMaker 2 come as jars from Maven Central; one classpath holds them all so
 # interop tests and benchmarks run the real MM2 beside the brokers.
 fetch_kafka() {

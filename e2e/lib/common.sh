@@ -12,6 +12,7 @@ HELM_VERSION="${HELM_VERSION:-v3.21.4}"
 # Prometheus and promtool (Go module tag v0.316.0 is Prometheus 3.x): alert rule tests and the
 # dashboard's queries against a real Prometheus (e2e/monitoring).
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
+ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
 
 MF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MF_CACHE="${MF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mirrorflow}"
@@ -26,6 +27,7 @@ SCHEDULER_BIN="$MF_CACHE/kube-scheduler-$K8S_VERSION"
 ETCD_BIN="$MF_CACHE/etcd-$ETCD_VERSION"
 HELM_BIN="$MF_CACHE/helm-$HELM_VERSION"
 PROMETHEUS_BIN="$MF_CACHE/prometheus-$PROMETHEUS_VERSION/bin"
+ACTIONLINT_BIN="$MF_CACHE/actionlint-$ACTIONLINT_VERSION"
 
 # Loopback ports of the world. Kept in one place so tests and docs agree.
 KAFKA_SOURCE_PORT="${KAFKA_SOURCE_PORT:-19092}"
@@ -39,6 +41,9 @@ KCM_PORT="${KCM_PORT:-10257}"
 # that moves those moves it too.
 OIDC_PORT="${OIDC_PORT:-$((KAFKA_SOURCE_PORT + 5))}"
 SCHEDULER_PORT="${SCHEDULER_PORT:-10259}"
+# The OCI registry the image and chart are pushed to and pulled from (lib/registry.sh).
+REGISTRY_PORT="${REGISTRY_PORT:-15000}"
+REGISTRY_ADDR="127.0.0.1:$REGISTRY_PORT"
 # The node (lib/node.sh): kubelet's API and healthz on loopback; the pods' bridge and their /24
 # (its .1 is the bridge's own address). Another world beside this one needs other values of all four.
 KUBELET_PORT="${KUBELET_PORT:-10250}"

@@ -95,9 +95,35 @@ fn chart_lints_and_renders_its_variants() -> Result<()> {
         "helm",
         &["template", "mf", chart, "--set", "watchNamespace=team-a"],
     )?;
+    // One watched namespace: Roles there, and one ClusterRole only, to read Nodes by name
+    // (whether a replica's node still answers: replicaReplaceAfterSeconds).
+    let cluster_roles: Vec<&str> = scoped
+        .split("\n---")
+        .filter(|d| d.contains("\nkind: ClusterRole\n"))
+        .collect();
+    assert_eq!(cluster_roles.len(), 1, "{cluster_roles:?}");
     assert!(
-        !scoped.contains("kind: ClusterRole"),
-        "one watched namespace needs no ClusterRole"
+        cluster_roles[0].contains("resources: [nodes]")
+            && cluster_roles[0].contains("verbs: [get]")
+            && cluster_roles[0].matches("apiGroups").count() == 1,
+        "the scoped install's ClusterRole reads nodes and nothing else: {}",
+        cluster_roles[0]
+    );
+    let without_replacement = run(
+        "helm",
+        &[
+            "template",
+            "mf",
+            chart,
+            "--set",
+            "watchNamespace=team-a",
+            "--set",
+            "replicaReplaceAfterSeconds=0",
+        ],
+    )?;
+    assert!(
+        !without_replacement.contains("kind: ClusterRole"),
+        "one watched namespace without replacement needs no ClusterRole"
     );
     assert!(scoped.contains("- --watch-namespace=team-a\n"));
 
