@@ -20,8 +20,9 @@ LOGS="$MF_STATE/test-logs"
 mkdir -p "$LOGS"
 
 # These stop or restart the shared world's brokers, or (operator_switchover) write onto the
-# shared source what the other tests' flows would copy: run alone, after the others.
-EXCLUSIVE=" world_kafka_restart operator_faults replicator_fidelity replicator_aligned operator_switchover "
+# shared source what the other tests' flows would copy, or (node_loss) start a second node that
+# other tests' pods would be scheduled on and then crash it: run alone, after the others.
+EXCLUSIVE=" world_kafka_restart operator_faults replicator_fidelity replicator_aligned operator_switchover node_loss "
 
 # name<TAB>executable for every test binary of the crate, built once.
 cargo test -p mirrorflow-e2e --no-run --message-format=json 2>/dev/null |
@@ -65,6 +66,7 @@ run_one() {
     # A failed test leaves its pods behind; their logs are what explains the failure, and
     # the kubelet removes them with the pods.
     cp -r "$MF_STATE/node/pod-logs" "$LOGS/$name.pods" 2>/dev/null || true
+    cp -r "$MF_STATE/node2/pod-logs" "$LOGS/$name.node2-pods" 2>/dev/null || true
     echo "----- $name (last 40 lines of $LOGS/$name.log, backtraces left out; pods' logs: $LOGS/$name.pods)"
     grep -Ev '^ +([0-9]+: |at )' "$LOGS/$name.log" | tail -n 40
     echo "-----"
@@ -81,6 +83,6 @@ if [ "${#parallel[@]}" -gt 0 ]; then
   printf '%s\n' "${parallel[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {} || failed=1
 fi
 for e in "${exclusive[@]}"; do run_one "$e" || failed=1; done
-grep -h '^chaos\[' "$LOGS"/*.log 2>/dev/null || true
+grep -h -e '^chaos\[' -e '^node_loss' "$LOGS"/*.log 2>/dev/null || true
 echo "$(grep -c '^PASS' "$LOGS/summary") passed, $(grep -c '^FAIL' "$LOGS/summary" || true) failed, in $((SECONDS - start)) s ($JOBS at once; logs in $LOGS)"
 exit "$failed"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local world: two Kafka clusters (source, target; optionally a third), a Kubernetes control
 # plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and a node that runs its
-# pods as containers (kubelet, containerd, runc; lib/node.sh).
+# pods as containers (kubelet, containerd, runc; lib/node.sh); a second node on demand.
 #
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
 #   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman];
@@ -13,6 +13,8 @@
 #   e2e/world.sh env              shell exports for the running world (eval "$(e2e/world.sh env)")
 #   e2e/world.sh kafka start|stop|restart source|target|third
 #   e2e/world.sh node start|stop|restart   kubelet, containerd and every pod of the node
+#   e2e/world.sh node2 start|stop|kill      a second node (mirrorflow-node-2), never started by up;
+#                                 kill crashes it (no shutdown, no API call), stop also deletes its Node
 #   e2e/world.sh k8s start|stop    the control plane alone (no Kafka, no node)
 #   e2e/world.sh mm2 start|stop|log NAME ...  a real MirrorMaker 2 (see lib/mm2.sh)
 set -euo pipefail
@@ -107,6 +109,8 @@ export KAFKA_SOURCE_PORT='$KAFKA_SOURCE_PORT' KAFKA_TARGET_PORT='$KAFKA_TARGET_P
 export ETCD_PORT='$ETCD_PORT' ETCD_PEER_PORT='$ETCD_PEER_PORT' APISERVER_PORT='$APISERVER_PORT' KCM_PORT='$KCM_PORT'
 export SCHEDULER_PORT='$SCHEDULER_PORT' KUBELET_PORT='$KUBELET_PORT' KUBELET_HEALTHZ_PORT='$KUBELET_HEALTHZ_PORT'
 export NODE_BRIDGE='$NODE_BRIDGE' NODE_POD_CIDR='$NODE_POD_CIDR'
+export KUBELET2_PORT='$KUBELET2_PORT' KUBELET2_HEALTHZ_PORT='$KUBELET2_HEALTHZ_PORT'
+export NODE2_BRIDGE='$NODE2_BRIDGE' NODE2_POD_CIDR='$NODE2_POD_CIDR' MF_NODE2_STATE='$MF_STATE/node2'
 export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:$ACTIONLINT_BIN:'"\$PATH"
 EOF
   if [ -f "$(KUBECONFIG_PATH)" ]; then echo "export KUBECONFIG='$(KUBECONFIG_PATH)'" >>"$MF_STATE/env"; fi
@@ -140,6 +144,8 @@ down_quiet() {
   # Sample producers and consumers the main job started.
   for f in "$MF_STATE"/demo/*.pid; do [ -e "$f" ] && stop_pidfile "$f" 10; done
   for f in "$MF_STATE"/mm2/*/mm2.pid; do [ -e "$f" ] && stop_pidfile "$f" 30; done
+  # The second node first: its link to the first node's pods names the first node's bridge.
+  (node2_use && node2_stop)
   node_stop
   registry_stop
   k8s_stop
@@ -156,6 +162,15 @@ down() {
   log "world is down"
 }
 
+# The first node's bridge is made anew when it starts: a running second node's link to it is
+# set up again.
+node2_relink() {
+  (
+    node2_use
+    if [ -f "$NODE_DIR/link" ]; then node_link_up; fi
+  )
+}
+
 status() {
   local c
   for c in source target third; do
@@ -165,7 +180,8 @@ status() {
     if pid_alive "$(k8s_dir)/$c.pid"; then echo "$c: running"; else echo "$c: stopped"; fi
   done
   if pid_alive "$REGISTRY_DIR/registry.pid"; then echo "registry: running on $REGISTRY_ADDR"; else echo "registry: stopped"; fi
-  if pid_alive "$NODE_DIR/kubelet.pid"; then echo "node $NODE_NAME: kubelet running (log $NODE_DIR/kubelet.log, containers' logs under $NODE_DIR/pod-logs)"; else echo "node: stopped"; fi
+  node_status
+  (node2_use && node_status)
   [ -f "$(KUBECONFIG_PATH)" ] && echo "KUBECONFIG=$(KUBECONFIG_PATH)"
   return 0
 }
@@ -209,10 +225,19 @@ case "${1:-}" in
     ;;
   node)
     case "${2:-}" in
-      start) node_start ;;
+      start) node_start && node2_relink ;;
       stop) node_stop ;;
-      restart) node_stop && node_start ;;
+      restart) node_stop && node_start && node2_relink ;;
       *) die "usage: world.sh node start|stop|restart" ;;
+    esac
+    ;;
+  node2)
+    node2_use
+    case "${2:-}" in
+      start) node_start ;;
+      stop) node2_stop ;;
+      kill) node_kill ;;
+      *) die "usage: world.sh node2 start|stop|kill" ;;
     esac
     ;;
   mm2)
@@ -224,7 +249,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -50,6 +50,13 @@ KUBELET_PORT="${KUBELET_PORT:-10250}"
 KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10248}"
 NODE_BRIDGE="${NODE_BRIDGE:-mfbr0}"
 NODE_POD_CIDR="${NODE_POD_CIDR:-10.244.0.0/24}"
+# The second node, started only on demand (world.sh node2 ...; lib/node.sh node2_use): the same
+# four of its own. Its ports follow the first node's, so a world beside this one that moves those
+# moves these too.
+KUBELET2_PORT="${KUBELET2_PORT:-$((KUBELET_PORT + 1))}"
+KUBELET2_HEALTHZ_PORT="${KUBELET2_HEALTHZ_PORT:-$((KUBELET_HEALTHZ_PORT + 1))}"
+NODE2_BRIDGE="${NODE2_BRIDGE:-mfbr1}"
+NODE2_POD_CIDR="${NODE2_POD_CIDR:-10.244.1.0/24}"
 
 # A cgroup path below this process's own cgroup in every hierarchy: with cgroup v1 one path
 # serves all hierarchies (runc's and kubelet's cgroupfs drivers take one), so take the deepest

@@ -121,13 +121,19 @@ k8s_start() {
     require_port_free "$KCM_PORT" kube-controller-manager KCM_PORT
     log "starting kube-controller-manager"
     local pki="$d/pki"
+    # --node-monitor-grace-period: how long a node may stay silent before its Ready condition
+    # turns Unknown and its pods are marked not ready. The default (50 s) would make the node
+    # loss test (e2e/tests/tests/node_loss.rs) wait most of a minute for nothing but the
+    # detection; 20 s is still two of kubelet's lease renewals (every 10 s), so a kubelet that
+    # is slow for one renewal is not taken for lost. Nothing else in the world stops a kubelet
+    # for that long but a `node restart`, which then shows NotReady for a moment.
     nohup "$K8S_BIN/kube-controller-manager" --kubeconfig "$d/kcm.kubeconfig" \
       --authentication-kubeconfig "$d/kcm.kubeconfig" --authorization-kubeconfig "$d/kcm.kubeconfig" \
       --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --controllers '*' --leader-elect=false \
       --use-service-account-credentials=true \
       --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
       --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-      --profiling=false >>"$d/kcm.log" 2>&1 &
+      --node-monitor-grace-period 20s --profiling=false >>"$d/kcm.log" 2>&1 &
     echo $! >"$d/kcm.pid"
     # The default ServiceAccount appears once the controllers run: pods need it to be admitted.
     wait_until 90 "kube-controller-manager (default ServiceAccount)" k8s_kubectl get serviceaccount default -n default ||

@@ -6,13 +6,22 @@
 #
 #   node_start   containerd, the pod network, kubelet; imports the images; waits for Node Ready
 #   node_stop    kubelet, every pod, containerd; removes mounts, network, cgroups it made
+#   node_kill    a crash: cuts the node's network, SIGKILLs everything of it; node_stop cleans up
+#   node2_use    switches these functions to the optional second node (world.sh node2 ...)
 #
-# Everything lives under $NODE_DIR (state, sockets, logs), the bridge $NODE_BRIDGE, the nat
-# chain MF-$NODE_BRIDGE and the cgroup $(node_cgroup_root): `node_stop` finds all of them again
-# from those names alone, also after a crash.
+# Everything lives under $NODE_DIR (state, sockets, logs), the bridge $NODE_BRIDGE, the
+# iptables chains named after it (node_chain) and the cgroup $(node_cgroup_root): `node_stop`
+# finds all of them again from those names alone, also after a crash.
 
 NODE_DIR="$MF_STATE/node"
 NODE_NAME=mirrorflow-node
+# The zone label kubelet registers (topology.kubernetes.io/zone), so zone spread has two
+# zones to spread over once the second node runs.
+NODE_ZONE=zone-a
+# The kubelet's client certificate and key in the control plane's pki dir (without .crt/.key).
+NODE_KUBELET_USER=kubelet
+# The bridge of the node this one's pods are linked to (node_link_up); the first node has none.
+NODE_PEER_BRIDGE=""
 # The `kubernetes` Service's ClusterIP: the first address of the apiserver's service range.
 NODE_APISERVER_SERVICE_IP=10.0.0.1
 PAUSE_VERSION=1
@@ -24,8 +33,27 @@ node_ctr() { ctr --address "$(node_sock)" --namespace k8s.io "$@"; }
 node_gateway() { echo "${NODE_POD_CIDR%.0/24}.1"; }
 node_chain() { echo "MF-$NODE_BRIDGE"; }
 node_chain_out() { echo "MF-$NODE_BRIDGE-OUT"; }
-# One cgroup per world (its state dir names it), below the one this shell runs in.
-node_cgroup_root() { cgroup_below_self "mirrorflow-node-$(printf '%s' "$MF_STATE" | sha256sum | cut -c1-8)"; }
+# filter chains: the link to the peer node's pods (node_link_up), and the cut of a crash (node_kill).
+node_chain_fwd() { echo "MF-$NODE_BRIDGE-FWD"; }
+node_chain_cut() { echo "MF-$NODE_BRIDGE-CUT"; }
+# One cgroup per node of each world (its state dir names it), below the one this shell runs in.
+node_cgroup_root() { cgroup_below_self "$NODE_NAME-$(printf '%s' "$MF_STATE" | sha256sum | cut -c1-8)"; }
+
+# The second node: the same functions, with its own state dir, name, zone, kubelet identity and
+# ports, bridge and pod range, registered to the same control plane. Its pods are linked to the
+# first node's (node_link_up). It replaces the first node's settings, so world.sh calls it in a
+# subshell or a command of its own.
+node2_use() {
+  NODE_DIR="$MF_STATE/node2"
+  NODE_NAME=mirrorflow-node-2
+  NODE_ZONE=zone-b
+  NODE_KUBELET_USER=kubelet-node-2
+  NODE_PEER_BRIDGE="$NODE_BRIDGE"
+  NODE_BRIDGE="$NODE2_BRIDGE"
+  NODE_POD_CIDR="$NODE2_POD_CIDR"
+  KUBELET_PORT="$KUBELET2_PORT"
+  KUBELET_HEALTHZ_PORT="$KUBELET2_HEALTHZ_PORT"
+}
 
 node_need_tools() {
   local c
@@ -203,13 +231,14 @@ EOF
 
 node_certs() {
   local pki
+  local user="$NODE_KUBELET_USER"
   pki="$(k8s_dir)/pki"
-  [ -f "$pki/kubelet.crt" ] && return 0
+  [ -f "$pki/$user.crt" ] && return 0
   # The Node authorizer knows a kubelet by this name and group.
-  if ! openssl req -newkey rsa:2048 -nodes -keyout "$pki/kubelet.key" -out "$pki/kubelet.csr" \
+  if ! openssl req -newkey rsa:2048 -nodes -keyout "$pki/$user.key" -out "$pki/$user.csr" \
     -subj "/O=system:nodes/CN=system:node:$NODE_NAME" 2>/dev/null ||
-    ! openssl x509 -req -in "$pki/kubelet.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-      -days 365 -extfile "$pki/client.ext" -out "$pki/kubelet.crt" 2>/dev/null; then
+    ! openssl x509 -req -in "$pki/$user.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 365 -extfile "$pki/client.ext" -out "$pki/$user.crt" 2>/dev/null; then
     die "making the kubelet's client certificate failed"
   fi
 }
@@ -247,15 +276,69 @@ node_network_up() {
 node_network_down() {
   local chain
   [ "$(cat "$NODE_DIR/network" 2>/dev/null)" = "$NODE_BRIDGE" ] || return 0
-  chain="$(node_chain)"
-  while iptables -w -t nat -D PREROUTING -j "$chain" 2>/dev/null; do :; done
-  while iptables -w -t nat -D OUTPUT -j "$(node_chain_out)" 2>/dev/null; do :; done
-  for chain in "$chain" "$(node_chain_out)"; do
-    iptables -w -t nat -F "$chain" 2>/dev/null || true
-    iptables -w -t nat -X "$chain" 2>/dev/null || true
-  done
+  node_link_down
+  node_chain_remove filter "$(node_chain_cut)" INPUT FORWARD OUTPUT
+  node_chain_remove nat "$(node_chain)" PREROUTING
+  node_chain_remove nat "$(node_chain_out)" OUTPUT
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
   rm -f "$NODE_DIR/network"
+}
+
+# node_chain_remove TABLE CHAIN HOOK...: the jumps from the hooks, then the chain itself.
+node_chain_remove() {
+  local table="$1" chain="$2" hook
+  shift 2
+  for hook in "$@"; do
+    while iptables -w -t "$table" -D "$hook" -j "$chain" 2>/dev/null; do :; done
+  done
+  iptables -w -t "$table" -F "$chain" 2>/dev/null || true
+  iptables -w -t "$table" -X "$chain" 2>/dev/null || true
+}
+
+# A second node's pods and the first node's reach each other as pods on two machines of one
+# cluster network do, through their gateways: the host forwards between the two bridges. Only
+# there: forwarding is switched on for these two interfaces alone (the machine's ip_forward stays
+# off) and anything else arriving on either bridge is dropped before it could be forwarded, so
+# nothing a pod sends leaves the machine. Traffic between pods of one node is bridged, not
+# routed; with br_netfilter it passes FORWARD as in and out on the same bridge, and is left alone.
+node_link_up() {
+  local fwd
+  [ -n "$NODE_PEER_BRIDGE" ] || return 0
+  ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1 || die "the first node's bridge $NODE_PEER_BRIDGE is missing"
+  fwd="$(node_chain_fwd)"
+  iptables -w -N "$fwd" 2>/dev/null || iptables -w -F "$fwd"
+  iptables -w -A "$fwd" -i "$NODE_BRIDGE" -o "$NODE_PEER_BRIDGE" -j ACCEPT
+  iptables -w -A "$fwd" -i "$NODE_PEER_BRIDGE" -o "$NODE_BRIDGE" -j ACCEPT
+  iptables -w -A "$fwd" -i "$NODE_BRIDGE" ! -o "$NODE_BRIDGE" -j DROP
+  iptables -w -A "$fwd" -i "$NODE_PEER_BRIDGE" ! -o "$NODE_PEER_BRIDGE" -j DROP
+  iptables -w -C FORWARD -j "$fwd" 2>/dev/null || iptables -w -I FORWARD -j "$fwd"
+  sysctl -qw "net.ipv4.conf.$NODE_BRIDGE.forwarding=1" "net.ipv4.conf.$NODE_PEER_BRIDGE.forwarding=1"
+  echo "$NODE_PEER_BRIDGE" >"$NODE_DIR/link"
+}
+
+node_link_down() {
+  local peer
+  peer="$(cat "$NODE_DIR/link" 2>/dev/null)" || return 0
+  if ip link show "$peer" >/dev/null 2>&1; then sysctl -qw "net.ipv4.conf.$peer.forwarding=0"; fi
+  node_chain_remove filter "$(node_chain_fwd)" FORWARD
+  rm -f "$NODE_DIR/link"
+}
+
+# What a crashed machine does to the network: it stops answering. From here on nothing from this
+# node's pods gets anywhere and nothing reaches them, not even the FIN or RST their sockets send
+# when node_kill kills them, and nobody reaches its kubelet: brokers, the apiserver and the other
+# node's pods find out by their own timeouts, as they would. node_network_down removes it.
+node_network_cut() {
+  local cut hook
+  cut="$(node_chain_cut)"
+  iptables -w -N "$cut" 2>/dev/null || iptables -w -F "$cut"
+  iptables -w -A "$cut" -i "$NODE_BRIDGE" -j DROP
+  iptables -w -A "$cut" -o "$NODE_BRIDGE" -j DROP
+  # The apiserver's connections to kubelet reach it on loopback (node_network_up's OUTPUT DNAT).
+  iptables -w -A "$cut" -o lo -d 127.0.0.1/32 -p tcp --dport "$KUBELET_PORT" -j DROP
+  for hook in INPUT FORWARD OUTPUT; do
+    iptables -w -C "$hook" -j "$cut" 2>/dev/null || iptables -w -I "$hook" -j "$cut"
+  done
 }
 
 # kubelet refuses a cgroup root that does not exist in every hierarchy. cpuset needs its cpus and
@@ -317,6 +400,7 @@ node_kubelet_start() {
   nohup "$KUBELET_BIN/kubelet" --config "$NODE_DIR/kubelet/config.yaml" \
     --kubeconfig "$NODE_DIR/kubelet.kubeconfig" --root-dir "$NODE_DIR/kubelet/root" \
     --cert-dir "$NODE_DIR/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$(node_gateway)" \
+    --node-labels "topology.kubernetes.io/zone=$NODE_ZONE" \
     >>"$NODE_DIR/kubelet.log" 2>&1 &
   echo $! >"$NODE_DIR/kubelet.pid"
   wait_until 90 "the node to be Ready" node_ready || {
@@ -327,14 +411,23 @@ node_kubelet_start() {
 
 node_start() {
   node_need_tools
+  # Checked before anything starts, so a refused start leaves nothing to clean up.
+  if [ -n "$NODE_PEER_BRIDGE" ] && ! ip link show "$NODE_PEER_BRIDGE" >/dev/null 2>&1; then
+    die "the first node's bridge $NODE_PEER_BRIDGE is missing: start the world (e2e/world.sh up) before a second node"
+  fi
+  if ! pid_alive "$NODE_DIR/kubelet.pid"; then
+    require_port_free "$KUBELET_PORT" "kubelet of $NODE_NAME" KUBELET_PORT
+    require_port_free "$KUBELET_HEALTHZ_PORT" "kubelet healthz of $NODE_NAME" KUBELET_HEALTHZ_PORT
+  fi
   build_kubelet
   mkdir -p "$NODE_DIR/kubelet/root"
   NODE_CGROUP_ROOT="$(node_cgroup_root)"
   image_podman_env
   node_certs
-  k8s_kubeconfig kubelet "$NODE_DIR/kubelet.kubeconfig"
+  k8s_kubeconfig "$NODE_KUBELET_USER" "$NODE_DIR/kubelet.kubeconfig"
   node_write_configs
   node_network_up
+  node_link_up
   node_cgroup_up
   # kubelet's mount propagation needs a shared mount; this one is ours alone (/ stays private).
   if ! mountpoint -q "$NODE_DIR/kubelet/root"; then
@@ -363,6 +456,21 @@ node_shim_pids() {
   done
 }
 
+# What containerd would clean up on its next start for tasks whose shim is gone (always after
+# node_kill): runc's state of each container and the shim's socket, both kept outside $NODE_DIR
+# (/run/containerd/runc and /run/containerd/s are fixed in containerd 1.6 and its shim). Only the
+# tasks in this node's state dir, whose socket names hash in this node's containerd socket.
+node_task_leftovers() {
+  local bundle sock
+  for bundle in "$NODE_DIR"/containerd/state/io.containerd.runtime.v2.task/k8s.io/*/; do
+    [ -d "$bundle" ] || continue
+    runc --root /run/containerd/runc/k8s.io delete --force "$(basename "$bundle")" >/dev/null 2>&1 || true
+    sock="$(cat "$bundle/address" 2>/dev/null)" || continue
+    sock="${sock#unix://}"
+    case "$sock" in /run/containerd/s/*) rm -f "$sock" ;; esac
+  done
+}
+
 node_stop() {
   # A world that never started a node (Kafka only) has nothing to stop.
   [ -d "$NODE_DIR" ] || return 0
@@ -386,6 +494,7 @@ node_stop() {
   deadline=$((SECONDS + 10))
   while [ -n "$(node_shim_pids)" ] && ((SECONDS < deadline)); do sleep 0.2; done
   for pid in $(node_shim_pids); do kill -KILL "$pid" 2>/dev/null || true; done
+  node_task_leftovers
   # Mounts (overlay roots, volumes, network namespaces, the shared bind mount), deepest first;
   # a network namespace with no process and no mount goes away with its veth.
   local m
@@ -393,4 +502,59 @@ node_stop() {
     sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   node_network_down
   cgroup_remove_empty "$NODE_CGROUP_ROOT"
+}
+
+# A crash of the node, as a power cut does it: the network first (node_network_cut), then
+# SIGKILL for kubelet, containerd, the shims and every process of every container at once.
+# Nothing shuts down gracefully and nothing tells the apiserver: the Node object stays as it
+# was, and kube-controller-manager finds out by itself when kubelet's updates stop. node_stop
+# removes what is left afterwards (mounts, network, cgroups), and node_start starts it again.
+node_kill() {
+  [ -f "$NODE_DIR/network" ] || die "node $NODE_NAME is not running"
+  NODE_CGROUP_ROOT="$(node_cgroup_root)"
+  node_network_cut
+  local pids=() f pid deadline
+  for f in kubelet containerd; do
+    if pid_alive "$NODE_DIR/$f.pid"; then pids+=("$(cat "$NODE_DIR/$f.pid")"); fi
+  done
+  # shellcheck disable=SC2207 # pids: one word each
+  pids+=($(node_shim_pids) $(node_pod_pids))
+  [ "${#pids[@]}" -eq 0 ] || kill -KILL "${pids[@]}" 2>/dev/null || true
+  # A container process may have forked between the listing and the kill.
+  deadline=$((SECONDS + 20))
+  while [ -n "$(node_pod_pids)" ] && ((SECONDS < deadline)); do
+    for pid in $(node_pod_pids); do kill -KILL "$pid" 2>/dev/null || true; done
+    sleep 0.1
+  done
+  # The pid files go once their processes are gone, so a later stop never signals a reused pid.
+  for f in kubelet containerd; do
+    [ -f "$NODE_DIR/$f.pid" ] || continue
+    pid="$(cat "$NODE_DIR/$f.pid")"
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+    rm -f "$NODE_DIR/$f.pid"
+  done
+  log "node $NODE_NAME killed (network cut, ${#pids[@]} processes; its stop cleans up)"
+}
+
+# The second node's stop also takes it out of the cluster: its Node object is deleted (as a
+# cloud's node controller does for a machine that is gone), so pods bound to it are removed by
+# kube-controller-manager and the scheduler never looks at it again. The first node's stays:
+# `node restart` keeps its pods.
+node2_stop() {
+  [ -d "$NODE_DIR" ] || return 0
+  node_stop
+  if apiserver_ready >/dev/null 2>&1; then
+    k8s_kubectl delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null ||
+      log "deleting the Node $NODE_NAME failed; it stays NotReady"
+  fi
+}
+
+node_status() {
+  if pid_alive "$NODE_DIR/kubelet.pid"; then
+    echo "node $NODE_NAME: kubelet running (log $NODE_DIR/kubelet.log, containers' logs under $NODE_DIR/pod-logs)"
+  elif [ -f "$NODE_DIR/network" ]; then
+    echo "node $NODE_NAME: killed or crashed (its Node object left as it was; stop cleans up)"
+  else
+    echo "node $NODE_NAME: stopped"
+  fi
 }

@@ -139,4 +139,5 @@ pub mod operator;
 pub mod prometheus;
 pub mod replicator;
 pub mod secure;
+pub mod steady;
 pub mod switchover;
