@@ -1,11 +1,18 @@
 //! How a flow's replicas spread over failure domains.
 //!
 //! Without constraints of its own a StatefulSet may put every replica on one node, and losing
-//! that node stops the flow although its other replicas could have carried it. The default
-//! asks the scheduler for at most one replica more per node (and per zone, where nodes carry
-//! a zone label) than on any other, as a preference: a one-node cluster, or one whose other
-//! nodes are full, still runs every replica. A flow that needs a hard rule (`DoNotSchedule`)
-//! or other domains says so in `spec.pod.topologySpreadConstraints`.
+//! that node stops the flow although its other replicas could have carried it. The default:
+//! - at most one replica more on any node than on another, as a rule (`DoNotSchedule`): a
+//!   preference lost to the scheduler's other scores on a busy cluster, which put both replicas
+//!   of a flow on the emptier node in the world test `node_loss`. One node is one domain, so a
+//!   one-node cluster still runs every replica; only nodes the pod may run on count
+//!   (`nodeTaintsPolicy: Honor`), so a lost node (tainted unreachable) or a tainted control
+//!   plane never holds a replica back. A cluster whose other nodes are full leaves a replica
+//!   Pending, which the flow's `Ready` condition reports.
+//! - the same over zones (where nodes carry `topology.kubernetes.io/zone`) as a preference
+//!   (`ScheduleAnyway`): zones are often uneven.
+//!
+//! A flow that needs other rules says so in `spec.pod.topologySpreadConstraints`.
 
 use std::collections::BTreeMap;
 
@@ -34,16 +41,20 @@ pub fn constraints(
         ..LabelSelector::default()
     };
     if own.is_empty() {
-        return [HOSTNAME_KEY, ZONE_KEY]
-            .into_iter()
-            .map(|key| TopologySpreadConstraint {
-                max_skew: 1,
-                topology_key: key.into(),
-                when_unsatisfiable: "ScheduleAnyway".into(),
-                label_selector: Some(replicas()),
-                ..TopologySpreadConstraint::default()
-            })
-            .collect();
+        return [
+            (HOSTNAME_KEY, "DoNotSchedule"),
+            (ZONE_KEY, "ScheduleAnyway"),
+        ]
+        .into_iter()
+        .map(|(key, when)| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: when.into(),
+            node_taints_policy: Some("Honor".into()),
+            label_selector: Some(replicas()),
+            ..TopologySpreadConstraint::default()
+        })
+        .collect();
     }
     own.into_iter()
         .map(|mut c| {
@@ -74,13 +85,23 @@ mod tests {
     }
 
     #[test]
-    fn by_default_replicas_prefer_other_nodes_and_zones_but_always_schedule() {
+    fn by_default_replicas_keep_to_other_nodes_and_prefer_other_zones() {
         let c = constraints(&flow(serde_json::json!({})), &selector());
-        let keys: Vec<_> = c.iter().map(|c| c.topology_key.as_str()).collect();
-        assert_eq!(keys, [HOSTNAME_KEY, ZONE_KEY]);
+        let rules: Vec<_> = c
+            .iter()
+            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (HOSTNAME_KEY, "DoNotSchedule"),
+                (ZONE_KEY, "ScheduleAnyway")
+            ]
+        );
         for c in &c {
             assert_eq!(c.max_skew, 1);
-            assert_eq!(c.when_unsatisfiable, "ScheduleAnyway");
+            // A tainted node (a lost one, a control plane) is no domain to balance against.
+            assert_eq!(c.node_taints_policy.as_deref(), Some("Honor"));
             assert_eq!(
                 c.label_selector
                     .as_ref()

@@ -487,10 +487,11 @@ pub struct PodOverrides {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// How the replicas spread over failure domains. Default (empty): at most one replica
-    /// more on any node, and in any zone where nodes carry `topology.kubernetes.io/zone`,
-    /// than on another, preferred but never blocking scheduling (`ScheduleAnyway`), so losing
-    /// a node or a zone leaves replicas elsewhere. Constraints given here replace the default;
-    /// a `labelSelector` left out selects this flow's replicas.
+    /// more on any node than on another (`DoNotSchedule`; only nodes the pod may run on
+    /// count, so one node runs every replica), and the same over zones where nodes carry
+    /// `topology.kubernetes.io/zone`, preferred (`ScheduleAnyway`). Losing a node then leaves
+    /// replicas elsewhere. Constraints given here replace the default; a `labelSelector` left
+    /// out selects this flow's replicas.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
