@@ -30,6 +30,22 @@ fn pinned_digest(world: &World) -> Result<String> {
         .context("no image digest in the world's chart values")
 }
 
+/// One field of a pod, by JSONPath.
+fn pod_field(name: &str, ns: &str, path: &str) -> Result<String> {
+    run(
+        "kubectl",
+        &[
+            "get",
+            "pod",
+            name,
+            "-n",
+            ns,
+            "-o",
+            &format!("jsonpath={path}"),
+        ],
+    )
+}
+
 #[test]
 fn the_binary_the_chart_and_the_changelog_carry_one_version() -> Result<()> {
     let world = World::from_env()?;
@@ -87,18 +103,7 @@ async fn the_node_pulls_the_image_from_the_registry_by_tag_and_by_digest() -> Re
                 &format!("pod {name} ran to completion"),
                 Duration::from_secs(120),
                 || async {
-                    let phase = run(
-                        "kubectl",
-                        &[
-                            "get",
-                            "pod",
-                            name,
-                            "-n",
-                            &ns,
-                            "-o",
-                            "jsonpath={.status.phase}",
-                        ],
-                    )?;
+                    let phase = pod_field(name, &ns, "{.status.phase}")?;
                     ensure!(phase != "Failed", "pod {name} failed");
                     Ok((phase == "Succeeded").then_some(()))
                 },
@@ -109,18 +114,7 @@ async fn the_node_pulls_the_image_from_the_registry_by_tag_and_by_digest() -> Re
                 printed.trim() == format!("mirrorflow {v}"),
                 "{name}: the pulled image printed {printed:?}, the release is {v}"
             );
-            let image_id = run(
-                "kubectl",
-                &[
-                    "get",
-                    "pod",
-                    name,
-                    "-n",
-                    &ns,
-                    "-o",
-                    "jsonpath={.status.containerStatuses[0].imageID}",
-                ],
-            )?;
+            let image_id = pod_field(name, &ns, "{.status.containerStatuses[0].imageID}")?;
             ensure!(
                 image_id == by_digest,
                 "{name}: containerd ran {image_id}, the registry's {by_digest}"

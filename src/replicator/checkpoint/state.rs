@@ -378,29 +378,20 @@ mod tests {
         let mut tracker = CheckpointTracker::new();
         let conservative = Conservative::default();
         let t0 = tp("orders", 0);
+        // Only the store, the tracker and the pair change from one evaluation to the next.
+        let eval = |store: &OffsetSyncStore,
+                    tracker: &CheckpointTracker,
+                    tp: &TopicPartition,
+                    commit: &Commit| {
+            evaluate(&naming, store, tracker, &conservative, "g", tp, commit)
+        };
         assert_eq!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                &conservative,
-                "g",
-                &t0,
-                &commit(10)
-            ),
+            eval(&store, &tracker, &t0, &commit(10)),
             Evaluation::Untranslatable(UnknownReason::Loading)
         );
         store.finish_initial_load();
         assert_eq!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                &conservative,
-                "g",
-                &t0,
-                &commit(10)
-            ),
+            eval(&store, &tracker, &t0, &commit(10)),
             Evaluation::Untranslatable(UnknownReason::NoSyncs)
         );
         store
@@ -409,15 +400,8 @@ mod tests {
         store
             .update(&OffsetSync::new(t0.clone(), 20, 120), SyncOrigin::Dense)
             .unwrap();
-        let Evaluation::Emit(cp, Exactness::Exact) = evaluate(
-            &naming,
-            &store,
-            &tracker,
-            &conservative,
-            "g",
-            &t0,
-            &commit(10),
-        ) else {
+        let Evaluation::Emit(cp, Exactness::Exact) = eval(&store, &tracker, &t0, &commit(10))
+        else {
             panic!("a covered commit is checkpointed");
         };
         assert_eq!(cp.topic_partition, tp("A.orders", 0));
@@ -425,27 +409,11 @@ mod tests {
         assert_eq!(cp.metadata, "m");
         tracker.record(&cp);
         assert_eq!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                &conservative,
-                "g",
-                &t0,
-                &commit(10)
-            ),
+            eval(&store, &tracker, &t0, &commit(10)),
             Evaluation::Unchanged
         );
         assert!(matches!(
-            evaluate(
-                &naming,
-                &store,
-                &tracker,
-                &conservative,
-                "g",
-                &t0,
-                &commit(5)
-            ),
+            eval(&store, &tracker, &t0, &commit(5)),
             Evaluation::Emit(
                 Checkpoint {
                     upstream_offset: 5,
@@ -463,15 +431,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                evaluate(
-                    &naming,
-                    &store,
-                    &tracker,
-                    &conservative,
-                    "g",
-                    &tp(topic, 0),
-                    &commit(1)
-                ),
+                eval(&store, &tracker, &tp(topic, 0), &commit(1)),
                 Evaluation::NotMirrored,
                 "{why}"
             );
