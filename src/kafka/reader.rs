@@ -4,7 +4,7 @@
 //! An assign-only consumer: it never joins its group nor commits, so reading never disturbs a
 //! replicator or a consumer group. Blocking: call from a CLI or `spawn_blocking`. The
 //! replicator's loops that follow a topic for as long as they run use
-//! `replicator::checkpoint::support::follow_partition` instead (a thread, records as events).
+//! `replicator::kafka_io::follow_partition` instead (a thread, records as events).
 
 use std::time::{Duration, Instant};
 

@@ -109,7 +109,7 @@ pub async fn hold(
     let topic = positions_topic(ctx.flow.source_alias());
     let reach = Reachability::new(&ctx.clusters.target, "claim");
     let rf = ctx.flow.spec.source_loop.replication_factor;
-    if !super::checkpoint::support::ensure_compacted_topic(
+    if !super::kafka_io::ensure_compacted_topic(
         &ctx.flow.target_client,
         &topic,
         rf,

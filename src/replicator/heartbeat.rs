@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use super::checkpoint::support::{
+use super::kafka_io::{
     AckedProducer, Reachability, assign_only_consumer, ensure_compacted_topic, follow_partition,
 };
 use crate::mm2::Heartbeat;

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod claim;
 pub mod health;
 pub mod heartbeat;
+pub mod kafka_io;
 pub mod metrics;
 pub mod reach;
 pub mod source;

@@ -19,9 +19,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::support::{Reachability, is_unreachable};
 use super::sync_state::{GroupSyncStatus, TargetGroup, active_on_target, before_target, plan};
 use crate::mm2::TopicPartition;
+use crate::replicator::kafka_io::{Reachability, is_unreachable};
 
 /// The checkpoint loop's view of one group, sent whenever it changes.
 #[derive(Debug, Clone, PartialEq, Eq)]

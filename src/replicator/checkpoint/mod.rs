@@ -45,7 +45,6 @@ pub mod group_sync;
 mod recreated;
 mod shell;
 pub mod state;
-pub mod support;
 pub mod sync_state;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -62,9 +61,6 @@ use self::exactness::Conservative;
 use self::group_sync::GroupView;
 use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use self::support::{
-    AckedProducer, EndMarks, Reachability, assign_only_consumer, follow_partition,
-};
 use super::Context;
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::checkpoints::Exactness;
@@ -73,6 +69,10 @@ use crate::mm2::{
     TopicPartition,
 };
 use crate::replicator::backoff::Backoff;
+use crate::replicator::kafka_io;
+use crate::replicator::kafka_io::{
+    AckedProducer, EndMarks, Reachability, assign_only_consumer, follow_partition,
+};
 
 /// What the reader threads tell the loop.
 #[derive(Debug)]
@@ -112,7 +112,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let target_reach = Reachability::new(&ctx.clusters.target, "checkpoint");
     let checkpoints_topic = flow.policy.checkpoints_topic(flow.source_alias());
     let rf = spec.source_loop.replication_factor;
-    if !support::ensure_compacted_topic(
+    if !kafka_io::ensure_compacted_topic(
         &flow.target_client,
         &checkpoints_topic,
         rf,

@@ -8,7 +8,7 @@
 //! | what the clusters refused, recorded for the operator | [`refused`] |
 //! | topic ACL sync (I/O; the pure part is [`crate::kafka::acls`]) | [`acl_sync`] |
 //! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
-//! | delivery policies: what is committed and how | [`at_least_once`], [`exactly_once`], [`aligned`], [`batches`] |
+//! | delivery policies: what is committed and how | [`policies`]: [`policies::at_least_once`], [`policies::exactly_once`], [`policies::aligned`], [`policies::batches`] |
 //! | what may be committed per partition (pure) | [`progress`] |
 //! | positions topic format and reader | [`crate::kafka::positions`] |
 //! | client settings | [`clients`] |
@@ -37,24 +37,19 @@
 //! is dropped silently.
 //!
 //! # Exactly-once (`spec.exactlyOnce`)
-//! The [`exactly_once`] policy runs on the same engine: a transactional producer per owned
+//! The [`policies::exactly_once`] policy runs on the same engine: a transactional producer per owned
 //! partition puts records, offset syncs (on the target) and the position in one transaction,
 //! and fences the partition's previous writer.
 
 pub mod acl_sync;
-pub mod aligned;
-pub mod at_least_once;
-pub mod batches;
 pub mod clients;
 pub mod continuity;
 pub mod discovery;
 pub mod engine;
-pub mod exactly_once;
 pub mod limits;
+pub mod policies;
 pub mod progress;
-pub mod rebalance;
 pub mod refused;
-pub mod stall;
 pub mod topics;
 
 use continuity::LogProbe;
@@ -67,13 +62,15 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
-use self::aligned::Aligned;
-use self::at_least_once::AtLeastOnce;
 use self::discovery::{Admin, AdminError, Discovery};
 use self::engine::send::AckContext;
+use self::engine::stall;
 use self::engine::workers::Worker;
 use self::engine::{Delivery, Shared};
-use self::exactly_once::ExactlyOnce;
+use self::policies::aligned::{self, Aligned};
+use self::policies::at_least_once::{self, AtLeastOnce};
+use self::policies::batches;
+use self::policies::exactly_once::ExactlyOnce;
 use self::refused::RefusalRecorder;
 use super::{Context, Flow};
 use crate::api::{CopyUnit, OffsetSyncsLocation, OffsetsMode};
@@ -259,7 +256,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         CopyMode::Batches => tracing::info!(%group, "source loop starting (whole record batches)"),
         CopyMode::AtLeastOnce => tracing::info!(%group, "source loop starting"),
     }
-    let stops = batches::no_stops();
+    let stops = stall::no_stops();
     let mut loops = engine::Loops::new();
     let mut first_positions = Some(positions);
     for worker in Worker::crew(fetch.consumers) {
@@ -367,7 +364,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                         count("discovery");
                         tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
                     }
-                    let stopped = batches::stops_now(&stops);
+                    let stopped = stall::stops_now(&stops);
                     if let Err(e) = recorder.round(&round.refused, stopped).await {
                         count("refusal_record");
                         tracing::warn!(error = %e, "could not record the refused topic changes for the operator; retrying next round");
@@ -497,12 +494,6 @@ fn note_admin_error(e: &AdminError, health: &Reachability, count: &impl Fn(&str)
         count("discovery");
         tracing::warn!(error = %e, "topic discovery failed; retrying");
     }
-}
-
-/// The copy thread's state lock. A panic while holding it leaves the state as consistent as
-/// any crash would, so a poisoned lock is used as it is.
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Sleeps; true when shutdown came first.

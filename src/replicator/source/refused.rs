@@ -9,7 +9,7 @@ use super::discovery::AdminError;
 use crate::clock::now_ms;
 use crate::kafka::positions::PositionReader;
 use crate::kafka::refusals::{self, Refusal, Refusals};
-use crate::replicator::checkpoint::support::AckedProducer;
+use crate::replicator::kafka_io::AckedProducer;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 

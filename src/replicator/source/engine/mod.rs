@@ -8,8 +8,8 @@
 //! - producers on the target polled by this same thread, so delivery callbacks run here too:
 //!   a callback only collects the report ([`send::AckContext`]), the policy drains them;
 //! - the policy ([`Delivery`]) decides what a polled record becomes and what is committed
-//!   when: at-least-once ([`super::at_least_once`]: idempotent producer, positions stored
-//!   about every second) or exactly-once ([`super::exactly_once`]: a transaction per
+//!   when: at-least-once ([`super::policies::at_least_once`]: idempotent producer, positions stored
+//!   about every second) or exactly-once ([`super::policies::exactly_once`]: a transaction per
 //!   partition). Both keep their partitions in a [`slots::SlotTable`] and resume them from
 //!   stored positions checked against both logs ([`super::continuity`]).
 //!
@@ -17,8 +17,10 @@
 //! thread, and runs the policy's chores on their intervals. A replica far from the source runs
 //! several such loops, each a consumer of the group with a policy of its own ([`workers`]).
 
+pub mod rebalance;
 pub mod send;
 pub mod slots;
+pub mod stall;
 pub mod tracked;
 pub mod workers;
 
@@ -34,11 +36,10 @@ use tokio_util::sync::CancellationToken;
 
 use rdkafka::producer::{BaseProducer, Producer};
 
+use self::rebalance::Owner;
 use self::send::AckContext;
 use self::workers::Worker;
 use super::continuity::{self, LogProbe};
-use super::lock;
-use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::kafka::reader::ReadError;
 use crate::mm2::{OffsetSync, SyncPolicyConfig};
@@ -60,6 +61,12 @@ const TARGET_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// and syncs that follow them) stay fresh.
 const BUSY_POLL: Duration = Duration::from_millis(5);
 pub const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// The copy thread's state lock. A panic while holding it leaves the state as consistent as
+/// any crash would, so a poisoned lock is used as it is.
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The source consumer of a policy `P`.
 pub type Source<P> = BaseConsumer<SourceContext<P>>;
@@ -93,8 +100,8 @@ pub trait Delivery: Owner + Send + Sized + 'static {
     /// partitions. Policies whose writes another owner fences need nothing here.
     fn stalled(&mut self, _stalled: Duration) {}
     /// Where the copy of each owned partition stands, for the watch on partitions that stop
-    /// making progress ([`super::stall`]).
-    fn copied(&self) -> Vec<super::stall::Copied> {
+    /// making progress ([`stall`]).
+    fn copied(&self) -> Vec<self::stall::Copied> {
         Vec::new()
     }
     /// Graceful stop: settle every write.
@@ -174,7 +181,7 @@ pub struct Shared {
     pub worker: Worker,
     /// Partitions the flow's owner must hear of (stopped batches, stalled partitions), which
     /// the discovery loop writes into the positions topic's refusal record.
-    pub stops: super::batches::Stops,
+    pub stops: self::stall::Stops,
 }
 
 impl Shared {
@@ -370,8 +377,8 @@ pub fn run<P: Delivery>(
     let mut commit = Chore::new(P::COMMIT_EVERY);
     let mut idle = Chore::new(P::IDLE_CHECK_EVERY);
     let mut targets = Chore::new(TARGET_CHECK_EVERY);
-    let mut stalls = Chore::new(super::stall::CHECK_EVERY);
-    let mut stall_watch = super::stall::StallWatch::default();
+    let mut stalls = Chore::new(self::stall::CHECK_EVERY);
+    let mut stall_watch = self::stall::StallWatch::default();
     let mut since_service = 0_u32;
     let stall_limit = session_timeout(&ctx.flow.source_client, ctx.static_membership) / 2;
     let mut last_turn = Instant::now();
@@ -440,10 +447,10 @@ pub fn run<P: Delivery>(
             targets.last = Instant::now();
         }
         if stalls.due() {
-            let read = super::stall::read_positions(&consumer);
+            let read = self::stall::read_positions(&consumer);
             let p = lock(&policy);
             let stops = p.shared().stops.clone();
-            super::stall::check(&mut stall_watch, &*p, &stops, &read);
+            self::stall::check(&mut stall_watch, &*p, &stops, &read);
             drop(p);
             stalls.last = Instant::now();
         }
@@ -455,7 +462,7 @@ pub fn run<P: Delivery>(
         // come back when it returns: two moves per restart. It gives them up here only (the
         // policy stores their positions as on a revocation) and closes without leaving
         // (KIP-345), so the coordinator keeps them for it until the session timeout.
-        super::rebalance::give_up_locally(&policy, &consumer);
+        self::rebalance::give_up_locally(&policy, &consumer);
         return Ok(());
     }
     // Leaving the group revokes everything through the policy, which has little left to do.

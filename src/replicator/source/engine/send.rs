@@ -10,7 +10,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
 use tokio_util::sync::CancellationToken;
 
-use super::super::lock;
+use super::lock;
 use crate::replicator::reach::Reachability;
 
 /// Bound on the delivery-report events one [`serve_reports`] serves, so a steady stream of

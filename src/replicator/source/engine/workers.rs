@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::lock;
 use crate::clock::now_ms;
-use crate::replicator::source::lock;
 use crate::replicator::{Context, Loop};
 
 /// What a replica's copy loops report together.

@@ -14,23 +14,23 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::super::engine::send::{Ack, Landed, SendError};
-use super::super::engine::slots::{InFlightQueue, Keyed, SlotTable};
-pub use super::super::engine::slots::{UNOWNED, opaque, unpack};
-pub use super::super::engine::tracked::Fault;
-use super::super::engine::tracked::Tracked;
-use super::super::progress::Progress;
 use crate::mm2::OffsetSync;
 use crate::replicator::backoff::Backoff;
+use crate::replicator::source::engine::send::{Ack, Landed, SendError};
+use crate::replicator::source::engine::slots::{InFlightQueue, Keyed, SlotTable};
+pub use crate::replicator::source::engine::slots::{UNOWNED, opaque, unpack};
+pub use crate::replicator::source::engine::tracked::Fault;
+use crate::replicator::source::engine::tracked::Tracked;
+use crate::replicator::source::progress::Progress;
 
 #[derive(Debug, Clone)]
 pub struct InFlight {
     pub offset: i64,
     /// Key and value bytes.
     pub bytes: u64,
-    /// Upper bound of its size in a batch ([`super::super::limits::wire_size`]).
+    /// Upper bound of its size in a batch ([`crate::replicator::source::limits::wire_size`]).
     pub wire: usize,
-    /// Queued with nothing else of its partition ([`super::super::limits::Admit::Alone`]): a
+    /// Queued with nothing else of its partition ([`crate::replicator::source::limits::Admit::Alone`]): a
     /// refusal as too large is about this record alone.
     pub alone: bool,
     pub read_at: Instant,
@@ -279,9 +279,9 @@ pub fn settle(
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::engine::slots::GEN_MASK;
     use super::*;
     use crate::mm2::{SyncPolicyConfig, TopicPartition};
+    use crate::replicator::source::engine::slots::GEN_MASK;
     use proptest::prelude::*;
 
     #[derive(Default)]
@@ -357,7 +357,7 @@ mod tests {
         let (mut t, idx, g) = table();
         t.get_mut(idx).unwrap().last_fault = Some("writing to a.t-0: broker down".into());
         let reason = |t: &SlotTable<Slot>| {
-            crate::replicator::source::stall::tracked(t)[0]
+            crate::replicator::source::engine::stall::tracked(t)[0]
                 .reason
                 .clone()
         };

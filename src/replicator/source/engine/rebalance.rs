@@ -10,9 +10,9 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::engine::Shared;
-use super::engine::slots::{Keyed, SlotTable};
+use super::Shared;
 use super::lock;
+use super::slots::{Keyed, SlotTable};
 use crate::replicator::Context;
 
 /// What a copier does when its assignment changes.
@@ -36,7 +36,7 @@ pub trait Owner {
     }
 
     fn count_error(&self, kind: &str) {
-        super::engine::count_error(self.context(), kind);
+        super::count_error(self.context(), kind);
     }
     /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
     /// next owner's fencing settles open transactions) or in good order (positions stored).

@@ -4,7 +4,7 @@
 //!
 //! The source offset of an acknowledged record is the front of its slot's in-flight queue
 //! ([`acks`]). A failed delivery (record or offset sync) faults the partition: after a backoff
-//! it is rewound to its last committable position ([`super::progress`]) and copied again.
+//! it is rewound to its last committable position ([`crate::replicator::source::progress`]) and copied again.
 //! Records may repeat, never go missing.
 
 pub mod acks;
@@ -18,17 +18,19 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
-use super::continuity::{self, Resume};
-use super::engine::send::{self, Ack, AckContext, Landed, Offered, SendError, serve_reports};
-use super::engine::slots::SlotTable;
-use super::engine::tracked::{self, CopyMeters};
-use super::engine::{Delivery, GapWrite, Shared, Source};
-use super::limits::{self, Admit, RemoteLimits};
-use super::progress::{Frontier, Progress};
-use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Gap};
 use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::source::continuity::{self, Resume};
+use crate::replicator::source::engine::rebalance::{self, Owner};
+use crate::replicator::source::engine::send::{
+    self, Ack, AckContext, Landed, Offered, SendError, serve_reports,
+};
+use crate::replicator::source::engine::slots::SlotTable;
+use crate::replicator::source::engine::tracked::{self, CopyMeters};
+use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
+use crate::replicator::source::limits::{self, Admit, RemoteLimits};
+use crate::replicator::source::progress::{Frontier, Progress};
 
 /// How long a rebalance or shutdown waits for outstanding writes before giving up on them
 /// (they are then copied again by whoever owns the partition next).
@@ -72,8 +74,8 @@ pub struct Parts {
 }
 
 impl Delivery for AtLeastOnce {
-    fn copied(&self) -> Vec<super::stall::Copied> {
-        super::stall::tracked(&self.slots)
+    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+        crate::replicator::source::engine::stall::tracked(&self.slots)
     }
 
     /// Positions are stored about every second.

@@ -6,7 +6,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::*;
 use crate::replicator::source::continuity::Resume;
-use crate::replicator::source::rebalance::{self, Owner};
+use crate::replicator::source::engine::rebalance::{self, Owner};
 
 impl Owner for Batches {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {

@@ -49,15 +49,15 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use self::txn::{NOT_A_RECORD, Phase, TxFailure, absorb, producer_config, transactional_id};
-use super::continuity::{self};
-use super::engine::send::{self, AckContext};
-use super::engine::slots::{Keyed, SlotTable};
-use super::engine::{Delivery, GapWrite, Shared, Source};
-use super::limits::{self, RemoteLimits};
-use super::rebalance::{self, Owner};
 use crate::kafka::positions::{self, Frontier, Gap};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::backoff::{Backoff, Retry};
+use crate::replicator::source::continuity::{self};
+use crate::replicator::source::engine::rebalance::{self, Owner};
+use crate::replicator::source::engine::send::{self, AckContext};
+use crate::replicator::source::engine::slots::{Keyed, SlotTable};
+use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
+use crate::replicator::source::limits::{self, RemoteLimits};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a fenced partition waits before it is prepared again (see [`ExactlyOnce::end`]).
@@ -142,10 +142,10 @@ pub struct ExactlyOnce {
 }
 
 impl Delivery for ExactlyOnce {
-    fn copied(&self) -> Vec<super::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
         self.slots
             .iter()
-            .map(|(_, s)| super::stall::Copied {
+            .map(|(_, s)| crate::replicator::source::engine::stall::Copied {
                 topic: s.topic.clone(),
                 partition: s.partition,
                 remote: s.remote.clone(),

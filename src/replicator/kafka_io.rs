@@ -1,5 +1,5 @@
-//! Kafka I/O the checkpoint and heartbeat loops share: creating their single-partition
-//! compacted topics, following a partition from a thread, writing records and waiting for
+//! Kafka I/O the replicator's loops share (checkpoints, heartbeats, the flow's claim, the
+//! source loop's refusal record): creating single-partition compacted topics, following a partition from a thread, writing records and waiting for
 //! their acknowledgement ([`AckedProducer`]), telling "cluster unreachable" apart from other
 //! errors.
 

@@ -15,7 +15,7 @@ impl Owner for Aligned {
                 continue;
             }
             let remote = self.shared.remote_topic(topic);
-            let group = super::super::source_group_id(&self.shared.ctx.flow);
+            let group = crate::replicator::source::source_group_id(&self.shared.ctx.flow);
             let base = group.strip_suffix(".source").unwrap_or(&group);
             let slot = AlignedSlot {
                 topic: topic.clone(),

@@ -27,9 +27,9 @@ mod ownership;
 mod settle;
 mod timing;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mirrorflow_conn::fetcher::{PartitionTrouble, Trouble};
@@ -41,18 +41,19 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use self::fetch::{Command, FetchThread, Tagged};
-use super::continuity;
-use super::engine::send::{Ack, AckContext, serve_reports};
-use super::engine::slots::{Keyed, SlotTable, opaque, unpack};
-use super::engine::tracked::{self, CopyMeters, Fault, Tracked};
-use super::engine::{Delivery, GapWrite, Shared, Source};
-use super::lock;
-use super::progress::{Frontier, Progress};
 use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
 use crate::kafka::refusals::Refusal;
 use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::source::continuity;
+use crate::replicator::source::engine::lock;
+use crate::replicator::source::engine::send::{Ack, AckContext, serve_reports};
+use crate::replicator::source::engine::slots::{Keyed, SlotTable, opaque, unpack};
+use crate::replicator::source::engine::stall::Stops;
+use crate::replicator::source::engine::tracked::{self, CopyMeters, Fault, Tracked};
+use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
+use crate::replicator::source::progress::{Frontier, Progress};
 
 /// How long one [`Delivery::service`] call moves batches before the consumer is polled again
 /// (rebalances wait at most that long).
@@ -84,11 +85,6 @@ fn too_large_for_long(
 }
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// Why each stopped partition stopped, by remote topic and partition, for the source loop's
-/// refusal record (one record per remote topic, naming each of its stopped partitions): what
-/// the operator shows in `Replicating`. Shared with the discovery loop, which writes it.
-pub type Stops = Arc<Mutex<BTreeMap<(String, i32), Refusal>>>;
 
 /// What the writer carries for each batch.
 #[derive(Debug, Clone, Copy)]
@@ -234,8 +230,8 @@ impl Batches {
 }
 
 impl Delivery for Batches {
-    fn copied(&self) -> Vec<super::stall::Copied> {
-        super::stall::tracked(&self.slots)
+    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+        crate::replicator::source::engine::stall::tracked(&self.slots)
     }
 
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
@@ -256,7 +252,7 @@ impl Delivery for Batches {
         if self.busy() {
             Duration::ZERO
         } else {
-            super::engine::IDLE_POLL
+            crate::replicator::source::engine::IDLE_POLL
         }
     }
 
@@ -684,19 +680,8 @@ impl Batches {
     }
 
     fn count_error(&self, kind: &str) {
-        super::engine::count_error(&self.shared.ctx, kind);
+        crate::replicator::source::engine::count_error(&self.shared.ctx, kind);
     }
-}
-
-/// The stops recorded so far, for the discovery loop's refusal record (which joins those of
-/// one remote topic into one).
-pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
-    lock(stops).values().cloned().collect()
-}
-
-/// A place for stops that nothing fills (the other policies).
-pub fn no_stops() -> Stops {
-    Arc::new(Mutex::new(BTreeMap::new()))
 }
 
 #[cfg(test)]

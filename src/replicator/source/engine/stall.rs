@@ -6,16 +6,33 @@
 //! says which partition or why.
 //!
 //! The judgement is pure ([`StallWatch::observe`]); the copy thread feeds it every
-//! [`CHECK_EVERY`] with the policy's copied positions ([`super::engine::Delivery::copied`]) and
+//! [`CHECK_EVERY`] with the policy's copied positions ([`super::Delivery::copied`]) and
 //! the source's ends ([`check`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::batches::Stops;
-use super::engine::Delivery;
+use super::Delivery;
 use super::lock;
 use crate::kafka::refusals::{Refusal, STALLED_MARK, truncated};
+
+/// Why each stopped partition stopped, by remote topic and partition, for the source loop's
+/// refusal record (one record per remote topic, naming each of its stopped partitions): what
+/// the operator shows in `Replicating`. Filled by the stall watch and by the policies that stop
+/// a partition they cannot copy; read by the discovery loop, which writes it.
+pub type Stops = Arc<Mutex<BTreeMap<(String, i32), Refusal>>>;
+
+/// The stops recorded so far, for the discovery loop's refusal record (which joins those of
+/// one remote topic into one).
+pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
+    lock(stops).values().cloned().collect()
+}
+
+/// A place for stops, empty.
+pub fn no_stops() -> Stops {
+    Arc::new(Mutex::new(BTreeMap::new()))
+}
 
 /// How long a partition may copy nothing while the source has records beyond it.
 pub const STALL_AFTER: Duration = Duration::from_secs(60);
@@ -220,9 +237,7 @@ pub fn check<P: Delivery>(
 
 /// [`Copied`] of the policies that track progress record by record (at-least-once, batches):
 /// the newest acknowledged position, or -1 before the first.
-pub fn tracked<S: super::engine::tracked::Tracked>(
-    slots: &super::engine::slots::SlotTable<S>,
-) -> Vec<Copied> {
+pub fn tracked<S: super::tracked::Tracked>(slots: &super::slots::SlotTable<S>) -> Vec<Copied> {
     slots
         .iter()
         .map(|(_, s)| {
@@ -284,7 +299,7 @@ fn clear_metric_of_remote(
     metrics: &crate::replicator::Metrics,
     remote: &str,
     partition: i32,
-    shared: &super::engine::Shared,
+    shared: &super::Shared,
 ) {
     let flow = &shared.ctx.flow;
     if let Some(topic) = flow.policy.upstream_topic(remote) {

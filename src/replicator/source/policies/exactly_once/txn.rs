@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use super::super::engine::send::{Ack, SendError};
-use super::super::limits;
 use crate::kafka::positions::Frontier;
 use crate::mm2::{OffsetSync, SyncPolicy};
 use crate::replicator::Flow;
+use crate::replicator::source::engine::send::{Ack, SendError};
+use crate::replicator::source::limits;
 
 /// The coordinator aborts a transaction open longer than this (a replica that hangs).
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
@@ -19,7 +19,7 @@ pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15);
 /// The transactional id of the writer of one source partition (see the module docs of
 /// [`super`]).
 pub fn transactional_id(flow: &Flow, topic: &str, partition: i32) -> String {
-    let group = super::super::source_group_id(flow);
+    let group = crate::replicator::source::source_group_id(flow);
     let base = group.strip_suffix(".source").unwrap_or(&group);
     format!("{base}.tx.{topic}-{partition}")
 }

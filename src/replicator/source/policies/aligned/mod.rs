@@ -47,15 +47,17 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use self::plan::Step;
-use super::continuity::{self};
-use super::engine::send::{self, Ack, AckContext, Offered, serve_reports};
-use super::engine::slots::{InFlightQueue, Keyed, SlotTable, UNOWNED, opaque, unpack};
-use super::engine::{Delivery, GapWrite, Shared, Source};
-use super::rebalance::{self, Owner};
 use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::source::continuity::{self};
+use crate::replicator::source::engine::rebalance::{self, Owner};
+use crate::replicator::source::engine::send::{self, Ack, AckContext, Offered, serve_reports};
+use crate::replicator::source::engine::slots::{
+    InFlightQueue, Keyed, SlotTable, UNOWNED, opaque, unpack,
+};
+use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
 /// key.
@@ -141,7 +143,7 @@ impl AlignedSlot {
     }
 
     /// Where its copy stands, and what it waits for, for the stall watch.
-    fn copied(&self) -> super::stall::Copied {
+    fn copied(&self) -> crate::replicator::source::engine::stall::Copied {
         let next = match (self.latest, self.state) {
             (Some(l), _) => l.next,
             (None, State::Aligned) => self.next_target,
@@ -164,7 +166,7 @@ impl AlignedSlot {
                     .to_string()
             }
         };
-        super::stall::Copied {
+        crate::replicator::source::engine::stall::Copied {
             topic: self.topic.clone(),
             partition: self.partition,
             remote: self.remote.clone(),
@@ -204,7 +206,7 @@ pub struct Parts {
 }
 
 impl Delivery for Aligned {
-    fn copied(&self) -> Vec<super::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
         self.slots.iter().map(|(_, s)| s.copied()).collect()
     }
 
