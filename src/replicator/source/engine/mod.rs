@@ -17,10 +17,12 @@
 //! thread, and runs the policy's chores on their intervals. A replica far from the source runs
 //! several such loops, each a consumer of the group with a policy of its own ([`workers`]).
 
+pub mod fenced;
 pub mod rebalance;
 pub mod send;
 pub mod slots;
 pub mod stall;
+pub mod stored;
 pub mod tracked;
 pub mod workers;
 

@@ -3,49 +3,56 @@
 //! position (what is held is read again by the next owner: the target's end is before it).
 
 use super::*;
+use crate::replicator::source::engine::fenced::{self, FencedPositions};
+
+impl FencedPositions for Aligned {
+    fn table_mut(&mut self) -> &mut SlotTable<AlignedSlot> {
+        &mut self.slots
+    }
+
+    /// Resumes it where the target ends rather than wherever the consumer starts.
+    fn assigned_again(&mut self, idx: usize) {
+        self.prepare_again(idx, Duration::ZERO);
+    }
+
+    fn take(&mut self, topic: &str, partition: i32) -> AlignedSlot {
+        let remote = self.shared.remote_topic(topic);
+        let group = crate::replicator::source::source_group_id(&self.shared.ctx.flow);
+        let base = group.strip_suffix(".source").unwrap_or(&group);
+        AlignedSlot {
+            topic: topic.to_string(),
+            partition,
+            remote,
+            generation: self.slots.next_generation(),
+            transactional_id: format!("{base}.aligned.{topic}-{partition}"),
+            txn: None,
+            state: State::Preparing {
+                retry_at: Instant::now(),
+            },
+            next_target: 0,
+            held: None,
+            read_at: Instant::now(),
+            in_flight: InFlightQueue::default(),
+            sync: SyncPolicy::new(
+                TopicPartition::new(topic.to_string(), partition),
+                self.shared.sync_config,
+            ),
+            latest: None,
+            stored: None,
+            wrap_failed: None,
+            open_closes: 0,
+            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+        }
+    }
+
+    fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        Aligned::prepare(self, keys)
+    }
+}
 
 impl Owner for Aligned {
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys = rebalance::partitions(tpl);
-        for (topic, partition) in &keys {
-            if let Some(idx) = self.slots.index(topic, *partition) {
-                // Already ours (an eager assignor hands out everything again): resume it
-                // where the target ends rather than wherever the consumer starts.
-                self.prepare_again(idx, Duration::ZERO);
-                continue;
-            }
-            let remote = self.shared.remote_topic(topic);
-            let group = crate::replicator::source::source_group_id(&self.shared.ctx.flow);
-            let base = group.strip_suffix(".source").unwrap_or(&group);
-            let slot = AlignedSlot {
-                topic: topic.clone(),
-                partition: *partition,
-                remote,
-                generation: self.slots.next_generation(),
-                transactional_id: format!("{base}.aligned.{topic}-{partition}"),
-                txn: None,
-                state: State::Preparing {
-                    retry_at: Instant::now(),
-                },
-                next_target: 0,
-                held: None,
-                read_at: Instant::now(),
-                in_flight: InFlightQueue::default(),
-                sync: SyncPolicy::new(
-                    TopicPartition::new(topic.clone(), *partition),
-                    self.shared.sync_config,
-                ),
-                latest: None,
-                stored: None,
-                wrap_failed: None,
-                open_closes: 0,
-                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-            };
-            self.slots.insert(slot);
-        }
-        let ready = self.prepare(&keys);
-        rebalance::set_start_offsets(tpl, &keys, ready);
-        self.report_assignment();
+        fenced::assign(self, tpl);
     }
 
     fn revoked(&mut self, tpl: &TopicPartitionList, _lost: bool) {

@@ -20,8 +20,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
 use crate::kafka::positions::{self, Gap};
 use crate::mm2::{OffsetSync, TopicPartition};
-use crate::replicator::backoff::Backoff;
-use crate::replicator::source::continuity::{self, Resume};
+use crate::replicator::source::continuity;
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{
     self, Ack, AckContext, Landed, Offered, SendError, serve_reports,

@@ -3,52 +3,64 @@
 //! the next owner's fencing).
 
 use super::*;
+use crate::replicator::source::engine::fenced::{self, FencedPositions};
+
+impl FencedPositions for ExactlyOnce {
+    fn table_mut(&mut self) -> &mut SlotTable<TxSlot> {
+        &mut self.slots
+    }
+
+    /// Restarts it from its committed position rather than from wherever the consumer starts.
+    fn assigned_again(&mut self, idx: usize) {
+        let Some((topic, partition)) =
+            (self.slots.get(idx)).map(|s| (s.topic.clone(), s.partition))
+        else {
+            return;
+        };
+        self.end(&topic, partition, false);
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.prepare_at(Instant::now());
+        }
+    }
+
+    fn take(&mut self, topic: &str, partition: i32) -> TxSlot {
+        TxSlot {
+            topic: topic.to_string(),
+            partition,
+            remote: self.shared.remote_topic(topic),
+            transactional_id: transactional_id(&self.shared.ctx.flow, topic, partition),
+            producer: None,
+            phase: Phase::Preparing {
+                retry_at: Instant::now(),
+            },
+            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            committed: None,
+            latest: None,
+            policy: SyncPolicy::new(
+                TopicPartition::new(topic.to_string(), partition),
+                self.shared.sync_config,
+            ),
+            records: 0,
+            bytes: 0,
+            failed: None,
+            recheck: false,
+            rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
+            capped_by: None,
+            large: Vec::new(),
+            refused: None,
+        }
+    }
+
+    fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        ExactlyOnce::prepare(self, keys)
+    }
+}
 
 impl Owner for ExactlyOnce {
     /// Partitions were given to this replica: fence their previous writers, read their
     /// positions and start each there.
     fn assigned(&mut self, tpl: &mut TopicPartitionList) {
-        let keys = rebalance::partitions(tpl);
-        for (topic, partition) in &keys {
-            if self.slots.find(topic, *partition).is_some() {
-                // Already ours (an eager assignor hands out the whole set again): restart it
-                // from its committed position rather than from wherever the consumer starts.
-                self.end(topic, *partition, false);
-                if let Some(slot) = self.slots.find_mut(topic, *partition) {
-                    slot.prepare_at(Instant::now());
-                }
-                continue;
-            }
-            let slot = TxSlot {
-                topic: topic.clone(),
-                partition: *partition,
-                remote: self.shared.remote_topic(topic),
-                transactional_id: transactional_id(&self.shared.ctx.flow, topic, *partition),
-                producer: None,
-                phase: Phase::Preparing {
-                    retry_at: Instant::now(),
-                },
-                backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-                committed: None,
-                latest: None,
-                policy: SyncPolicy::new(
-                    TopicPartition::new(topic.clone(), *partition),
-                    self.shared.sync_config,
-                ),
-                records: 0,
-                bytes: 0,
-                failed: None,
-                recheck: false,
-                rewind: Retry::new(Duration::from_millis(500), Duration::from_secs(30)),
-                capped_by: None,
-                large: Vec::new(),
-                refused: None,
-            };
-            self.slots.insert(slot);
-        }
-        let ready = self.prepare(&keys);
-        rebalance::set_start_offsets(tpl, &keys, ready);
-        self.report_assignment();
+        fenced::assign(self, tpl);
     }
 
     /// Partitions are taken away: commit what was copied (unless the assignment was lost:
