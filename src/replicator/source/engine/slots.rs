@@ -6,10 +6,70 @@
 //! partition was rewound, moved, or is another partition now) and is ignored.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use crate::replicator::backoff::Backoff;
 
 /// What a slot knows of the partition it holds: its topic and partition.
 pub trait Keyed {
     fn key(&self) -> (&str, i32);
+}
+
+/// A partition this replica owns: what the engine keeps of every one, whatever the policy
+/// (where it is read from and written to, the generation of its slot, the backoff of its
+/// retries), and `own`, what its policy keeps besides. The slot reads as its policy's part too
+/// (`Deref`), so a policy names its own fields as if they were the slot's.
+#[derive(Debug)]
+pub struct Slot<P> {
+    pub topic: String,
+    pub partition: i32,
+    /// The remote topic on the target.
+    pub remote: Arc<str>,
+    /// Reports of an older generation of the same index are stale ([`SlotTable::next_generation`]).
+    pub generation: u32,
+    /// Between retries of a faulted or refused partition.
+    pub backoff: Backoff,
+    pub own: P,
+}
+
+impl<P> Slot<P> {
+    pub fn new(
+        topic: String,
+        partition: i32,
+        remote: Arc<str>,
+        generation: u32,
+        backoff: Backoff,
+        own: P,
+    ) -> Self {
+        Slot {
+            topic,
+            partition,
+            remote,
+            generation,
+            backoff,
+            own,
+        }
+    }
+}
+
+impl<P> Keyed for Slot<P> {
+    fn key(&self) -> (&str, i32) {
+        (&self.topic, self.partition)
+    }
+}
+
+impl<P> Deref for Slot<P> {
+    type Target = P;
+    fn deref(&self) -> &P {
+        &self.own
+    }
+}
+
+impl<P> DerefMut for Slot<P> {
+    fn deref_mut(&mut self) -> &mut P {
+        &mut self.own
+    }
 }
 
 /// Generations fit 31 bits: the opaque of a report packs a slot, a generation and a kind.

@@ -237,17 +237,16 @@ pub fn check<P: Delivery>(
 
 /// [`Copied`] of the policies that track progress record by record (at-least-once, batches):
 /// the newest acknowledged position, or -1 before the first.
-pub fn tracked<S: super::tracked::Tracked>(slots: &super::slots::SlotTable<S>) -> Vec<Copied> {
+pub fn tracked<P>(slots: &super::slots::SlotTable<super::tracked::TrackedSlot<P>>) -> Vec<Copied> {
     slots
         .iter()
         .map(|(_, s)| {
-            let (topic, partition) = s.key();
             Copied {
-                topic: topic.to_string(),
-                partition,
-                remote: s.remote().to_string(),
-                next: s.progress().latest().map_or(-1, |f| f.next),
-                reason: match s.last_fault() {
+                topic: s.topic.clone(),
+                partition: s.partition,
+                remote: s.remote.to_string(),
+                next: s.progress.latest().map_or(-1, |f| f.next),
+                reason: match s.last_fault.as_deref() {
                     Some(fault) => Some(format!(
                         "its last write failed ({fault}); it is copied again from its last stored position after a backoff"
                     )),

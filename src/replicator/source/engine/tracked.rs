@@ -3,6 +3,7 @@
 //! tail syncs of partitions gone idle and the remote partitions gone back, rewind a faulted
 //! partition, and count what the target acknowledged.
 
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 use prometheus::local::{LocalHistogram, LocalIntCounter};
@@ -10,7 +11,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 
 use super::Shared;
 use super::send::{self, AckContext};
-use super::slots::{Keyed, SlotTable, opaque, unpack};
+use super::slots::{Keyed, Slot, SlotTable, opaque, unpack};
 use crate::kafka::positions;
 use crate::mm2::OffsetSync;
 use crate::replicator::Metrics;
@@ -64,24 +65,68 @@ impl CopyMeters {
     }
 }
 
-/// A partition whose progress is tracked record by record (or batch by batch).
-pub trait Tracked: Keyed {
-    fn generation(&self) -> u32;
-    fn remote(&self) -> &str;
-    /// Whether it is being copied: nothing of a faulted partition is stored or synced until it
-    /// is copied again.
-    fn copying(&self) -> bool;
-    fn progress(&self) -> &Progress;
-    fn progress_mut(&mut self) -> &mut Progress;
+/// What the policies that store positions outside a transaction keep of each partition besides
+/// the engine's part ([`Slot`]): its progress, its fault, why its last write failed, and `own`,
+/// the policy's remaining fields (read through `Deref` as the slot's own).
+#[derive(Debug)]
+pub struct Tracking<P> {
+    pub progress: Progress,
+    /// Set while the partition waits to be copied again: nothing of it is stored or synced.
+    pub fault: Option<Fault>,
     /// Why its last write failed, until a write succeeds again: what a stall of it is named
     /// with.
-    fn last_fault(&self) -> Option<&str>;
+    pub last_fault: Option<String>,
+    pub own: P,
+}
+
+impl<P> Tracking<P> {
+    pub fn new(progress: Progress, fault: Option<Fault>, own: P) -> Self {
+        Tracking {
+            progress,
+            fault,
+            last_fault: None,
+            own,
+        }
+    }
+
+    /// Whether it is being copied.
+    pub fn copying(&self) -> bool {
+        self.fault.is_none()
+    }
 
     fn tracked(&mut self) -> Option<&mut Progress> {
-        if self.copying() {
-            Some(self.progress_mut())
-        } else {
-            None
+        self.fault.is_none().then_some(&mut self.progress)
+    }
+}
+
+impl<P> Deref for Tracking<P> {
+    type Target = P;
+    fn deref(&self) -> &P {
+        &self.own
+    }
+}
+
+impl<P> DerefMut for Tracking<P> {
+    fn deref_mut(&mut self) -> &mut P {
+        &mut self.own
+    }
+}
+
+/// A slot of a policy that tracks progress record by record (or batch by batch).
+pub type TrackedSlot<P> = Slot<Tracking<P>>;
+
+impl<P> TrackedSlot<P> {
+    /// Copying proceeds in generation `generation`.
+    pub fn live(&self, generation: u32) -> bool {
+        self.generation == generation && self.own.copying()
+    }
+
+    /// A faulted partition whose retry could not start now: the next attempt after the next
+    /// backoff delay from `now`.
+    pub fn retry_later(&mut self, now: Instant) {
+        let delay = self.backoff.next_delay();
+        if let Some(f) = self.own.fault.as_mut() {
+            f.retry_at = now + delay;
         }
     }
 }
@@ -89,10 +134,10 @@ pub trait Tracked: Keyed {
 /// Queues the position of each of `idxs` whose committable point moved on the positions
 /// topic through `producer` (its report comes back as a position write of the slot). A
 /// position that cannot be queued now is handed out again next time.
-pub fn persist<S: Tracked>(
+pub fn persist<P>(
     shared: &Shared,
     producer: &BaseProducer<AckContext>,
-    slots: &mut SlotTable<S>,
+    slots: &mut SlotTable<TrackedSlot<P>>,
     idxs: &[usize],
 ) {
     for &idx in idxs {
@@ -101,8 +146,8 @@ pub fn persist<S: Tracked>(
         };
         let (topic, partition) = slot.key();
         let key = positions::encode_key(topic, partition);
-        let generation = slot.generation();
-        let Some(progress) = slot.tracked() else {
+        let generation = slot.generation;
+        let Some(progress) = slot.own.tracked() else {
             continue;
         };
         let Some(position) = progress.take_to_store() else {
@@ -130,22 +175,22 @@ pub fn persist<S: Tracked>(
 /// Settles the offset syncs `syncs` acknowledged since the last call (each partition's in the
 /// order they were written) and returns the slots of those it failed, with the error, for the
 /// caller to fault. Reports of an older generation of a slot are ignored.
-pub fn settle_syncs<S: Tracked>(
+pub fn settle_syncs<P>(
     shared: &Shared,
     syncs: &BaseProducer<AckContext>,
-    slots: &mut SlotTable<S>,
+    slots: &mut SlotTable<TrackedSlot<P>>,
 ) -> Vec<(usize, rdkafka::error::KafkaError)> {
     let mut acks = Vec::new();
     syncs.context().take(&mut acks);
     let mut failed = Vec::new();
     for ack in acks {
         let (idx, generation, _) = unpack(ack.opaque);
-        let Some(slot) = slots.get_mut(idx).filter(|s| s.generation() == generation) else {
+        let Some(slot) = slots.get_mut(idx).filter(|s| s.generation == generation) else {
             continue;
         };
         match ack.result {
             Ok(_) => {
-                slot.progress_mut().sync_acknowledged();
+                slot.own.progress.sync_acknowledged();
                 shared.ctx.metrics.offset_syncs.inc();
             }
             Err(e) => failed.push((idx, e)),
@@ -156,15 +201,15 @@ pub fn settle_syncs<S: Tracked>(
 
 /// The tail sync of every partition that went idle with copies after its last sync
 /// ([`Progress::idle_sync`]), with its slot and generation; one cheap check per partition.
-pub fn idle_syncs<S: Tracked>(
+pub fn idle_syncs<P>(
     shared: &Shared,
-    slots: &mut SlotTable<S>,
+    slots: &mut SlotTable<TrackedSlot<P>>,
 ) -> Vec<(usize, u32, OffsetSync)> {
     let now = shared.now();
     let mut syncs = Vec::new();
     for (idx, slot) in slots.iter_mut() {
-        let generation = slot.generation();
-        if let Some(sync) = slot.tracked().and_then(|p| p.idle_sync(now)) {
+        let generation = slot.generation;
+        if let Some(sync) = slot.own.tracked().and_then(|p| p.idle_sync(now)) {
             tracing::debug!(topic = %sync.topic_partition.topic, partition = sync.topic_partition.partition,
                 upstream = sync.upstream_offset, downstream = sync.downstream_offset,
                 "partition idle: offset sync at its last record");
@@ -178,16 +223,16 @@ pub fn idle_syncs<S: Tracked>(
 /// deleted, and discovery created it again), among the copying partitions `quiet` says
 /// nothing is written to now (written ones notice from their answers): (slot, the first
 /// offset missing, the remote end). One ListOffsets per broker.
-pub fn rewound_targets<S: Tracked>(
+pub fn rewound_targets<P>(
     shared: &Shared,
-    slots: &SlotTable<S>,
-    quiet: impl Fn(&S) -> bool,
+    slots: &SlotTable<TrackedSlot<P>>,
+    quiet: impl Fn(&TrackedSlot<P>) -> bool,
 ) -> Vec<(usize, i64, i64)> {
     let idle = (slots.iter())
         .filter_map(|(idx, s)| {
-            let latest = s.progress().latest()?;
+            let latest = s.progress.latest()?;
             (s.copying() && quiet(s) && latest.downstream >= 0)
-                .then(|| ((idx, latest.downstream), s.remote().to_string(), s.key().1))
+                .then(|| ((idx, latest.downstream), s.remote.to_string(), s.partition))
         })
         .collect();
     (shared.probe.remote_ends(idle).into_iter())

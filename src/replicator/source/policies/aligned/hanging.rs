@@ -84,7 +84,7 @@ impl Aligned {
     fn abort_one_filler(&mut self, idx: usize) -> Result<(), String> {
         let slot = self.slots.get(idx).ok_or("no partition")?;
         let txn = slot.txn.as_ref().ok_or("no producer")?;
-        let (remote, partition) = (slot.remote.as_str(), slot.partition);
+        let (remote, partition) = (&*slot.remote, slot.partition);
         txn.begin_transaction().map_err(|e| e.to_string())?;
         let headers = filler_headers();
         let written = send::send_waiting(

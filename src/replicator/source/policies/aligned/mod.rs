@@ -55,7 +55,7 @@ use crate::replicator::source::continuity::{self};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, Ack, AckContext, Offered, serve_reports};
 use crate::replicator::source::engine::slots::{
-    InFlightQueue, Keyed, SlotTable, UNOWNED, opaque, unpack,
+    InFlightQueue, Slot, SlotTable, UNOWNED, opaque, unpack,
 };
 use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 
@@ -100,12 +100,8 @@ struct InFlight {
     bytes: u64,
 }
 
-/// One owned source partition.
-pub struct AlignedSlot {
-    topic: String,
-    partition: i32,
-    remote: String,
-    generation: u32,
+/// What this policy keeps of an owned partition besides the engine's part.
+pub struct AlignedPart {
     transactional_id: String,
     txn: Option<BaseProducer<AckContext>>,
     state: State,
@@ -124,14 +120,10 @@ pub struct AlignedSlot {
     wrap_failed: Option<i64>,
     /// Tries to end a transaction left open at the remote partition's end ([`hanging`]).
     open_closes: u32,
-    backoff: Backoff,
 }
 
-impl Keyed for AlignedSlot {
-    fn key(&self) -> (&str, i32) {
-        (&self.topic, self.partition)
-    }
-}
+/// One owned source partition.
+pub type AlignedSlot = Slot<AlignedPart>;
 
 impl AlignedSlot {
     fn copying(&self) -> bool {
@@ -169,7 +161,7 @@ impl AlignedSlot {
         crate::replicator::source::engine::stall::Copied {
             topic: self.topic.clone(),
             partition: self.partition,
-            remote: self.remote.clone(),
+            remote: self.remote.to_string(),
             next,
             reason: Some(reason),
         }
@@ -281,7 +273,7 @@ impl Delivery for Aligned {
             .slots
             .iter()
             .filter(|(_, s)| s.state == State::Aligned && s.in_flight.is_empty())
-            .map(|(idx, s)| ((idx, s.next_target), s.remote.clone(), s.partition))
+            .map(|(idx, s)| ((idx, s.next_target), s.remote.to_string(), s.partition))
             .collect();
         for ((idx, next_target), end) in self.shared.probe.remote_ends(idle) {
             if end < next_target {

@@ -19,11 +19,7 @@ impl FencedPositions for Aligned {
         let remote = self.shared.remote_topic(topic);
         let group = crate::replicator::source::source_group_id(&self.shared.ctx.flow);
         let base = group.strip_suffix(".source").unwrap_or(&group);
-        AlignedSlot {
-            topic: topic.to_string(),
-            partition,
-            remote,
-            generation: self.slots.next_generation(),
+        let part = AlignedPart {
             transactional_id: format!("{base}.aligned.{topic}-{partition}"),
             txn: None,
             state: State::Preparing {
@@ -41,8 +37,15 @@ impl FencedPositions for Aligned {
             stored: None,
             wrap_failed: None,
             open_closes: 0,
-            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-        }
+        };
+        Slot::new(
+            topic.to_string(),
+            partition,
+            remote.into(),
+            self.slots.next_generation(),
+            Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            part,
+        )
     }
 
     fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {

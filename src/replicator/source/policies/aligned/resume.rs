@@ -77,7 +77,7 @@ impl Aligned {
         }
         let remotes: Vec<(String, i32)> = fenced
             .iter()
-            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.clone(), *p)))
+            .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.to_string(), *p)))
             .collect();
         let sources = self.shared.probe.source(&fenced);
         let ends = self.shared.probe.target_ends(&remotes);
@@ -113,12 +113,12 @@ impl Aligned {
             };
             let (Some(bounds), Some(&end)) = (
                 sources.get(&(topic.clone(), partition)),
-                ends.get(&(slot.remote.clone(), partition)),
+                ends.get(&(slot.remote.to_string(), partition)),
             ) else {
                 self.prepare_again(idx, Duration::from_secs(1));
                 continue;
             };
-            if let Some(&high) = open.get(&(slot.remote.clone(), partition)) {
+            if let Some(&high) = open.get(&(slot.remote.to_string(), partition)) {
                 if let Some(offset) = self.open_at_end(idx, *bounds, end, high) {
                     ready.push((topic, partition, offset));
                 }
@@ -136,7 +136,7 @@ impl Aligned {
                     g.kind.breaks_alignment() && g.topic == topic && g.partition == partition
                 });
             let mut recorded = broke_before;
-            if aborted.contains(&(slot.remote.clone(), partition)) && !broke_before {
+            if aborted.contains(&(slot.remote.to_string(), partition)) && !broke_before {
                 // The previous writer died inside the transaction wrapping the record at
                 // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
                 let gap = continuity::found_now(
@@ -301,8 +301,8 @@ impl Aligned {
         let landed = self
             .shared
             .probe
-            .target_ends(&[(remote.clone(), partition)])
-            .get(&(remote.clone(), partition))
+            .target_ends(&[(remote.to_string(), partition)])
+            .get(&(remote.to_string(), partition))
             .copied();
         if landed != Some(start) {
             // Retried: the next round sees where the target really ends.

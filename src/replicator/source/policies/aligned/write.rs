@@ -85,14 +85,15 @@ impl Aligned {
             // An acknowledgement served while waiting broke alignment.
             return false;
         }
-        let Some(txn) = slot.txn.as_ref() else {
+        let (remote, partition) = (slot.remote.clone(), slot.partition);
+        let part = &mut slot.own;
+        let Some(txn) = part.txn.as_ref() else {
             self.prepare_again(idx, Duration::ZERO);
             return false;
         };
-        let first = slot.next_target;
-        let (remote, partition) = (slot.remote.clone(), slot.partition);
+        let first = part.next_target;
         let held = match step {
-            Step::Wrapped => slot.held.take(),
+            Step::Wrapped => part.held.take(),
             _ => None,
         };
         let target_watermarks = &self.target_watermarks;
@@ -150,7 +151,7 @@ impl Aligned {
             let deadline = Instant::now() + CALL_TIMEOUT;
             loop {
                 let (_, high) = target_watermarks
-                    .fetch_watermarks(remote.as_str(), partition, WATERMARK_TIMEOUT)
+                    .fetch_watermarks(&remote, partition, WATERMARK_TIMEOUT)
                     .map_err(|e| e.to_string())?;
                 if high >= after {
                     break;

@@ -17,10 +17,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use crate::mm2::OffsetSync;
 use crate::replicator::backoff::Backoff;
 use crate::replicator::source::engine::send::{Ack, Landed, SendError};
-use crate::replicator::source::engine::slots::{InFlightQueue, Keyed, SlotTable};
+use crate::replicator::source::engine::slots::{InFlightQueue, SlotTable};
 pub use crate::replicator::source::engine::slots::{UNOWNED, opaque, unpack};
 pub use crate::replicator::source::engine::tracked::Fault;
-use crate::replicator::source::engine::tracked::Tracked;
+use crate::replicator::source::engine::tracked::{TrackedSlot, Tracking};
 use crate::replicator::source::progress::Progress;
 
 #[derive(Debug, Clone)]
@@ -64,19 +64,10 @@ impl Cause {
     }
 }
 
-/// One assigned source partition.
-#[derive(Debug)]
-pub struct Slot {
-    pub topic: String,
-    pub partition: i32,
-    pub remote: Arc<str>,
-    pub generation: u32,
-    pub progress: Progress,
+/// What this policy keeps of an owned partition besides the engine's and the tracking's parts.
+#[derive(Debug, Default)]
+pub struct Part {
     pub in_flight: InFlightQueue<InFlight>,
-    pub fault: Option<Fault>,
-    /// Why the last write failed, until one succeeds.
-    pub last_fault: Option<String>,
-    pub backoff: Backoff,
     /// Sum of `wire` over `in_flight`.
     pub in_flight_bytes: usize,
     /// The remote topic's `max.message.bytes`, once discovery read it.
@@ -86,63 +77,35 @@ pub struct Slot {
     pub alone_until: i64,
 }
 
-impl Keyed for Slot {
-    fn key(&self) -> (&str, i32) {
-        (&self.topic, self.partition)
-    }
+/// One assigned source partition.
+pub type Slot = TrackedSlot<Part>;
+
+/// The slot of a partition newly assigned: copying from `progress`, writing to `remote` whose
+/// `max.message.bytes` is `limit`.
+pub fn new_slot(
+    topic: String,
+    partition: i32,
+    remote: Arc<str>,
+    generation: u32,
+    progress: Progress,
+    limit: Option<usize>,
+) -> Slot {
+    let part = Part {
+        limit,
+        alone_until: -1,
+        ..Part::default()
+    };
+    Slot::new(
+        topic,
+        partition,
+        remote,
+        generation,
+        Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+        Tracking::new(progress, None, part),
+    )
 }
 
-impl Tracked for Slot {
-    fn generation(&self) -> u32 {
-        self.generation
-    }
-    fn remote(&self) -> &str {
-        &self.remote
-    }
-    fn copying(&self) -> bool {
-        self.fault.is_none()
-    }
-    fn progress(&self) -> &Progress {
-        &self.progress
-    }
-    fn progress_mut(&mut self) -> &mut Progress {
-        &mut self.progress
-    }
-    fn last_fault(&self) -> Option<&str> {
-        self.last_fault.as_deref()
-    }
-}
-
-impl Slot {
-    pub fn new(
-        topic: String,
-        partition: i32,
-        remote: Arc<str>,
-        generation: u32,
-        progress: Progress,
-        limit: Option<usize>,
-    ) -> Self {
-        Slot {
-            topic,
-            partition,
-            remote,
-            generation,
-            progress,
-            in_flight: InFlightQueue::default(),
-            fault: None,
-            last_fault: None,
-            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-            in_flight_bytes: 0,
-            limit,
-            alone_until: -1,
-        }
-    }
-
-    /// Copying proceeds in generation `generation`.
-    pub fn live(&self, generation: u32) -> bool {
-        self.generation == generation && self.fault.is_none()
-    }
-
+impl Part {
     pub fn push_in_flight(&mut self, sent: InFlight) {
         self.in_flight_bytes = self.in_flight_bytes.saturating_add(sent.wire);
         self.in_flight.push_back(sent);
@@ -301,7 +264,7 @@ mod tests {
         };
         let progress = Progress::new(TopicPartition::new("t", 0), config, None);
         let idx = t
-            .insert(Slot::new(
+            .insert(new_slot(
                 "t".into(),
                 0,
                 "a.t".into(),

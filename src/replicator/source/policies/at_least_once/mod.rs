@@ -480,9 +480,7 @@ impl AtLeastOnce {
                 Err(e) => {
                     tracing::debug!(topic = %slot.topic, partition = slot.partition, error = %e,
                         "seek failed; retrying later");
-                    if let Some(f) = slot.fault.as_mut() {
-                        f.retry_at = now + slot.backoff.next_delay();
-                    }
+                    slot.retry_later(now);
                 }
             }
         }

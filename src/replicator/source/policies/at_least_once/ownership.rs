@@ -30,7 +30,7 @@ impl StoredPositions for AtLeastOnce {
 
     fn take(&mut self, t: Taken) -> Slot {
         let limit = self.limits.get(&t.remote);
-        Slot::new(
+        acks::new_slot(
             t.topic,
             t.partition,
             t.remote.into(),

@@ -28,7 +28,6 @@ mod settle;
 mod timing;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -49,9 +48,9 @@ use crate::replicator::backoff::Backoff;
 use crate::replicator::source::continuity;
 use crate::replicator::source::engine::lock;
 use crate::replicator::source::engine::send::{Ack, AckContext, serve_reports};
-use crate::replicator::source::engine::slots::{Keyed, SlotTable, opaque, unpack};
+use crate::replicator::source::engine::slots::{SlotTable, opaque, unpack};
 use crate::replicator::source::engine::stall::Stops;
-use crate::replicator::source::engine::tracked::{self, CopyMeters, Fault, Tracked};
+use crate::replicator::source::engine::tracked::{self, CopyMeters, Fault, TrackedSlot, Tracking};
 use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 use crate::replicator::source::progress::{Frontier, Progress};
 
@@ -100,24 +99,15 @@ pub struct Token {
 }
 
 /// A partition that cannot go on as it is.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Stop {
     offset: i64,
     message: String,
 }
 
-/// One owned source partition.
-#[derive(Debug)]
-pub struct Slot {
-    topic: String,
-    partition: i32,
-    remote: Arc<str>,
-    generation: u32,
-    progress: Progress,
-    fault: Option<Fault>,
-    /// Why the last write failed, until one succeeds.
-    last_fault: Option<String>,
-    backoff: Backoff,
+/// What this policy keeps of an owned partition besides the engine's and the tracking's parts.
+#[derive(Debug, Default)]
+pub struct Part {
     /// Stopped, and named in the stops, until a batch of it is written.
     stopped: bool,
     /// Since when the fetcher has answered only part of the batch at this offset: a batch
@@ -125,38 +115,8 @@ pub struct Slot {
     too_large_since: Option<(i64, Instant)>,
 }
 
-impl Keyed for Slot {
-    fn key(&self) -> (&str, i32) {
-        (&self.topic, self.partition)
-    }
-}
-
-impl Tracked for Slot {
-    fn generation(&self) -> u32 {
-        self.generation
-    }
-    fn remote(&self) -> &str {
-        &self.remote
-    }
-    fn copying(&self) -> bool {
-        self.fault.is_none()
-    }
-    fn progress(&self) -> &Progress {
-        &self.progress
-    }
-    fn progress_mut(&mut self) -> &mut Progress {
-        &mut self.progress
-    }
-    fn last_fault(&self) -> Option<&str> {
-        self.last_fault.as_deref()
-    }
-}
-
-impl Slot {
-    fn live(&self, generation: u32) -> bool {
-        self.generation == generation && self.fault.is_none()
-    }
-}
+/// One owned source partition.
+pub type Slot = TrackedSlot<Part>;
 
 pub struct Parts {
     pub shared: Shared,
@@ -654,9 +614,7 @@ impl Batches {
             };
             let Some(offset) = offset else {
                 // The log start could not be read: later.
-                if let Some(f) = slot.fault.as_mut() {
-                    f.retry_at = now + slot.backoff.next_delay();
-                }
+                slot.retry_later(now);
                 continue;
             };
             slot.fault = None;

@@ -24,28 +24,25 @@ impl StoredPositions for Batches {
     }
 
     fn take(&mut self, t: Taken) -> Slot {
-        Slot {
-            topic: t.topic,
-            partition: t.partition,
-            remote: t.remote.into(),
-            generation: t.generation,
-            progress: t.progress,
-            last_fault: None,
-            // Fetched by the retry, which reads the log start where `offset` is not one.
-            fault: Some(Fault {
-                retry_at: Instant::now(),
-                resume_from: match t.offset {
-                    Offset::Offset(next) => Some(Frontier {
-                        next,
-                        downstream: t.start.map_or(-1, |f| f.downstream),
-                    }),
-                    _ => t.start,
-                },
-            }),
-            backoff: Backoff::new(RETRY_MIN, RETRY_MAX),
-            stopped: false,
-            too_large_since: None,
-        }
+        // Fetched by the retry, which reads the log start where `offset` is not one.
+        let fault = Fault {
+            retry_at: Instant::now(),
+            resume_from: match t.offset {
+                Offset::Offset(next) => Some(Frontier {
+                    next,
+                    downstream: t.start.map_or(-1, |f| f.downstream),
+                }),
+                _ => t.start,
+            },
+        };
+        Slot::new(
+            t.topic,
+            t.partition,
+            t.remote.into(),
+            t.generation,
+            Backoff::new(RETRY_MIN, RETRY_MAX),
+            Tracking::new(t.progress, Some(fault), Part::default()),
+        )
     }
 
     fn write_gap(&mut self, gap: &Gap, start: Option<Frontier>) {

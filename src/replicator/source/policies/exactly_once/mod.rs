@@ -55,7 +55,7 @@ use crate::replicator::backoff::{Backoff, Retry};
 use crate::replicator::source::continuity::{self};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, AckContext};
-use crate::replicator::source::engine::slots::{Keyed, SlotTable};
+use crate::replicator::source::engine::slots::{Slot, SlotTable};
 use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 use crate::replicator::source::limits::{self, RemoteLimits};
 
@@ -63,15 +63,11 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a fenced partition waits before it is prepared again (see [`ExactlyOnce::end`]).
 const FENCED_RETRY: Duration = Duration::from_secs(10);
 
-/// One owned source partition.
-pub struct TxSlot {
-    topic: String,
-    partition: i32,
-    remote: String,
+/// What this policy keeps of an owned partition besides the engine's part.
+pub struct TxPart {
     transactional_id: String,
     producer: Option<BaseProducer<AckContext>>,
     phase: Phase,
-    backoff: Backoff,
     /// The position of the last committed transaction (where a rewind goes).
     committed: Option<Frontier>,
     /// After the newest acknowledged record of the open transaction.
@@ -93,25 +89,24 @@ pub struct TxSlot {
     refused: Option<Refused>,
 }
 
-impl Keyed for TxSlot {
-    fn key(&self) -> (&str, i32) {
-        (&self.topic, self.partition)
-    }
-}
+/// One owned source partition, with its own transactional producer.
+pub type TxSlot = Slot<TxPart>;
 
-impl TxSlot {
+impl TxPart {
     fn prepare_at(&mut self, retry_at: Instant) {
         self.phase = Phase::Preparing { retry_at };
     }
 
+    fn open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+}
+
+impl TxSlot {
     /// Prepared again after the next backoff delay from `from`.
     fn prepare_after(&mut self, from: Instant) {
         let delay = self.backoff.next_delay();
-        self.prepare_at(from + delay);
-    }
-
-    fn open(&self) -> bool {
-        self.phase == Phase::Open
+        self.own.prepare_at(from + delay);
     }
 }
 
@@ -148,7 +143,7 @@ impl Delivery for ExactlyOnce {
             .map(|(_, s)| crate::replicator::source::engine::stall::Copied {
                 topic: s.topic.clone(),
                 partition: s.partition,
-                remote: s.remote.clone(),
+                remote: s.remote.to_string(),
                 next: s.latest.or(s.committed).map_or(-1, |f| f.next),
                 reason: s.failed.as_ref().map(|_| {
                     "a transaction of the partition failed; it is copied again from its last committed position".to_string()
@@ -163,7 +158,13 @@ impl Delivery for ExactlyOnce {
 
     /// Copies one source record into its partition's open transaction.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        let Some(slot) = self.slots.find_mut(m.topic(), m.partition()) else {
+        let Some(Slot {
+            remote,
+            backoff,
+            own: slot,
+            ..
+        }) = self.slots.find_mut(m.topic(), m.partition())
+        else {
             return;
         };
         if !slot.phase.ready() || slot.failed.is_some() || slot.rewind.pending() {
@@ -180,7 +181,7 @@ impl Delivery for ExactlyOnce {
                 tracing::warn!(topic = %m.topic(), partition = m.partition(), error = %e,
                     "cannot begin a transaction; preparing the partition again");
                 slot.producer = None;
-                slot.prepare_after(Instant::now());
+                slot.prepare_at(Instant::now() + backoff.next_delay());
                 return;
             }
             slot.phase = Phase::Open;
@@ -201,10 +202,10 @@ impl Delivery for ExactlyOnce {
                 slot.large.push((m.offset(), wire));
             }
         }
-        let (record, bytes) = send::forward(m, &slot.remote, opaque);
+        let (record, bytes) = send::forward(m, remote, opaque);
         if let Err(error) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
             slot.failed = Some(TxFailure::Produce {
-                remote: slot.remote.clone(),
+                remote: remote.to_string(),
                 error,
             });
             return;
@@ -235,6 +236,7 @@ impl Delivery for ExactlyOnce {
             let Some(slot) = self.slots.find_mut(&topic, partition) else {
                 continue;
             };
+            let slot = &mut slot.own;
             if slot.phase != Phase::Ready || slot.policy.records_since_sync() == 0 {
                 continue;
             }
@@ -275,7 +277,7 @@ impl Delivery for ExactlyOnce {
                 let downstream = s.committed?.downstream;
                 (s.phase == Phase::Ready && downstream >= 0).then(|| {
                     let key = (s.topic.clone(), s.partition, downstream);
-                    (key, s.remote.clone(), s.partition)
+                    (key, s.remote.to_string(), s.partition)
                 })
             })
             .collect();
@@ -326,7 +328,9 @@ impl ExactlyOnce {
     fn end(&mut self, topic: &str, partition: i32, commit: bool) -> Option<Ended> {
         let now = self.shared.now();
         let ExactlyOnce { shared, slots, .. } = self;
-        let slot = slots.find_mut(topic, partition).filter(|s| s.open())?;
+        let Slot {
+            own: slot, backoff, ..
+        } = slots.find_mut(topic, partition).filter(|s| s.open())?;
         let Some(producer) = slot.producer.as_ref() else {
             return Some(Ended::Lost);
         };
@@ -462,7 +466,7 @@ impl ExactlyOnce {
                 m.records_replicated.inc_by(slot.records);
                 m.bytes_replicated.inc_by(slot.bytes);
                 slot.committed = slot.latest;
-                slot.backoff.reset();
+                backoff.reset();
                 slot.rewind.succeeded();
                 if rejected.is_some() {
                     slot.refused = None;
@@ -511,9 +515,9 @@ impl ExactlyOnce {
             let wait = if fenced {
                 tracing::warn!(%topic, partition,
                     "fenced: another writer took the partition; retrying after {FENCED_RETRY:?}");
-                FENCED_RETRY.max(slot.backoff.next_delay())
+                FENCED_RETRY.max(backoff.next_delay())
             } else {
-                slot.backoff.next_delay()
+                backoff.next_delay()
             };
             // Dropping a fenced or broken producer; a new one is initialised before the next
             // write, which also fences this one for good.
@@ -599,7 +603,7 @@ impl ExactlyOnce {
                 }
                 slot.producer = Some(producer);
             }
-            inited.push((topic.clone(), *partition, slot.remote.clone()));
+            inited.push((topic.clone(), *partition, slot.remote.to_string()));
         }
         if inited.is_empty() {
             return Vec::new();

@@ -24,16 +24,12 @@ impl FencedPositions for ExactlyOnce {
     }
 
     fn take(&mut self, topic: &str, partition: i32) -> TxSlot {
-        TxSlot {
-            topic: topic.to_string(),
-            partition,
-            remote: self.shared.remote_topic(topic),
+        let part = TxPart {
             transactional_id: transactional_id(&self.shared.ctx.flow, topic, partition),
             producer: None,
             phase: Phase::Preparing {
                 retry_at: Instant::now(),
             },
-            backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
             committed: None,
             latest: None,
             policy: SyncPolicy::new(
@@ -48,7 +44,15 @@ impl FencedPositions for ExactlyOnce {
             capped_by: None,
             large: Vec::new(),
             refused: None,
-        }
+        };
+        Slot::new(
+            topic.to_string(),
+            partition,
+            self.shared.remote_topic(topic).into(),
+            self.slots.next_generation(),
+            Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
+            part,
+        )
     }
 
     fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
