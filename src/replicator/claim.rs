@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
+use super::context::Context;
 use super::reach::Reachability;
 use crate::kafka::positions::{PositionReader, positions_topic};
 use crate::kafka::writers::{self, Claim, RENEW_EVERY};

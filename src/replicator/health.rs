@@ -53,6 +53,18 @@ pub struct Readiness {
 /// loop stuck in a call that never returns.
 pub const MIN_STALL_LIMIT: Duration = Duration::from_secs(300);
 
+/// A heartbeat older than a few intervals is worthless: the heartbeat loop gives up on a
+/// write after this rather than queue it.
+pub fn heartbeat_write_timeout(interval: Duration) -> Duration {
+    interval.saturating_mul(5).max(Duration::from_secs(5))
+}
+
+/// The longest one turn of the heartbeat loop can take: both writes wait at most
+/// [`heartbeat_write_timeout`], at once, after a tick of one interval.
+pub fn heartbeat_longest_turn(interval: Duration) -> Duration {
+    heartbeat_write_timeout(interval).saturating_add(interval)
+}
+
 impl Readiness {
     /// Marks loops that are disabled as ready so they do not hold readiness back.
     pub fn with_disabled(source: bool, checkpoint: bool, heartbeat: bool) -> Self {

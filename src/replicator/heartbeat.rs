@@ -15,17 +15,17 @@
 //! one arrives, rather than claim zero lag for a path that never worked.
 //! Both `heartbeats` topics are created as MM2 creates them: 1 partition, compacted.
 
+use super::health::heartbeat_write_timeout;
 use crate::clock::now_ms;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use rdkafka::Offset;
 use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
+use super::context::Context;
 use super::kafka_io::{
     AckedProducer, Reachability, assign_only_consumer, ensure_compacted_topic, follow_partition,
 };
@@ -47,7 +47,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             return Ok(());
         }
     }
-    let timeout = write_timeout(interval);
+    let timeout = heartbeat_write_timeout(interval);
     let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<AckedProducer> {
         Ok(AckedProducer::new(
             client
@@ -107,7 +107,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 }
             }
             _ = tick.tick() => {
-                ctx.readiness.turned(crate::replicator::Loop::Heartbeat);
+                ctx.readiness.turned(crate::replicator::health::Loop::Heartbeat);
                 set_lag(&ctx, newest_ms);
                 let now = now_ms();
                 // Both at once: an unreachable source must not delay the target's heartbeat.
@@ -126,17 +126,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             }
         }
     }
-}
-
-/// A heartbeat older than a few intervals is worthless: give up on it rather than queue.
-fn write_timeout(interval: Duration) -> Duration {
-    interval.saturating_mul(5).max(Duration::from_secs(5))
-}
-
-/// The longest one turn of the loop can take: both writes wait at most [`write_timeout`], at
-/// once, after a tick of one interval.
-pub fn longest_turn(interval: Duration) -> Duration {
-    write_timeout(interval).saturating_add(interval)
 }
 
 struct Emitter {

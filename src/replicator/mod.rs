@@ -12,6 +12,7 @@
 pub mod backoff;
 pub mod checkpoint;
 pub mod claim;
+pub mod context;
 pub mod health;
 pub mod heartbeat;
 pub mod kafka_io;
@@ -25,58 +26,11 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::flow::{Flow, FlowError};
+pub use context::Context;
+#[cfg(test)]
+pub use context::test_context;
 pub use health::{Loop, Readiness};
 pub use metrics::Metrics;
-
-/// What every loop shares.
-pub struct Context {
-    pub flow: Flow,
-    pub metrics: Metrics,
-    pub readiness: Arc<Readiness>,
-    /// This replica's name (the pod name in a pod, the host name otherwise), for logs and
-    /// client ids.
-    pub replica: String,
-    /// Whether each cluster answers, as every loop sees it.
-    pub clusters: reach::Clusters,
-    /// The replica's name is stable and its own (`--replica`, the pod name in a pod): the
-    /// source consumers join as static members named after it, so a restart within the
-    /// session timeout gets its partitions back without a rebalance, and a second process
-    /// under the same name fences the first.
-    pub static_membership: bool,
-}
-
-impl Context {
-    /// A replica's context: fresh metrics, every enabled loop not ready yet.
-    pub fn new(flow: Flow, replica: String) -> Result<Self, prometheus::Error> {
-        let spec = &flow.spec;
-        let readiness = Arc::new(
-            Readiness::with_disabled(
-                spec.source_loop.enabled,
-                spec.checkpoints.enabled,
-                spec.heartbeats.enabled,
-            )
-            .with_longest_turn(
-                Loop::Heartbeat,
-                heartbeat::longest_turn(spec.heartbeats.interval.as_duration()),
-            ),
-        );
-        let metrics = Metrics::new()?;
-        Ok(Context {
-            clusters: reach::Clusters::new(&metrics),
-            metrics,
-            flow,
-            readiness,
-            replica,
-            static_membership: false,
-        })
-    }
-}
-
-#[cfg(test)]
-pub fn test_context() -> Context {
-    Context::new(crate::flow::test_flow("ns/test", ""), "test-0".into())
-        .expect("metrics of a fresh registry")
-}
 
 /// Runs the enabled loops and the health server until `shutdown` fires or a loop fails.
 pub async fn run(
@@ -104,7 +58,7 @@ pub async fn run(
     let loops_done = CancellationToken::new();
     let kept = tokio::spawn(claim::keep(keeper, shutdown.clone(), loops_done.clone()));
     if spec.source_loop.enabled {
-        tasks.spawn(source::run(ctx.clone(), shutdown.clone()));
+        tasks.spawn(source::start::run(ctx.clone(), shutdown.clone()));
     }
     if spec.checkpoints.enabled {
         tasks.spawn(checkpoint::run(ctx.clone(), shutdown.clone()));

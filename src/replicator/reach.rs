@@ -1,7 +1,7 @@
 //! Whether each cluster can be reached, as every loop of this replicator sees it.
 //!
 //! One meaning of "unreachable" ([`is_unreachable`]) and one state per cluster ([`Cluster`],
-//! held in the [`super::Context`]), so the `cluster_unreachable{cluster}` gauge says what the
+//! held in the [`super::context::Context`]), so the `cluster_unreachable{cluster}` gauge says what the
 //! replicator last saw of that cluster, whichever loop saw it, and a change is logged once.
 //! Each loop reports through its own [`Reachability`], which counts its errors under its name.
 
@@ -12,7 +12,7 @@ use rdkafka::error::KafkaError;
 #[cfg(test)]
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::Metrics;
+use super::metrics::Metrics;
 
 pub use crate::kafka::{Side, is_unreachable};
 

@@ -22,8 +22,8 @@ use super::Event;
 use super::state::{Commit, group_wanted};
 use crate::mm2::consumer_offsets::{self, Record};
 use crate::mm2::{NameFilter, TopicPartition};
-use crate::replicator::Metrics;
 use crate::replicator::kafka_io::{Reachability, is_unreachable, log_client_error};
+use crate::replicator::metrics::Metrics;
 
 pub const CONSUMER_OFFSETS: &str = "__consumer_offsets";
 

@@ -61,7 +61,6 @@ use self::exactness::Conservative;
 use self::group_sync::GroupView;
 use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use super::Context;
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{
@@ -69,6 +68,7 @@ use crate::mm2::{
     TopicPartition,
 };
 use crate::replicator::backoff::Backoff;
+use crate::replicator::context::Context;
 use crate::replicator::kafka_io;
 use crate::replicator::kafka_io::{
     AckedProducer, EndMarks, Reachability, assign_only_consumer, follow_partition,

@@ -126,7 +126,7 @@ impl Shell<'_> {
     pub(super) fn tick(&mut self) {
         self.ctx
             .readiness
-            .turned(crate::replicator::Loop::Checkpoint);
+            .turned(crate::replicator::health::Loop::Checkpoint);
         let readiness = &self.ctx.readiness.checkpoint;
         if !readiness.load(Ordering::Relaxed) && self.core.loaded() {
             readiness.store(true, Ordering::Relaxed);

@@ -9,9 +9,9 @@
 
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::discovery::{Admin, AdminError};
 use super::topics::Mirrored;
 use crate::kafka::acls;
+use crate::kafka::admin::{Admin, AdminError};
 use crate::replicator::metrics::Metrics;
 
 pub struct AclSync {

@@ -15,9 +15,9 @@ pub use crate::kafka::admin::{Admin, AdminError, TopicChange};
 use super::acl_sync::AclSync;
 use super::limits::RemoteLimits;
 use super::topics::{self, Mirrored, Plan};
+use crate::flow::Flow;
 use crate::kafka::Side;
 use crate::mm2::Filters;
-use crate::replicator::Flow;
 
 /// The outcome of one discovery round.
 #[derive(Debug, Default)]

@@ -7,7 +7,8 @@
 //! | listing, creating, growing, config sync (I/O) | [`discovery`] |
 //! | what the clusters refused, recorded for the operator | [`refused`] |
 //! | topic ACL sync (I/O; the pure part is [`crate::kafka::acls`]) | [`acl_sync`] |
-//! | the copy engine: run loop, slot table, sending, one producer context | [`engine`] |
+//! | starting and ending the loop: internal topics, fetch plan, a copy loop per consumer, discovery | [`start`] |
+//! | the copy engine: run loop, the generic partition slot and its table, the ownership skeletons (stored positions, fenced writers), the stall watch, sending | [`engine`] |
 //! | delivery policies: what is committed and how | [`policies`]: [`policies::at_least_once`], [`policies::exactly_once`], [`policies::aligned`], [`policies::batches`] |
 //! | what may be committed per partition (pure) | [`progress`] |
 //! | positions topic format and reader | [`crate::kafka::positions`] |
@@ -50,13 +51,11 @@ pub mod limits;
 pub mod policies;
 pub mod progress;
 pub mod refused;
-mod start;
+pub mod start;
 pub mod topics;
 
-pub use start::run;
-
-use super::Flow;
 use crate::api::{CopyUnit, OffsetSyncsLocation, OffsetsMode};
+use crate::flow::Flow;
 use crate::replicator::reach::Side;
 
 /// The source consumer group of a flow; the checkpoint loop leaves it out.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
-use super::discovery::AdminError;
 use crate::clock::now_ms;
+use crate::kafka::admin::AdminError;
 use crate::kafka::positions::PositionReader;
 use crate::kafka::refusals::{self, Refusal, Refusals};
 use crate::replicator::kafka_io::AckedProducer;

@@ -11,7 +11,7 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
-use super::discovery::{Admin, AdminError, Discovery};
+use super::discovery::Discovery;
 use super::engine::send::AckContext;
 use super::engine::stall::{self, Stops};
 use super::engine::workers::Worker;
@@ -23,10 +23,12 @@ use super::policies::batches;
 use super::policies::exactly_once::ExactlyOnce;
 use super::refused::{self, RefusalRecorder};
 use super::{CopyMode, clients, offset_syncs_topic, source_group_id};
+use crate::flow::Flow;
+use crate::kafka::admin::{Admin, AdminError};
 use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::context::Context;
 use crate::replicator::reach::{Reachability, Side};
-use crate::replicator::{Context, Flow};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 

@@ -45,7 +45,7 @@ use super::continuity::{self, LogProbe};
 use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::kafka::reader::ReadError;
 use crate::mm2::{OffsetSync, SyncPolicyConfig};
-use crate::replicator::Context;
+use crate::replicator::context::Context;
 use crate::replicator::reach::Reachability;
 
 /// How long recording a break waits for the target ([`Shared::record_gap`]): a flush, or a

@@ -13,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Shared;
 use super::lock;
 use super::slots::{Keyed, SlotTable};
-use crate::replicator::Context;
+use crate::replicator::context::Context;
 
 /// What a copier does when its assignment changes.
 pub trait Owner {

@@ -295,7 +295,7 @@ pub fn caught_up_by_reading(
 
 /// A partition no longer owned: its topic found back from the remote name by the flow's policy.
 fn clear_metric_of_remote(
-    metrics: &crate::replicator::Metrics,
+    metrics: &crate::replicator::metrics::Metrics,
     remote: &str,
     partition: i32,
     shared: &super::Shared,

@@ -14,7 +14,7 @@ use super::send::{self, AckContext};
 use super::slots::{Keyed, Slot, SlotTable, opaque, unpack};
 use crate::kafka::positions;
 use crate::mm2::OffsetSync;
-use crate::replicator::Metrics;
+use crate::replicator::metrics::Metrics;
 use crate::replicator::source::progress::{Frontier, Progress};
 
 /// How long storing a position waits for room in the producer's queue.

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use super::lock;
 use crate::clock::now_ms;
-use crate::replicator::{Context, Loop};
+use crate::replicator::context::Context;
+use crate::replicator::health::Loop;
 
 /// What a replica's copy loops report together.
 struct Crew {

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
+use crate::flow::Flow;
 use crate::kafka::positions::Frontier;
 use crate::mm2::{OffsetSync, SyncPolicy};
-use crate::replicator::Flow;
 use crate::replicator::source::engine::send::{Ack, SendError};
 use crate::replicator::source::limits;
 
