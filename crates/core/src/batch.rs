@@ -13,6 +13,7 @@ use thiserror::Error;
 
 pub mod inflate;
 pub mod records;
+pub mod rewrite;
 pub mod sequencer;
 
 /// Bytes of a batch header, from its base offset to its record count.
@@ -42,6 +43,17 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The codec's bits in a batch's attributes.
+    pub fn attribute(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Codec::None => "none",
