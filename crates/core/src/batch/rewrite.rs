@@ -49,8 +49,9 @@ pub struct Rewritten {
     /// `base_offset..base_offset + record_count`.
     pub base_offset: i64,
     pub record_count: i32,
-    /// A complete record batch (magic 2), its CRC valid: base offset `base_offset`, leader epoch
-    /// -1, no producer stamp, CreateTime, offset deltas `0..record_count`.
+    /// A complete record batch (magic 2), its CRC valid, as a producer writes it: base offset 0
+    /// (the target assigns offsets; a broker given another base rebuilds the batch), leader
+    /// epoch -1, no producer stamp, CreateTime, offset deltas `0..record_count`.
     pub bytes: Vec<u8>,
 }
 
@@ -237,7 +238,6 @@ impl Writer {
             });
         }
         let header = Header {
-            base_offset: p.base_offset,
             base_timestamp: p.base_timestamp,
             max_timestamp: p.max_timestamp,
             count: p.count,
@@ -274,7 +274,6 @@ impl Writer {
 
 /// The fields of an output batch's header that depend on its records.
 struct Header {
-    base_offset: i64,
     base_timestamp: i64,
     max_timestamp: i64,
     count: i32,
@@ -285,7 +284,7 @@ struct Header {
 fn batch_bytes(h: &Header, codec: Codec, body: &[u8]) -> Vec<u8> {
     let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + body.len()).unwrap_or(i32::MAX);
     let mut b = Vec::with_capacity(HEADER_LEN + body.len());
-    b.extend_from_slice(&h.base_offset.to_be_bytes());
+    b.extend_from_slice(&0i64.to_be_bytes());
     b.extend_from_slice(&length.to_be_bytes());
     b.extend_from_slice(&(-1i32).to_be_bytes()); // leader epoch: the target's
     b.push(2);
