@@ -63,6 +63,18 @@ impl Owned {
 /// compressed with `codec` as a producer would, `flags` added to its attributes. Its header's
 /// base and max timestamps are `Source`'s (1000 and 2000).
 fn source(base: i64, codec: Codec, flags: i16, last_delta: i32, records: &[Owned]) -> Vec<u8> {
+    let count = i32::try_from(records.len()).expect("small");
+    let payload = producer_compress(codec, &plain(base, 1_000, records));
+    Source {
+        attributes: codec.attribute() | flags,
+        last_offset_delta: last_delta,
+        ..Source::data(base, count, &payload)
+    }
+    .bytes()
+}
+
+/// `records` uncompressed, their offsets and times as deltas from `base` and `base_timestamp`.
+fn plain(base: i64, base_timestamp: i64, records: &[Owned]) -> Vec<u8> {
     let mut plain = Vec::new();
     let mut scratch = Vec::new();
     for r in records {
@@ -81,15 +93,9 @@ fn source(base: i64, codec: Codec, flags: i16, last_delta: i32, records: &[Owned
             value: r.value.as_deref(),
             headers,
         };
-        put_record(&record, base, 1_000, &mut scratch, &mut plain);
+        put_record(&record, base, base_timestamp, &mut scratch, &mut plain);
     }
-    let count = i32::try_from(records.len()).expect("small");
-    Source {
-        attributes: codec.attribute() | flags,
-        last_offset_delta: last_delta,
-        ..Source::data(base, count, &producer_compress(codec, &plain))
-    }
-    .bytes()
+    plain
 }
 
 fn one(bytes: &[u8]) -> Batch<'_> {
@@ -474,4 +480,33 @@ fn write_batches_for_kafkas_reader() {
             }
         }
     }
+}
+
+/// Writes the seeds of the `rewritten_batches` fuzz target (`fuzz/seeds/rewritten_batches/`):
+/// a compacted batch in each codec, one stamped with the append time, one split by a small
+/// limit, and a record too large for it. Run by hand when the seeds' layout changes.
+#[test]
+#[ignore = "writes fuzz seeds"]
+fn write_rewritten_batches_seeds() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/rewritten_batches");
+    std::fs::create_dir_all(&dir).expect("seed folder");
+    let mut records: Vec<Owned> = sample(0).into_iter().take(12).collect();
+    records.remove(4); // a gap of one: the last offset delta is one past the count
+    let seed = |choice: u8, max: u8, codec: Codec, records: &[Owned]| {
+        let count = u8::try_from(records.len()).expect("small");
+        let mut seed = vec![choice, count, 1, max];
+        seed.extend(producer_compress(codec, &plain(0, 0, records)));
+        seed
+    };
+    for (i, codec) in CODECS.iter().enumerate() {
+        let choice = u8::try_from(i).expect("small");
+        let name = format!("compacted_{}", codec.name());
+        std::fs::write(dir.join(name), seed(choice, 255, *codec, &records)).expect("seed");
+    }
+    let write = |name: &str, bytes: Vec<u8>| std::fs::write(dir.join(name), bytes).expect("seed");
+    write("append_time_lz4", seed(3 + 5, 255, Codec::Lz4, &records));
+    write("split_zstd", seed(4, 40, Codec::Zstd, &records));
+    let noisy = [Owned::new(0, 0, &noise(3_000))];
+    write("too_large_gzip", seed(1, 100, Codec::Gzip, &noisy));
 }
