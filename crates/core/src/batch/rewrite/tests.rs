@@ -311,6 +311,20 @@ fn records_that_do_not_compress_are_written_uncompressed() {
     let out = rewrite_bytes(&bytes, LIMIT).expect("rewritten");
     assert_eq!(one(&out[0].bytes).header.codec(), Ok(Codec::None));
     assert_eq!(checked(&out, LIMIT), [records[0].with_time(2_000)]);
+
+    // A lone small record between gaps: no codec's framing pays for itself.
+    let small = [
+        Owned::new(0, 1_000, &[0; 20]),
+        Owned::new(2, 1_000, &[0; 20]),
+    ];
+    let bytes = source(0, Codec::Zstd, 0, 2, &small);
+    let out = rewrite_bytes(&bytes, LIMIT).expect("rewritten");
+    assert_eq!(runs(&out), [(0, 1), (2, 1)]);
+    assert!(
+        out.iter()
+            .all(|w| one(&w.bytes).header.codec() == Ok(Codec::None))
+    );
+    assert_eq!(checked(&out, LIMIT), small);
 }
 
 #[test]
@@ -509,4 +523,54 @@ fn write_rewritten_batches_seeds() {
     write("split_zstd", seed(4, 40, Codec::Zstd, &records));
     let noisy = [Owned::new(0, 0, &noise(3_000))];
     write("too_large_gzip", seed(1, 100, Codec::Gzip, &noisy));
+}
+
+/// Rewrite speed per codec, in MB of records (inflated) per second, for a 1 MiB batch of 4,096
+/// JSON-like records: stamped with the append time (one run), and compacted (a gap every 8
+/// records). `cargo test --release -p mirrorflow-core --lib rewrite_speed -- --ignored --nocapture`
+#[test]
+#[ignore = "measures speed"]
+fn rewrite_speed() {
+    let records: Vec<Owned> = (0..4_096)
+        .map(|i| {
+            let value = format!(
+                r#"{{"id":{i},"user":"user-{}","event":"click","page":"/products/{}","ms":{}}}"#,
+                i % 97,
+                i % 13,
+                i * 7
+            );
+            Owned::new(i, 1_000 + i, value.repeat(3).as_bytes())
+        })
+        .collect();
+    let compacted: Vec<Owned> = records
+        .iter()
+        .filter(|r| r.offset % 8 != 7)
+        .cloned()
+        .collect();
+    for codec in CODECS {
+        for (name, flags, set) in [
+            ("append-time", LOG_APPEND_TIME, &records),
+            ("compacted", 0, &compacted),
+        ] {
+            let bytes = source(0, codec, flags, 4_095, set);
+            let batch = one(&bytes);
+            let inflated = records::open(&batch, 8 << 20)
+                .expect("opens")
+                .inflated_len();
+            let start = std::time::Instant::now();
+            let mut rounds = 0u32;
+            let mut written = 0usize;
+            while start.elapsed() < std::time::Duration::from_millis(500) {
+                let out = rewrite(&batch, 8 << 20, 1 << 20).expect("rewritten");
+                written = out.iter().map(|w| w.bytes.len()).sum();
+                rounds += 1;
+            }
+            let mb_s = f64::from(rounds) * inflated as f64 / start.elapsed().as_secs_f64() / 1e6;
+            println!(
+                "{:>6} {name:>11}: {mb_s:7.1} MB/s of records; {} bytes in, {written} out",
+                codec.name(),
+                bytes.len()
+            );
+        }
+    }
 }
