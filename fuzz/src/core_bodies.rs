@@ -271,8 +271,10 @@ fn batch_around(attributes: i16, last_delta: i32, count: i32, records: &[u8]) ->
 /// the byte); the rest is the batch's records as written, wrapped in a header with a valid CRC
 /// (and the input is read as a fetch answer too). [`rewrite::rewrite`] with a 64 KiB inflate
 /// limit never panics; what it writes are batches within the limit that a target takes as they
-/// are (no gaps, CreateTime), in offset order without overlap, whose records are exactly the
-/// source's records at their source offsets with the times their readers saw.
+/// are (no gaps, CreateTime), in offset order without overlap, at most
+/// [`rewrite::GROWTH_PER_RECORD`] bytes per record more than the records inflated, whose
+/// records are exactly the source's records at their source offsets with the times their
+/// readers saw.
 pub fn rewritten_batches(data: &[u8]) {
     use mirrorflow_core::batch;
     let Some((&[choice, count, extra, max], payload)) = data.split_first_chunk::<4>() else {
@@ -323,8 +325,8 @@ fn check_rewrite(b: &mirrorflow_core::batch::Batch<'_>, max: usize) {
     let Ok(out) = rewrite::rewrite(b, CAP, max) else {
         return;
     };
-    let source = records::open(b, CAP).expect("a rewritten batch opens");
-    let source: Vec<OwnedRecord> = source
+    let opened = records::open(b, CAP).expect("a rewritten batch opens");
+    let source: Vec<OwnedRecord> = opened
         .records()
         .map(|r| {
             r.map(|r| owned(r.offset, &r))
@@ -332,6 +334,12 @@ fn check_rewrite(b: &mirrorflow_core::batch::Batch<'_>, max: usize) {
         })
         .collect();
     assert!(out.len() <= source.len(), "more batches than records");
+    let growth = rewrite::GROWTH_PER_RECORD.saturating_mul(source.len());
+    let total: usize = out.iter().map(|w| w.bytes.len()).sum();
+    assert!(
+        total <= opened.inflated_len().saturating_add(growth),
+        "the output grew past its bound"
+    );
     let (mut written, mut next) = (Vec::new(), i64::MIN);
     for w in &out {
         assert!(w.bytes.len() <= max, "a batch past the limit");

@@ -7,7 +7,8 @@
 //! transaction or a transaction marker (skipped, as a `read_committed` consumer skips them), can
 //! the target take it as it is ([`BatchHeader::whole`]: not when compaction left gaps in its
 //! offsets, or when its timestamps are the source broker's), and which producer stamp does the
-//! copy carry ([`Stamp`], [`restamp`]).
+//! copy carry ([`Stamp`], [`restamp`]). A batch the target cannot take as it is (gaps, the
+//! broker's times, or larger than the target allows) is written anew by [`rewrite::rewrite`].
 
 use thiserror::Error;
 

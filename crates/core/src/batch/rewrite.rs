@@ -38,6 +38,11 @@ use super::{Batch, BatchHeader, CRC_AT, CRC_FROM, Codec, HEADER_LEN, LOG_OVERHEA
 
 /// A batch's length field is an int32: no batch is larger, whatever limit is given.
 const MAX_BATCH: usize = i32::MAX as usize;
+/// The most bytes a record's batch adds to the record's inflated bytes: a header when it is
+/// alone in its batch, 9 more for a time delta of 10 bytes that took 1, and 1 more for its
+/// length. An offset delta only shrinks (a batch starts at or after the source batch's base),
+/// and compressed records are kept only when smaller.
+pub const GROWTH_PER_RECORD: usize = HEADER_LEN + 10;
 /// Records shorter than this are written uncompressed: a codec's framing (9 to 20 bytes) takes
 /// most of what it could save, and a compressor's state is not set up for a lone small record
 /// between compaction gaps.
@@ -118,6 +123,11 @@ impl RewriteError {
 /// the one written at target offset `t` maps source offsets `100..103` to `t..t + 3`. A batch
 /// the source broker stamped with its append time gives the same records in CreateTime
 /// batches, each record's time being that append time.
+///
+/// Memory: the inflated records (at most `inflate_limit` bytes) and the output, which holds at
+/// most [`GROWTH_PER_RECORD`] bytes more per record than the inflated records (a header per
+/// batch, and a time delta that may take more bytes than it did): about the inflated size for
+/// ordinary records, at most 12 times it for minimal records (7 bytes) each alone between gaps.
 ///
 /// Errors: a record that does not fit the limit alone ([`RewriteError::RecordTooLarge`], the
 /// partition cannot go on past it), and a batch whose bytes are not a valid batch (CRC,

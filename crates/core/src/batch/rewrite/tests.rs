@@ -411,6 +411,9 @@ proptest! {
             .collect();
         match rewrite_bytes(&bytes, max) {
             Ok(out) => {
+                let inflated = records::open(&one(&bytes), LIMIT).expect("opens").inflated_len();
+                let total: usize = out.iter().map(|w| w.bytes.len()).sum();
+                prop_assert!(total <= inflated + GROWTH_PER_RECORD * records.len());
                 prop_assert_eq!(checked(&out, max), expected);
                 for pair in out.windows(2) {
                     prop_assert!(pair[0].next_offset() <= pair[1].base_offset);
