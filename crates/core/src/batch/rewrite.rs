@@ -27,6 +27,9 @@
 //! smaller, so every batch fits the limit in one pass whatever the codec does with the bytes. A
 //! record that needs a batch larger than the limit on its own, compressed or not, is an error
 //! naming its offset: no target write could take it.
+//!
+//! Kafka 4.3's own batch reader and produce validation read every codec written here as a
+//! producer's batch, kept as written rather than rebuilt (`tests/kafka/ReadRewrites.java`).
 
 use std::io::Write;
 
