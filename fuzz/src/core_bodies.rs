@@ -238,6 +238,12 @@ pub fn batch_records(data: &[u8]) {
 
 /// A magic 2 batch at offset 0 around `records`, its CRC computed.
 fn batch_with(codec: i16, count: i32, records: &[u8]) -> Vec<u8> {
+    batch_around(codec, (count - 1).max(0), count, records)
+}
+
+/// A magic 2 batch at offset 0 with these attributes and last offset delta around `records`,
+/// its base timestamp 0 and its max timestamp 1000, its CRC computed.
+fn batch_around(attributes: i16, last_delta: i32, count: i32, records: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(61 + records.len());
     b.extend_from_slice(&0i64.to_be_bytes());
     let length = i32::try_from(49 + records.len()).unwrap_or(i32::MAX);
@@ -245,9 +251,10 @@ fn batch_with(codec: i16, count: i32, records: &[u8]) -> Vec<u8> {
     b.extend_from_slice(&0i32.to_be_bytes());
     b.push(2);
     b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&codec.to_be_bytes());
-    b.extend_from_slice(&(count - 1).max(0).to_be_bytes());
-    b.extend_from_slice(&[0; 16]); // timestamps
+    b.extend_from_slice(&attributes.to_be_bytes());
+    b.extend_from_slice(&last_delta.to_be_bytes());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&1_000i64.to_be_bytes());
     b.extend_from_slice(&(-1i64).to_be_bytes());
     b.extend_from_slice(&(-1i16).to_be_bytes());
     b.extend_from_slice(&(-1i32).to_be_bytes());
@@ -256,6 +263,114 @@ fn batch_with(codec: i16, count: i32, records: &[u8]) -> Vec<u8> {
     let crc = crc32c::crc32c(&b[21..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
+}
+
+/// The first four bytes pick the batch: its codec (`% 5`) and whether the source broker stamped
+/// its append time (`/ 5 % 2`), its record count (`% 64`), how far its last offset delta lies
+/// past the last record's (`% 16`: compaction gaps), and the target's batch limit (61 + 16 times
+/// the byte); the rest is the batch's records as written, wrapped in a header with a valid CRC
+/// (and the input is read as a fetch answer too). [`rewrite::rewrite`] with a 64 KiB inflate
+/// limit never panics; what it writes are batches within the limit that a target takes as they
+/// are (no gaps, CreateTime), in offset order without overlap, at most
+/// [`rewrite::GROWTH_PER_RECORD`] bytes per record more than the records inflated, whose
+/// records are exactly the source's records at their source offsets with the times their
+/// readers saw.
+pub fn rewritten_batches(data: &[u8]) {
+    use mirrorflow_core::batch;
+    let Some((&[choice, count, extra, max], payload)) = data.split_first_chunk::<4>() else {
+        return;
+    };
+    let append_time = if (choice / 5) % 2 == 1 { 0x08 } else { 0 };
+    let count = i32::from(count % 64);
+    let last_delta = (count - 1).max(0) + i32::from(extra % 16);
+    let max = batch::HEADER_LEN + 16 * usize::from(max);
+    let bytes = batch_around(
+        i16::from(choice % 5) | append_time,
+        last_delta,
+        count,
+        payload,
+    );
+    for b in batch::batches(&bytes).chain(batch::batches(data)) {
+        let Ok(b) = b else { continue };
+        check_rewrite(&b, max);
+    }
+}
+
+/// A record's offset, time, key, value and headers.
+type OwnedRecord = (
+    i64,
+    i64,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(Vec<u8>, Option<Vec<u8>>)>,
+);
+
+fn owned(offset: i64, r: &mirrorflow_core::batch::records::Record<'_>) -> OwnedRecord {
+    let headers = r
+        .headers
+        .iter()
+        .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)));
+    (
+        offset,
+        r.timestamp,
+        r.key.map(<[u8]>::to_vec),
+        r.value.map(<[u8]>::to_vec),
+        headers.collect(),
+    )
+}
+
+fn check_rewrite(b: &mirrorflow_core::batch::Batch<'_>, max: usize) {
+    use mirrorflow_core::batch::{self, records, rewrite};
+    const CAP: usize = 64 << 10;
+    let Ok(out) = rewrite::rewrite(b, CAP, max) else {
+        return;
+    };
+    let opened = records::open(b, CAP).expect("a rewritten batch opens");
+    let source: Vec<OwnedRecord> = opened
+        .records()
+        .map(|r| {
+            r.map(|r| owned(r.offset, &r))
+                .expect("a rewritten batch's records read")
+        })
+        .collect();
+    assert!(out.len() <= source.len(), "more batches than records");
+    let growth = rewrite::GROWTH_PER_RECORD.saturating_mul(source.len());
+    let total: usize = out.iter().map(|w| w.bytes.len()).sum();
+    assert!(
+        total <= opened.inflated_len().saturating_add(growth),
+        "the output grew past its bound"
+    );
+    let (mut written, mut next) = (Vec::new(), i64::MIN);
+    for w in &out {
+        assert!(w.bytes.len() <= max, "a batch past the limit");
+        assert!(w.base_offset >= next, "batches overlap or go back");
+        next = w.next_offset();
+        let all: Vec<_> = batch::batches(&w.bytes).collect();
+        assert_eq!(all.len(), 1, "one batch per rewritten batch");
+        let copy = all[0].as_ref().expect("a rewritten batch parses");
+        assert_eq!(copy.bytes().len(), w.bytes.len(), "bytes after the batch");
+        assert_eq!(
+            copy.header.whole(),
+            Ok(()),
+            "a rewritten batch is not whole"
+        );
+        assert_eq!(copy.header.record_count, w.record_count);
+        // One record alone may be larger than the limit uncompressed, never than the source's.
+        let opened = records::open(copy, 2 * CAP).expect("a rewritten batch's CRC and codec");
+        for (i, r) in opened.records().enumerate() {
+            let r = r.expect("a rewritten record reads");
+            assert_eq!(
+                r.offset,
+                i64::try_from(i).unwrap_or(i64::MAX),
+                "offset deltas 0..n"
+            );
+            written.push(owned(w.base_offset.saturating_add(r.offset), &r));
+        }
+    }
+    assert!(
+        written == source,
+        "the rewritten records are not the source's"
+    );
 }
 
 /// First byte chooses where the key ends; the rest is a key and value as read from a flow's

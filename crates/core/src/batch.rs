@@ -7,12 +7,14 @@
 //! transaction or a transaction marker (skipped, as a `read_committed` consumer skips them), can
 //! the target take it as it is ([`BatchHeader::whole`]: not when compaction left gaps in its
 //! offsets, or when its timestamps are the source broker's), and which producer stamp does the
-//! copy carry ([`Stamp`], [`restamp`]).
+//! copy carry ([`Stamp`], [`restamp`]). A batch the target cannot take as it is (gaps, the
+//! broker's times, or larger than the target allows) is written anew by [`rewrite::rewrite`].
 
 use thiserror::Error;
 
 pub mod inflate;
 pub mod records;
+pub mod rewrite;
 pub mod sequencer;
 
 /// Bytes of a batch header, from its base offset to its record count.
@@ -42,6 +44,17 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The codec's bits in a batch's attributes.
+    pub fn attribute(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Codec::None => "none",

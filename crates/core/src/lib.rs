@@ -14,7 +14,7 @@
 //! | committed source offset -> target offset | [`OffsetSyncStore`], [`Translation`] |
 //! | when to write a checkpoint | [`CheckpointTracker`] |
 //! | target offset -> source offset (failback) | [`InverseSyncs`] |
-//! | record batches copied whole | [`batch`] |
+//! | record batches copied whole, or written anew when the target cannot take them | [`batch`], [`batch::rewrite`] |
 //! | the Kafka requests that copy sends | [`protocol`] |
 //! | MirrorFlow's positions topic (positions, gaps, claims, refusals) | [`positions`] |
 

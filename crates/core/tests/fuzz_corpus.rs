@@ -50,6 +50,11 @@ fn batch_records_corpus() {
 }
 
 #[test]
+fn rewritten_batches_corpus() {
+    assert!(run_with_mutations(DIR, "rewritten_batches", fuzz_bodies::rewritten_batches, 4) > 100);
+}
+
+#[test]
 fn positions_records_corpus() {
     assert!(run_with_mutations(DIR, "positions_records", fuzz_bodies::positions_records, 1) > 100);
 }
@@ -73,7 +78,7 @@ fn fetch_positions_corpus() {
 /// Every target, each for a bounded time (`MF_FUZZ_SECONDS`, default 3 s per target).
 #[test]
 fn bounded_random_fuzzing_of_every_target() {
-    let targets: [(&str, FuzzBody); 10] = [
+    let targets: [(&str, FuzzBody); 11] = [
         ("decode_checkpoint", fuzz_bodies::decode_checkpoint),
         ("decode_heartbeat", fuzz_bodies::decode_heartbeat),
         ("decode_offset_sync", fuzz_bodies::decode_offset_sync),
@@ -81,6 +86,7 @@ fn bounded_random_fuzzing_of_every_target() {
         ("fetched_batches", fuzz_bodies::fetched_batches),
         ("broker_answers", fuzz_bodies::broker_answers),
         ("batch_records", fuzz_bodies::batch_records),
+        ("rewritten_batches", fuzz_bodies::rewritten_batches),
         ("positions_records", fuzz_bodies::positions_records),
         ("consumer_offsets", fuzz_bodies::consumer_offsets),
         ("fetch_positions", fuzz_bodies::fetch_positions),

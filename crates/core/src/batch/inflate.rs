@@ -34,8 +34,8 @@ const CHUNK: usize = 16 * 1024;
 
 /// xerial snappy-java's stream header (magic, then version and compatible version, int32
 /// each), which Kafka's Java clients write before length-prefixed raw snappy blocks.
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-const XERIAL_HEADER_LEN: usize = 16;
+pub(super) const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+pub(super) const XERIAL_HEADER_LEN: usize = 16;
 
 /// zstd's frame magic (little-endian 0xFD2FB528).
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];

@@ -231,4 +231,4 @@ impl<'a> Records<'a> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -3,20 +3,20 @@ use proptest::prelude::*;
 use super::*;
 
 /// A batch as a source producer and broker wrote it, with a valid CRC.
-struct Source {
-    base_offset: i64,
-    leader_epoch: i32,
-    attributes: i16,
-    last_offset_delta: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    base_sequence: i32,
-    record_count: i32,
-    records: Vec<u8>,
+pub(super) struct Source {
+    pub(super) base_offset: i64,
+    pub(super) leader_epoch: i32,
+    pub(super) attributes: i16,
+    pub(super) last_offset_delta: i32,
+    pub(super) producer_id: i64,
+    pub(super) producer_epoch: i16,
+    pub(super) base_sequence: i32,
+    pub(super) record_count: i32,
+    pub(super) records: Vec<u8>,
 }
 
 impl Source {
-    fn data(base_offset: i64, count: i32, records: &[u8]) -> Self {
+    pub(super) fn data(base_offset: i64, count: i32, records: &[u8]) -> Self {
         Self {
             base_offset,
             leader_epoch: 7,
@@ -58,7 +58,7 @@ impl Source {
         }
     }
 
-    fn bytes(&self) -> Vec<u8> {
+    pub(super) fn bytes(&self) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(&self.base_offset.to_be_bytes());
         let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + self.records.len()).expect("small");

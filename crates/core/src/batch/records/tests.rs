@@ -54,7 +54,8 @@ fn plain_records(records: &[Owned]) -> Vec<u8> {
     out
 }
 
-fn compress(codec: Codec, plain: &[u8]) -> Vec<u8> {
+/// `plain` compressed as a producer might (snappy as one raw block).
+pub(crate) fn compress(codec: Codec, plain: &[u8]) -> Vec<u8> {
     match codec {
         Codec::None => plain.to_vec(),
         Codec::Gzip => {
