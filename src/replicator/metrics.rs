@@ -56,6 +56,9 @@ pub struct Metrics {
     pub continuity_breaks: IntCounterVec,
     /// Records the target refused as too large and the source loop skipped, by source topic.
     pub records_rejected: IntCounterVec,
+    /// Source batches the whole-batch copy wrote anew, by why (`compacted`, `log_append_time`,
+    /// `too_large`).
+    pub batches_rewritten: IntCounterVec,
     /// Topic ACL bindings the source loop created on the target (`spec.sourceLoop.syncTopicAcls`).
     pub topic_acls_created: IntCounter,
     /// Bindings the target should have for the source's ACLs and lacked after the latest round
@@ -172,6 +175,13 @@ impl Metrics {
                 ),
                 &["topic"],
             )?,
+            batches_rewritten: IntCounterVec::new(
+                Opts::new(
+                    "batches_rewritten_total",
+                    "Source record batches the whole-batch copy could not write as they were and wrote anew (compaction gaps, the source broker's append time, larger than the remote topic's max.message.bytes)",
+                ),
+                &["reason"],
+            )?,
             topic_acls_created: IntCounter::new(
                 "topic_acls_created_total",
                 "Topic ACL bindings copied from the source and created on the target",
@@ -209,6 +219,7 @@ impl Metrics {
             .register(Box::new(m.cluster_unreachable.clone()))?;
         m.registry.register(Box::new(m.continuity_breaks.clone()))?;
         m.registry.register(Box::new(m.records_rejected.clone()))?;
+        m.registry.register(Box::new(m.batches_rewritten.clone()))?;
         m.registry.register(Box::new(m.partition_stalled.clone()))?;
         m.registry.register(Box::new(m.partition_stalls.clone()))?;
         m.registry

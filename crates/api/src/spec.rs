@@ -348,9 +348,11 @@ pub enum CopyUnit {
     /// The source's record batches are written to the target as they are: compressed records
     /// are neither decompressed nor compressed again, which costs a fraction of the CPU. Only
     /// with at-least-once delivery and translated offsets, and not with OAUTHBEARER. A batch
-    /// the target would have to renumber (compacted away records, log-append time) or refuses
-    /// (larger than the remote topic's max.message.bytes) stops its partition, named in the
-    /// `Replicating` condition; copy such topics with `Records`.
+    /// the target could not take as it is (records compacted away, log-append time, larger
+    /// than the remote topic's max.message.bytes) is written anew by the replicator, one batch
+    /// per run of offsets, with exact offset syncs. A record larger than the remote topic's
+    /// max.message.bytes on its own stops its partition, named in the `Replicating` condition
+    /// (`Records` skips such a record and records the gap).
     Batches,
 }
 
@@ -411,9 +413,11 @@ pub struct SourceLoopSpec {
     /// What is copied as a unit. `Records` (default): every record is read and written again by
     /// Kafka clients. `Batches`: the source's record batches are written whole, compressed
     /// records neither decompressed nor compressed again (a fraction of the CPU); at least once
-    /// with translated offsets only, not with OAUTHBEARER. A batch the target would have to
-    /// renumber (compacted topics, log-append time) or refuses (larger than the remote topic's
-    /// max.message.bytes) stops its partition, named in the `Replicating` condition.
+    /// with translated offsets only, not with OAUTHBEARER. A batch the target could not take as
+    /// it is (compacted topics, log-append time, larger than the remote topic's
+    /// max.message.bytes) is written anew, with exact offset syncs; a single record over the
+    /// remote topic's max.message.bytes stops its partition, named in the `Replicating`
+    /// condition.
     #[serde(default)]
     pub copy: CopyUnit,
 }

@@ -3,9 +3,9 @@
 //! aborted transactions land whole (still zstd, where a copy of records would write the
 //! product's lz4) with exactly the visible records; groups
 //! translate onto the record they read next; a graceful restart neither repeats nor skips; and
-//! a batch that cannot be copied whole (records compacted away) stops its partition with a
-//! `Replicating` condition that names the fix, which then works; so does a batch larger than the
-//! copy fetches.
+//! batches the target could not take as they are (records compacted away, log-append time,
+//! over the remote topic's limit) are written anew with exact translation; a batch larger than
+//! the copy fetches stops its partition with a `Replicating` condition that names the fix.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -229,30 +229,37 @@ async fn whole_batches_keep_their_codec_and_groups_translate_exactly() -> Result
     Ok(())
 }
 
+/// Batches the target could not take as they are are written anew, not stopped: a compacted
+/// topic's batches with records compacted away (one batch per run of offsets), a
+/// log-append-time topic's batches, and a batch larger than the remote topic's
+/// `max.message.bytes` (split under it). Every visible record lands in order, a group
+/// committed among the compaction gaps translates onto the record it reads next, and each
+/// rewrite is counted by its reason.
 #[tokio::test]
-async fn a_batch_with_compacted_records_stops_its_partition_and_says_how_to_copy_it() -> Result<()>
-{
+async fn batches_the_target_could_not_take_as_they_are_are_written_anew_exactly() -> Result<()> {
     let _brokers = BROKERS.read().await;
-    let s = Setup::new("batches-compact")?;
-    let source = s.world.source_bootstrap.clone();
-    let topic = unique("batches-compact");
-    let remote = format!("{}.{topic}", s.a);
-    create_compacted(&source, &topic).await?;
+    let s = Setup::new("batches-anew")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let compact = unique("batches-compact");
+    create_compacted(&source, &compact).await?;
     // Each round is one batch of ten repeated keys and a key of its own (and a segment of its
     // own): compaction keeps the last round's repeated keys, so every earlier batch keeps only
     // its own key, one record under the offsets of eleven.
     let producer = zstd_producer(&source, false)?;
     for round in 0..4 {
-        let mut queued = Vec::new();
-        let own = format!("own{round}");
-        let keyed = (0..10)
+        let keyed: Vec<(String, String)> = (0..10)
             .map(|k| (format!("k{k}"), format!("round{round}-k{k}")))
-            .chain([(own.clone(), own)]);
-        for (key, value) in keyed {
-            let record = FutureRecord::to(&topic)
+            .chain([(format!("own{round}"), format!("own{round}"))])
+            .collect();
+        let mut queued = Vec::new();
+        for (key, value) in &keyed {
+            let record = FutureRecord::to(&compact)
                 .partition(0)
-                .key(&key)
-                .payload(&value);
+                .key(key)
+                .payload(value);
             queued.push(producer.send_result(record).map_err(|(e, _)| e)?);
         }
         for delivery in queued {
@@ -260,58 +267,91 @@ async fn a_batch_with_compacted_records_stops_its_partition_and_says_how_to_copy
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    send_together(&producer, &topic, 0, Some("roll"), &[unique("roll")]).await?;
-    let kept = compacted(&source, &topic).await?;
+    send_together(&producer, &compact, 0, Some("roll"), &[unique("roll")]).await?;
+    let kept = compacted(&source, &compact).await?;
     println!("compacted: {} records kept", kept.len());
 
-    let dir = std::env::temp_dir().join("mirrorflow-e2e").join(&s.name);
-    std::fs::create_dir_all(&dir)?;
-    let flow_file = dir.join("flow.yaml");
-    let flow = batches_flow(&s, &[&topic], &[]);
-    std::fs::write(&flow_file, &flow)?;
-    let mut r = s.start("r", &flow).await?;
-    let stopped = eventually(
-        "Replicating False naming the stopped partition",
-        WAIT,
-        || {
-            let (world, file) = (&s.world, &flow_file);
-            async move {
-                let c = measured_condition(&world.repo_root, file, "Replicating")?;
-                Ok((c["status"] == "False"
-                    && c["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("cannot be copied whole")))
-                .then_some(c))
-            }
-        },
+    let appended = unique("batches-appended");
+    kafka::create_topic_with(
+        &source,
+        &appended,
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
     )
-    .await
-    .with_context(|| r.log_text())?;
-    println!("stopped: {stopped}");
-    let message = stopped["message"].as_str().unwrap_or_default();
-    ensure!(
-        message.contains(&remote) && message.contains("spec.sourceLoop.copy: Records"),
-        "the condition names the topic and the fix: {message}"
-    );
+    .await?;
+    let stamped: Vec<String> = (0..12).map(|i| format!("appended-{i}")).collect();
+    send_together(&producer, &appended, 0, None, &stamped).await?;
 
-    // The fix it names: the same flow copying records.
-    r.stop(Duration::from_secs(30));
-    let records = flow.replace(", copy: Batches}", "}");
-    std::fs::write(&flow_file, &records)?;
-    let r = s.start("r2", &records).await?;
-    let visible = wait_copied(&source, &topic, &s.world.target_bootstrap, &remote, 0)
+    // One uncompressed batch of about 400 KB, for a remote topic that takes 100 KB.
+    let large = unique("batches-split");
+    kafka::create_topic_with(&source, &large, 1, &[("max.message.bytes", "4194304")]).await?;
+    let remote_large = format!("{}.{large}", s.a);
+    kafka::create_topic_with(
+        &target,
+        &remote_large,
+        1,
+        &[("max.message.bytes", "100000")],
+    )
+    .await?;
+    let big: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source)
+        .set("linger.ms", "50")
+        .set("batch.size", "1048576")
+        .set("message.max.bytes", "4194304")
+        .create()?;
+    let pad = "x".repeat(10_000);
+    let split: Vec<String> = (0..40).map(|i| format!("split-{i:02}-{pad}")).collect();
+    send_together(&big, &large, 0, None, &split).await?;
+
+    let group = unique("batches-anew-app");
+    let flow = batches_flow(&s, &[&compact, &appended, &large], &[&group]).replace(
+        "copy: Batches}",
+        // The remote topic keeps the smaller limit it was made with.
+        "copy: Batches, syncTopicConfigs: false}",
+    );
+    let r = s.start("r", &flow).await?;
+    for topic in [&compact, &appended, &large] {
+        let remote = format!("{}.{topic}", s.a);
+        let visible = wait_copied(&source, topic, &target, &remote, 0)
+            .await
+            .with_context(|| r.log_text())?;
+        let copied = read_visible(&target, &remote, 0)?;
+        ensure!(
+            values(&copied) == values(&visible),
+            "{remote} holds\n{:?}\nnot\n{:?}",
+            values(&copied),
+            values(&visible)
+        );
+        println!("{topic}: {} records copied in order", copied.len());
+    }
+
+    // A group that read part of the compacted topic (its next record is past a gap):
+    // the checkpoint lands on the record it reads next.
+    let remote = format!("{}.{compact}", s.a);
+    let cps_topic = format!("{}.checkpoints.internal", s.a);
+    let n = kept.len() / 2;
+    let (read, c) = consume_and_commit(&source, &group, &compact, 0, n)?;
+    ensure!(read.as_slice() == &kept[..n], "the group read {read:?}");
+    let cp = checkpoint_for(&target, &cps_topic, &group, &remote, 0, c, true)
         .await
         .with_context(|| r.log_text())?;
-    println!("copied as records: {} records", visible.len());
-    eventually("the stop cleared", WAIT, || {
-        let (world, file) = (&s.world, &flow_file);
-        async move {
-            let c = measured_condition(&world.repo_root, file, "Replicating")?;
-            Ok((c["reason"] != "TopicChangesRefused").then_some(c))
-        }
-    })
-    .await
-    .with_context(|| r.log_text())?;
+    let first = first_from(&target, &remote, 0, cp.downstream_offset)?;
+    let l = landing(&kept, n, first.as_ref())?;
+    println!(
+        "committed {c} -> checkpoint {}->{}: skipped {}, re-read {}",
+        cp.upstream_offset, cp.downstream_offset, l.skipped, l.reread
+    );
+    ensure!(l.skipped == 0 && l.reread == 0, "{l:?}");
+
+    for reason in ["compacted", "log_append_time", "too_large"] {
+        let series = format!("mirrorflow_batches_rewritten_total{{reason=\"{reason}\"}}");
+        let n = r.metric(&series);
+        ensure!(
+            n.is_some_and(|n| n > 0.0),
+            "{series} = {n:?}\n{}",
+            r.log_text()
+        );
+    }
     Ok(())
 }
 

@@ -320,6 +320,7 @@ impl Plan<'_> {
                     source,
                     limits: batch_fetch_limits(self.fetch.window),
                     stops: self.stops.clone(),
+                    remote_limits: self.limits.clone(),
                 })
                 .context("starting the batch fetching thread")?;
                 engine::spawn(policy, consumer, health, copy, loops)

@@ -15,31 +15,36 @@
 //! positions are stored about every second in the positions topic, and a failed write or sync
 //! rewinds its partition to the last committable position.
 //!
-//! A batch that cannot be written as it is stops its partition ([`Stop`]): records compacted
-//! away leave gaps in its offsets, which a producer's batch may not have, and a log-append-time
-//! batch carries the source broker's time; the target refusing a batch (too large, corrupt,
-//! not authorized) does the same. A stopped partition is named to the operator, which shows it
-//! in `Replicating`, and is tried again with a growing backoff, so a fixed cause (a larger
+//! A batch the target could not take as it is (records compacted away leave gaps in its
+//! offsets, which a producer's batch may not have; a log-append-time batch carries the source
+//! broker's time; one larger than the remote topic's `max.message.bytes`) is written anew
+//! ([`prepare`]): one batch per run of contiguous offsets, split under the limit, so nothing
+//! stops for the shape of a topic's batches and offset syncs stay exact. What cannot be written
+//! at all (a record alone over the limit, records that do not decode) and what the target
+//! refuses stops its partition ([`Stop`]): it is named to the operator, which shows it in
+//! `Replicating`, and tried again with a growing backoff, so a fixed cause (a larger
 //! `max.message.bytes`) resumes it.
 
 pub mod fetch;
 mod ownership;
+mod prepare;
 mod settle;
 mod timing;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use mirrorflow_conn::fetcher::{PartitionTrouble, Trouble};
 use mirrorflow_conn::writer::{Item, Progress as Written};
 use mirrorflow_conn::{FetchLimits, Writer};
-use mirrorflow_core::batch;
 use mirrorflow_core::protocol::ErrorCode;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use self::fetch::{Command, FetchThread, Tagged};
+use self::prepare::{Prepared, Ready, Target};
 use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
 use crate::kafka::refusals::Refusal;
@@ -52,6 +57,7 @@ use crate::replicator::source::engine::slots::{SlotTable, opaque, unpack};
 use crate::replicator::source::engine::stall::Stops;
 use crate::replicator::source::engine::tracked::{self, CopyMeters, Fault, TrackedSlot, Tracking};
 use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
+use crate::replicator::source::limits::RemoteLimits;
 use crate::replicator::source::progress::{Frontier, Progress};
 
 /// How long one [`Delivery::service`] call moves batches before the consumer is polled again
@@ -127,6 +133,8 @@ pub struct Parts {
     pub source: mirrorflow_conn::Cluster,
     pub limits: FetchLimits,
     pub stops: Stops,
+    /// The remote topics' `max.message.bytes`, as discovery reads them.
+    pub remote_limits: RemoteLimits,
 }
 
 /// Bytes handed to the writer and not answered yet: every batch comes back once, written or
@@ -159,6 +167,7 @@ pub struct Batches {
     acks: Vec<Ack>,
     meters: CopyMeters,
     stops: Stops,
+    remote_limits: RemoteLimits,
     pending: Pending,
     timing: timing::TimeSplit,
 }
@@ -183,6 +192,7 @@ impl Batches {
             acks: Vec::with_capacity(256),
             meters,
             stops: p.stops,
+            remote_limits: p.remote_limits,
             pending,
             timing: timing::TimeSplit::new("copy", ["writing", "waiting for rounds"]),
         })
@@ -330,67 +340,76 @@ impl Batches {
             let Some(idx) = self.slots.index(&f.topic, f.partition) else {
                 continue;
             };
-            let Some(slot) = self.slots.get(idx).filter(|s| s.live(generation)) else {
+            let Some(slot) = self.slots.get_mut(idx).filter(|s| s.live(generation)) else {
                 continue;
             };
+            slot.too_large_since = None;
             let remote = slot.remote.clone();
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.too_large_since = None;
-            }
-            for range in f.batches {
-                let header = match batch::batches(&f.body[range.clone()]).next() {
-                    Some(Ok(b)) => b.header,
-                    // The fetcher parsed it already, so this is not expected; skipping it
-                    // would carry the position over its records: the partition stops.
-                    _ => {
-                        let offset = (self.slots.get(idx))
-                            .and_then(|s| s.progress.latest())
-                            .map_or(-1, |f| f.next);
-                        let message = format!(
-                            "a batch of {}-{} after offset {offset} could not be read again after it was fetched; the partition is stopped rather than skip it",
-                            f.topic, f.partition
-                        );
-                        self.stop(idx, Stop { offset, message });
+            let target = Target {
+                topic: &f.topic,
+                partition: f.partition,
+                max_bytes: self.remote_limits.get(&remote),
+                position: slot.progress.latest().map_or(-1, |l| l.next),
+            };
+            let like = Token {
+                idx,
+                generation,
+                base: -1,
+                records: 0,
+                bytes: 0,
+                max_timestamp: -1,
+                read_at,
+            };
+            let mut stop = None;
+            let mut ready = Vec::new();
+            for range in f.batches.iter().cloned() {
+                match prepare::prepare(&f.body, range, &target, like) {
+                    Prepared::Write(batches, reason) => {
+                        if let Some(reason) = reason {
+                            let m = &self.shared.ctx.metrics;
+                            m.batches_rewritten
+                                .with_label_values(&[reason.label()])
+                                .inc();
+                        }
+                        ready.extend(batches);
+                    }
+                    Prepared::Stop(s) => {
+                        stop = Some(s);
                         break;
                     }
-                };
-                if let Err(why) = header.whole() {
-                    let stop = Stop {
-                        offset: header.base_offset,
-                        message: format!(
-                            "the batch at offset {} of {}-{} cannot be copied whole ({why:?}: records compacted away, or the source broker's log-append time); copy this topic with spec.sourceLoop.copy: Records, or exclude it with spec.topicsExclude",
-                            header.base_offset, f.topic, f.partition
-                        ),
-                    };
-                    self.stop(idx, stop);
-                    break;
-                }
-                let token = Token {
-                    idx,
-                    generation,
-                    base: header.base_offset,
-                    records: i64::from(header.last_offset_delta).saturating_add(1),
-                    bytes: u64::try_from(range.len()).unwrap_or(u64::MAX),
-                    max_timestamp: header.max_timestamp,
-                    read_at,
-                };
-                let item = Item {
-                    body: f.body.clone(),
-                    range,
-                    token,
-                };
-                self.pending.add(&token);
-                if let Err(back) = self.writer.push(&remote, f.partition, item) {
-                    self.pending.answered(&back.token);
-                    let stop = Stop {
-                        offset: header.base_offset,
-                        message: format!("{remote} is not a topic name Kafka takes"),
-                    };
-                    self.stop(idx, stop);
-                    break;
                 }
             }
+            let stop = self.hand_to_writer(&remote, f.partition, ready).or(stop);
+            if let Some(stop) = stop {
+                self.stop(idx, stop);
+            }
         }
+    }
+
+    /// Hands a partition's prepared batches to the writer, in order; a remote topic name the
+    /// writer refuses stops the partition.
+    fn hand_to_writer(
+        &mut self,
+        remote: &Arc<str>,
+        partition: i32,
+        ready: Vec<Ready>,
+    ) -> Option<Stop> {
+        for r in ready {
+            let item = Item {
+                body: r.body,
+                range: r.range,
+                token: r.token,
+            };
+            self.pending.add(&r.token);
+            if let Err(back) = self.writer.push(remote, partition, item) {
+                self.pending.answered(&back.token);
+                return Some(Stop {
+                    offset: back.token.base,
+                    message: format!("{remote} is not a topic name Kafka takes"),
+                });
+            }
+        }
+        None
     }
 
     /// A partition's fetch went wrong: anything the fetcher paused for faults the partition,

@@ -1,0 +1,367 @@
+//! What one fetched batch becomes before the writer takes it: the batch as it is, or, when the
+//! target could not take it as it is, the batches [`batch::rewrite`] makes of it, so no topic
+//! stops the copy for the shape of its batches:
+//!
+//! - compaction left gaps in its offsets (a produce request's batch may have none): one batch
+//!   per run of contiguous offsets, each acknowledging exactly its run, so offset syncs stay
+//!   exact (a jump between runs changes the delta, and the sync policy writes a sync there);
+//! - the source broker stamped it with its append time: the same records, each with that time,
+//!   as CreateTime (what the source's readers saw);
+//! - it is larger than the remote topic's `max.message.bytes`: split under it.
+//!
+//! A batch whose records cannot be written at all (one record alone over the limit, records
+//! that do not decode or inflate past [`REWRITE_INFLATE_LIMIT`]) stops its partition with the
+//! reason, named to the operator like every stop.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite};
+use mirrorflow_core::batch::{self, Batch, NotWhole};
+
+use super::{Stop, Token};
+
+/// How far one batch's records may inflate to be written anew: one batch at a time is, so a
+/// replica holds at most about twice this for it.
+pub const REWRITE_INFLATE_LIMIT: usize = 32 << 20;
+/// A remote topic's `max.message.bytes` before discovery has read it: Kafka's default.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
+
+/// Why a batch was written anew, as the `reason` of `batches_rewritten_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Compacted,
+    LogAppendTime,
+    TooLarge,
+}
+
+impl Reason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Compacted => "compacted",
+            Reason::LogAppendTime => "log_append_time",
+            Reason::TooLarge => "too_large",
+        }
+    }
+}
+
+/// One batch to hand to the writer: its bytes and what it stands for.
+#[derive(Debug)]
+pub struct Ready {
+    pub body: Arc<Vec<u8>>,
+    pub range: Range<usize>,
+    pub token: Token,
+}
+
+/// What a fetched batch becomes.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Written as fetched, or as the batches it was rewritten into (`Some(reason)`), in
+    /// offset order; those wholly before `position` are left out (copied before a restart).
+    Write(Vec<Ready>, Option<Reason>),
+    Stop(Stop),
+}
+
+/// The partition a batch is prepared for.
+pub struct Target<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    /// The remote topic's `max.message.bytes`, once known.
+    pub max_bytes: Option<usize>,
+    /// Where the partition's copy stands: records before it are on the target already.
+    pub position: i64,
+}
+
+/// Prepares the batch at `range` of a fetch answer's `body` for `target`; `like` gives its
+/// tokens their slot, generation and read time.
+pub fn prepare(
+    body: &Arc<Vec<u8>>,
+    range: Range<usize>,
+    target: &Target<'_>,
+    like: Token,
+) -> Prepared {
+    let Some(Ok(b)) = body
+        .get(range.clone())
+        .and_then(|r| batch::batches(r).next())
+    else {
+        // The fetcher parsed it already, so this is not expected; skipping it would carry the
+        // position over its records.
+        return Prepared::Stop(Stop {
+            offset: target.position,
+            message: format!(
+                "a batch of {}-{} after offset {} could not be read again after it was fetched; the partition is stopped rather than skip it",
+                target.topic, target.partition, target.position
+            ),
+        });
+    };
+    let max_bytes = target.max_bytes.unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+    let reason = match b.header.whole() {
+        Err(NotWhole::OffsetGaps) => Some(Reason::Compacted),
+        Err(NotWhole::LogAppendTime) => Some(Reason::LogAppendTime),
+        Ok(()) if range.len() > max_bytes => Some(Reason::TooLarge),
+        Ok(()) => None,
+    };
+    let Some(reason) = reason else {
+        let token = Token {
+            base: b.header.base_offset,
+            records: i64::from(b.header.last_offset_delta).saturating_add(1),
+            bytes: u64::try_from(range.len()).unwrap_or(u64::MAX),
+            max_timestamp: b.header.max_timestamp,
+            ..like
+        };
+        let ready = Ready {
+            body: body.clone(),
+            range,
+            token,
+        };
+        return Prepared::Write(vec![ready], None);
+    };
+    match rewrite(&b, REWRITE_INFLATE_LIMIT, max_bytes) {
+        Ok(batches) => Prepared::Write(rewritten(&b, batches, target.position, like), Some(reason)),
+        Err(e) => Prepared::Stop(cannot_rewrite(&b, target, reason, &e)),
+    }
+}
+
+/// The rewritten batches not wholly before `position`, each its own token.
+fn rewritten(b: &Batch<'_>, batches: Vec<Rewritten>, position: i64, like: Token) -> Vec<Ready> {
+    (batches.into_iter())
+        .filter(|r| r.next_offset() > position)
+        .map(|r| {
+            let token = Token {
+                base: r.base_offset,
+                records: i64::from(r.record_count),
+                bytes: u64::try_from(r.bytes.len()).unwrap_or(u64::MAX),
+                max_timestamp: b.header.max_timestamp,
+                ..like
+            };
+            let range = 0..r.bytes.len();
+            Ready {
+                body: Arc::new(r.bytes),
+                range,
+                token,
+            }
+        })
+        .collect()
+}
+
+/// The stop of a batch that cannot be written, with what the flow's owner can do.
+fn cannot_rewrite(b: &Batch<'_>, target: &Target<'_>, reason: Reason, e: &RewriteError) -> Stop {
+    let at = format!(
+        "the batch at offset {} of {}-{}",
+        b.header.base_offset, target.topic, target.partition
+    );
+    let message = match e {
+        RewriteError::RecordTooLarge { .. } => format!(
+            "{at} holds a record the target refuses ({e}); raise max.message.bytes of the remote topic on the target (or the target brokers' message.max.bytes), or copy this topic with spec.sourceLoop.copy: Records, which skips such a record and records the gap"
+        ),
+        _ => format!(
+            "{at} had to be written anew ({}) and could not be: {e}; copy this topic with spec.sourceLoop.copy: Records, or exclude it with spec.topicsExclude",
+            reason.label()
+        ),
+    };
+    Stop {
+        offset: b.header.base_offset,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    const LOG_APPEND_TIME: i16 = 1 << 3;
+
+    fn varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+
+    /// An uncompressed record batch (magic 2) at `base` holding `records` as (offset delta,
+    /// value), whose last offset delta is `last_delta` (more than the last record's when
+    /// compaction removed records at its end).
+    fn batch(base: i64, records: &[(i32, Vec<u8>)], last_delta: i32, attributes: i16) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (delta, value) in records {
+            let mut r = vec![0u8];
+            varint(&mut r, 0);
+            varint(&mut r, i64::from(*delta));
+            varint(&mut r, -1);
+            varint(&mut r, i64::try_from(value.len()).unwrap());
+            r.extend_from_slice(value);
+            varint(&mut r, 0);
+            varint(&mut body, i64::try_from(r.len()).unwrap());
+            body.extend(r);
+        }
+        let mut after_crc = Vec::new();
+        after_crc.extend(attributes.to_be_bytes());
+        after_crc.extend(last_delta.to_be_bytes());
+        after_crc.extend(1_000_i64.to_be_bytes());
+        after_crc.extend(2_000_i64.to_be_bytes());
+        after_crc.extend((-1_i64).to_be_bytes());
+        after_crc.extend((-1_i16).to_be_bytes());
+        after_crc.extend((-1_i32).to_be_bytes());
+        after_crc.extend(i32::try_from(records.len()).unwrap().to_be_bytes());
+        after_crc.extend(body);
+        let mut b = Vec::new();
+        b.extend(base.to_be_bytes());
+        b.extend(i32::try_from(after_crc.len() + 9).unwrap().to_be_bytes());
+        b.extend(0_i32.to_be_bytes());
+        b.push(2);
+        b.extend(crc32c::crc32c(&after_crc).to_be_bytes());
+        b.extend(after_crc);
+        b
+    }
+
+    fn like() -> Token {
+        Token {
+            idx: 3,
+            generation: 7,
+            base: -1,
+            records: 0,
+            bytes: 0,
+            max_timestamp: -1,
+            read_at: Instant::now(),
+        }
+    }
+
+    fn target(max_bytes: Option<usize>, position: i64) -> Target<'static> {
+        Target {
+            topic: "t",
+            partition: 0,
+            max_bytes,
+            position,
+        }
+    }
+
+    /// (base, records) of each batch to write, and why they were rewritten.
+    fn written(p: Prepared) -> (Vec<(i64, i64)>, Option<Reason>) {
+        match p {
+            Prepared::Write(ready, reason) => {
+                for r in &ready {
+                    assert_eq!(
+                        (r.token.idx, r.token.generation),
+                        (3, 7),
+                        "the slot's token"
+                    );
+                    assert!(r.body.get(r.range.clone()).is_some(), "a range of its body");
+                }
+                let runs = ready
+                    .iter()
+                    .map(|r| (r.token.base, r.token.records))
+                    .collect();
+                (runs, reason)
+            }
+            Prepared::Stop(s) => panic!("stopped: {}", s.message),
+        }
+    }
+
+    fn values(n: usize, len: usize) -> Vec<(i32, Vec<u8>)> {
+        (0..n)
+            .map(|i| (i32::try_from(i).unwrap(), vec![b'v'; len]))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_the_target_takes_is_written_as_it_is() {
+        let body = Arc::new(batch(40, &values(3, 10), 2, 0));
+        let range = 0..body.len();
+        let p = prepare(&body, range.clone(), &target(Some(1 << 20), 40), like());
+        let Prepared::Write(ready, None) = p else {
+            panic!("not written as it is: {p:?}");
+        };
+        assert_eq!(ready.len(), 1);
+        assert!(
+            Arc::ptr_eq(&ready[0].body, &body),
+            "the fetched bytes, not a copy"
+        );
+        assert_eq!(ready[0].range, range);
+        let t = ready[0].token;
+        assert_eq!((t.base, t.records, t.max_timestamp), (40, 3, 2_000));
+        assert_eq!(t.bytes, u64::try_from(body.len()).unwrap());
+    }
+
+    #[test]
+    fn a_compacted_batch_is_one_batch_per_run_of_offsets() {
+        let kept = vec![
+            (0, b"a".to_vec()),
+            (1, b"b".to_vec()),
+            (2, b"c".to_vec()),
+            (5, b"f".to_vec()),
+        ];
+        let body = Arc::new(batch(100, &kept, 7, 0));
+        let p = prepare(&body, 0..body.len(), &target(None, 100), like());
+        assert_eq!(
+            written(p),
+            (vec![(100, 3), (105, 1)], Some(Reason::Compacted))
+        );
+    }
+
+    #[test]
+    fn runs_wholly_before_the_position_are_left_out() {
+        let kept = vec![(0, b"a".to_vec()), (1, b"b".to_vec()), (4, b"e".to_vec())];
+        let body = Arc::new(batch(100, &kept, 4, 0));
+        let p = prepare(&body, 0..body.len(), &target(None, 102), like());
+        assert_eq!(written(p), (vec![(104, 1)], Some(Reason::Compacted)));
+    }
+
+    #[test]
+    fn a_log_append_time_batch_is_written_anew_whole() {
+        let body = Arc::new(batch(9, &values(4, 8), 3, LOG_APPEND_TIME));
+        let p = prepare(&body, 0..body.len(), &target(None, 0), like());
+        assert_eq!(written(p), (vec![(9, 4)], Some(Reason::LogAppendTime)));
+    }
+
+    #[test]
+    fn a_batch_over_the_remote_limit_is_split_under_it_in_order() {
+        let body = Arc::new(batch(0, &values(20, 100), 19, 0));
+        let limit = 600;
+        assert!(body.len() > limit);
+        let p = prepare(&body, 0..body.len(), &target(Some(limit), 0), like());
+        let Prepared::Write(ready, Some(Reason::TooLarge)) = p else {
+            panic!("not split: {p:?}");
+        };
+        assert!(ready.len() > 1, "split");
+        let mut next = 0;
+        for r in &ready {
+            assert!(
+                r.range.len() <= limit,
+                "{} bytes over {limit}",
+                r.range.len()
+            );
+            assert_eq!(r.token.base, next, "contiguous, in order");
+            next += r.token.records;
+        }
+        assert_eq!(next, 20, "every record");
+    }
+
+    #[test]
+    fn a_record_no_batch_of_the_target_can_hold_stops_the_partition_with_the_fix() {
+        let body = Arc::new(batch(50, &values(2, 2_000), 1, 0));
+        let p = prepare(&body, 0..body.len(), &target(Some(1_000), 50), like());
+        let Prepared::Stop(stop) = p else {
+            panic!("not stopped: {p:?}");
+        };
+        assert_eq!(stop.offset, 50);
+        assert!(
+            stop.message.contains("t-0") && stop.message.contains("max.message.bytes"),
+            "{}",
+            stop.message
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_no_batch_stop_the_partition_rather_than_skip() {
+        let body = Arc::new(vec![0u8; 10]);
+        let p = prepare(&body, 0..10, &target(None, 77), like());
+        let Prepared::Stop(stop) = p else {
+            panic!("not stopped: {p:?}");
+        };
+        assert_eq!(stop.offset, 77);
+    }
+}
