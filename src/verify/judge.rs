@@ -288,15 +288,40 @@ mod tests {
 
     #[test]
     fn the_fingerprint_covers_key_value_headers_and_time() {
-        let base = fingerprint(Some(b"k"), Some(b"v"), Some(1), &[(&b"h"[..], Some(&b"x"[..]))]);
+        let base = fingerprint(
+            Some(b"k"),
+            Some(b"v"),
+            Some(1),
+            &[(&b"h"[..], Some(&b"x"[..]))],
+        );
         assert_eq!(
             base,
-            fingerprint(Some(b"k"), Some(b"v"), Some(1), &[(&b"h"[..], Some(&b"x"[..]))])
+            fingerprint(
+                Some(b"k"),
+                Some(b"v"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))]
+            )
         );
         for other in [
-            fingerprint(Some(b"K"), Some(b"v"), Some(1), &[(&b"h"[..], Some(&b"x"[..]))]),
-            fingerprint(Some(b"k"), Some(b"V"), Some(1), &[(&b"h"[..], Some(&b"x"[..]))]),
-            fingerprint(Some(b"k"), Some(b"v"), Some(2), &[(&b"h"[..], Some(&b"x"[..]))]),
+            fingerprint(
+                Some(b"K"),
+                Some(b"v"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
+            fingerprint(
+                Some(b"k"),
+                Some(b"V"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
+            fingerprint(
+                Some(b"k"),
+                Some(b"v"),
+                Some(2),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
             fingerprint(Some(b"k"), Some(b"v"), Some(1), &[(&b"h"[..], None)]),
         ] {
             assert_ne!(base, other);

@@ -135,8 +135,7 @@ pub fn classify(a: &Around, allowed_reread: i64, window_from: i64) -> Outcome {
             // Every record a correct translation may point at was read: the target's record
             // is none of them.
             let earliest = a.committed.saturating_sub(allowed_reread.max(0));
-            let reaches_next =
-                a.source_to_end || a.source.iter().any(|(o, _)| *o >= a.committed);
+            let reaches_next = a.source_to_end || a.source.iter().any(|(o, _)| *o >= a.committed);
             if window_from <= earliest && reaches_next {
                 Outcome::Mismatch(Mismatch {
                     skipped: None,
@@ -225,7 +224,11 @@ mod tests {
         let Outcome::Mismatch(m) = got else {
             unreachable!()
         };
-        assert!(m.failover().contains("another producer"), "{}", m.failover());
+        assert!(
+            m.failover().contains("another producer"),
+            "{}",
+            m.failover()
+        );
     }
 
     #[test]
