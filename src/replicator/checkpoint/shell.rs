@@ -188,6 +188,11 @@ impl Shell<'_> {
         }
         let candidates = self.core.verify_candidates();
         let pairs: Vec<verify::sampler::Pair> = candidates.iter().map(|(p, _)| p.clone()).collect();
+        // Pairs gone from the candidates are not mismatched any more here.
+        let present: HashSet<&verify::sampler::Pair> = pairs.iter().collect();
+        v.mismatched.retain(|p| present.contains(p));
+        let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
+        self.ctx.metrics.verification_mismatches.set(mismatched);
         let picked = v.sampler.pick(&pairs, room, std::time::Instant::now());
         if picked.is_empty() {
             return;
@@ -205,13 +210,6 @@ impl Shell<'_> {
                 break;
             }
         }
-        // Pairs gone from the candidates are not mismatched any more here.
-        let present: HashSet<&verify::sampler::Pair> = pairs.iter().collect();
-        v.mismatched.retain(|p| present.contains(p));
-        self.ctx
-            .metrics
-            .verification_mismatches
-            .set(i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX));
     }
 
     /// Writes the verifications back from the thread on the checkpoints they verified: the
@@ -245,6 +243,8 @@ impl Shell<'_> {
                 } else {
                     v.mismatched.remove(&pair);
                 }
+                let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
+                self.ctx.metrics.verification_mismatches.set(mismatched);
             }
             if let crate::verify::outcome::Outcome::Mismatch(m) = outcome {
                 tracing::warn!(group = %cp.group, partition = %cp.topic_partition, upstream = cp.upstream_offset, downstream = cp.downstream_offset, "verification: {}", m.failover());
