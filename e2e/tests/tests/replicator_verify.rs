@@ -7,7 +7,7 @@
 //! values on both sides, the target's after `SHIFT` fillers, with the dense offset syncs the
 //! source loop would write.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, ensure};
 use mirrorflow::mm2::Checkpoint;
@@ -16,12 +16,7 @@ use mirrorflow::verify::outcome::Outcome;
 use mirrorflow_e2e::handmirror::{cli_json, condition, dense_sync, send_value};
 use mirrorflow_e2e::replicator::{Membership, Replicator, http_get};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
 use rdkafka::producer::FutureProducer;
-use rdkafka::{Offset, TopicPartitionList};
 
 /// Target offsets of the hand-mirrored records are source offsets plus this.
 const SHIFT: i64 = 7;
@@ -147,43 +142,16 @@ fn verifications(
     topic: &str,
     group: &str,
 ) -> Result<Vec<(Checkpoint, Verification)>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &world.target_bootstrap)
-        .set("group.id", "mirrorflow-e2e-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
-    consumer.assign(&tpl)?;
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                let Some(cp) = m
-                    .key()
-                    .zip(m.payload())
-                    .and_then(|(k, v)| Checkpoint::decode(k, v).ok())
-                    .filter(|cp| cp.group == group)
-                else {
-                    continue;
-                };
-                let v = m.headers().and_then(|h| {
-                    h.iter()
-                        .find(|h| h.key == VERIFICATION_HEADER)
-                        .and_then(|h| Verification::from_header(h.value))
-                });
-                if let Some(v) = v {
-                    out.push((cp, v));
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
-        }
-    }
-    anyhow::bail!("the checkpoints topic {topic} was not read to its end in 20 s")
+    let records =
+        kafka::read_partition_with_header(&world.target_bootstrap, topic, 0, VERIFICATION_HEADER)?;
+    Ok(records
+        .into_iter()
+        .filter_map(|((_, k, v), header)| {
+            let cp = Checkpoint::decode(k.as_deref()?, v.as_deref()?).ok()?;
+            let verification = Verification::from_header(header.as_deref())?;
+            (cp.group == group).then_some((cp, verification))
+        })
+        .collect())
 }
 
 fn now_ms() -> i64 {

@@ -285,13 +285,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             target_alias: flow.target_alias(),
         }),
         verification: verifier.map(|v| {
+            let period = spec.checkpoints.verify_interval.as_duration();
             shell::Verification::new(
                 v,
                 verify::sampler::Sampler::new(
-                    spec.checkpoints.verify_interval.as_duration(),
+                    period,
                     verify::per_replica(spec.replicas),
                     std::time::Instant::now(),
                 ),
+                period,
             )
         }),
     };

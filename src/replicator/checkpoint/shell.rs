@@ -16,23 +16,71 @@ pub(super) struct Shell<'a> {
     pub(super) verification: Option<Verification>,
 }
 
-/// What the shell keeps of the verification: the thread, the sampler and what the metrics say.
+/// What the shell keeps of the verification: the thread, the sampler, what it stated on the
+/// checkpoints topic and what the metrics say.
 pub(super) struct Verification {
     verifier: verify::Verifier,
     sampler: verify::sampler::Sampler,
+    /// A verification that finds what the last one stated of the same checkpoint is stated
+    /// again only after this long: the status's evidence stays this recent at worst, and the
+    /// checkpoints topic gets one record per pair per this time, not one per verification.
+    restate_after: Duration,
+    /// Per pair, what was last stated: the checkpoint's offsets, the outcome, and when.
+    stated: HashMap<
+        verify::sampler::Pair,
+        (
+            i64,
+            i64,
+            crate::verify::outcome::Outcome,
+            std::time::Instant,
+        ),
+    >,
     /// The pairs whose latest verification was a mismatch.
     mismatched: HashSet<verify::sampler::Pair>,
     newest: Option<std::time::Instant>,
 }
 
+/// Verification periods after which an unchanged verification is stated again.
+const RESTATE_PERIODS: u32 = 5;
+
 impl Verification {
-    pub(super) fn new(verifier: verify::Verifier, sampler: verify::sampler::Sampler) -> Self {
+    pub(super) fn new(
+        verifier: verify::Verifier,
+        sampler: verify::sampler::Sampler,
+        period: Duration,
+    ) -> Self {
         Verification {
             verifier,
             sampler,
+            restate_after: period.saturating_mul(RESTATE_PERIODS),
+            stated: HashMap::new(),
             mismatched: HashSet::new(),
             newest: None,
         }
+    }
+
+    /// Whether `done` says something the checkpoints topic does not say yet (or said too long
+    /// ago); if so it counts as stated now.
+    fn to_state(
+        &mut self,
+        pair: &verify::sampler::Pair,
+        done: &crate::verify::header::Verification,
+    ) -> bool {
+        let now = std::time::Instant::now();
+        let same = self
+            .stated
+            .get(pair)
+            .is_some_and(|(up, down, outcome, at)| {
+                (*up, *down, *outcome) == (done.upstream, done.downstream, done.outcome)
+                    && now.saturating_duration_since(*at) < self.restate_after
+            });
+        if !same {
+            self.stated.insert(
+                pair.clone(),
+                (done.upstream, done.downstream, done.outcome, now),
+            );
+        }
+        !same
     }
 }
 
@@ -188,9 +236,10 @@ impl Shell<'_> {
         }
         let candidates = self.core.verify_candidates();
         let pairs: Vec<verify::sampler::Pair> = candidates.iter().map(|(p, _)| p.clone()).collect();
-        // Pairs gone from the candidates are not mismatched any more here.
+        // Pairs gone from the candidates are not mismatched (nor stated) any more here.
         let present: HashSet<&verify::sampler::Pair> = pairs.iter().collect();
         v.mismatched.retain(|p| present.contains(p));
+        v.stated.retain(|p, _| present.contains(p));
         let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
         self.ctx.metrics.verification_mismatches.set(mismatched);
         let picked = v.sampler.pick(&pairs, room, std::time::Instant::now());
@@ -227,7 +276,13 @@ impl Shell<'_> {
                 .with_label_values(&[outcome.label()])
                 .inc();
             let pair = (cp.group.clone(), cp.topic_partition.clone());
+            // A checkpoint replaced meanwhile is not stated: the verification is about offsets
+            // no longer written.
+            let latest = self.core.tracker.last(&cp.group, &cp.topic_partition)
+                == Some((cp.upstream_offset, cp.downstream_offset));
+            let mut to_state = false;
             if let Some(v) = self.verification.as_mut() {
+                to_state = latest && v.to_state(&pair, &verification);
                 if v.newest.is_none() {
                     // Registered at the first verification: an age of 0 before it would lie.
                     let _ = self
@@ -249,9 +304,7 @@ impl Shell<'_> {
             if let crate::verify::outcome::Outcome::Mismatch(m) = outcome {
                 tracing::warn!(group = %cp.group, partition = %cp.topic_partition, upstream = cp.upstream_offset, downstream = cp.downstream_offset, "verification: {}", m.failover());
             }
-            let latest = self.core.tracker.last(&cp.group, &cp.topic_partition)
-                == Some((cp.upstream_offset, cp.downstream_offset));
-            if !latest {
+            if !to_state {
                 continue;
             }
             let written_ms = self.core.tracker.written_ms(&cp.group, &cp.topic_partition);

@@ -19,7 +19,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use tokio::sync::mpsc;
 
-use self::read::{ReadFailure, Reader, Span};
+use self::read::{ReadFailure, Reader, Span, Window};
 use super::Event;
 use crate::flow::Flow;
 use crate::kafka::checkpoints::Exactness;
@@ -158,10 +158,45 @@ fn run(
 /// Reads both sides of `job`'s checkpoint and judges it.
 pub fn verify(source: &mut Reader, target: &mut Reader, job: &Job) -> Outcome {
     let cp = &job.checkpoint;
-    let allowed = i64::try_from(job.exactness.max_replay()).unwrap_or(i64::MAX);
-    let back = allowed.saturating_add(SLACK).min(MAX_BACK);
-    let up = cp.upstream_offset;
-    let down = cp.downstream_offset;
+    let t = &cp.topic_partition;
+    let (target_span, source_span) = spans(job);
+    let target_read = target.read(&t.topic, t.partition, target_span);
+    // Nothing more is read once the target's side cannot be.
+    let source_read = match &target_read {
+        Ok(_) => source.read(&job.source.topic, job.source.partition, source_span),
+        Err(_) => Ok(Window::default()),
+    };
+    judge_reads(job, target_read, source_read)
+}
+
+/// The records to read on the target and on the source.
+fn spans(job: &Job) -> (Span, Span) {
+    let cp = &job.checkpoint;
+    let back = allowed_reread(job).saturating_add(SLACK).min(MAX_BACK);
+    (
+        Span {
+            from: cp.downstream_offset.saturating_sub(TARGET_BACK),
+            past: cp.downstream_offset,
+            wanted: 1,
+        },
+        Span {
+            from: cp.upstream_offset.saturating_sub(back),
+            past: cp.upstream_offset,
+            wanted: FORWARD,
+        },
+    )
+}
+
+fn allowed_reread(job: &Job) -> i64 {
+    i64::try_from(job.exactness.max_replay()).unwrap_or(i64::MAX)
+}
+
+/// Judges `job`'s checkpoint from what was read of both sides.
+fn judge_reads(
+    job: &Job,
+    target: Result<Window, ReadFailure>,
+    source: Result<Window, ReadFailure>,
+) -> Outcome {
     let failed = |f: ReadFailure, unreadable: Unverifiable| {
         Outcome::Unverifiable(match f {
             ReadFailure::TooLarge => Unverifiable::TooLarge,
@@ -169,53 +204,30 @@ pub fn verify(source: &mut Reader, target: &mut Reader, job: &Job) -> Outcome {
             ReadFailure::Unreadable => unreadable,
         })
     };
-    let t = &cp.topic_partition;
-    let target_read = target.read(
-        &t.topic,
-        t.partition,
-        Span {
-            from: down.saturating_sub(TARGET_BACK),
-            past: down,
-            wanted: 1,
-        },
-    );
-    let target_window = match target_read {
+    let target = match target {
         Ok(w) => w,
         Err(f) => return failed(f, Unverifiable::TargetUnreadable),
     };
-    let source_read = source.read(
-        &job.source.topic,
-        job.source.partition,
-        Span {
-            from: up.saturating_sub(back),
-            past: up,
-            wanted: FORWARD,
-        },
-    );
-    let source_window = match source_read {
+    let source = match source {
         Ok(w) => w,
         Err(f) => return failed(f, Unverifiable::SourceUnreadable),
     };
-    let first = target_window
-        .records
-        .iter()
-        .find(|(o, _)| *o >= down)
-        .copied();
-    if first.is_none() && !target_window.to_end {
+    let (up, down) = (
+        job.checkpoint.upstream_offset,
+        job.checkpoint.downstream_offset,
+    );
+    let first = target.records.iter().find(|(o, _)| *o >= down).copied();
+    if first.is_none() && !target.to_end {
         return Outcome::Unverifiable(Unverifiable::Window);
     }
     let around = Around {
         committed: up,
-        source: source_window.records,
-        source_to_end: source_window.to_end,
+        source: source.records,
+        source_to_end: source.to_end,
         first,
-        before: target_window
-            .records
-            .iter()
-            .rfind(|(o, _)| *o < down)
-            .copied(),
+        before: target.records.iter().rfind(|(o, _)| *o < down).copied(),
     };
-    classify(&around, allowed, source_window.from)
+    classify(&around, allowed_reread(job), source.from)
 }
 
 impl super::Core<'_> {
@@ -271,5 +283,134 @@ impl super::Core<'_> {
             },
             exactness,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::judge::Fingerprint;
+    use crate::verify::outcome::Mismatch;
+
+    /// Source 60 committed, translated to target 67 (source offsets + 7).
+    fn job() -> Job {
+        Job {
+            source: TopicPartition::new("t", 0),
+            checkpoint: Checkpoint {
+                group: "g".into(),
+                topic_partition: TopicPartition::new("A.t", 0),
+                upstream_offset: 60,
+                downstream_offset: 67,
+                metadata: String::new(),
+            },
+            exactness: Exactness::Exact,
+        }
+    }
+
+    /// Records `from..to` of the source (fingerprints are source offsets), read from `from`.
+    fn source(from: i64, to: i64, to_end: bool) -> Window {
+        Window {
+            from,
+            records: (from..to).map(|o| (o, o as Fingerprint)).collect(),
+            to_end,
+        }
+    }
+
+    /// The target's copies of source records `from..to`, at their offsets plus 7.
+    fn target(from: i64, to: i64, to_end: bool) -> Window {
+        Window {
+            from: from + 7,
+            records: (from..to).map(|o| (o + 7, o as Fingerprint)).collect(),
+            to_end,
+        }
+    }
+
+    #[test]
+    fn the_spans_read_around_both_offsets_and_widen_for_a_conservative_translation() {
+        let (t, s) = spans(&job());
+        assert_eq!((t.from, t.past, t.wanted), (59, 67, 1));
+        assert_eq!((s.from, s.past, s.wanted), (52, 60, FORWARD));
+        let mut conservative = job();
+        conservative.exactness = Exactness::Conservative { max_replay: 20 };
+        assert_eq!(spans(&conservative).1.from, 32);
+        conservative.exactness = Exactness::Conservative {
+            max_replay: u64::MAX,
+        };
+        assert_eq!(spans(&conservative).1.from, 60 - MAX_BACK, "bounded");
+    }
+
+    #[test]
+    fn what_was_read_is_judged_by_the_drills_rules() {
+        let j = job();
+        assert_eq!(
+            judge_reads(&j, Ok(target(52, 61, false)), Ok(source(52, 76, false))),
+            Outcome::Match
+        );
+        // The target holds the copy of source 63 at 67: three records skipped.
+        let shifted = Window {
+            records: (52..61).map(|o| (o + 7, (o + 3) as Fingerprint)).collect(),
+            ..target(52, 61, false)
+        };
+        assert_eq!(
+            judge_reads(&j, Ok(shifted), Ok(source(52, 76, false))),
+            Outcome::Mismatch(Mismatch {
+                skipped: Some(3),
+                reread: Some(0)
+            })
+        );
+        // Not copied yet: the target ends at 67 with the copy of source 59.
+        assert_eq!(
+            judge_reads(&j, Ok(target(52, 60, true)), Ok(source(52, 76, false))),
+            Outcome::Match
+        );
+        // The target's read stopped before 67 without reaching its end.
+        assert_eq!(
+            judge_reads(&j, Ok(target(52, 58, false)), Ok(source(52, 76, false))),
+            Outcome::Unverifiable(Unverifiable::Window)
+        );
+    }
+
+    #[test]
+    fn a_read_refused_for_size_is_too_large_not_an_allocation() {
+        let j = job();
+        for (target_read, source_read, want) in [
+            (
+                Err(ReadFailure::TooLarge),
+                Ok(Window::default()),
+                Unverifiable::TooLarge,
+            ),
+            (
+                Ok(target(52, 61, false)),
+                Err(ReadFailure::TooLarge),
+                Unverifiable::TooLarge,
+            ),
+            (
+                Err(ReadFailure::Corrupt),
+                Ok(Window::default()),
+                Unverifiable::Corrupt,
+            ),
+            (
+                Err(ReadFailure::Unreadable),
+                Ok(Window::default()),
+                Unverifiable::TargetUnreadable,
+            ),
+            (
+                Ok(target(52, 61, false)),
+                Err(ReadFailure::Unreadable),
+                Unverifiable::SourceUnreadable,
+            ),
+        ] {
+            assert_eq!(
+                judge_reads(&j, target_read, source_read),
+                Outcome::Unverifiable(want)
+            );
+        }
+    }
+
+    #[test]
+    fn a_replica_takes_its_share_of_the_flows_cap() {
+        assert_eq!(per_replica(1), PER_MINUTE);
+        assert_eq!(per_replica(3), PER_MINUTE.div_ceil(3));
+        assert_eq!(per_replica(0), PER_MINUTE, "a bad count is one replica");
     }
 }
