@@ -50,6 +50,7 @@ fn exported() -> BTreeSet<String> {
             uncopied_records: 0,
             invalidated_checkpoints: 0,
             conservative: Default::default(),
+            verified: Default::default(),
         }],
         ..Observation::default()
     };

@@ -61,7 +61,7 @@ impl Verification {
 
     /// Whether `done` says something the checkpoints topic does not say yet (or said too long
     /// ago); if so it counts as stated now.
-    fn to_state(
+    fn worth_stating(
         &mut self,
         pair: &verify::sampler::Pair,
         done: &crate::verify::header::Verification,
@@ -282,7 +282,7 @@ impl Shell<'_> {
                 == Some((cp.upstream_offset, cp.downstream_offset));
             let mut to_state = false;
             if let Some(v) = self.verification.as_mut() {
-                to_state = latest && v.to_state(&pair, &verification);
+                to_state = latest && v.worth_stating(&pair, &verification);
                 if v.newest.is_none() {
                     // Registered at the first verification: an age of 0 before it would lie.
                     let _ = self
