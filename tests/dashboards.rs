@@ -39,6 +39,7 @@ fn exported() -> BTreeSet<String> {
         .cluster_unreachable
         .with_label_values(&["source"])
         .set(0);
+    replicator.verified_now();
     let operator = OperatorMetrics::new().expect("operator metrics");
     let obs = Observation {
         heartbeat_age: Some(Duration::from_secs(1)),

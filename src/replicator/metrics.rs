@@ -275,6 +275,16 @@ impl Metrics {
     }
 
     /// Forgets a group's series (the group is gone).
+    /// A checkpoint was verified just now: the age of the newest verification is 0 (its series
+    /// exists from the first verification on; an age of 0 before it would say what is not).
+    pub fn verified_now(&self) {
+        // Registered already after the first time: nothing else can fail here.
+        let _ = self
+            .registry
+            .register(Box::new(self.verification_age.clone()));
+        self.verification_age.set(0.0);
+    }
+
     pub fn forget_group(&self, group: &str) {
         let _ = self.group_checkpoint_age.remove_label_values(&[group]);
         if let Ok(mut labelled) = self.labelled_groups.lock() {

@@ -283,16 +283,8 @@ impl Shell<'_> {
             let mut to_state = false;
             if let Some(v) = self.verification.as_mut() {
                 to_state = latest && v.worth_stating(&pair, &verification);
-                if v.newest.is_none() {
-                    // Registered at the first verification: an age of 0 before it would lie.
-                    let _ = self
-                        .ctx
-                        .metrics
-                        .registry
-                        .register(Box::new(self.ctx.metrics.verification_age.clone()));
-                }
                 v.newest = Some(std::time::Instant::now());
-                self.ctx.metrics.verification_age.set(0.0);
+                self.ctx.metrics.verified_now();
                 if matches!(outcome, crate::verify::outcome::Outcome::Mismatch(_)) {
                     v.mismatched.insert(pair);
                 } else {
