@@ -231,7 +231,8 @@ impl Shell<'_> {
                 .set(newest.elapsed().as_secs_f64());
         }
         let room = v.verifier.room();
-        if room == 0 || !self.core.ready_to_evaluate() {
+        let now = std::time::Instant::now();
+        if room == 0 || !self.core.ready_to_evaluate() || !v.sampler.may_pick(now) {
             return;
         }
         let candidates = self.core.verify_candidates();
@@ -242,7 +243,7 @@ impl Shell<'_> {
         v.stated.retain(|p, _| present.contains(p));
         let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
         self.ctx.metrics.verification_mismatches.set(mismatched);
-        let picked = v.sampler.pick(&pairs, room, std::time::Instant::now());
+        let picked = v.sampler.pick(&pairs, room, now);
         if picked.is_empty() {
             return;
         }

@@ -55,6 +55,13 @@ impl Sampler {
         self.refilled = now;
     }
 
+    /// Whether a pick now may take anything (the bucket holds a verification): the caller
+    /// lists its candidates only then.
+    pub fn may_pick(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= UNIT
+    }
+
     /// Up to `room` pairs among `candidates` to verify now; they count as verified at `now`.
     /// Pairs no longer among the candidates are forgotten.
     pub fn pick(&mut self, candidates: &[Pair], room: usize, now: Instant) -> Vec<Pair> {
@@ -135,6 +142,16 @@ mod tests {
         // Ten minutes at 600 a minute, plus the first burst (ten seconds' worth).
         assert!(picked <= 6000 + 100, "{picked}");
         assert!(picked >= 6000 - 10, "the rate is reached: {picked}");
+    }
+
+    #[test]
+    fn an_empty_bucket_asks_for_no_candidates() {
+        let t0 = Instant::now();
+        let mut s = Sampler::new(Duration::from_secs(1), 60, t0);
+        assert!(s.may_pick(t0));
+        assert_eq!(s.pick(&pairs(&[("g", 50)]), 50, t0).len(), 10, "the burst");
+        assert!(!s.may_pick(t0));
+        assert!(s.may_pick(t0 + Duration::from_secs(1)), "one a second");
     }
 
     #[test]
