@@ -278,9 +278,13 @@ impl Shell<'_> {
                 .inc();
             let pair = (cp.group.clone(), cp.topic_partition.clone());
             // A checkpoint replaced meanwhile is not stated: the verification is about offsets
-            // no longer written.
-            let latest = self.core.tracker.last(&cp.group, &cp.topic_partition)
-                == Some((cp.upstream_offset, cp.downstream_offset));
+            // no longer written. Nor one of a group another replica took meanwhile, nor any
+            // while an assignment's mark is awaited: a later checkpoint of another replica may
+            // not be read back yet.
+            let latest = self.core.ready_to_evaluate()
+                && self.core.commits.is_owned_group(&cp.group)
+                && self.core.tracker.last(&cp.group, &cp.topic_partition)
+                    == Some((cp.upstream_offset, cp.downstream_offset));
             let mut to_state = false;
             if let Some(v) = self.verification.as_mut() {
                 to_state = latest && v.worth_stating(&pair, &verification);
