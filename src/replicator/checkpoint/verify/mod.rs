@@ -137,8 +137,16 @@ fn run(
     in_flight: &AtomicUsize,
 ) {
     while let Ok(job) = jobs.recv() {
+        let started = std::time::Instant::now();
         let outcome = verify(source, target, &job);
         in_flight.fetch_sub(1, Ordering::Relaxed);
+        tracing::debug!(
+            group = %job.checkpoint.group,
+            partition = %job.checkpoint.topic_partition,
+            outcome = outcome.label(),
+            took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "checkpoint verified on the records"
+        );
         let verification = Verification {
             at_ms: crate::clock::now_ms(),
             upstream: job.checkpoint.upstream_offset,
