@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
@@ -419,6 +420,18 @@ pub fn validate(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 message: format!("{d} is out of range: use {min} to {max}"),
             });
         }
+    }
+    let verify = spec.checkpoints.verify_interval.as_duration();
+    if !verify.is_zero()
+        && !(Duration::from_secs(1)..=Duration::from_secs(24 * HOUR)).contains(&verify)
+    {
+        return Err(FlowError::Invalid {
+            field: "spec.checkpoints.verifyInterval",
+            message: format!(
+                "{} is out of range: use 0s (off) or 1s to 24h",
+                spec.checkpoints.verify_interval
+            ),
+        });
     }
     if let Some(pattern) = only_internal_topics(spec) {
         return Err(FlowError::Invalid {

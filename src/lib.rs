@@ -14,6 +14,8 @@
 //! - [`replicator`]: the data plane: source, checkpoint and heartbeat loops, metrics, health.
 //! - [`status`]: a flow's status from the clusters (probe, conditions), shared by the operator
 //!   and the CLI.
+//! - [`verify`]: checkpoints checked on the records themselves (the drill's and the checkpoint
+//!   loop's shared rules, and the header that carries the outcome to the probe).
 
 /// The resource types live in their own crate (no Kafka or Kubernetes client), named here as
 /// before.
@@ -28,3 +30,4 @@ pub use mirrorflow_core as mm2;
 pub mod operator;
 pub mod replicator;
 pub mod status;
+pub mod verify;

@@ -39,6 +39,7 @@ fn exported() -> BTreeSet<String> {
         .cluster_unreachable
         .with_label_values(&["source"])
         .set(0);
+    replicator.verified_now();
     let operator = OperatorMetrics::new().expect("operator metrics");
     let obs = Observation {
         heartbeat_age: Some(Duration::from_secs(1)),
@@ -50,6 +51,7 @@ fn exported() -> BTreeSet<String> {
             uncopied_records: 0,
             invalidated_checkpoints: 0,
             conservative: Default::default(),
+            verified: Default::default(),
         }],
         ..Observation::default()
     };

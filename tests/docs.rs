@@ -99,6 +99,7 @@ fn reasons() -> Vec<&'static str> {
         reason::TARGET_NOT_AUTHORIZED,
         reason::ALIAS_NAMES_TWO_CLUSTERS,
         reason::INTERNAL_TOPIC_REFUSED,
+        reason::RECORDS_MISMATCH,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,

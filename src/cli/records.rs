@@ -43,9 +43,9 @@ pub(crate) fn reader(
 }
 
 pub(crate) fn seen(m: &rdkafka::message::BorrowedMessage<'_>) -> Seen {
-    let headers: Vec<(&str, Option<&[u8]>)> = m
+    let headers: Vec<(&[u8], Option<&[u8]>)> = m
         .headers()
-        .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
+        .map(|h| h.iter().map(|h| (h.key.as_bytes(), h.value)).collect())
         .unwrap_or_default();
     let fp = fingerprint(m.key(), m.payload(), m.timestamp().to_millis(), &headers);
     (m.offset(), fp)

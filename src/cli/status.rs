@@ -198,6 +198,7 @@ mod tests {
                 estimated_replay_records: 40,
                 reason: "CheckpointStale".into(),
                 message: "newest checkpoint is 1m5s old".into(),
+                ..GroupReadiness::default()
             }],
             ..MirrorFlowStatus::default()
         };

@@ -239,6 +239,7 @@ pub(crate) mod tests {
                     written_ms: Some(1_000),
                     exactness: crate::kafka::checkpoints::Exactness::Unknown,
                     exact_ms: None,
+                    verification: None,
                 },
             );
         }

@@ -13,6 +13,7 @@ use rdkafka::{ClientConfig, Message};
 pub use super::reader::ReadError;
 use super::reader::{Isolation, PartitionReader};
 use crate::mm2::{Checkpoint, OffsetSync, SYNC_ORIGIN_HEADER, SyncOrigin, TopicPartition};
+use crate::verify::header::{VERIFICATION_HEADER, Verification};
 
 /// Group id the readers are configured with; they never join it nor commit.
 const READER_GROUP: &str = "mirrorflow-cli-reader";
@@ -117,6 +118,10 @@ pub struct StoredCheckpoint {
     /// away). A group that commits while the copy keeps up gets a conservative checkpoint at
     /// most commits, then the exact one a sync later.
     pub exact_ms: Option<i64>,
+    /// The newest verification of this group-partition's checkpoints on their records
+    /// ([`crate::verify::header`]): of this checkpoint, or of an earlier one when this one was
+    /// not verified yet (its offsets say which). A mismatch stays until a later verification.
+    pub verification: Option<Verification>,
 }
 
 /// Newest checkpoint per group, then per TARGET topic-partition.
@@ -150,12 +155,18 @@ pub fn read_checkpoints(
 /// Folds one record of a checkpoints topic into `index` (newer records replace older ones of
 /// the same group-partition); false when it is not a checkpoint (skipped).
 pub fn index_record(index: &mut CheckpointIndex, m: &impl Message) -> bool {
-    index_checkpoint(
+    let verification = m.headers().and_then(|h| {
+        h.iter()
+            .find(|h| h.key == VERIFICATION_HEADER)
+            .and_then(|h| Verification::from_header(h.value))
+    });
+    index_verified_checkpoint(
         index,
         m.key(),
         m.payload(),
         m.timestamp().to_millis(),
         Exactness::of_record(m),
+        verification,
     )
     .is_some()
 }
@@ -170,6 +181,18 @@ pub fn index_checkpoint(
     written_ms: Option<i64>,
     exactness: Exactness,
 ) -> Option<bool> {
+    index_verified_checkpoint(index, key, value, written_ms, exactness, None)
+}
+
+/// [`index_checkpoint`] with the record's [`VERIFICATION_HEADER`], if it had one.
+pub fn index_verified_checkpoint(
+    index: &mut CheckpointIndex,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    written_ms: Option<i64>,
+    exactness: Exactness,
+    verification: Option<Verification>,
+) -> Option<bool> {
     let cp = key
         .zip(value)
         .and_then(|(k, v)| Checkpoint::decode(k, v).ok())?;
@@ -181,11 +204,13 @@ pub fn index_checkpoint(
         // A writer that does not say (MM2): nothing is known of it.
         Exactness::Unknown => None,
     };
+    let verification = verification.or_else(|| before.and_then(|b| b.verification));
     let stored = StoredCheckpoint {
         written_ms,
         checkpoint: cp,
         exactness,
         exact_ms,
+        verification,
     };
     let replaced = partitions.insert(stored.checkpoint.topic_partition.clone(), stored);
     Some(replaced.is_none())

@@ -68,6 +68,12 @@ pub struct Metrics {
     pub partition_stalled: prometheus::IntGaugeVec,
     /// Partitions found stalled (no progress for a minute with records beyond them).
     pub partition_stalls: IntCounter,
+    /// Checkpoints verified on their records, by outcome (`match`, `mismatch`, `unverifiable`).
+    pub verifications: IntCounterVec,
+    /// Group-partitions of this replica whose latest verification was a mismatch.
+    pub verification_mismatches: IntGauge,
+    /// Seconds since this replica's newest verification (absent before the first).
+    pub verification_age: Gauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -190,6 +196,21 @@ impl Metrics {
                 "topic_acls_missing",
                 "Bindings for the source's topic ACLs the target lacked after the latest round",
             )?,
+            verifications: IntCounterVec::new(
+                Opts::new(
+                    "verifications_total",
+                    "Checkpoints verified on their records (the target's record at the checkpoint against the source's at the commit), by outcome",
+                ),
+                &["outcome"],
+            )?,
+            verification_mismatches: IntGauge::new(
+                "verification_mismatches",
+                "Group-partitions whose latest verification found that a failover to the checkpoint would not resume on the group's next record",
+            )?,
+            verification_age: Gauge::new(
+                "verification_age_seconds",
+                "Seconds since the newest verification of a checkpoint on its records",
+            )?,
             registry,
         };
         m.registry
@@ -208,6 +229,9 @@ impl Metrics {
             .register(Box::new(m.group_checkpoint_age.clone()))?;
         m.registry.register(Box::new(m.groups_unlabelled.clone()))?;
         m.registry.register(Box::new(m.heartbeat_lag.clone()))?;
+        m.registry.register(Box::new(m.verifications.clone()))?;
+        m.registry
+            .register(Box::new(m.verification_mismatches.clone()))?;
         m.registry
             .register(Box::new(m.heartbeats_emitted.clone()))?;
         m.registry
@@ -262,6 +286,16 @@ impl Metrics {
     }
 
     /// Forgets a group's series (the group is gone).
+    /// A checkpoint was verified just now: the age of the newest verification is 0 (its series
+    /// exists from the first verification on; an age of 0 before it would say what is not).
+    pub fn verified_now(&self) {
+        // Registered already after the first time: nothing else can fail here.
+        let _ = self
+            .registry
+            .register(Box::new(self.verification_age.clone()));
+        self.verification_age.set(0.0);
+    }
+
     pub fn forget_group(&self, group: &str) {
         let _ = self.group_checkpoint_age.remove_label_values(&[group]);
         if let Ok(mut labelled) = self.labelled_groups.lock() {

@@ -21,6 +21,9 @@ pub struct Conservative {
 /// Where a group stands for a failover now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum GroupState {
+    /// A verification of its checkpoint on the records found that a failover to it would not
+    /// resume on the record it reads next ([`super::verified`]).
+    RecordsMismatch,
     /// A checkpoint of it points into a remote partition that was recreated since: a failover
     /// now would skip the new log's records up to it.
     CheckpointInvalidated,
@@ -40,6 +43,7 @@ impl GroupState {
     /// The `reason` of its `leastReadyGroups` row.
     pub fn reason(self) -> &'static str {
         match self {
+            GroupState::RecordsMismatch => "RecordsMismatch",
             GroupState::CheckpointInvalidated => "CheckpointInvalidated",
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => "NoCheckpoint",
@@ -52,6 +56,7 @@ impl GroupState {
     /// The `CheckpointsFresh` reason when this is the worst group.
     pub fn condition_reason(self) -> &'static str {
         match self {
+            GroupState::RecordsMismatch => reason::RECORDS_MISMATCH,
             GroupState::CheckpointInvalidated => reason::CHECKPOINTS_INVALIDATED,
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
             GroupState::NoCheckpoint => reason::NO_CHECKPOINTS,
@@ -61,8 +66,9 @@ impl GroupState {
     }
 }
 
-/// Per-group readiness with its state, worst first: groups whose checkpoints point into a
-/// recreated remote log (a failover would skip records), then groups without any checkpoint,
+/// Per-group readiness with its state, worst first: groups whose checkpoint a verification on
+/// the records found wrong, and those whose checkpoints point into a recreated remote log (a
+/// failover would skip records), then groups without any checkpoint,
 /// then stale ones (oldest first) and those whose checkpoint at the commit is conservative, then
 /// ready ones; ties by records a failover would re-read, then name.
 pub fn states(
@@ -81,6 +87,11 @@ pub fn states(
                 )
             };
             let (rank, state, message) = match g.checkpoint_age {
+                _ if g.verified.mismatches > 0 => (
+                    0,
+                    GroupState::RecordsMismatch,
+                    g.verified.mismatch_message(),
+                ),
                 _ if g.invalidated_checkpoints > 0 => (
                     0,
                     GroupState::CheckpointInvalidated,
@@ -134,11 +145,17 @@ pub fn states(
                     3,
                     GroupState::Ready,
                     format!(
-                        "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit",
-                        g.conservative.max_replay, g.conservative.partitions
+                        "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit{}",
+                        g.conservative.max_replay,
+                        g.conservative.partitions,
+                        g.verified.evidence()
                     ),
                 ),
-                Some(_) => (3, GroupState::Ready, "the group can fail over".to_string()),
+                Some(_) => (
+                    3,
+                    GroupState::Ready,
+                    format!("the group can fail over{}", g.verified.evidence()),
+                ),
             };
             let age = g.checkpoint_age.unwrap_or(Duration::MAX);
             let row = GroupReadiness {
@@ -147,6 +164,9 @@ pub fn states(
                 estimated_replay_records: g.replay_records.max(0),
                 reason: state.reason().into(),
                 message,
+                last_verified: g.verified.newest_age.map(secs),
+                verified_partitions: (g.verified.verified > 0)
+                    .then(|| format!("{}/{}", g.verified.verified, g.verified.checkpointed)),
             };
             (rank, age, state, row)
         })
@@ -190,6 +210,7 @@ mod tests {
             uncopied_records: uncopied,
             invalidated_checkpoints: partitions,
             conservative: Conservative::default(),
+            verified: Default::default(),
         }
     }
 
@@ -243,6 +264,7 @@ mod tests {
                 uncopied_records: 0,
                 invalidated_checkpoints: 0,
                 conservative,
+                verified: Default::default(),
             }],
             ..Observation::default()
         }
@@ -344,5 +366,92 @@ mod tests {
             .map(|(s, _)| s)
             .collect();
         assert_eq!(states, [GroupState::CheckpointStale]);
+    }
+
+    #[test]
+    fn a_mismatch_found_on_the_records_holds_failover_back_and_evidence_is_dated() {
+        use crate::kafka::checkpoints::{Exactness, StoredCheckpoint};
+        use crate::mm2::{Checkpoint, TopicPartition};
+        use crate::verify::header::Verification;
+        use crate::verify::outcome::{Mismatch, Outcome};
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("a time"),
+        );
+        let limits = FailoverReadinessSpec::default();
+        let verified = |outcome: Outcome| {
+            let tp = TopicPartition::new("A.t", 2);
+            let mut v = crate::status::verified::Verified::default();
+            v.add(
+                &tp,
+                &StoredCheckpoint {
+                    checkpoint: Checkpoint {
+                        group: "g".into(),
+                        topic_partition: tp.clone(),
+                        upstream_offset: 40,
+                        downstream_offset: 48,
+                        metadata: String::new(),
+                    },
+                    written_ms: Some(1),
+                    exactness: Exactness::Exact,
+                    exact_ms: Some(1),
+                    verification: Some(Verification {
+                        at_ms: 5_000,
+                        upstream: 40,
+                        downstream: 48,
+                        outcome,
+                    }),
+                },
+            );
+            v.aged(|_| Duration::from_secs(5))
+        };
+        let mut obs = one_group(Conservative::default());
+        obs.groups[0].verified = verified(Outcome::Mismatch(Mismatch {
+            skipped: Some(1),
+            reread: Some(0),
+        }));
+        let s = crate::status::status(None, &obs, &limits, None, &now);
+        let row = &s.least_ready_groups[0];
+        assert_eq!(row.reason, "RecordsMismatch");
+        assert!(
+            row.message
+                .contains("partition A.t-2 (source offset 40, target offset 48)")
+                && row.message.contains("skip 1 record"),
+            "{}",
+            row.message
+        );
+        let failover = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::status::FAILOVER_READY)
+            .expect("reported");
+        assert_eq!(
+            (failover.status.as_str(), failover.reason.as_str()),
+            ("False", reason::RECORDS_MISMATCH)
+        );
+
+        obs.groups[0].verified = verified(Outcome::Match);
+        let s = crate::status::status(Some(&s), &obs, &limits, None, &now);
+        let row = &s.least_ready_groups[0];
+        assert_eq!(
+            (
+                row.reason.as_str(),
+                row.last_verified.as_deref(),
+                row.verified_partitions.as_deref()
+            ),
+            ("Ready", Some("5s"), Some("1/1"))
+        );
+        let failover = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == crate::status::FAILOVER_READY)
+            .expect("reported");
+        assert_eq!(failover.status, "True");
+        assert!(
+            failover
+                .message
+                .contains("verified on the records on 1/1 group-partition(s), newest 5s ago"),
+            "{}",
+            failover.message
+        );
     }
 }

@@ -24,6 +24,7 @@ pub mod groups;
 pub mod probe;
 pub mod reason;
 pub mod tails;
+pub mod verified;
 pub mod writes;
 
 pub use groups::{Conservative, GroupState, group_readiness};
@@ -82,6 +83,8 @@ pub struct GroupObservation {
     /// writer said so), and how many records a failover to them may re-read in all (also in
     /// `replay_records`).
     pub conservative: Conservative,
+    /// What the verifications on its checkpoint records say ([`verified`]).
+    pub verified: verified::Verified,
 }
 
 /// What the flow's topic and group selection was matched against on the source; `None` where
@@ -633,7 +636,10 @@ fn evaluate(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<Verdict> {
             FAILOVER_READY,
             true,
             reason::OK,
-            "consumers can fail over to the target now",
+            format!(
+                "consumers can fail over to the target now{}",
+                verified::flow_evidence(&obs.groups)
+            ),
         ),
         (None, Some(first)) => verdict(
             FAILOVER_READY,

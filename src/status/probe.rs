@@ -916,6 +916,7 @@ fn observe_group(
     let mut newest_written: Option<i64> = None;
     let mut invalidated = 0u32;
     let mut conservative = Conservative::default();
+    let mut verified = super::verified::Verified::default();
     // The oldest time one of the conservative partitions was last exact; `Some(None)`: never.
     let mut exact_since: Option<Option<i64>> = None;
     for ((topic, partition), offset) in committed {
@@ -943,6 +944,7 @@ fn observe_group(
                 invalidated = invalidated.saturating_add(1);
             }
             Some(stored) => {
+                verified.add(&stored.checkpoint.topic_partition, stored);
                 let up = stored.checkpoint.upstream_offset;
                 let written = stored.written_ms.unwrap_or(0);
                 newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
@@ -982,8 +984,10 @@ fn observe_group(
         (Some(i64::MIN), _) | (_, None) => None,
         (Some(since), Some(_)) => Some(age(since)),
     };
+    let verified = verified.aged(&age);
     Some(GroupObservation {
         group,
+        verified,
         checkpoint_age,
         replay_records: replay,
         uncopied_records: uncopied,

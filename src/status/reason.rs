@@ -34,6 +34,10 @@ pub const CHECKPOINTS_INVALIDATED: &str = "CheckpointsInvalidated";
 /// A group's checkpoint is at its commit but was translated conservatively: a failover now
 /// would re-read records until the copy's offset sync reaches the commit.
 pub const CHECKPOINTS_CONSERVATIVE: &str = "CheckpointsConservative";
+/// A verification of a group's checkpoint on the records found that a failover to it would not
+/// resume on the record the group reads next (a record another producer wrote, a wrong
+/// translation).
+pub const RECORDS_MISMATCH: &str = "RecordsMismatch";
 pub const REPLICATION_LAG_HIGH: &str = "ReplicationLagHigh";
 /// A cluster refused a remote topic's creation, growth or config sync (or the source's configs
 /// could not be read), so that topic is not copied, or not as its source is.

@@ -31,6 +31,7 @@ use crate::kafka::positions::{self, Frontier, Gaps};
 use crate::kafka::refusals::Refusals;
 use crate::kafka::writers::Claims;
 use crate::mm2::Heartbeat;
+use crate::verify::header::{VERIFICATION_HEADER, Verification};
 
 /// The most bytes a batch's records may inflate to. The replicators write these topics in
 /// batches of at most about 1 MB (the producer's default), of small records; a batch that
@@ -177,9 +178,9 @@ impl Tail {
         }
     }
 
-    /// Folds the record at `offset` (`exactness`: its checkpoint translation header, for the
-    /// checkpoints topic); a record before [`Self::next`] was folded already (a fetch repeats
-    /// the batch it starts in). A tail over its bound is refused and emptied.
+    /// Folds the record at `offset` (`headers`: its checkpoint translation and verification
+    /// headers, for the checkpoints topic); a record before [`Self::next`] was folded already
+    /// (a fetch repeats the batch it starts in). A tail over its bound is refused and emptied.
     pub(super) fn apply(
         &mut self,
         offset: i64,
@@ -188,6 +189,18 @@ impl Tail {
         timestamp_ms: Option<i64>,
         exactness: Exactness,
     ) -> Result<(), TailRefusal> {
+        self.apply_verified(offset, key, value, timestamp_ms, (exactness, None))
+    }
+
+    /// [`Self::apply`] with the record's verification header too.
+    pub(super) fn apply_verified(
+        &mut self,
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+        headers: (Exactness, Option<Verification>),
+    ) -> Result<(), TailRefusal> {
         if let Some(r) = &self.refused {
             return Err(r.clone());
         }
@@ -195,7 +208,7 @@ impl Tail {
             return Ok(());
         }
         self.next = offset.saturating_add(1);
-        self.fold(key, value, timestamp_ms, exactness);
+        self.fold(key, value, timestamp_ms, headers);
         if let Some((what, limit)) = self.over_bound() {
             return Err(self.refuse(TailRefusal::TooManyEntries {
                 offset,
@@ -211,7 +224,7 @@ impl Tail {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         timestamp_ms: Option<i64>,
-        exactness: Exactness,
+        (exactness, verification): (Exactness, Option<Verification>),
     ) {
         match &mut self.state {
             TailState::Positions {
@@ -231,8 +244,14 @@ impl Tail {
             }
             TailState::Checkpoints(index) => {
                 let index = Arc::make_mut(index);
-                if checkpoints::index_checkpoint(index, key, value, timestamp_ms, exactness)
-                    == Some(true)
+                if checkpoints::index_verified_checkpoint(
+                    index,
+                    key,
+                    value,
+                    timestamp_ms,
+                    exactness,
+                    verification,
+                ) == Some(true)
                 {
                     self.checkpoints = self.checkpoints.saturating_add(1);
                 }
@@ -283,7 +302,7 @@ impl Tail {
 /// `None` for what they do not speak (an unknown protocol or mechanism). OAuth tokens come
 /// from the bounded client of [`mirrorflow_conn::oauth`]; `allow_loopback`: whether its token
 /// endpoint may be on loopback ([`super::clients::ProbeClients`]).
-pub(super) fn conn_security(config: &ClientConfig, allow_loopback: bool) -> Option<Security> {
+pub(crate) fn conn_security(config: &ClientConfig, allow_loopback: bool) -> Option<Security> {
     let protocol = config.get("security.protocol").unwrap_or("PLAINTEXT");
     let (tls, sasl) = match protocol.to_ascii_uppercase().as_str() {
         "PLAINTEXT" => (false, false),
@@ -588,13 +607,21 @@ fn take(tail: &mut Tail, fetched: &Fetched) -> Result<(), TailRefusal> {
                     class: e.class(),
                 })?;
                 let timestamp = (r.timestamp >= 0).then_some(r.timestamp);
-                let exactness = Exactness::from_header(
+                let header = |name: &str| {
                     r.headers
                         .iter()
-                        .find(|h| h.key == checkpoints::TRANSLATION_HEADER.as_bytes())
-                        .map(|h| h.value.unwrap_or_default()),
-                );
-                tail.apply(r.offset, r.key, r.value, timestamp, exactness)?;
+                        .find(|h| h.key == name.as_bytes())
+                        .map(|h| h.value.unwrap_or_default())
+                };
+                let exactness = Exactness::from_header(header(checkpoints::TRANSLATION_HEADER));
+                let verification = Verification::from_header(header(VERIFICATION_HEADER));
+                tail.apply_verified(
+                    r.offset,
+                    r.key,
+                    r.value,
+                    timestamp,
+                    (exactness, verification),
+                )?;
             }
         }
     }

@@ -23,6 +23,7 @@ fn healthy() -> Observation {
             uncopied_records: 0,
             invalidated_checkpoints: 0,
             conservative: Conservative::default(),
+            verified: Default::default(),
         }],
         ..Observation::default()
     }
@@ -165,6 +166,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         uncopied_records: 0,
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
+        verified: Default::default(),
     });
     o.groups.push(GroupObservation {
         group: "new".into(),
@@ -173,6 +175,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         uncopied_records: 0,
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
+        verified: Default::default(),
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let names: Vec<_> = s
@@ -206,6 +209,7 @@ fn a_group_ahead_of_the_copy_is_blamed_on_replication_not_checkpoints() {
         uncopied_records: 480,
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
+        verified: Default::default(),
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let row = &s.least_ready_groups[0];

@@ -437,6 +437,13 @@ pub struct CheckpointSpec {
     #[serde(default = "defaults::groups_refresh")]
     #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("groupsRefreshInterval must be between 1s and 24h"))]
     pub groups_refresh_interval: SpecDuration,
+    /// How often each group-partition's checkpoint is verified on the records themselves, at
+    /// most: the target's record at the checkpoint read and compared with the source's at the
+    /// group's commit, read-only, at most 1000 verifications (2000 reads) a minute per flow.
+    /// `0s` turns verification off.
+    #[serde(default = "defaults::verify_interval")]
+    #[x_kube(validation = Rule::new("duration(self) == duration('0s') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))").message("verifyInterval must be 0s (off) or between 1s and 24h"))]
+    pub verify_interval: SpecDuration,
     /// Also commit translated offsets into the target's groups, but only into groups with no
     /// active member there and never backwards.
     #[serde(default)]
@@ -562,6 +569,9 @@ pub mod defaults {
     }
     pub fn groups_refresh() -> SpecDuration {
         SpecDuration::from_secs(10)
+    }
+    pub fn verify_interval() -> SpecDuration {
+        SpecDuration::from_secs(60)
     }
     pub fn heartbeat_interval() -> SpecDuration {
         SpecDuration::from_secs(1)

@@ -140,8 +140,18 @@ pub struct GroupReadiness {
     /// what is copied, so no checkpoint can cover it yet), `CheckpointInvalidated` (a checkpoint
     /// points into a remote partition recreated since), `CheckpointConservative` (a checkpoint at
     /// its commit was translated conservatively: a failover now would re-read records until the
-    /// copy's offset sync reaches the commit).
+    /// copy's offset sync reaches the commit), `RecordsMismatch` (a verification of a
+    /// checkpoint on the records found that a failover to it would not resume on the record
+    /// the group reads next).
     pub reason: String,
     /// What that means and what to do.
     pub message: String,
+    /// How long ago a checkpoint of the group was last verified on the records themselves
+    /// (`spec.checkpoints.verifyInterval`); absent before the first verification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<String>,
+    /// Partitions whose checkpoint was verified on the records, of those with a checkpoint
+    /// (`3/4`); absent before the first verification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_partitions: Option<String>,
 }

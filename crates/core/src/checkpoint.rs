@@ -90,6 +90,11 @@ impl CheckpointTracker {
         Some((last.upstream, last.downstream))
     }
 
+    /// When the last checkpoint of this group and partition was written, if known.
+    pub fn written_ms(&self, group: &str, topic_partition: &TopicPartition) -> Option<i64> {
+        self.last.get(group)?.get(topic_partition)?.written_ms
+    }
+
     /// Whether the last checkpoint of this group and partition is known to have been written
     /// before `ms`: it points into a log that a later event (the remote partition recreated at
     /// `ms`) made void. False when there is none or its time is unknown.

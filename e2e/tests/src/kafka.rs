@@ -126,6 +126,20 @@ pub type Record = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
 /// Reads every record of one partition from the beginning up to its current end.
 /// Returns (offset, key, value) triples.
 pub fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Record>> {
+    Ok(read_partition_with_header(bootstrap, topic, partition, "")?
+        .into_iter()
+        .map(|(record, _)| record)
+        .collect())
+}
+
+/// [`read_partition`], each record with the value of its header `header` (`None`: absent).
+pub fn read_partition_with_header(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    header: &str,
+) -> Result<Vec<(Record, Option<Vec<u8>>)>> {
+    use rdkafka::message::Headers;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "mirrorflow-e2e-reader")
@@ -138,9 +152,9 @@ pub fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Ve
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
     consumer.assign(&tpl)?;
-    let mut out = Vec::new();
+    let mut out: Vec<(Record, Option<Vec<u8>>)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while out.last().map(|(o, _, _)| *o + 1).unwrap_or(0_i64) < high {
+    while out.last().map(|((o, _, _), _)| *o + 1).unwrap_or(0_i64) < high {
         if Instant::now() > deadline {
             bail!(
                 "reading {topic}-{partition} timed out at {} of {high}",
@@ -148,11 +162,21 @@ pub fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Ve
             );
         }
         match consumer.poll(Duration::from_millis(500)) {
-            Some(Ok(m)) => out.push((
-                m.offset(),
-                m.key().map(<[u8]>::to_vec),
-                m.payload().map(<[u8]>::to_vec),
-            )),
+            Some(Ok(m)) => {
+                let value = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|h| h.key == header)
+                        .map(|h| h.value.unwrap_or_default().to_vec())
+                });
+                out.push((
+                    (
+                        m.offset(),
+                        m.key().map(<[u8]>::to_vec),
+                        m.payload().map(<[u8]>::to_vec),
+                    ),
+                    value,
+                ));
+            }
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(e)) => return Err(e.into()),
         }

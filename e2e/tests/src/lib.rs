@@ -131,6 +131,7 @@ pub fn unique(prefix: &str) -> String {
 
 pub mod batches;
 pub mod fidelity;
+pub mod handmirror;
 pub mod kafka;
 pub mod mm2;
 pub mod node;

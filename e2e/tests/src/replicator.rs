@@ -83,6 +83,19 @@ impl Replicator {
         port: u16,
         membership: Membership,
     ) -> Result<Replicator> {
+        Replicator::start_with_env(repo_root, name, flow_yaml, port, membership, &[])
+    }
+
+    /// [`Replicator::start_as`] with more environment variables (the debug build's test-only
+    /// fault injections).
+    pub fn start_with_env(
+        repo_root: &Path,
+        name: &str,
+        flow_yaml: &str,
+        port: u16,
+        membership: Membership,
+        env: &[(&str, &str)],
+    ) -> Result<Replicator> {
         let dir = std::env::temp_dir().join("mirrorflow-e2e").join(name);
         std::fs::create_dir_all(&dir)?;
         let config = dir.join("flow.yaml");
@@ -104,6 +117,7 @@ impl Replicator {
             .arg("--secrets-dir")
             .arg(dir.join("secrets"))
             .env("RUST_LOG", "info,mirrorflow=debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out))
             .spawn()

@@ -159,7 +159,14 @@ impl Mirror {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        for (_, key, value) in kafka::read_partition(&self.world.target_bootstrap, &topic, 0)? {
+        // A checkpoint stated again with its verification on the records is no new checkpoint.
+        let records = kafka::read_partition_with_header(
+            &self.world.target_bootstrap,
+            &topic,
+            0,
+            mirrorflow::verify::header::VERIFICATION_HEADER,
+        )?;
+        for ((_, key, value), _) in records.into_iter().filter(|(_, v)| v.is_none()) {
             let (Some(k), Some(v)) = (key, value) else {
                 bail!("a null key or value in {topic}");
             };

@@ -10,12 +10,12 @@ use mirrorflow::api::MirrorFlowSpec;
 use mirrorflow::flow::{self, Flow};
 use mirrorflow::kafka::SecretFiles;
 use mirrorflow::kafka::positions::{self, Frontier};
-use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
+use mirrorflow::mm2::{Checkpoint, Heartbeat, TopicPartition};
 use mirrorflow::status::clients::ProbeClients;
 use mirrorflow::status::probe::{Budget, ClusterObservation, PROBE_BUDGET, observe_with};
-use mirrorflow_e2e::replicator::{Replicator, binary};
+use mirrorflow_e2e::handmirror::{cli_json, condition, dense_sync, send_value};
+use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 async fn send(producer: &FutureProducer, topic: &str, key: &[u8], value: &[u8]) -> Result<()> {
@@ -201,71 +201,6 @@ async fn a_probe_sees_hundreds_of_groups_and_only_their_mirrored_commits() -> Re
 
 /// Target offsets of the hand-mirrored records are source offsets plus this.
 const SHIFT: i64 = 7;
-
-/// A record to partition 0; its offset.
-async fn send_value(producer: &FutureProducer, topic: &str, value: &str) -> Result<i64> {
-    let delivery = producer
-        .send(
-            FutureRecord::<(), _>::to(topic).partition(0).payload(value),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(e, _)| e)?;
-    Ok(delivery.offset)
-}
-
-/// A dense offset sync (the header the source loop puts on its own) of `topic`-0.
-async fn dense_sync(
-    source: &FutureProducer,
-    syncs: &str,
-    topic: &str,
-    up: i64,
-    down: i64,
-) -> Result<()> {
-    let rec = OffsetSync::new(TopicPartition::new(topic, 0), up, down).encode()?;
-    let record = FutureRecord::to(syncs)
-        .partition(0)
-        .key(&rec.key)
-        .payload(&rec.value)
-        .headers(OwnedHeaders::new().insert(Header {
-            key: "mirrorflow.sync",
-            value: Some("dense"),
-        }));
-    source
-        .send(record, Duration::from_secs(10))
-        .await
-        .map_err(|(e, _)| e)?;
-    Ok(())
-}
-
-/// `mirrorflow <args> --flow-file <file> -o json`, parsed.
-fn cli_json(
-    world: &World,
-    command: &str,
-    file: &std::path::Path,
-    extra: &[&str],
-) -> Result<serde_json::Value> {
-    let out = std::process::Command::new(binary(&world.repo_root))
-        .arg(command)
-        .arg("--flow-file")
-        .arg(file)
-        .args(extra)
-        .args(["-o", "json"])
-        .output()?;
-    serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "mirrorflow {command}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
-    status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&serde_json::Value::Null)
-}
 
 /// The issue-43 case, without a race to win: the offset syncs are written by hand, so the
 /// checkpoint loop's first translation of the commit is conservative for as long as the test

@@ -10,7 +10,7 @@
 //! (`--keep-groups` leaves them for inspection). Group names starting with `mirrorflow` are
 //! never replicated by a flow, so a drill group cannot travel anywhere.
 
-pub mod judge;
+pub use crate::verify::judge;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! the same key and value are written again with the exact header (MM2's readers see the same
 //! checkpoint twice; compaction keeps one).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{Checkpoint, TopicPartition};
@@ -20,18 +20,19 @@ use crate::mm2::{Checkpoint, TopicPartition};
 /// while another replica owns the group), so a group that comes back is still made exact.
 #[derive(Debug, Default)]
 pub struct Conservative {
-    groups: HashMap<String, HashSet<TopicPartition>>,
+    /// Per group, per target partition, the records its translation said a failover may re-read.
+    groups: HashMap<String, HashMap<TopicPartition, u64>>,
 }
 
 impl Conservative {
     /// `cp` is the pair's latest checkpoint, with what its writer said of it.
     pub fn record(&mut self, cp: &Checkpoint, exactness: Exactness) {
         match exactness {
-            Exactness::Conservative { .. } => {
+            Exactness::Conservative { max_replay } => {
                 self.groups
                     .entry(cp.group.clone())
                     .or_default()
-                    .insert(cp.topic_partition.clone());
+                    .insert(cp.topic_partition.clone(), max_replay);
             }
             // Exact, or a writer that did not say (MM2): nothing to make exact later.
             Exactness::Exact | Exactness::Unknown => self.forget(&cp.group, &cp.topic_partition),
@@ -39,7 +40,12 @@ impl Conservative {
     }
 
     pub fn contains(&self, group: &str, target: &TopicPartition) -> bool {
-        self.groups.get(group).is_some_and(|g| g.contains(target))
+        self.max_replay(group, target).is_some()
+    }
+
+    /// What the latest checkpoint's translation said a failover may re-read, when conservative.
+    pub fn max_replay(&self, group: &str, target: &TopicPartition) -> Option<u64> {
+        self.groups.get(group)?.get(target).copied()
     }
 
     pub fn forget(&mut self, group: &str, target: &TopicPartition) {

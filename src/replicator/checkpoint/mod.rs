@@ -38,14 +38,19 @@
 //!
 //! Group offset sync into the target is optional and lives in [`group_sync`]; its per-group
 //! state and reason in [`sync_state`].
+//!
+//! The checkpoints written are verified on the records themselves, sampled ([`verify`]); the
+//! outcome is written on the checkpoint record it is about ([`crate::verify::header`]).
 
 mod commits;
 mod exactness;
+mod fault;
 pub mod group_sync;
 mod recreated;
 mod shell;
 pub mod state;
 pub mod sync_state;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -101,6 +106,8 @@ pub enum Event {
     CheckpointsLoaded,
     /// The checkpoints follower read everything the topic held when mark N was asked for.
     CheckpointsMark(u64),
+    /// The verifier thread judged a checkpoint on its records ([`verify`]).
+    Verified(Box<verify::Verified>),
 }
 
 const EVENT_BUFFER: usize = 4096;
@@ -227,6 +234,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         tx.clone(),
         readers.clone(),
     )?;
+    let verifier = if spec.checkpoints.verify_interval.as_duration().is_zero() {
+        tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
+        None
+    } else {
+        verify::spawn(flow, tx.clone())
+    };
     drop(tx);
 
     let group_views = if spec.checkpoints.sync_group_offsets {
@@ -271,6 +284,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             source_alias: flow.source_alias(),
             target_alias: flow.target_alias(),
         }),
+        verification: verifier.map(|v| {
+            let period = spec.checkpoints.verify_interval.as_duration();
+            shell::Verification::new(
+                v,
+                verify::sampler::Sampler::new(
+                    period,
+                    verify::per_replica(spec.replicas),
+                    std::time::Instant::now(),
+                ),
+                period,
+            )
+        }),
     };
     shell.core.marks = Some(mark_sender);
 
@@ -301,6 +326,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                     }
                 }
                 shell.drop_forgotten();
+                shell.write_verified().await;
             }
             _ = retry => retry_at = None,
             _ = tick.tick() => shell.tick(),
@@ -346,6 +372,8 @@ struct Core<'a> {
     /// Groups whose `Forget` the group sync task has not taken yet, oldest first. They go out
     /// before any update, so a group that comes back is never forgotten after its new view.
     unsent_forgets: Vec<String>,
+    /// Verifications back from the verifier thread, not written yet.
+    verified: Vec<verify::Verified>,
 }
 
 /// A checkpoint [`Core`] decided to write.
@@ -379,6 +407,7 @@ impl<'a> Core<'a> {
             changed_groups: HashSet::new(),
             forgotten: Vec::new(),
             unsent_forgets: Vec::new(),
+            verified: Vec::new(),
         }
     }
 }
@@ -523,6 +552,7 @@ impl Core<'_> {
                     );
                 }
             }
+            Event::Verified(v) => self.verified.push(*v),
             Event::CheckpointsLoaded => {
                 self.checkpoints_loaded = true;
                 tracing::info!("last checkpoints loaded");

@@ -12,6 +12,76 @@ pub(super) struct Shell<'a> {
     pub(super) target_reach: Arc<Reachability>,
     pub(super) group_views: Option<mpsc::Sender<GroupView>>,
     pub(super) core: Core<'a>,
+    /// `None` when verification is off or its thread could not start.
+    pub(super) verification: Option<Verification>,
+}
+
+/// What the shell keeps of the verification: the thread, the sampler, what it stated on the
+/// checkpoints topic and what the metrics say.
+pub(super) struct Verification {
+    verifier: verify::Verifier,
+    sampler: verify::sampler::Sampler,
+    /// A verification that finds what the last one stated of the same checkpoint is stated
+    /// again only after this long: the status's evidence stays this recent at worst, and the
+    /// checkpoints topic gets one record per pair per this time, not one per verification.
+    restate_after: Duration,
+    /// Per pair, what was last stated: the checkpoint's offsets, the outcome, and when.
+    stated: HashMap<
+        verify::sampler::Pair,
+        (
+            i64,
+            i64,
+            crate::verify::outcome::Outcome,
+            std::time::Instant,
+        ),
+    >,
+    /// The pairs whose latest verification was a mismatch.
+    mismatched: HashSet<verify::sampler::Pair>,
+    newest: Option<std::time::Instant>,
+}
+
+/// Verification periods after which an unchanged verification is stated again.
+const RESTATE_PERIODS: u32 = 5;
+
+impl Verification {
+    pub(super) fn new(
+        verifier: verify::Verifier,
+        sampler: verify::sampler::Sampler,
+        period: Duration,
+    ) -> Self {
+        Verification {
+            verifier,
+            sampler,
+            restate_after: period.saturating_mul(RESTATE_PERIODS),
+            stated: HashMap::new(),
+            mismatched: HashSet::new(),
+            newest: None,
+        }
+    }
+
+    /// Whether `done` says something the checkpoints topic does not say yet (or said too long
+    /// ago); if so it counts as stated now.
+    fn worth_stating(
+        &mut self,
+        pair: &verify::sampler::Pair,
+        done: &crate::verify::header::Verification,
+    ) -> bool {
+        let now = std::time::Instant::now();
+        let same = self
+            .stated
+            .get(pair)
+            .is_some_and(|(up, down, outcome, at)| {
+                (*up, *down, *outcome) == (done.upstream, done.downstream, done.outcome)
+                    && now.saturating_duration_since(*at) < self.restate_after
+            });
+        if !same {
+            self.stated.insert(
+                pair.clone(),
+                (done.upstream, done.downstream, done.outcome, now),
+            );
+        }
+        !same
+    }
 }
 
 impl Shell<'_> {
@@ -43,7 +113,10 @@ impl Shell<'_> {
             return true;
         }
         let mut pending = Vec::with_capacity(batch.len());
-        for due in batch {
+        for mut due in batch {
+            let skew = super::fault::skew();
+            due.checkpoint.downstream_offset =
+                due.checkpoint.downstream_offset.saturating_add(skew);
             let record = match due.checkpoint.encode() {
                 Ok(r) => r,
                 Err(e) => {
@@ -137,9 +210,143 @@ impl Shell<'_> {
         self.ctx
             .metrics
             .set_group_ages(self.core.checkpoint_ages(SystemTime::now()));
+        self.schedule_verifications();
         // Keep coverage changes flowing to the group sync task even without new checkpoints.
         if self.core.has_group_views() {
             self.send_group_views();
+        }
+    }
+}
+
+impl Shell<'_> {
+    /// Hands the checkpoints due for verification to the verifier thread (once a second).
+    fn schedule_verifications(&mut self) {
+        let Some(v) = self.verification.as_mut() else {
+            return;
+        };
+        if let Some(newest) = v.newest {
+            self.ctx
+                .metrics
+                .verification_age
+                .set(newest.elapsed().as_secs_f64());
+        }
+        let room = v.verifier.room();
+        let now = std::time::Instant::now();
+        if room == 0 || !self.core.ready_to_evaluate() || !v.sampler.may_pick(now) {
+            return;
+        }
+        let candidates = self.core.verify_candidates();
+        let pairs: Vec<verify::sampler::Pair> = candidates.iter().map(|(p, _)| p.clone()).collect();
+        // Pairs gone from the candidates are not mismatched (nor stated) any more here.
+        let present: HashSet<&verify::sampler::Pair> = pairs.iter().collect();
+        v.mismatched.retain(|p| present.contains(p));
+        v.stated.retain(|p, _| present.contains(p));
+        let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
+        self.ctx.metrics.verification_mismatches.set(mismatched);
+        let picked = v.sampler.pick(&pairs, room, now);
+        if picked.is_empty() {
+            return;
+        }
+        let sources: HashMap<&verify::sampler::Pair, &TopicPartition> =
+            candidates.iter().map(|(p, s)| (p, s)).collect();
+        for pair in &picked {
+            let Some(job) = sources
+                .get(pair)
+                .and_then(|source| self.core.verify_job(&pair.0, &pair.1, source))
+            else {
+                continue;
+            };
+            if !v.verifier.send(job) {
+                break;
+            }
+        }
+    }
+
+    /// Writes the verifications back from the thread on the checkpoints they verified: the
+    /// same key and value again, with the translation header, the verification header and the
+    /// checkpoint's own time (its age stays what it was). A checkpoint replaced meanwhile is
+    /// left alone: the verification is about offsets no longer written.
+    pub(super) async fn write_verified(&mut self) {
+        for done in std::mem::take(&mut self.core.verified) {
+            let verify::Verified { job, verification } = done;
+            let cp = &job.checkpoint;
+            let outcome = verification.outcome;
+            self.ctx
+                .metrics
+                .verifications
+                .with_label_values(&[outcome.label()])
+                .inc();
+            let pair = (cp.group.clone(), cp.topic_partition.clone());
+            // A checkpoint replaced meanwhile is not stated: the verification is about offsets
+            // no longer written. Nor one of a group another replica took meanwhile, nor any
+            // while an assignment's mark is awaited: a later checkpoint of another replica may
+            // not be read back yet.
+            let latest = self.core.ready_to_evaluate()
+                && self.core.commits.is_owned_group(&cp.group)
+                && self.core.tracker.last(&cp.group, &cp.topic_partition)
+                    == Some((cp.upstream_offset, cp.downstream_offset));
+            let mut to_state = false;
+            if let Some(v) = self.verification.as_mut() {
+                to_state = latest && v.worth_stating(&pair, &verification);
+                v.newest = Some(std::time::Instant::now());
+                self.ctx.metrics.verified_now();
+                if matches!(outcome, crate::verify::outcome::Outcome::Mismatch(_)) {
+                    v.mismatched.insert(pair);
+                } else {
+                    v.mismatched.remove(&pair);
+                }
+                let mismatched = i64::try_from(v.mismatched.len()).unwrap_or(i64::MAX);
+                self.ctx.metrics.verification_mismatches.set(mismatched);
+            }
+            if let crate::verify::outcome::Outcome::Mismatch(m) = outcome {
+                tracing::warn!(group = %cp.group, partition = %cp.topic_partition, upstream = cp.upstream_offset, downstream = cp.downstream_offset, "verification: {}", m.failover());
+            }
+            if !to_state {
+                continue;
+            }
+            let written_ms = self.core.tracker.written_ms(&cp.group, &cp.topic_partition);
+            self.restamp(&job, &verification.header_value(), written_ms)
+                .await;
+        }
+    }
+
+    async fn restamp(&mut self, job: &verify::Job, verification: &str, written_ms: Option<i64>) {
+        let Ok(record) = job.checkpoint.encode() else {
+            return;
+        };
+        let mut headers = rdkafka::message::OwnedHeaders::new();
+        let translation = job.exactness.header_value();
+        if let Some(value) = &translation {
+            headers = headers.insert(rdkafka::message::Header {
+                key: crate::kafka::checkpoints::TRANSLATION_HEADER,
+                value: Some(value.as_str()),
+            });
+        }
+        headers = headers.insert(rdkafka::message::Header {
+            key: crate::verify::header::VERIFICATION_HEADER,
+            value: Some(verification),
+        });
+        let outcome = match self.producer.send_with_headers(
+            &self.topic,
+            &record.key,
+            Some(&record.value),
+            written_ms,
+            Some(headers),
+        ) {
+            Ok(acked) => self.producer.acknowledged(acked).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => self.target_reach.ok(),
+            Err(e) => {
+                // The verification is made again within a period.
+                self.ctx
+                    .metrics
+                    .errors
+                    .with_label_values(&["checkpoint", "verification_write"])
+                    .inc();
+                tracing::debug!(error = %e, group = %job.checkpoint.group, "writing a verification failed");
+            }
         }
     }
 }

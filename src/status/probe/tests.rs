@@ -54,6 +54,7 @@ fn checkpoints(
                     written_ms,
                     exactness: Exactness::Unknown,
                     exact_ms: None,
+                    verification: None,
                 },
             )
         })
@@ -167,6 +168,11 @@ fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
             uncopied_records: 0,
             invalidated_checkpoints: 0,
             conservative: Conservative::default(),
+            // Two checkpointed partitions, neither verified on the records yet.
+            verified: crate::status::verified::Verified {
+                checkpointed: 2,
+                ..Default::default()
+            },
         })
     );
 }

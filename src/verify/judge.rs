@@ -1,6 +1,8 @@
-//! What a drill found on one partition, from records alone: where the first record a failed-over
-//! consumer would read sits in the source partition, against the group's committed position.
-//! Pure, so every case is unit-tested; the reading is in [`super`].
+//! Where the first record a failed-over consumer would read sits in the source partition,
+//! against the group's committed position, from records alone ([`place`]). Shared by
+//! `mirrorflow drill` (once, on demand: [`judge`]) and the checkpoint loop's continuous
+//! verification ([`super::outcome`]). Pure, so every case is unit-tested; the reading is in
+//! the callers.
 //!
 //! Records are compared by a fingerprint of what a copy preserves (key, value, headers,
 //! timestamp), not by offset: offsets differ between the clusters unless the flow is aligned.
@@ -23,12 +25,14 @@ fn keys() -> &'static (RandomState, RandomState) {
     KEYS.get_or_init(|| (RandomState::new(), RandomState::new()))
 }
 
-/// The fingerprint of a record as a copy preserves it.
+/// The fingerprint of a record as a copy preserves it. The checkpoint loop's verification
+/// leaves the timestamp out (`None`): a remote topic stamped with log-append time holds every
+/// record under another time, and the record a failover resumes on is what matters there.
 pub fn fingerprint(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     timestamp_ms: Option<i64>,
-    headers: &[(&str, Option<&[u8]>)],
+    headers: &[(&[u8], Option<&[u8]>)],
 ) -> Fingerprint {
     let half = |state: &RandomState| {
         let mut h = state.build_hasher();
@@ -55,6 +59,7 @@ pub struct Finding {
 }
 
 impl Finding {
+    #[cfg(test)]
     fn exact() -> Self {
         Finding {
             skipped: Some(0),
@@ -94,49 +99,86 @@ fn locate(source: &[Seen], fp: Fingerprint, committed: i64) -> Option<i64> {
         .iter()
         .filter(|(_, f)| *f == fp)
         .map(|(o, _)| *o)
-        .min_by_key(|o| (o - committed).abs())
+        .min_by_key(|o| o.saturating_sub(committed).saturating_abs())
 }
 
 /// Source records in `[from, to)`: offsets are not records (transaction markers, compaction).
 fn records_between(source: &[Seen], from: i64, to: i64) -> i64 {
-    source.iter().filter(|(o, _)| *o >= from && *o < to).count() as i64
+    let n = source.iter().filter(|(o, _)| *o >= from && *o < to).count();
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-pub fn judge(a: &Around) -> Finding {
-    let window = || {
-        format!(
-            "the target's record is not among the {} source records read around offset {}; widen --window",
-            a.source.len(),
-            a.committed
-        )
-    };
+/// Where the target's record lies among the source's, as [`place`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Located: a failover now skips `skipped` source records the group has not read and
+    /// reads `reread` it has read again. `pending`: the target holds nothing at the failover
+    /// offset yet and the target's newest record before it was located instead (the records
+    /// after it are not copied yet).
+    At {
+        skipped: i64,
+        reread: i64,
+        pending: bool,
+    },
+    /// The target's record (at the offset, or the newest before it when nothing is there yet)
+    /// is none of the source records read. `pending` as above.
+    NotInWindow { pending: bool },
+    /// Neither the target nor the source holds a record to compare.
+    NothingToCompare,
+}
+
+/// Places the target's record of `a` in its source window.
+pub fn place(a: &Around) -> Placement {
     if let Some((_, fp)) = a.first {
         return match locate(&a.source, fp, a.committed) {
-            Some(at) => Finding {
-                skipped: Some(records_between(&a.source, a.committed, at)),
-                reread: Some(records_between(&a.source, at, a.committed)),
-                note: None,
+            Some(at) => Placement::At {
+                skipped: records_between(&a.source, a.committed, at),
+                reread: records_between(&a.source, at, a.committed),
+                pending: false,
             },
-            None => Finding::unverified(window()),
+            None => Placement::NotInWindow { pending: false },
         };
     }
     // Nothing to read on the target yet.
     let unread = records_between(&a.source, a.committed, i64::MAX);
     if unread == 0 && a.source_to_end {
-        return Finding::exact();
+        return Placement::At {
+            skipped: 0,
+            reread: 0,
+            pending: false,
+        };
     }
     match a.before {
-        // The target ends before the drill group's offset: what lies after its newest record
-        // is what the group would read once copied.
+        // The target ends before the failover offset: what lies after its newest record is
+        // what the group would read once copied.
         Some((_, fp)) => match locate(&a.source, fp, a.committed) {
-            Some(at) => Finding {
-                skipped: Some(records_between(&a.source, a.committed, at + 1)),
-                reread: Some(records_between(&a.source, at + 1, a.committed)),
-                note: None,
+            Some(at) => Placement::At {
+                skipped: records_between(&a.source, a.committed, at.saturating_add(1)),
+                reread: records_between(&a.source, at.saturating_add(1), a.committed),
+                pending: true,
             },
-            None => Finding::unverified(window()),
+            None => Placement::NotInWindow { pending: true },
         },
-        None => Finding::unverified(
+        None => Placement::NothingToCompare,
+    }
+}
+
+/// The drill's answer for one partition.
+pub fn judge(a: &Around) -> Finding {
+    match place(a) {
+        Placement::At {
+            skipped, reread, ..
+        } => Finding {
+            skipped: Some(skipped),
+            reread: Some(reread),
+            note: None,
+        },
+        Placement::NotInWindow { .. } => Finding::unverified(format!(
+            "the target's record is not among the {} source records read around offset {}; widen --window",
+            a.source.len(),
+            a.committed
+        )),
+        Placement::NothingToCompare => Finding::unverified(
             "the target partition holds no record up to the drill group's offset; nothing to compare".into(),
         ),
     }
@@ -246,16 +288,41 @@ mod tests {
 
     #[test]
     fn the_fingerprint_covers_key_value_headers_and_time() {
-        let base = fingerprint(Some(b"k"), Some(b"v"), Some(1), &[("h", Some(b"x"))]);
+        let base = fingerprint(
+            Some(b"k"),
+            Some(b"v"),
+            Some(1),
+            &[(&b"h"[..], Some(&b"x"[..]))],
+        );
         assert_eq!(
             base,
-            fingerprint(Some(b"k"), Some(b"v"), Some(1), &[("h", Some(b"x"))])
+            fingerprint(
+                Some(b"k"),
+                Some(b"v"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))]
+            )
         );
         for other in [
-            fingerprint(Some(b"K"), Some(b"v"), Some(1), &[("h", Some(b"x"))]),
-            fingerprint(Some(b"k"), Some(b"V"), Some(1), &[("h", Some(b"x"))]),
-            fingerprint(Some(b"k"), Some(b"v"), Some(2), &[("h", Some(b"x"))]),
-            fingerprint(Some(b"k"), Some(b"v"), Some(1), &[("h", None)]),
+            fingerprint(
+                Some(b"K"),
+                Some(b"v"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
+            fingerprint(
+                Some(b"k"),
+                Some(b"V"),
+                Some(1),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
+            fingerprint(
+                Some(b"k"),
+                Some(b"v"),
+                Some(2),
+                &[(&b"h"[..], Some(&b"x"[..]))],
+            ),
+            fingerprint(Some(b"k"), Some(b"v"), Some(1), &[(&b"h"[..], None)]),
         ] {
             assert_ne!(base, other);
         }
