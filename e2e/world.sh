@@ -57,6 +57,7 @@ tools() {
   with_progress "building Prometheus and promtool $PROMETHEUS_VERSION (Go modules; about 6 min cold)" build_prometheus
   with_progress "building the world's OCI registry (Go modules)" build_registry
   with_progress "building actionlint $ACTIONLINT_VERSION (Go modules)" build_actionlint
+  with_progress "building krew and validate-krew-manifest $KREW_VERSION (Go modules; about 1 min cold)" build_krew
 }
 
 setup() {
@@ -111,7 +112,7 @@ export SCHEDULER_PORT='$SCHEDULER_PORT' KUBELET_PORT='$KUBELET_PORT' KUBELET_HEA
 export NODE_BRIDGE='$NODE_BRIDGE' NODE_POD_CIDR='$NODE_POD_CIDR'
 export KUBELET2_PORT='$KUBELET2_PORT' KUBELET2_HEALTHZ_PORT='$KUBELET2_HEALTHZ_PORT'
 export NODE2_BRIDGE='$NODE2_BRIDGE' NODE2_POD_CIDR='$NODE2_POD_CIDR' MF_NODE2_STATE='$MF_STATE/node2'
-export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:$ACTIONLINT_BIN:'"\$PATH"
+export PATH='$K8S_BIN:$HELM_BIN:$PROMETHEUS_BIN:$ACTIONLINT_BIN:$KREW_BIN:'"\$PATH"
 EOF
   if [ -f "$(KUBECONFIG_PATH)" ]; then echo "export KUBECONFIG='$(KUBECONFIG_PATH)'" >>"$MF_STATE/env"; fi
 }

@@ -127,6 +127,19 @@ build_actionlint() {
     die "building actionlint $ACTIONLINT_VERSION failed"
 }
 
+# krew and validate-krew-manifest check the kubectl plugin's krew manifest the way krew's own
+# index checks a plugin. kubectl finds krew as a plugin only under the name `kubectl-krew`.
+build_krew() {
+  [ -x "$KREW_BIN/kubectl-krew" ] && [ -x "$KREW_BIN/validate-krew-manifest" ] && return 0
+  go_env
+  mkdir -p "$KREW_BIN"
+  GOBIN="$KREW_BIN" go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION" \
+    "sigs.k8s.io/krew/cmd/validate-krew-manifest@$KREW_VERSION" ||
+    die "building krew $KREW_VERSION failed"
+  mv "$KREW_BIN/krew" "$KREW_BIN/kubectl-krew"
+}
+
 # Kafka, its tools and MirrorMaker 2 come as jars from Maven Central; one classpath holds them all so
 # interop tests and benchmarks run the real MM2 beside the brokers.
 fetch_kafka() {

@@ -13,6 +13,9 @@ HELM_VERSION="${HELM_VERSION:-v3.21.4}"
 # dashboard's queries against a real Prometheus (e2e/monitoring).
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
+# krew (as `kubectl krew`) and its manifest validator: the kubectl plugin's krew manifest
+# (release/krew.sh) is validated and installed by krew itself (e2e/tests/tests/release.rs).
+KREW_VERSION="${KREW_VERSION:-v0.4.3}"
 
 MF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MF_CACHE="${MF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mirrorflow}"
@@ -28,6 +31,7 @@ ETCD_BIN="$MF_CACHE/etcd-$ETCD_VERSION"
 HELM_BIN="$MF_CACHE/helm-$HELM_VERSION"
 PROMETHEUS_BIN="$MF_CACHE/prometheus-$PROMETHEUS_VERSION/bin"
 ACTIONLINT_BIN="$MF_CACHE/actionlint-$ACTIONLINT_VERSION"
+KREW_BIN="$MF_CACHE/krew-$KREW_VERSION"
 
 # Loopback ports of the world. Kept in one place so tests and docs agree.
 KAFKA_SOURCE_PORT="${KAFKA_SOURCE_PORT:-19092}"

@@ -1,8 +1,11 @@
 //! A release as users get it: one version for the binary, the image and the chart; the chart and
 //! the image in an OCI registry (the world's, filled by the release's own scripts under
 //! `release/`), the image pulled from it by the node's containerd by tag and by digest; the
-//! release workflow checked by actionlint so it cannot rot unseen.
+//! release workflow checked by actionlint so it cannot rot unseen; the kubectl plugin's release
+//! archive and krew manifest (the release's own scripts) validated and installed by krew itself.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -142,4 +145,137 @@ fn the_release_workflow_passes_actionlint() -> Result<()> {
     // findings.
     run("actionlint", &args)?;
     Ok(())
+}
+
+/// The platform krew names this machine (its `arch` label), which the world's binary is built for.
+fn krew_arch() -> Result<&'static str> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok("amd64"),
+        "aarch64" => Ok("arm64"),
+        other => anyhow::bail!("no krew platform for the machine's architecture {other}"),
+    }
+}
+
+/// `kubectl krew install --manifest=MANIFEST --archive=ARCHIVE` into `krew_root`: the archive is
+/// the local file, so nothing is downloaded.
+fn krew_install(krew_root: &Path, manifest: &Path, archive: &Path) -> Result<String> {
+    let manifest = format!("--manifest={}", manifest.display());
+    let archive = format!("--archive={}", archive.display());
+    let args = ["krew", "install", manifest.as_str(), archive.as_str()];
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KREW_ROOT", krew_root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running kubectl krew (on the world's PATH: e2e/world.sh tools builds it)")?;
+    ensure!(
+        out.status.success(),
+        "kubectl {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The release's plugin archive (release/plugin-archive.sh) of the world's binary and its krew
+/// manifest (release/krew.sh), in `dir`; the manifest under the release asset's name.
+fn plugin_release(world: &World, v: &str, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let script = |name: &str| world.repo_root.join("release").join(name);
+    let binary = binary(&world.repo_root);
+    let archive = run(
+        script("plugin-archive.sh").to_str().context("path")?,
+        &[
+            binary.to_str().context("path")?,
+            "linux",
+            krew_arch()?,
+            dir.to_str().context("path")?,
+        ],
+    )?;
+    let archive = PathBuf::from(archive.trim());
+    let manifest = run(
+        script("krew.sh").to_str().context("path")?,
+        &[v, archive.to_str().context("path")?],
+    )?;
+    let path = dir.join("mirrorflow-krew.yaml");
+    std::fs::write(&path, manifest)?;
+    Ok((archive, path))
+}
+
+/// The check bites: the same archive under a manifest with another checksum is refused by krew.
+fn refuses_a_wrong_sha256(dir: &Path, manifest: &str, archive: &Path) -> Result<()> {
+    let wrong = dir.join("wrong-sha.yaml");
+    let sha = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("sha256: "))
+        .context("no sha256 in the manifest")?;
+    let other: String = sha
+        .chars()
+        .map(|c| if c == '0' { '1' } else { '0' })
+        .collect();
+    std::fs::write(&wrong, manifest.replace(sha, &other))?;
+    let refused = krew_install(&dir.join("krew-wrong"), &wrong, archive);
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("checksum does not match")),
+        "krew installed the archive under a wrong sha256: {refused:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_kubectl_plugin_installs_with_krew_from_the_release_manifest() -> Result<()> {
+    let world = World::from_env()?;
+    let v = version(&world)?;
+    let dir = std::env::temp_dir().join(unique("e2e-krew"));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| {
+        let (archive, manifest) = plugin_release(&world, &v, &dir)?;
+        let name = format!("kubectl-mirrorflow_{v}_linux_{}.tar.gz", krew_arch()?);
+        ensure!(
+            archive.file_name().and_then(|n| n.to_str()) == Some(name.as_str()),
+            "the plugin archive is {}, the release asset is named {name}",
+            archive.display()
+        );
+        let text = std::fs::read_to_string(&manifest)?;
+        let uri = format!("https://github.com/mirrorflow/mirrorflow/releases/download/v{v}/{name}");
+        ensure!(
+            text.lines().any(|l| l.trim() == format!("uri: {uri}")),
+            "the manifest does not download {uri}:\n{text}"
+        );
+        // krew's validator infers the plugin's name from the file's; it installs from the URI,
+        // which is not published yet, so the install below does that with the local archive.
+        let named = dir.join("mirrorflow.yaml");
+        std::fs::copy(&manifest, &named)?;
+        run(
+            "validate-krew-manifest",
+            &[
+                "-manifest",
+                named.to_str().context("path")?,
+                "-skip-install",
+            ],
+        )?;
+        let krew_root = dir.join("krew");
+        krew_install(&krew_root, &manifest, &archive)?;
+        let path = format!(
+            "{}:{}",
+            krew_root.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("kubectl")
+            .args(["mirrorflow", "--version"])
+            .env("PATH", path)
+            .output()?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && printed.trim() == format!("mirrorflow {v}"),
+            "`kubectl mirrorflow --version` printed {printed:?} ({}; stderr {}), the release is {v}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        refuses_a_wrong_sha256(&dir, &text, &archive)
+    })();
+    std::fs::remove_dir_all(&dir).ok();
+    result
 }
