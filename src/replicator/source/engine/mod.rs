@@ -366,6 +366,80 @@ pub fn spawn<P: Delivery>(
     Ok(())
 }
 
+/// The chores of the copy loop, each on its interval.
+struct Chores {
+    commit: Chore,
+    idle: Chore,
+    targets: Chore,
+    stalls: Chore,
+    stall_watch: stall::StallWatch,
+}
+
+impl Chores {
+    fn new<P: Delivery>() -> Self {
+        Chores {
+            commit: Chore::new(P::COMMIT_EVERY),
+            idle: Chore::new(P::IDLE_CHECK_EVERY),
+            targets: Chore::new(TARGET_CHECK_EVERY),
+            stalls: Chore::new(stall::CHECK_EVERY),
+            stall_watch: stall::StallWatch::default(),
+        }
+    }
+
+    /// Runs the chores that are due.
+    fn run_due<P: Delivery>(&mut self, policy: &Mutex<P>, consumer: &Source<P>) {
+        if self.commit.due() {
+            lock(policy).commit(consumer);
+        }
+        if self.idle.due() {
+            lock(policy).idle_syncs();
+        }
+        if self.targets.due() {
+            lock(policy).check_targets();
+            // The interval counts from the end of a check: one that waited for an absent
+            // broker is not due again at once.
+            self.targets.last = Instant::now();
+        }
+        if self.stalls.due() {
+            let read = stall::read_positions(consumer);
+            let p = lock(policy);
+            let stops = p.shared().stops.clone();
+            stall::check(&mut self.stall_watch, &*p, &stops, &read);
+            drop(p);
+            self.stalls.last = Instant::now();
+        }
+    }
+}
+
+/// Follows discovery's subscription: (un)subscribes when the topic list changed. The first
+/// list received makes the source loop ready.
+fn follow_subscription<P: Delivery>(
+    consumer: &Source<P>,
+    subscriptions: &mut tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    subscribed: &mut Option<Arc<Vec<String>>>,
+    ctx: &Context,
+) -> Result<(), KafkaError> {
+    if !subscriptions.has_changed().unwrap_or(false) {
+        return Ok(());
+    }
+    let wanted = subscriptions.borrow_and_update().clone();
+    let Some(topics) = wanted.filter(|t| subscribed.as_ref() != Some(t)) else {
+        return Ok(());
+    };
+    if topics.is_empty() {
+        consumer.unsubscribe();
+    } else {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names)?;
+    }
+    tracing::debug!(topics = topics.len(), "subscribed");
+    *subscribed = Some(topics);
+    ctx.readiness
+        .source
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
 pub fn run<P: Delivery>(
     consumer: Source<P>,
@@ -376,33 +450,12 @@ pub fn run<P: Delivery>(
     let policy = consumer.context().policy.clone();
     let worker = lock(&policy).shared().worker.clone();
     let mut subscribed: Option<Arc<Vec<String>>> = None;
-    let mut commit = Chore::new(P::COMMIT_EVERY);
-    let mut idle = Chore::new(P::IDLE_CHECK_EVERY);
-    let mut targets = Chore::new(TARGET_CHECK_EVERY);
-    let mut stalls = Chore::new(self::stall::CHECK_EVERY);
-    let mut stall_watch = self::stall::StallWatch::default();
+    let mut chores = Chores::new::<P>();
     let mut since_service = 0_u32;
     let stall_limit = session_timeout(&ctx.flow.source_client, ctx.static_membership) / 2;
     let mut last_turn = Instant::now();
     while !shutdown.is_cancelled() {
-        if subscriptions.has_changed().unwrap_or(false) {
-            let wanted = subscriptions.borrow_and_update().clone();
-            if let Some(topics) = wanted
-                && subscribed.as_ref() != Some(&topics)
-            {
-                if topics.is_empty() {
-                    consumer.unsubscribe();
-                } else {
-                    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-                    consumer.subscribe(&names)?;
-                }
-                tracing::debug!(topics = topics.len(), "subscribed");
-                subscribed = Some(topics);
-                ctx.readiness
-                    .source
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        follow_subscription(&consumer, &mut subscriptions, &mut subscribed, &ctx)?;
         let timeout = lock(&policy).poll_timeout();
         worker.turned(&ctx);
         let polled = consumer.poll(timeout);
@@ -436,36 +489,24 @@ pub fn run<P: Delivery>(
                 lock(&policy).service(&consumer);
             }
         }
-        if commit.due() {
-            lock(&policy).commit(&consumer);
-        }
-        if idle.due() {
-            lock(&policy).idle_syncs();
-        }
-        if targets.due() {
-            lock(&policy).check_targets();
-            // The interval counts from the end of a check: one that waited for an absent
-            // broker is not due again at once.
-            targets.last = Instant::now();
-        }
-        if stalls.due() {
-            let read = self::stall::read_positions(&consumer);
-            let p = lock(&policy);
-            let stops = p.shared().stops.clone();
-            self::stall::check(&mut stall_watch, &*p, &stops, &read);
-            drop(p);
-            stalls.last = Instant::now();
-        }
+        chores.run_due(&policy, &consumer);
     }
+    stop(&policy, &consumer, ctx.static_membership);
+    Ok(())
+}
+
+/// Settles every write and lets the partitions go: a static member gives them up in this
+/// consumer only and keeps its place in the group, any other leaves the group.
+fn stop<P: Delivery>(policy: &Mutex<P>, consumer: &Source<P>, static_membership: bool) {
     tracing::info!("source loop stopping: settling writes");
-    lock(&policy).stop();
-    if ctx.static_membership {
+    lock(policy).stop();
+    if static_membership {
         // A static member that leaves hands its partitions to the others at once, and they
         // come back when it returns: two moves per restart. It gives them up here only (the
         // policy stores their positions as on a revocation) and closes without leaving
         // (KIP-345), so the coordinator keeps them for it until the session timeout.
-        self::rebalance::give_up_locally(&policy, &consumer);
-        return Ok(());
+        self::rebalance::give_up_locally(policy, consumer);
+        return;
     }
     // Leaving the group revokes everything through the policy, which has little left to do.
     consumer.unsubscribe();
@@ -476,5 +517,4 @@ pub fn run<P: Delivery>(
             break;
         }
     }
-    Ok(())
 }
