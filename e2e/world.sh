@@ -208,6 +208,9 @@ case "${1:-}" in
   env)
     [ -f "$MF_STATE/env" ] || die "the world is not up (run e2e/world.sh up)"
     cat "$MF_STATE/env"
+    # A world started before krew joined the tools has no krew on its PATH: the tools are
+    # stateless, so a running world gets them without a restart.
+    grep -qF "$KREW_BIN" "$MF_STATE/env" || echo "export PATH='$KREW_BIN:'\"\$PATH\""
     ;;
   kafka)
     case "${2:-}" in

@@ -36,14 +36,15 @@ platform() {
   listing="$(tar -tzf "$archive")" || { echo "$name is not a gzipped tar archive" >&2; return 1; }
   grep -qx 'kubectl-mirrorflow' <<<"$listing" ||
     { echo "$name does not hold kubectl-mirrorflow at its top" >&2; return 1; }
+  # Quoted below: a digest of digits and one `e` would otherwise be read as a YAML number.
   sha="$(sha256sum "$archive" | cut -d' ' -f1)"
   cat <<YAML
   - selector:
       matchLabels:
         os: $os
         arch: $arch
-    uri: $download/$name
-    sha256: $sha
+    uri: "$download/$name"
+    sha256: "$sha"
     bin: kubectl-mirrorflow
     files:
     - from: kubectl-mirrorflow

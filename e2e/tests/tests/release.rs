@@ -208,11 +208,11 @@ fn refuses_a_wrong_sha256(dir: &Path, manifest: &str, archive: &Path) -> Result<
     let sha = manifest
         .lines()
         .find_map(|l| l.trim().strip_prefix("sha256: "))
+        .map(|v| v.trim_matches('"'))
         .context("no sha256 in the manifest")?;
-    let other: String = sha
-        .chars()
-        .map(|c| if c == '0' { '1' } else { '0' })
-        .collect();
+    // Another valid digest: the first hex digit changed.
+    let first = if sha.starts_with('0') { "1" } else { "0" };
+    let other = format!("{first}{}", sha.get(1..).unwrap_or_default());
     std::fs::write(&wrong, manifest.replace(sha, &other))?;
     let refused = krew_install(&dir.join("krew-wrong"), &wrong, archive);
     ensure!(
@@ -241,7 +241,7 @@ fn the_kubectl_plugin_installs_with_krew_from_the_release_manifest() -> Result<(
         let text = std::fs::read_to_string(&manifest)?;
         let uri = format!("https://github.com/mirrorflow/mirrorflow/releases/download/v{v}/{name}");
         ensure!(
-            text.lines().any(|l| l.trim() == format!("uri: {uri}")),
+            text.lines().any(|l| l.trim() == format!("uri: \"{uri}\"")),
             "the manifest does not download {uri}:\n{text}"
         );
         // krew's validator infers the plugin's name from the file's; it installs from the URI,
