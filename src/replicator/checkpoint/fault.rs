@@ -4,6 +4,7 @@
 //! (every image) never reads it, and no spec field reaches it.
 
 /// The variable a debug build reads the skew from (records, 0 to 1000).
+#[cfg(debug_assertions)]
 pub const SKEW_ENV: &str = "MIRRORFLOW_TEST_CHECKPOINT_SKEW";
 
 /// Records to add to every checkpoint's downstream offset (0 unless injected).
