@@ -96,13 +96,7 @@ impl Setup {
             flow,
             port,
         )?;
-        let addr = r.metrics_addr.clone();
-        eventually("replicator ready", Duration::from_secs(60), || {
-            let addr = addr.clone();
-            async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-        })
-        .await
-        .with_context(|| r.log_text())?;
+        r.wait_ready().await?;
         Ok(r)
     }
 }

@@ -176,6 +176,17 @@ impl Replicator {
     }
 
     /// Fetches `/metrics` and returns the value of an unlabelled sample, if present.
+    /// Waits (up to a minute) until the replicator answers `/readyz`; an error carries its log.
+    pub async fn wait_ready(&self) -> Result<()> {
+        let addr = self.metrics_addr.clone();
+        crate::eventually("replicator ready", Duration::from_secs(60), || {
+            let addr = addr.clone();
+            async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
+        })
+        .await
+        .with_context(|| self.log_text())
+    }
+
     pub fn metric(&self, name: &str) -> Option<f64> {
         let body = http_get(&self.metrics_addr, "/metrics").ok()?;
         body.lines()

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::{Checkpoint, TopicPartition};
 use mirrorflow_e2e::kafka::commit;
-use mirrorflow_e2e::replicator::{Replicator, binary, http_get};
+use mirrorflow_e2e::replicator::{Replicator, binary};
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -394,13 +394,7 @@ async fn scenario(s: &Scenario) -> Result<()> {
         &flow_yaml,
         port,
     )?;
-    let addr = replicator.metrics_addr.clone();
-    eventually("replicator ready", Duration::from_secs(60), || {
-        let addr = addr.clone();
-        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-    })
-    .await
-    .with_context(|| replicator.log_text())?;
+    replicator.wait_ready().await?;
 
     // 1. Checkpoints of every commit, exact (target = source + SHIFT).
     let cps_topic = format!("{}.checkpoints.internal", s.a);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync};
 use mirrorflow_e2e::mm2::{self, MirrorMaker, Positions};
-use mirrorflow_e2e::replicator::{Replicator, http_get};
+use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::admin::AdminOptions;
 use rdkafka::config::ClientConfig;
@@ -252,13 +252,7 @@ async fn ours_read_by_mirrormaker(world: &World, a: &str, b: &str, topic: &str) 
     let flow_file = write_flow(&name, &flow)?;
     let port = free_port()?;
     let mut r = Replicator::start(&world.repo_root, &name, &flow, port)?;
-    let addr = r.metrics_addr.clone();
-    eventually("replicator ready", Duration::from_secs(60), || {
-        let addr = addr.clone();
-        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-    })
-    .await
-    .with_context(|| r.log_text())?;
+    r.wait_ready().await?;
     eventually("the copy", WAIT, || async {
         Ok(kafka::topics(target)?
             .contains(&remote)

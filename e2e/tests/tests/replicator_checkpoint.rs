@@ -102,13 +102,7 @@ impl Mirror {
             &self.flow_yaml(extra),
             port,
         )?;
-        let addr = r.metrics_addr.clone();
-        eventually("replicator ready", Duration::from_secs(60), || {
-            let addr = addr.clone();
-            async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-        })
-        .await
-        .with_context(|| r.log_text())?;
+        r.wait_ready().await?;
         Ok(r)
     }
 
@@ -779,13 +773,7 @@ async fn end_to_end_with_the_source_loop() -> Result<()> {
     );
     let port = free_port()?;
     let r = Replicator::start(&world.repo_root, &format!("{name}-{port}"), &yaml, port)?;
-    let addr = r.metrics_addr.clone();
-    eventually("replicator ready", Duration::from_secs(60), || {
-        let addr = addr.clone();
-        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-    })
-    .await
-    .with_context(|| r.log_text())?;
+    r.wait_ready().await?;
     eventually("records copied", Duration::from_secs(60), || async {
         let copied = (0..2)
             .map(|p| kafka::read_partition(&world.target_bootstrap, &remote, p).map(|v| v.len()))
@@ -876,13 +864,7 @@ async fn an_idle_partitions_tail_is_checkpointed_exactly() -> Result<()> {
     );
     let port = free_port()?;
     let r = Replicator::start(&world.repo_root, &format!("{name}-{port}"), &yaml, port)?;
-    let addr = r.metrics_addr.clone();
-    eventually("replicator ready", Duration::from_secs(60), || {
-        let addr = addr.clone();
-        async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-    })
-    .await
-    .with_context(|| r.log_text())?;
+    r.wait_ready().await?;
 
     // 30 records in a burst.
     let payloads: Vec<String> = (0..30).map(|i| format!("idle-{i}")).collect();

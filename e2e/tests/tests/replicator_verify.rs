@@ -14,7 +14,7 @@ use mirrorflow::mm2::Checkpoint;
 use mirrorflow::verify::header::{VERIFICATION_HEADER, Verification};
 use mirrorflow::verify::outcome::Outcome;
 use mirrorflow_e2e::handmirror::{cli_json, condition, dense_sync, send_value};
-use mirrorflow_e2e::replicator::{Membership, Replicator, http_get};
+use mirrorflow_e2e::replicator::{Membership, Replicator};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::producer::FutureProducer;
 
@@ -98,13 +98,7 @@ impl Mirrored {
             Membership::Static,
             env,
         )?;
-        let addr = r.metrics_addr.clone();
-        eventually("replicator ready", Duration::from_secs(60), || {
-            let addr = addr.clone();
-            async move { Ok(http_get(&addr, "/readyz").ok().map(|_| ())) }
-        })
-        .await
-        .with_context(|| r.log_text())?;
+        r.wait_ready().await?;
         Ok(r)
     }
 
