@@ -35,6 +35,7 @@ mod hanging;
 mod ownership;
 pub mod plan;
 mod resume;
+mod settle;
 mod tail;
 mod write;
 
@@ -345,64 +346,25 @@ impl Aligned {
     fn process_acks(&mut self) {
         let mut acks = std::mem::take(&mut self.acks);
         self.producer.context().take(&mut acks);
-        let now = self.shared.now();
-        let mut syncs = Vec::new();
-        let mut broken = Vec::new();
-        let mut failed = Vec::new();
-        for ack in &acks {
-            let (idx, generation, is_position) = unpack(ack.opaque);
-            if is_position {
-                if ack.result.is_err() {
-                    // The fill itself is checked afterwards by the remote partition's end.
-                    self.count_error(if ack.opaque == write::LOG_START_FILLER {
-                        "log_start_filler"
-                    } else {
-                        "positions"
-                    });
-                }
-                continue;
-            }
-            let Some(slot) = self.slots.get_mut(idx) else {
-                continue;
-            };
-            if slot.generation != generation {
-                continue;
-            }
-            let Some(sent) = slot.in_flight.pop_front() else {
-                continue;
-            };
-            match &ack.result {
-                Ok(landed) => {
-                    self.shared.target_health.ok();
-                    if sent.expected >= 0 && landed.offset != sent.expected {
-                        broken.push((idx, sent.expected, landed.offset));
-                    }
-                    if sent.source >= 0 {
-                        let next = slot
-                            .latest
-                            .map_or(sent.source + 1, |l| l.next.max(sent.source + 1));
-                        slot.latest = Some(Frontier {
-                            next,
-                            downstream: landed.offset,
-                        });
-                        self.shared.ctx.metrics.records_replicated.inc();
-                        self.shared.ctx.metrics.bytes_replicated.inc_by(sent.bytes);
-                        if let Some(sync) = slot.sync.observe(sent.source, landed.offset, now) {
-                            syncs.push((idx, generation, sync));
-                        }
-                    }
-                }
-                Err(e) => failed.push((idx, e.to_string())),
-            }
-        }
+        let settled = settle::settle(&mut self.slots, &acks, self.shared.now());
+        acks.clear();
         self.acks = acks;
-        for (idx, generation, sync) in syncs {
+        for kind in settled.errors {
+            self.count_error(kind);
+        }
+        if settled.delivered {
+            self.shared.target_health.ok();
+        }
+        let m = &self.shared.ctx.metrics;
+        m.records_replicated.inc_by(settled.copied.0);
+        m.bytes_replicated.inc_by(settled.copied.1);
+        for (idx, generation, sync) in settled.syncs {
             self.write_sync(idx, generation, &sync);
         }
-        for (idx, expected, landed) in broken {
+        for (idx, expected, landed) in settled.misaligned {
             self.misaligned(idx, expected, landed);
         }
-        for (idx, reason) in failed {
+        for (idx, reason) in settled.failed {
             self.fault(idx, &reason);
         }
     }
