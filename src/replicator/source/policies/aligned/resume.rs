@@ -39,11 +39,12 @@ impl Aligned {
                 continue;
             };
             if slot.txn.is_none() {
-                let mut config = super::super::exactly_once::txn::producer_config(
-                    &self.producer_base,
-                    &slot.transactional_id,
-                    None,
-                );
+                let mut config =
+                    crate::replicator::source::policies::exactly_once::txn::producer_config(
+                        &self.producer_base,
+                        &slot.transactional_id,
+                        None,
+                    );
                 // Each transaction writes a record or a few fillers and waits for them at once:
                 // a linger would only add to every commit marker's copy.
                 config.set("linger.ms", "0");

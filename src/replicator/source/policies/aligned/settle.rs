@@ -86,12 +86,12 @@ mod tests {
 
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-    use super::super::{AlignedPart, InFlight, State};
     use super::*;
     use crate::mm2::{SyncPolicy, SyncPolicyConfig, TopicPartition};
     use crate::replicator::backoff::Backoff;
     use crate::replicator::source::engine::send::Landed;
     use crate::replicator::source::engine::slots::{InFlightQueue, Slot, UNOWNED, opaque};
+    use crate::replicator::source::policies::aligned::{AlignedPart, InFlight, State};
 
     /// One aligned partition `t-0` with `in_flight` written and unanswered.
     fn table(in_flight: &[InFlight]) -> (SlotTable<AlignedSlot>, usize, u32) {
