@@ -194,3 +194,36 @@ pub fn create_shared_secret(ns: &str, name: &str, sources: &[SecretSource<'_>]) 
     )
     .map(|_| ())
 }
+
+/// The operator pod's `/metrics` (port 8080, from inside the world's network).
+pub fn operator_metrics(pod: &k8s_openapi::api::core::v1::Pod) -> Result<String> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("pod IP")?;
+    crate::replicator::http_get(&format!("{ip}:8080"), "/metrics")
+}
+
+/// The sum of every series of the metric `name` in a Prometheus text page (0 when absent: a
+/// counter vector has no series before its first increment).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name).then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// `mirrorflow_operator_reconciles_total` of one operator pod.
+pub fn reconciles(pod: &k8s_openapi::api::core::v1::Pod) -> Result<f64> {
+    let text = operator_metrics(pod)?;
+    anyhow::ensure!(
+        text.contains("mirrorflow_operator_reconciles_total "),
+        "no reconciles_total in /metrics"
+    );
+    Ok(metric_sum(&text, "mirrorflow_operator_reconciles_total"))
+}
