@@ -30,6 +30,11 @@ fn child_paths(seen: &[Seen]) -> Vec<String> {
 /// the flow) and labelled so that the operator's watches and a person find it.
 fn assert_owned_and_labelled(children: &Children, path: &str) {
     let object: Value = children.get(path);
+    assert_eq!(
+        object["metadata"]["name"].as_str(),
+        path.rsplit('/').next(),
+        "{path}: named as its path (the apiserver refuses another name)"
+    );
     let owners = &object["metadata"]["ownerReferences"];
     assert_eq!(owners.as_array().map(Vec::len), Some(1), "{path}: {owners}");
     assert_eq!(
@@ -73,8 +78,9 @@ async fn an_operator_killed_between_any_two_writes_leaves_one_set_of_owned_child
             assert_owned_and_labelled(&children, path);
         }
 
-        // Started again, and upgraded meanwhile (another replicator image): nothing is
-        // remembered but what the apiserver holds.
+        // Started again, and upgraded meanwhile (another replicator image), the flow changed
+        // while it was down (a new generation and resourceVersion): nothing is remembered but
+        // what the apiserver holds, and nothing a name is made of may change with these.
         let restarted = Fixture::sharing(
             children.clone(),
             |_| None,
@@ -82,8 +88,13 @@ async fn an_operator_killed_between_any_two_writes_leaves_one_set_of_owned_child
                 ctx.replicator_image = "mirrorflow:next".into();
             },
         );
+        let changed = flow_with(|v| {
+            v["metadata"]["generation"] = json!(2);
+            v["metadata"]["resourceVersion"] = json!("999");
+            v["spec"]["replicas"] = json!(2);
+        });
         restarted
-            .reconcile(&flow())
+            .reconcile(&changed)
             .await
             .expect("the restarted reconcile succeeds");
         let after = child_paths(&restarted.requests());

@@ -215,7 +215,8 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
             let metric = series.split('{').next()?;
             (metric == name).then(|| value.trim().parse::<f64>().ok())?
         })
-        .sum()
+        // Not `sum()`: an empty f64 sum is -0.
+        .fold(0.0, |a, v| a + v)
 }
 
 /// `mirrorflow_operator_reconciles_total` of one operator pod.
