@@ -228,3 +228,28 @@ pub fn reconciles(pod: &k8s_openapi::api::core::v1::Pod) -> Result<f64> {
     );
     Ok(metric_sum(&text, "mirrorflow_operator_reconciles_total"))
 }
+
+/// Applies a replicating flow `name` in `ns` with a source topic of its own, named from
+/// `prefix`, and an alias of its own, so no two flows share internal topics.
+pub async fn apply_replicating_flow(
+    world: &World,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+) -> Result<()> {
+    let topic = crate::unique(&format!("{prefix}-{name}"));
+    crate::kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    let alias = topic.replacen(prefix, "a", 1);
+    let yaml = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{src}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{tgt}\"}}\n  topics: [\"{topic}\"]\n",
+        src = world.source_bootstrap,
+        tgt = world.target_bootstrap,
+    );
+    crate::run_with_input("kubectl", &["apply", "-f", "-"], &yaml).map(|_| ())
+}
+
+/// `Ready` True, written for the flow's current generation.
+pub fn ready_at_generation(mf: &MirrorFlow) -> bool {
+    condition(mf, "Ready").is_some_and(|c| c.0 == "True")
+        && mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
+}

@@ -15,10 +15,10 @@ use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::node::{container_pid, signal};
 use mirrorflow_e2e::operator::{
-    condition, install_operator, install_operator_in, metric_sum, operator_metrics,
-    patch_flow_spec, reconciles, wait_for_flow,
+    apply_replicating_flow, install_operator, install_operator_in, metric_sum, operator_metrics,
+    patch_flow_spec, ready_at_generation, reconciles, wait_for_flow,
 };
-use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
 const OPERATOR: &str = "app.kubernetes.io/component=operator";
 /// The kinds of a flow's children (the NetworkPolicy only when the installer turned it on).
@@ -53,25 +53,6 @@ impl Drop for Cleanup {
     }
 }
 
-/// A replicating flow `name` in `ns` with a topic of its own (and an alias of its own, so no
-/// two flows share internal topics).
-async fn apply_flow(world: &World, ns: &str, name: &str) -> Result<()> {
-    let topic = unique(&format!("crash-{name}"));
-    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    let alias = topic.replace("crash-", "c");
-    let yaml = format!(
-        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{src}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{tgt}\"}}\n  topics: [\"{topic}\"]\n",
-        src = world.source_bootstrap,
-        tgt = world.target_bootstrap,
-    );
-    run_with_input("kubectl", &["apply", "-f", "-"], &yaml).map(|_| ())
-}
-
-fn ready_and_observed(mf: &MirrorFlow) -> bool {
-    condition(mf, "Ready").is_some_and(|c| c.0 == "True")
-        && mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
-}
-
 async fn wait_ready(flows: &Api<MirrorFlow>, names: &[&str], within: Duration) -> Result<()> {
     for name in names {
         wait_for_flow(
@@ -79,7 +60,7 @@ async fn wait_ready(flows: &Api<MirrorFlow>, names: &[&str], within: Duration) -
             name,
             "Ready at its generation",
             within,
-            ready_and_observed,
+            ready_at_generation,
         )
         .await?;
     }
@@ -205,7 +186,7 @@ async fn an_operator_killed_mid_reconcile_leaves_one_set_of_children_per_flow() 
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for name in ["a", "b"] {
-        apply_flow(&world, &ns, name).await?;
+        apply_replicating_flow(&world, &ns, name, "crash").await?;
     }
     wait_ready(&flows, &["a", "b"], Duration::from_secs(180)).await?;
     let before = owned_children(&ns)?;
@@ -213,7 +194,7 @@ async fn an_operator_killed_mid_reconcile_leaves_one_set_of_children_per_flow() 
     // A new flow, and the operator killed while it makes its children; then, KILLS times, a
     // spec change (every child of the flow applied again) and a kill a moment later.
     let mut pid = running_operator(&pods, None).await?;
-    apply_flow(&world, &ns, "c").await?;
+    apply_replicating_flow(&world, &ns, "c", "crash").await?;
     for round in 0..KILLS {
         let delay = jitter(Duration::from_millis(1500));
         tokio::time::sleep(delay).await;
@@ -337,7 +318,7 @@ async fn a_namespace_deleted_with_flows_in_it_goes_without_a_hot_loop() -> Resul
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &flows_ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
     for name in ["a", "b", "c"] {
-        apply_flow(&world, &flows_ns, name).await?;
+        apply_replicating_flow(&world, &flows_ns, name, "crash").await?;
     }
     wait_ready(&flows, &["a", "b", "c"], Duration::from_secs(180)).await?;
     let (reconciles_before, errors_before) = counts(&pods).await?;
@@ -418,7 +399,7 @@ async fn a_namespace_deleted_while_the_operator_is_down_goes_and_leaves_it_nothi
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &flows_ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
     for name in ["a", "b"] {
-        apply_flow(&world, &flows_ns, name).await?;
+        apply_replicating_flow(&world, &flows_ns, name, "crash").await?;
     }
     wait_ready(&flows, &["a", "b"], Duration::from_secs(180)).await?;
 

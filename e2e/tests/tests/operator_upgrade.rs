@@ -19,8 +19,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::operator::{apply_crds, condition, reconciles, roll_flow_spec, wait_for_flow};
-use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
+use mirrorflow_e2e::operator::{
+    apply_crds, apply_replicating_flow, ready_at_generation, reconciles, roll_flow_spec,
+    wait_for_flow,
+};
+use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
 /// The field the test adds to `spec`, and its default.
 const ADDED: &str = "upgradeNote";
@@ -83,23 +86,6 @@ fn crd_with_added_field(world: &World) -> Result<String> {
         ))?,
     );
     Ok(serde_yaml::to_string(&crd)?)
-}
-
-async fn apply_flow(world: &World, ns: &str, name: &str) -> Result<()> {
-    let topic = unique(&format!("upg-{name}"));
-    kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
-    let alias = topic.replace("upg-", "u");
-    let yaml = format!(
-        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{src}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{tgt}\"}}\n  topics: [\"{topic}\"]\n",
-        src = world.source_bootstrap,
-        tgt = world.target_bootstrap,
-    );
-    run_with_input("kubectl", &["apply", "-f", "-"], &yaml).map(|_| ())
-}
-
-fn ready_and_observed(mf: &MirrorFlow) -> bool {
-    condition(mf, "Ready").is_some_and(|c| c.0 == "True")
-        && mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
 }
 
 /// uid of every child the operator manages in `ns`, by `kind/name`.
@@ -177,7 +163,7 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let names = ["a", "b"];
     for n in names {
-        apply_flow(&world, &ns, n).await?;
+        apply_replicating_flow(&world, &ns, n, "upg").await?;
     }
     for n in names {
         wait_for_flow(
@@ -185,7 +171,7 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
             n,
             "Ready",
             Duration::from_secs(180),
-            ready_and_observed,
+            ready_at_generation,
         )
         .await?;
     }
@@ -271,7 +257,7 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
             n,
             "Ready after the upgrade",
             Duration::from_secs(60),
-            ready_and_observed,
+            ready_at_generation,
         )
         .await?;
     }
