@@ -22,12 +22,22 @@ pub struct Seen {
 /// What the fake answers: `(status, body)` for a request, or `None` for 404.
 pub type Routes = Box<dyn Fn(&Seen) -> Option<(StatusCode, serde_json::Value)> + Send>;
 
+/// A route answering with this status leaves the request unanswered: the client waits on it
+/// until it is dropped, as an operator killed mid-request never sees its answer, and the
+/// request never reaches the fake's store.
+pub fn no_answer() -> (StatusCode, serde_json::Value) {
+    (NO_ANSWER, serde_json::Value::Null)
+}
+
+const NO_ANSWER: StatusCode = StatusCode::NETWORK_AUTHENTICATION_REQUIRED;
+
 /// A client and the log of what it was asked; the fake serves until the client is dropped.
 pub fn client(routes: Routes) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     tokio::spawn(async move {
+        let mut unanswered = Vec::new();
         while let Some((request, respond)) = handle.next_request().await {
             let (parts, body) = request.into_parts();
             let bytes = body.collect_bytes().await.unwrap_or_default();
@@ -53,6 +63,10 @@ pub fn client(routes: Routes) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
                 )
             });
             log.lock().map(|mut l| l.push(req)).ok();
+            if status == NO_ANSWER {
+                unanswered.push(respond);
+                continue;
+            }
             let response = Response::builder()
                 .status(status)
                 .body(Body::from(serde_json::to_vec(&body).unwrap_or_default()));

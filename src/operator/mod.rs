@@ -17,6 +17,7 @@ pub mod lease;
 pub mod liveness;
 pub mod lost_nodes;
 pub mod network;
+pub mod owned;
 pub mod probes;
 pub mod reconcile;
 pub mod rejections;

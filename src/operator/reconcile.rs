@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ResourceRequirements, Secret, Servic
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -19,6 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::desired::{self, BuildInputs};
+use super::owned::{delete_owned, foreign_child, uid_of};
 use super::{Context, Error, FIELD_MANAGER, applied, guards, rejections};
 use crate::api::{FlowMode, MirrorFlow, MirrorFlowStatus};
 use crate::flow;
@@ -72,15 +73,19 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     // When a replica on a lost node is due to be replaced, if sooner than the next refresh.
     let mut replace_due: Option<Duration> = None;
     match workload(&verdict, observe_only) {
-        Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await? {
-            Ok(ready) => {
+        Workload::Apply(children) => match apply_children(&ctx, &ns, &mf, children).await {
+            Err(Error::Kube(kube::Error::Api(s))) if rejections::namespace_terminating(&s) => {
+                return Ok(namespace_going(&ctx, &ns, &mf));
+            }
+            Err(e) => return Err(e),
+            Ok(Ok(ready)) => {
                 obs.ready_replicas = ready;
                 let stranded =
                     super::lost_nodes::tend(&ctx, &ns, &mf, ready, obs.desired_replicas).await;
                 replace_due = stranded.iter().filter_map(|s| s.replace_in).min();
                 obs.stranded = stranded.iter().map(|s| s.message()).collect();
             }
-            Err(rejected) => obs.blocked = Some(rejected),
+            Ok(Err(rejected)) => obs.blocked = Some(rejected),
         },
         Workload::Remove => {
             remove_workload(&ctx, &ns, &mf).await?;
@@ -140,6 +145,17 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
     Ok(Action::requeue(next))
 }
 
+/// The flow's namespace is being deleted: nothing can be created in it, and the namespace
+/// controller deletes the flow and its children. No probe, no status, no Event (creating one
+/// is refused too) and no retry: the flow's deletion ends it, and a child's deletion seen
+/// meanwhile triggers one more reconcile that ends here again.
+fn namespace_going(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Action {
+    tracing::info!(flow = %mf.name_any(), namespace = %ns,
+        "the namespace is being deleted: nothing applied, the flow goes with it");
+    ctx.forget(&Context::flow_key(mf));
+    Action::await_change()
+}
+
 /// What a reconcile does with a flow's replicators.
 #[derive(Debug, PartialEq)]
 enum Workload<'a> {
@@ -191,30 +207,6 @@ async fn remove_workload(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Result<(),
     }
     if let Ok(mut m) = ctx.removed.lock() {
         m.insert(key, Instant::now());
-    }
-    Ok(())
-}
-
-async fn delete_owned<K>(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    owner_uid: &str,
-) -> Result<(), Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let owned = owners_of::<K>(client, ns, name)
-        .await?
-        .is_some_and(|owners| owners.iter().any(|r| r.uid == owner_uid));
-    if owned {
-        Api::<K>::namespaced(client.clone(), ns)
-            .delete(name, &DeleteParams::background())
-            .await?;
     }
     Ok(())
 }
@@ -569,71 +561,6 @@ async fn network_policy(
             .await
             .map(Ok),
     }
-}
-
-/// A child's name taken by an object this flow does not control. Server-side apply with
-/// `force` would take it over (a Service's selector and a PDB's are replaced whole) and a later
-/// removal would delete it: a flow author could seize or delete objects they may not write.
-/// So each name is looked up first, and a foreign object stops the apply before anything is
-/// written.
-async fn foreign_child(
-    client: &kube::Client,
-    ns: &str,
-    mf: &MirrorFlow,
-    network_policy: bool,
-) -> Result<Option<Blocked>, Error> {
-    let uid = uid_of(mf);
-    let name = mf.name_any();
-    let mut checks = vec![
-        ("ConfigMap", desired::config_map_name(mf)),
-        ("Service", desired::service_name(mf)),
-        ("StatefulSet", name.clone()),
-        ("PodDisruptionBudget", name.clone()),
-    ];
-    if network_policy {
-        checks.push(("NetworkPolicy", name));
-    }
-    for (kind, child) in checks {
-        let owners = match kind {
-            "ConfigMap" => owners_of::<ConfigMap>(client, ns, &child).await?,
-            "Service" => owners_of::<Service>(client, ns, &child).await?,
-            "StatefulSet" => owners_of::<StatefulSet>(client, ns, &child).await?,
-            "NetworkPolicy" => owners_of::<NetworkPolicy>(client, ns, &child).await?,
-            _ => owners_of::<PodDisruptionBudget>(client, ns, &child).await?,
-        };
-        if let Some(owners) = owners
-            && !owners
-                .iter()
-                .any(|r| r.uid == uid && r.controller == Some(true))
-        {
-            return Ok(Some(guards::child_conflict(kind, &child, ns)));
-        }
-    }
-    Ok(None)
-}
-
-fn uid_of(mf: &MirrorFlow) -> String {
-    mf.meta().uid.clone().unwrap_or_default()
-}
-
-/// The owner references of the object, or `None` when there is no such object.
-async fn owners_of<K>(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>, Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let api = Api::<K>::namespaced(client.clone(), ns);
-    Ok(api
-        .get_opt(name)
-        .await?
-        .map(|o| o.owner_references().to_vec()))
 }
 
 fn ready_replicas(sts: Option<&StatefulSet>) -> i32 {

@@ -369,7 +369,16 @@ impl Fixture {
         first: impl Fn(&Seen) -> Option<(StatusCode, Value)> + Send + 'static,
         adjust: impl FnOnce(&mut Context),
     ) -> Self {
-        let children = Children::default();
+        Fixture::sharing(Children::default(), first, adjust)
+    }
+
+    /// [`Fixture::with`] over children an earlier fixture left: an operator started again
+    /// against the same apiserver, with nothing remembered.
+    fn sharing(
+        children: Children,
+        first: impl Fn(&Seen) -> Option<(StatusCode, Value)> + Send + 'static,
+        adjust: impl FnOnce(&mut Context),
+    ) -> Self {
         let store = children.clone();
         let (client, log) = fake_apiserver::client(Box::new(move |r: &Seen| {
             first(r)
@@ -770,3 +779,7 @@ mod network;
 /// Replicas stranded on a lost node.
 #[path = "reconcile_lost_node_tests.rs"]
 mod lost_node;
+
+/// The operator killed between two child writes, and started again; a namespace being deleted.
+#[path = "reconcile_crash_tests.rs"]
+mod crash;

@@ -101,6 +101,20 @@ pub fn describe(kind: &str, name: &str, status: &Status) -> Option<String> {
     ))
 }
 
+/// Whether the apiserver refused a write because the namespace is being deleted (its
+/// NamespaceLifecycle admission: a 403 with the cause `NamespaceTerminating`, or, from older
+/// apiservers, only the message). Nothing new can be created there again, and the namespace
+/// controller deletes the flow itself: retrying would only repeat the refusal until then.
+pub fn namespace_terminating(status: &Status) -> bool {
+    const CAUSE: &str = "NamespaceTerminating";
+    status.is_forbidden()
+        && (status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == CAUSE))
+            || status.message.contains("because it is being terminated"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +213,38 @@ mod tests {
             };
             assert_eq!(describe("ConfigMap", "f-flow", &s), None, "{reason}");
         }
+    }
+
+    #[test]
+    fn a_namespace_being_deleted_is_told_from_other_refusals() {
+        let terminating = |causes: Vec<StatusCause>, message: &str| Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: message.into(),
+            details: Some(StatusDetails {
+                name: "f-flow".into(),
+                group: String::new(),
+                kind: "configmaps".into(),
+                uid: String::new(),
+                causes,
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        };
+        let cause = StatusCause {
+            reason: "NamespaceTerminating".into(),
+            message: "namespace ns is being terminated".into(),
+            field: "metadata.namespace".into(),
+        };
+        let said = "configmaps \"f-flow\" is forbidden: unable to create new content in namespace ns because it is being terminated";
+        assert!(namespace_terminating(&terminating(vec![cause], said)));
+        assert!(namespace_terminating(&terminating(Vec::new(), said)));
+        // RBAC's refusal is a 403 too: not the namespace going.
+        let rbac = "configmaps \"f-flow\" is forbidden: User \"system:serviceaccount:op:mirrorflow\" cannot patch resource \"configmaps\"";
+        assert!(!namespace_terminating(&terminating(Vec::new(), rbac)));
+        let mut invalid = terminating(Vec::new(), said);
+        invalid.code = 422;
+        invalid.reason = "Invalid".into();
+        assert!(!namespace_terminating(&invalid));
     }
 }

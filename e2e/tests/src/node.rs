@@ -93,3 +93,9 @@ pub fn process_alive(pid: i32) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
 }
+
+/// Signals a container's process from the host (`kill SIG PID`): pid 1 of a container's pid
+/// namespace is reached from outside whatever handlers it has (SIGKILL, SIGSTOP, SIGCONT).
+pub fn signal(pid: i32, sig: &str) -> Result<()> {
+    run("kill", &[sig, &pid.to_string()]).map(|_| ())
+}

@@ -194,3 +194,62 @@ pub fn create_shared_secret(ns: &str, name: &str, sources: &[SecretSource<'_>]) 
     )
     .map(|_| ())
 }
+
+/// The operator pod's `/metrics` (port 8080, from inside the world's network).
+pub fn operator_metrics(pod: &k8s_openapi::api::core::v1::Pod) -> Result<String> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("pod IP")?;
+    crate::replicator::http_get(&format!("{ip}:8080"), "/metrics")
+}
+
+/// The sum of every series of the metric `name` in a Prometheus text page (0 when absent: a
+/// counter vector has no series before its first increment).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name).then(|| value.trim().parse::<f64>().ok())?
+        })
+        // Not `sum()`: an empty f64 sum is -0.
+        .fold(0.0, |a, v| a + v)
+}
+
+/// `mirrorflow_operator_reconciles_total` of one operator pod.
+pub fn reconciles(pod: &k8s_openapi::api::core::v1::Pod) -> Result<f64> {
+    let text = operator_metrics(pod)?;
+    anyhow::ensure!(
+        text.contains("mirrorflow_operator_reconciles_total "),
+        "no reconciles_total in /metrics"
+    );
+    Ok(metric_sum(&text, "mirrorflow_operator_reconciles_total"))
+}
+
+/// Applies a replicating flow `name` in `ns` with a source topic of its own, named from
+/// `prefix`, and an alias of its own, so no two flows share internal topics.
+pub async fn apply_replicating_flow(
+    world: &World,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+) -> Result<()> {
+    let topic = crate::unique(&format!("{prefix}-{name}"));
+    crate::kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    let alias = topic.replacen(prefix, "a", 1);
+    let yaml = format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{src}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{tgt}\"}}\n  topics: [\"{topic}\"]\n",
+        src = world.source_bootstrap,
+        tgt = world.target_bootstrap,
+    );
+    crate::run_with_input("kubectl", &["apply", "-f", "-"], &yaml).map(|_| ())
+}
+
+/// `Ready` True, written for the flow's current generation.
+pub fn ready_at_generation(mf: &MirrorFlow) -> bool {
+    condition(mf, "Ready").is_some_and(|c| c.0 == "True")
+        && mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
+}

@@ -3,15 +3,16 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow_e2e::node::{container_pid, process_alive};
-use mirrorflow_e2e::operator::{install_operator_with, patch_flow_spec, wait_for_flow};
-use mirrorflow_e2e::replicator::http_get;
+use mirrorflow_e2e::node::{container_pid, process_alive, signal};
+use mirrorflow_e2e::operator::{
+    install_operator_with, operator_metrics, patch_flow_spec, reconciles, wait_for_flow,
+};
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
 struct Cleanup(String);
@@ -29,22 +30,6 @@ async fn holder(leases: &Api<Lease>) -> Result<Option<String>> {
         .await?
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity))
-}
-
-/// `mirrorflow_operator_reconciles_total` of one operator pod, from its /metrics.
-fn reconciles(pod: &Pod) -> Result<f64> {
-    let ip = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .context("pod IP")?;
-    let text = http_get(&format!("{ip}:8080"), "/metrics")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("mirrorflow_operator_reconciles_total "))
-        .context("reconciles_total in /metrics")?
-        .trim()
-        .parse()
-        .context("reconciles_total value")
 }
 
 fn observed(mf: &MirrorFlow) -> bool {
@@ -116,12 +101,7 @@ spec:
         if name == leader {
             assert!(n >= 1.0, "the leader {name} reconciled ({n})");
             // The leader also exports what it measured per flow, for dashboards and alerts.
-            let ip = p
-                .status
-                .as_ref()
-                .and_then(|s| s.pod_ip.clone())
-                .context("pod IP")?;
-            let text = http_get(&format!("{ip}:8080"), "/metrics")?;
+            let text = operator_metrics(p)?;
             assert!(
                 text.lines()
                     .any(|l| l.starts_with("mirrorflow_operator_flow_condition{")
@@ -175,12 +155,6 @@ spec:
         changed.elapsed()
     );
     Ok(())
-}
-
-/// Signals the operator container's process from the host: it is pid 1 of the container's pid
-/// namespace, which SIGSTOP and SIGCONT reach from outside whatever handlers it has.
-fn signal(pid: i32, sig: &str) -> Result<()> {
-    run("kill", &[sig, &pid.to_string()]).map(|_| ())
 }
 
 /// Two operators in a namespace of their own, liveness slow enough that a stalled leader is
