@@ -60,9 +60,15 @@ RUN mkdir -p bench/driver/src e2e/tests/src \
 # copied out, without the DWARF line tables the release profile keeps (151 MB -> 31 MB measured;
 # symbols stay, so a panic's backtrace still names functions). The last step fails the build rather than ship a binary that needs a shared
 # library the runtime image lacks (only glibc's and libgcc_s are there).
+# The target cache is shared by every checkout built on the machine, and cargo takes an
+# artifact as fresh when it is newer than its sources: a checkout whose files are older than
+# another's build would get that build's crates. The workspace's own sources are stamped with
+# the build's time first, so they always compile from what was copied (the dependencies stay
+# cached).
 RUN --mount=type=cache,id=mirrorflow-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=mirrorflow-target,target=/src/target \
-    OPENSSL_LIB_DIR="/usr/lib/$(gcc -print-multiarch)" \
+    find crates src benches -type f -exec touch {} + \
+    && OPENSSL_LIB_DIR="/usr/lib/$(gcc -print-multiarch)" \
         cargo build --release --locked -p mirrorflow --bin mirrorflow \
     && mkdir -p /out && objcopy --strip-debug target/release/mirrorflow /out/mirrorflow \
     && ldd /out/mirrorflow \
