@@ -40,10 +40,23 @@ pub fn install_operator_in(world: &World, ns: &str, watch: &str, values: &[&str]
     let chart = world.repo_root.join("charts/mirrorflow");
     let chart = chart.to_str().context("chart path")?;
     apply_crds(world)?;
-    let watch = format!("watchNamespace={watch}");
+    let sets: Vec<&str> = values.iter().flat_map(|v| ["--set", *v]).collect();
+    helm_release(world, "install", chart, (ns, watch), &sets)
+}
+
+/// `helm <verb>` (install or upgrade) of `chart` as release `mirrorflow` in `ns` (created),
+/// with the world's values, its operator watching `watch`; `extra` goes to helm as it is.
+pub fn helm_release(
+    world: &World,
+    verb: &str,
+    chart: &str,
+    (ns, watch): (&str, &str),
+    extra: &[&str],
+) -> Result<()> {
     let world_values = world.chart_values.to_str().context("chart values path")?;
+    let watch = format!("watchNamespace={watch}");
     let mut args = vec![
-        "install",
+        verb,
         "mirrorflow",
         chart,
         "-n",
@@ -57,9 +70,7 @@ pub fn install_operator_in(world: &World, ns: &str, watch: &str, values: &[&str]
         "--set",
         &watch,
     ];
-    for v in values {
-        args.extend(["--set", v]);
-    }
+    args.extend_from_slice(extra);
     run("helm", &args).map(|_| ())
 }
 

@@ -246,12 +246,30 @@ async fn an_operator_killed_mid_reconcile_leaves_one_set_of_children_per_flow() 
     Ok(())
 }
 
-/// The operator in `op_ns` watching `flows_ns`, with the rights on it a cluster-wide install
-/// has (a ClusterRole), so that the namespace's deletion takes none of them away midway: the
-/// chart's Role in `flows_ns` goes with the namespace.
-fn operator_watching(world: &World, op_ns: &str, flows_ns: &str, rbac: &str) -> Result<()> {
-    run("kubectl", &["create", "namespace", flows_ns])?;
-    install_operator_in(world, op_ns, flows_ns, &[])?;
+/// An operator in a namespace of its own watching another, both new; dropped, both go.
+struct Watching {
+    world: World,
+    op_ns: String,
+    flows_ns: String,
+    flows: Api<MirrorFlow>,
+    pods: Api<Pod>,
+    _cleanup: Cleanup,
+}
+
+/// The operator in a new namespace (`op_prefix`) watching a new one (`flows_prefix`), with the
+/// rights on it a cluster-wide install has (a ClusterRole), so that the namespace's deletion
+/// takes none of them away midway: the chart's Role in the watched namespace goes with it.
+async fn operator_watching(op_prefix: &str, flows_prefix: &str) -> Result<Watching> {
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let (op_ns, flows_ns) = (unique(op_prefix), unique(flows_prefix));
+    let rbac = format!("{op_ns}-cluster");
+    let cleanup = Cleanup {
+        namespaces: vec![flows_ns.clone(), op_ns.clone()],
+        cluster_rbac: Some(rbac.clone()),
+    };
+    run("kubectl", &["create", "namespace", &flows_ns])?;
+    install_operator_in(&world, &op_ns, &flows_ns, &[])?;
     let role = run(
         "kubectl",
         &[
@@ -259,7 +277,7 @@ fn operator_watching(world: &World, op_ns: &str, flows_ns: &str, rbac: &str) -> 
             "role",
             "mirrorflow-operator",
             "-n",
-            flows_ns,
+            &flows_ns,
             "-o",
             "json",
         ],
@@ -278,7 +296,14 @@ fn operator_watching(world: &World, op_ns: &str, flows_ns: &str, rbac: &str) -> 
     for object in [cluster_role, binding] {
         run_with_input("kubectl", &["apply", "-f", "-"], &object.to_string())?;
     }
-    Ok(())
+    Ok(Watching {
+        flows: Api::namespaced(client.clone(), &flows_ns),
+        pods: Api::namespaced(client.clone(), &op_ns),
+        world,
+        op_ns,
+        flows_ns,
+        _cleanup: cleanup,
+    })
 }
 
 async fn namespace_gone(ns: &str) -> Result<Duration> {
@@ -305,18 +330,14 @@ async fn counts(pods: &Api<Pod>) -> Result<(f64, f64)> {
 
 #[tokio::test]
 async fn a_namespace_deleted_with_flows_in_it_goes_without_a_hot_loop() -> Result<()> {
-    let world = World::from_env()?;
-    let client = world.kube_client().await?;
-    let op_ns = unique("e2e-crash-op");
-    let flows_ns = unique("e2e-crash-ns");
-    let rbac = format!("{op_ns}-cluster");
-    let _cleanup = Cleanup {
-        namespaces: vec![flows_ns.clone(), op_ns.clone()],
-        cluster_rbac: Some(rbac.clone()),
-    };
-    operator_watching(&world, &op_ns, &flows_ns, &rbac)?;
-    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &flows_ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
+    let Watching {
+        world,
+        op_ns,
+        flows_ns,
+        flows,
+        pods,
+        _cleanup,
+    } = operator_watching("e2e-crash-op", "e2e-crash-ns").await?;
     for name in ["a", "b", "c"] {
         apply_replicating_flow(&world, &flows_ns, name, "crash").await?;
     }
@@ -386,18 +407,14 @@ async fn a_namespace_deleted_with_flows_in_it_goes_without_a_hot_loop() -> Resul
 
 #[tokio::test]
 async fn a_namespace_deleted_while_the_operator_is_down_goes_and_leaves_it_nothing() -> Result<()> {
-    let world = World::from_env()?;
-    let client = world.kube_client().await?;
-    let op_ns = unique("e2e-crash-down");
-    let flows_ns = unique("e2e-crash-dns");
-    let rbac = format!("{op_ns}-cluster");
-    let _cleanup = Cleanup {
-        namespaces: vec![flows_ns.clone(), op_ns.clone()],
-        cluster_rbac: Some(rbac.clone()),
-    };
-    operator_watching(&world, &op_ns, &flows_ns, &rbac)?;
-    let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &flows_ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
+    let Watching {
+        world,
+        op_ns,
+        flows_ns,
+        flows,
+        pods,
+        _cleanup,
+    } = operator_watching("e2e-crash-down", "e2e-crash-dns").await?;
     for name in ["a", "b"] {
         apply_replicating_flow(&world, &flows_ns, name, "crash").await?;
     }

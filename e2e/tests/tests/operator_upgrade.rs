@@ -20,8 +20,8 @@ use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::operator::{
-    apply_crds, apply_replicating_flow, ready_at_generation, reconciles, roll_flow_spec,
-    wait_for_flow,
+    apply_crds, apply_replicating_flow, helm_release, ready_at_generation, reconciles,
+    roll_flow_spec, wait_for_flow,
 };
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
@@ -46,29 +46,6 @@ impl Drop for Restore<'_> {
             &["delete", "namespace", &self.ns, "--wait=false"],
         );
     }
-}
-
-/// Installs (or upgrades to) `chart` as release `mirrorflow` in `ns`, with the world's values.
-fn helm(world: &World, verb: &str, chart: &str, ns: &str, extra: &[&str]) -> Result<()> {
-    let values = world.chart_values.to_str().context("values path")?;
-    let watch = format!("watchNamespace={ns}");
-    let mut args = vec![
-        verb,
-        "mirrorflow",
-        chart,
-        "-n",
-        ns,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "180s",
-        "-f",
-        values,
-        "--set",
-        &watch,
-    ];
-    args.extend_from_slice(extra);
-    run("helm", &args).map(|_| ())
 }
 
 /// The checkout's CRD with `spec.<ADDED>`: an optional string with a default.
@@ -152,11 +129,11 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
     let registry = std::env::var("MF_REGISTRY").context("MF_REGISTRY: run through e2e/test.sh")?;
     apply_crds(&world)?;
     let published = format!("oci://{registry}/charts/mirrorflow");
-    helm(
+    helm_release(
         &world,
         "install",
         &published,
-        &ns,
+        (&ns, &ns),
         &["--version", version.trim(), "--plain-http"],
     )?;
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
@@ -209,11 +186,11 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
     // a new pod even where the two charts are equal).
     let chart = world.repo_root.join("charts/mirrorflow");
     let upgrading = std::time::Instant::now();
-    helm(
+    helm_release(
         &world,
         "upgrade",
         chart.to_str().context("chart path")?,
-        &ns,
+        (&ns, &ns),
         &["--set", "podAnnotations.upgraded=yes"],
     )?;
     let helm_done = upgrading.elapsed();
