@@ -142,6 +142,11 @@ impl Cluster {
             .ok_or(ConnError::UnknownBroker { node_id })
     }
 
+    /// The open connection to broker `node_id`, if there is one (none is opened).
+    pub fn connected(&mut self, node_id: i32) -> Option<&mut Conn> {
+        self.conns.get_mut(&node_id)
+    }
+
     /// Uses `conn` as broker `node_id`'s connection (in tests: one over bytes in memory).
     #[cfg(test)]
     pub(crate) fn adopt(&mut self, node_id: i32, conn: Conn) {

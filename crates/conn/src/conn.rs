@@ -1,6 +1,5 @@
 //! One blocking connection to one broker.
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +12,8 @@ use openssl::x509::X509;
 use openssl::x509::store::X509StoreBuilder;
 
 use crate::scram::Scram;
+pub use crate::stream::Duplex;
+use crate::stream::{Stream, Timed};
 use crate::{ConnError, Sasl, Security, Tls};
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(0);
@@ -52,141 +53,6 @@ impl AddressCheck {
 impl std::fmt::Debug for AddressCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AddressCheck")
-    }
-}
-
-/// Bytes both ways: what a connection runs over besides a socket ([`Conn::over`]).
-pub trait Duplex: Read + Write + Send {}
-
-impl<T: Read + Write + Send> Duplex for T {}
-
-/// A socket whose reads and writes end by a deadline: before each, its timeouts are set to
-/// what is left. Under TLS too, so that a broker cannot hold the handshake either.
-#[derive(Debug)]
-struct Timed {
-    tcp: TcpStream,
-    deadline: Instant,
-}
-
-impl Timed {
-    fn arm(&self) -> std::io::Result<()> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timed_out());
-        }
-        self.tcp.set_read_timeout(Some(left))?;
-        self.tcp.set_write_timeout(Some(left))
-    }
-}
-
-/// A socket's timeout, set to what was left: the deadline passed.
-fn past_deadline(e: std::io::Error) -> std::io::Error {
-    if e.kind() == std::io::ErrorKind::WouldBlock {
-        timed_out()
-    } else {
-        e
-    }
-}
-
-impl Read for Timed {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.arm()?;
-        self.tcp.read(buf).map_err(past_deadline)
-    }
-}
-
-impl Write for Timed {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.arm()?;
-        self.tcp.write(buf).map_err(past_deadline)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.tcp.flush()
-    }
-}
-
-enum Stream {
-    Plain(Timed),
-    Tls(Box<SslStream<Timed>>),
-    /// Any other byte stream: its own timeouts, if any; the deadline is checked between reads.
-    Other(Box<dyn Duplex>),
-}
-
-impl Stream {
-    /// The deadline of the reads and writes that follow.
-    fn until(&mut self, deadline: Instant) -> std::io::Result<()> {
-        if deadline <= Instant::now() {
-            return Err(timed_out());
-        }
-        match self {
-            Stream::Plain(s) => s.deadline = deadline,
-            Stream::Tls(s) => s.get_mut().deadline = deadline,
-            Stream::Other(_) => {}
-        }
-        Ok(())
-    }
-
-    /// `read_exact`, done by `deadline`.
-    fn read_exact_by(&mut self, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            self.until(deadline)?;
-            match self.read(buf) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => buf = &mut buf[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(past_deadline(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// `write_all` and `flush`, done by `deadline`.
-    fn write_all_by(&mut self, mut buf: &[u8], deadline: Instant) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            self.until(deadline)?;
-            match self.write(buf) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(past_deadline(e)),
-            }
-        }
-        self.until(deadline)?;
-        self.flush().map_err(past_deadline)
-    }
-}
-
-fn timed_out() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "the broker took longer than the request timeout",
-    )
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Other(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Other(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-            Stream::Other(s) => s.flush(),
-        }
     }
 }
 
@@ -279,6 +145,34 @@ impl Conn {
     /// the stream's to end.
     pub fn over(peer: &str, stream: impl Duplex + 'static, options: &Options) -> Self {
         Conn::with_stream(Stream::Other(Box::new(stream)), peer.to_owned(), options)
+    }
+
+    /// A connection over a socket opened elsewhere (in tests: a broker on loopback played by
+    /// the test), without the versions exchange, like [`Self::over`], but with the request
+    /// timeout on each read and write and [`Self::answer_waiting`] answered by the socket.
+    #[cfg(test)]
+    pub(crate) fn over_tcp(peer: &str, tcp: TcpStream, options: &Options) -> Self {
+        let timed = Timed {
+            tcp,
+            deadline: Instant::now() + options.timeout,
+        };
+        Conn::with_stream(Stream::Plain(timed), peer.to_owned(), options)
+    }
+
+    /// Whether an answer has begun to arrive, after waiting at most `wait` (`ZERO`: a look).
+    /// Lets a caller with requests out on several connections read the one that answers
+    /// first instead of blocking on the oldest. A connection over another kind of stream
+    /// always says yes.
+    pub fn answer_waiting(&mut self, wait: Duration) -> Result<bool, ConnError> {
+        self.stream.readable(wait).map_err(|source| ConnError::Io {
+            peer: self.peer.clone(),
+            source,
+        })
+    }
+
+    /// How long a request's sending, or its answer's reading, may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Takes the broker to serve `version` of `api` (in tests: a connection [`Self::over`]

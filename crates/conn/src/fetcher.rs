@@ -11,12 +11,13 @@
 //! range, a topic it may not read, records that do not parse) pause the partition until the
 //! caller moves it ([`Fetcher::assign`]). Every error is reported in the round it happened.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mirrorflow_core::batch::{self, BatchError};
+use mirrorflow_core::protocol::metadata::Metadata;
 use mirrorflow_core::protocol::{self, ErrorCode, FetchPartition, FetchRequest, Isolation};
 
 use crate::cluster::{Pacer, topics_of};
@@ -97,12 +98,26 @@ pub struct Fetcher {
     parts: BTreeMap<(Arc<str>, i32), Part>,
     leaders: HashMap<(Arc<str>, i32), i32>,
     stale: bool,
+    /// A partition whose leader is not known was assigned since the last metadata: the next
+    /// round asks for it whatever the pacer says. The pacer is for leaders that moved; a
+    /// caller that reads one partition after another (the verifier) would otherwise find
+    /// every partition after the first without a leader for 200 ms.
+    unknown: bool,
     pacer: Pacer,
     /// Where the next round starts in the partition order, so that every partition is in turn
     /// the first of its request (a broker returns the first partition's first batch whole,
     /// whatever its size).
     rotation: usize,
+    /// Partitions that were in an answer too large to read ([`Trouble::FrameTooLarge`]): one
+    /// of them holds a batch larger than a connection reads, and which is not known. Each is
+    /// fetched alone until an answer of its own reads (cleared) or is too large again (true:
+    /// the culprit, fetched alone and last of its leader's requests, so the others' answers on
+    /// the connection are read before it drops it). Only assigned partitions are kept.
+    suspects: BTreeMap<(Arc<str>, i32), bool>,
 }
+
+/// One fetch request: its leader and its partitions.
+type Request = (i32, Vec<(Arc<str>, FetchPartition)>);
 
 impl Fetcher {
     pub fn new(cluster: Cluster, limits: FetchLimits) -> Self {
@@ -112,8 +127,10 @@ impl Fetcher {
             parts: BTreeMap::new(),
             leaders: HashMap::new(),
             stale: true,
+            unknown: false,
             pacer: Pacer::new(METADATA_BACKOFF),
             rotation: 0,
+            suspects: BTreeMap::new(),
         }
     }
 
@@ -122,6 +139,7 @@ impl Fetcher {
         let key = (Arc::from(topic), partition);
         if !self.leaders.contains_key(&key) {
             self.stale = true;
+            self.unknown = true;
         }
         self.parts.insert(
             key,
@@ -132,10 +150,13 @@ impl Fetcher {
         );
     }
 
+    /// Stops fetching `topic`'s `partition`. Its leader stays known: assigned again, it is
+    /// fetched without asking for metadata first (a leader that moved meanwhile answers
+    /// NotLeader, and metadata is asked then).
     pub fn unassign(&mut self, topic: &str, partition: i32) {
         let key = (Arc::from(topic), partition);
         self.parts.remove(&key);
-        self.leaders.remove(&key);
+        self.suspects.remove(&key);
     }
 
     /// The cluster the fetcher reads from, for the requests it does not make itself
@@ -184,36 +205,81 @@ impl Fetcher {
                     conn.recv(id)
                 })
                 .and_then(|body| self.read(leader, &Arc::new(body), &mut round));
-            if let Err(e) = read {
-                self.lost(leader, &partitions, e, &mut round);
+            match read {
+                Ok(()) => self.cleared(&partitions),
+                Err(e) => self.lost(leader, &partitions, e, &mut round),
             }
         }
         round
     }
 
+    /// Fetches with other bounds from the next round on (a reader that widens its fetches
+    /// round by round).
+    pub fn set_limits(&mut self, limits: FetchLimits) {
+        self.limits = limits;
+    }
+
     fn refresh(&mut self, round: &mut Round) {
-        if !self.pacer.ready() {
+        // A newly assigned partition is asked for at once (and counts as a request for the
+        // pacer); only leaders that moved wait for it.
+        let allowed = self.pacer.ready();
+        if !std::mem::take(&mut self.unknown) && !allowed {
             return;
         }
-        match self.cluster.metadata(&topics_of(self.parts.iter())) {
+        let asked: Vec<String> = topics_of(self.parts.iter())
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let topics: Vec<&str> = asked.iter().map(String::as_str).collect();
+        match self.cluster.metadata(&topics) {
             Ok(metadata) => {
                 self.stale = false;
-                self.leaders.clear();
-                for t in &metadata.topics {
-                    let name: Arc<str> = Arc::from(t.name.as_str());
-                    for p in &t.partitions {
-                        if p.leader >= 0 {
-                            self.leaders.insert((name.clone(), p.partition), p.leader);
-                        }
-                    }
-                }
+                self.learn(&topics, &metadata);
             }
             Err(e) => round.failure = Some(e.to_string()),
         }
     }
 
+    /// The requests of a round: per leader, one with its partitions, then one per suspect
+    /// partition ([`Self::suspects`]), culprits last. Partitions without a leader are reported.
+    fn requests(&mut self, round: &mut Round) -> Vec<Request> {
+        let by_leader = self.by_leader(round);
+        let mut requests = Vec::with_capacity(by_leader.len());
+        for (leader, partitions) in by_leader {
+            let (mut alone, together): (Vec<_>, Vec<_>) = partitions
+                .into_iter()
+                .partition(|(t, p)| self.suspects.contains_key(&(t.clone(), p.partition)));
+            if !together.is_empty() {
+                requests.push((leader, together));
+            }
+            // Stable: suspects keep the round's rotation among themselves.
+            alone.sort_by_key(|(t, p)| self.suspects.get(&(t.clone(), p.partition)) == Some(&true));
+            requests.extend(alone.into_iter().map(|p| (leader, vec![p])));
+        }
+        requests
+    }
+
+    /// Takes the leaders `metadata` gives for the topics `asked`: theirs are replaced, the
+    /// other topics' kept (bounded by the partitions of the topics ever asked for).
+    fn learn(&mut self, asked: &[&str], metadata: &Metadata) {
+        let asked: HashSet<&str> = asked.iter().copied().collect();
+        self.leaders.retain(|(t, _), _| !asked.contains(t.as_ref()));
+        for t in metadata
+            .topics
+            .iter()
+            .filter(|t| asked.contains(t.name.as_str()))
+        {
+            let name: Arc<str> = Arc::from(t.name.as_str());
+            for p in &t.partitions {
+                if p.leader >= 0 {
+                    self.leaders.insert((name.clone(), p.partition), p.leader);
+                }
+            }
+        }
+    }
+
     /// The partitions to fetch, by leader; those without one are reported.
-    fn requests(&mut self, round: &mut Round) -> BTreeMap<i32, Vec<(Arc<str>, FetchPartition)>> {
+    fn by_leader(&mut self, round: &mut Round) -> BTreeMap<i32, Vec<(Arc<str>, FetchPartition)>> {
         let mut by_leader: BTreeMap<i32, Vec<(Arc<str>, FetchPartition)>> = BTreeMap::new();
         let count = self.parts.len();
         self.rotation = if count == 0 {
@@ -291,11 +357,25 @@ impl Fetcher {
     ) {
         self.cluster.forget(leader);
         self.stale = true;
-        let trouble = match &error {
-            ConnError::FrameSize { size, max, .. } => Trouble::FrameTooLarge {
-                size: *size,
-                max: *max,
-            },
+        let trouble = match (&error, partitions) {
+            // Alone in its request: this partition's batch is the one too large.
+            (ConnError::FrameSize { size, max, .. }, [(topic, p)]) => {
+                self.suspects.insert((topic.clone(), p.partition), true);
+                Trouble::FrameTooLarge {
+                    size: *size,
+                    max: *max,
+                }
+            }
+            // One of these is; each is fetched alone from now on to find which, and none is
+            // held for it meanwhile.
+            (ConnError::FrameSize { .. }, several) => {
+                for (topic, p) in several {
+                    self.suspects
+                        .entry((topic.clone(), p.partition))
+                        .or_insert(false);
+                }
+                Trouble::NoLeader
+            }
             _ => Trouble::NoLeader,
         };
         round.failure = Some(error.to_string());
@@ -308,6 +388,13 @@ impl Fetcher {
                 trouble: trouble.clone(),
                 paused: false,
             });
+        }
+    }
+
+    /// A request's answer was read: a partition fetched alone is not too large (any more).
+    fn cleared(&mut self, partitions: &[(Arc<str>, FetchPartition)]) {
+        if let [(topic, p)] = partitions {
+            self.suspects.remove(&(topic.clone(), p.partition));
         }
     }
 
@@ -488,6 +575,71 @@ mod tests {
     }
 
     #[test]
+    fn a_newly_assigned_partition_asks_for_metadata_at_once_and_moved_leaders_wait() {
+        let mut f = fetcher();
+        f.assign("t", 0, 0);
+        // Nothing listens at the bootstrap: a metadata request shows as the round's failure.
+        assert!(f.round().failure.is_some(), "first metadata");
+        f.unassign("t", 0);
+        f.assign("t", 1, 0);
+        assert!(
+            f.round().failure.is_some(),
+            "a new partition is not held back by the pacer"
+        );
+        // No leader still: that is a leader to find again, paced.
+        assert!(f.round().failure.is_none(), "paced");
+    }
+
+    fn metadata(topic: &str, leaders: &[(i32, i32)]) -> Metadata {
+        use mirrorflow_core::protocol::metadata::{PartitionLeader, TopicMetadata};
+        Metadata {
+            brokers: Vec::new(),
+            controller: -1,
+            topics: vec![TopicMetadata {
+                name: topic.into(),
+                error: ErrorCode::NONE,
+                partitions: leaders
+                    .iter()
+                    .map(|&(partition, leader)| PartitionLeader {
+                        partition,
+                        error: ErrorCode::NONE,
+                        leader,
+                        leader_epoch: 0,
+                    })
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn leaders_are_kept_across_topics_and_reassignments_and_replaced_for_topics_asked_again() {
+        let mut f = fetcher();
+        f.learn(&["t"], &metadata("t", &[(0, 1), (1, 2)]));
+        f.learn(&["u"], &metadata("u", &[(0, 3)]));
+        f.stale = false;
+        f.assign("t", 1, 0);
+        f.unassign("t", 1);
+        f.assign("t", 1, 5);
+        assert!(!f.stale, "t's leaders are still known: no metadata needed");
+        f.assign("v", 0, 0);
+        assert!(f.stale, "an unknown topic asks for metadata");
+        // Asked again, t's partition 1 has no leader now and partition 0 moved.
+        f.learn(&["t"], &metadata("t", &[(0, 3), (1, -1)]));
+        let key = |t: &str, p| (Arc::from(t), p);
+        assert_eq!(f.leaders.get(&key("t", 0)), Some(&3));
+        assert_eq!(f.leaders.get(&key("t", 1)), None);
+        assert_eq!(f.leaders.get(&key("u", 0)), Some(&3), "kept");
+        // An answer's topics not asked for are not taken.
+        f.learn(&["t"], &metadata("w", &[(0, 1)]));
+        assert_eq!(f.leaders.get(&key("w", 0)), None);
+        assert_eq!(
+            f.leaders.get(&key("t", 0)),
+            None,
+            "t asked, not in the answer"
+        );
+    }
+
+    #[test]
     fn batches_behind_the_position_or_repeated_are_not_handed_on_twice() {
         let mut f = fetcher();
         f.assign("t", 0, 10);
@@ -583,5 +735,107 @@ mod tests {
             Err(ConnError::Decode { .. })
         ));
         assert_eq!(f.position("t", 0), Some(0));
+    }
+
+    /// Four partitions of `t` on leader 1, metadata known.
+    fn fetching_four() -> Fetcher {
+        let mut f = fetcher();
+        for p in 0..4 {
+            f.assign("t", p, 0);
+        }
+        led_by_one(&mut f);
+        f
+    }
+
+    /// New metadata: leader 1 leads every partition of `t`.
+    fn led_by_one(f: &mut Fetcher) {
+        for p in 0..4 {
+            f.leaders.insert((Arc::from("t"), p), 1);
+        }
+        f.stale = false;
+    }
+
+    /// Each request's partitions, in partition order (a round rotates them).
+    fn shapes(requests: &[Request]) -> Vec<Vec<i32>> {
+        (requests.iter())
+            .map(|(_, ps)| {
+                let mut shape: Vec<i32> = ps.iter().map(|(_, p)| p.partition).collect();
+                shape.sort_unstable();
+                shape
+            })
+            .collect()
+    }
+
+    fn too_large() -> ConnError {
+        ConnError::FrameSize {
+            peer: "b1".into(),
+            size: 40 << 20,
+            max: 1 << 20,
+        }
+    }
+
+    /// An answer too large to read names no partition: none of its partitions is held for it;
+    /// each is fetched alone until the one whose answer is too large alone is found, which
+    /// alone is reported (its copy names it), fetched last so the others' answers are read
+    /// first; an answer of its own that reads clears it.
+    #[test]
+    fn a_partition_whose_batch_is_too_large_to_read_is_found_and_alone_reported() {
+        let mut f = fetching_four();
+        let mut round = Round::default();
+        let first = f.requests(&mut round);
+        assert_eq!(first.len(), 1, "one request for the leader");
+        let partitions = first[0].1.clone();
+        f.lost(1, &partitions, too_large(), &mut round);
+        assert!(
+            (round.troubles.iter()).all(|t| t.trouble == Trouble::NoLeader && !t.paused),
+            "none held for it: {:?}",
+            round.troubles
+        );
+
+        led_by_one(&mut f);
+        let mut round = Round::default();
+        let alone = f.requests(&mut round);
+        assert_eq!(alone.len(), 4, "{:?}", shapes(&alone));
+        assert!(shapes(&alone).iter().all(|s| s.len() == 1));
+        // Partition 2 is the culprit: its answer alone is too large.
+        let two = (alone.iter())
+            .find(|(_, ps)| ps[0].1.partition == 2)
+            .cloned();
+        let (_, two) = two.expect("partition 2 asked");
+        f.lost(1, &two, too_large(), &mut round);
+        assert_eq!(
+            (round.troubles.iter())
+                .map(|t| (t.partition, t.trouble.clone()))
+                .collect::<Vec<_>>(),
+            vec![(
+                2,
+                Trouble::FrameTooLarge {
+                    size: 40 << 20,
+                    max: 1 << 20
+                }
+            )]
+        );
+        // The others' own answers read: back in one request; the culprit alone, after it.
+        led_by_one(&mut f);
+        for (_, ps) in alone.iter().filter(|(_, ps)| ps[0].1.partition != 2) {
+            f.cleared(ps);
+        }
+        let mut round = Round::default();
+        assert_eq!(
+            shapes(&f.requests(&mut round)),
+            vec![vec![0, 1, 3], vec![2]]
+        );
+        // Retention removed the batch: its answer reads, and it is fetched with the others.
+        f.cleared(&two);
+        let mut round = Round::default();
+        let together = shapes(&f.requests(&mut round));
+        assert_eq!(together.len(), 1);
+        assert_eq!(together[0].len(), 4);
+        // Suspicion goes with the assignment.
+        f.lost(1, &first[0].1, too_large(), &mut round);
+        for p in 0..4 {
+            f.unassign("t", p);
+        }
+        assert!(f.suspects.is_empty());
     }
 }

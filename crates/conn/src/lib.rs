@@ -11,6 +11,7 @@ mod conn;
 pub mod fetcher;
 pub mod oauth;
 mod scram;
+mod stream;
 pub mod writer;
 
 pub use cluster::{Cluster, MAX_BOOTSTRAP};

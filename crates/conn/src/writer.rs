@@ -44,6 +44,12 @@ pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 /// waits for new metadata ([`METADATA_BACKOFF`] apart).
 pub const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long one [`Writer::pump`] looks for an answer among several leaders before it returns
+/// to the caller, who may have batches for a leader that is not the slow one.
+const ANSWER_WAIT: Duration = Duration::from_millis(20);
+/// How long each look waits on the oldest request's leader.
+const ANSWER_STEP: Duration = Duration::from_millis(2);
+
 /// A batch to write: bytes of a fetch answer, and what the caller knows it by.
 #[derive(Debug, Clone)]
 pub struct Item<T> {
@@ -256,11 +262,13 @@ impl<T> Writer<T> {
         self.lanes.values().map(Lane::pending).sum()
     }
 
-    /// Sends what can be sent (up to `in_flight` requests per leader), then reads the oldest
-    /// outstanding answer (blocking until it comes or the connection's timeout). With nothing
-    /// to send and nothing outstanding it returns at once, or, when batches wait (for a leader,
-    /// a producer id, a retry's backoff), after that wait or [`METADATA_BACKOFF`], whichever
-    /// is shorter. Batches that waited longer than the delivery timeout come back as faults.
+    /// Sends what can be sent (up to `in_flight` requests per leader), then reads one answer:
+    /// with requests out to one leader, its oldest (blocking until it comes or the
+    /// connection's timeout); to several, the first to arrive, or none within
+    /// [`ANSWER_WAIT`]. With nothing to send and nothing outstanding it returns at once, or,
+    /// when batches wait (for a leader, a producer id, a retry's backoff), after that wait or
+    /// [`METADATA_BACKOFF`], whichever is shorter. Batches that waited longer than the
+    /// delivery timeout come back as faults.
     pub fn pump(&mut self) -> Progress<T> {
         let mut progress = Progress::default();
         if self.stale {
@@ -298,18 +306,72 @@ impl<T> Writer<T> {
                 }
             }
         }
-        let oldest = self
-            .outstanding
-            .iter()
+        let mut waiting: Vec<(Instant, i32)> = (self.outstanding.iter())
             .filter_map(|(&leader, q)| q.front().map(|o| (o.sent_at, leader)))
-            .min();
-        match oldest {
-            Some((_, leader)) => self.receive(leader, &mut progress),
-            None if !sent && self.pending() > 0 => std::thread::sleep(self.idle_wait()),
+            .collect();
+        waiting.sort_unstable();
+        let next = match waiting.as_slice() {
+            [] => None,
+            // Nothing else to serve meanwhile: read it, by its connection's timeout.
+            [(_, only)] => Some(*only),
+            several => self.first_to_answer(several, &mut progress),
+        };
+        match next {
+            Some(leader) => self.receive(leader, &mut progress),
+            None if waiting.is_empty() && !sent && self.pending() > 0 => {
+                std::thread::sleep(self.idle_wait());
+            }
             None => {}
         }
         self.expire(&mut progress);
         progress
+    }
+
+    /// Of the leaders with requests out (`waiting`, oldest request first), the first whose
+    /// answer has begun to arrive, looked for for at most [`ANSWER_WAIT`]: a slow leader never
+    /// holds the other leaders' answers, nor the caller's next batches, for longer. A leader
+    /// whose oldest request has had no answer for its connection's timeout has the connection
+    /// dropped and its batches written again ([`Self::lost`]): every request has a deadline,
+    /// counted from its sending.
+    fn first_to_answer(
+        &mut self,
+        waiting: &[(Instant, i32)],
+        progress: &mut Progress<T>,
+    ) -> Option<i32> {
+        let until = Instant::now() + ANSWER_WAIT;
+        loop {
+            // A look at each, then a short wait on the oldest.
+            let looks = waiting.iter().map(|&(_, l)| (l, Duration::ZERO));
+            let step = waiting.first().map(|&(_, l)| (l, ANSWER_STEP));
+            for (leader, wait) in looks.chain(step) {
+                let Some(conn) = self.cluster.connected(leader) else {
+                    // Gone: reading it says so, and its batches are written again.
+                    return Some(leader);
+                };
+                if conn.answer_waiting(wait).unwrap_or(true) {
+                    return Some(leader);
+                }
+            }
+            for &(sent_at, leader) in waiting {
+                let Some(conn) = self.cluster.connected(leader) else {
+                    continue;
+                };
+                if sent_at.elapsed() > conn.timeout() {
+                    let error = ConnError::Io {
+                        peer: conn.peer().to_owned(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the broker did not answer a write within the request timeout",
+                        ),
+                    };
+                    self.lost(leader, error, progress);
+                    return None;
+                }
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+        }
     }
 
     /// How long a pump with batches pending, nothing sent and nothing outstanding waits: until
@@ -626,321 +688,4 @@ fn resend<T>(sequencer: &mut Sequencer<Item<T>>) -> VecDeque<Resend> {
 mod fake_broker;
 
 #[cfg(test)]
-mod tests {
-    use super::fake_broker::{self, FakeBroker};
-    use super::*;
-    use crate::{Conn, Options, Security};
-
-    const LEADER: i32 = 1;
-
-    fn options() -> Options {
-        Options {
-            client_id: "mf".into(),
-            timeout: Duration::from_secs(5),
-            max_frame: 1 << 20,
-            address_check: None,
-        }
-    }
-
-    fn topic() -> Arc<str> {
-        Arc::from("t")
-    }
-
-    /// A writer whose leader's connection reads `answers`, with one request outstanding on it
-    /// (correlation id 0) holding the first batch of partitions 0 and 1 (tokens 0 and 1),
-    /// and the second batch of partition 0 queued (token 2).
-    fn writer_answered_by(answers: Vec<u8>) -> Writer<u32> {
-        let cluster =
-            Cluster::new("127.0.0.1:9", Security::default(), options()).expect("one address");
-        let mut writer = Writer::new(cluster, 1);
-        let conn = Conn::over("memory", std::io::Cursor::new(answers), &options());
-        let serial = conn.serial();
-        writer.cluster.adopt(LEADER, conn);
-        let body = Arc::new(vec![0u8; 61]);
-        for (partition, token) in [(0, 0), (1, 1), (0, 2)] {
-            let item = Item {
-                body: body.clone(),
-                range: 0..61,
-                token,
-            };
-            assert!(writer.push(&topic(), partition, item).is_ok());
-        }
-        let mut tickets = Vec::new();
-        for (key, lane) in &mut writer.lanes {
-            lane.leader = Some(LEADER);
-            let mut sequencer = Sequencer::new(5, 0);
-            let item = lane.queue.pop_front().expect("a queued batch");
-            let (_, ticket) = sequencer.assign(1, item).expect("room");
-            tickets.push((key.clone(), ticket));
-            lane.sequencer = Some(sequencer);
-        }
-        writer
-            .outstanding
-            .entry(LEADER)
-            .or_default()
-            .push_back(Outstanding {
-                conn: serial,
-                id: 0,
-                sent_at: Instant::now(),
-                tickets,
-            });
-        writer
-    }
-
-    /// A Produce v8 answer frame for request `id`: topic `name`'s (partition, error, base
-    /// offset).
-    fn answer(id: i32, name: &str, partitions: &[(i32, i16, i64)]) -> Vec<u8> {
-        let mut body = id.to_be_bytes().to_vec();
-        body.extend_from_slice(&1i32.to_be_bytes());
-        body.extend_from_slice(&i16::try_from(name.len()).unwrap_or(0).to_be_bytes());
-        body.extend_from_slice(name.as_bytes());
-        body.extend_from_slice(&i32::try_from(partitions.len()).unwrap_or(0).to_be_bytes());
-        for (partition, error, base_offset) in partitions {
-            body.extend_from_slice(&partition.to_be_bytes());
-            body.extend_from_slice(&error.to_be_bytes());
-            body.extend_from_slice(&base_offset.to_be_bytes());
-            body.extend_from_slice(&(-1i64).to_be_bytes()); // log append time
-            body.extend_from_slice(&0i64.to_be_bytes()); // log start
-            body.extend_from_slice(&0i32.to_be_bytes()); // no record errors
-            body.extend_from_slice(&(-1i16).to_be_bytes()); // no message
-        }
-        body.extend_from_slice(&0i32.to_be_bytes()); // throttle
-        let mut frame = i32::try_from(body.len())
-            .unwrap_or(0)
-            .to_be_bytes()
-            .to_vec();
-        frame.extend_from_slice(&body);
-        frame
-    }
-
-    fn receive(writer: &mut Writer<u32>) -> Progress<u32> {
-        let mut progress = Progress::default();
-        writer.receive(LEADER, &mut progress);
-        progress
-    }
-
-    fn written(progress: &Progress<u32>) -> Vec<(i32, u32, Option<i64>)> {
-        progress
-            .written
-            .iter()
-            .map(|w| (w.partition, w.token, w.base_offset))
-            .collect()
-    }
-
-    fn resending(writer: &Writer<u32>) -> Vec<usize> {
-        writer.lanes.values().map(|l| l.resending.len()).collect()
-    }
-
-    #[test]
-    fn an_answer_acknowledges_its_batches() {
-        let mut writer = writer_answered_by(answer(0, "t", &[(0, 0, 40), (1, 0, -7)]));
-        let progress = receive(&mut writer);
-        // A negative base offset is not an offset.
-        assert_eq!(written(&progress), vec![(0, 0, Some(40)), (1, 1, None)]);
-        assert_eq!(writer.pending(), 1, "the queued batch");
-    }
-
-    #[test]
-    fn another_requests_answer_drops_the_connection_and_writes_again() {
-        for frame in [
-            answer(7, "t", &[(0, 0, 40), (1, 0, 41)]),
-            answer(0, "t", &[(0, 0, 40)])[..20].to_vec(),
-            (i32::MAX).to_be_bytes().to_vec(),
-            Vec::new(),
-        ] {
-            let mut writer = writer_answered_by(frame);
-            let progress = receive(&mut writer);
-            assert!(progress.written.is_empty() && progress.faults.is_empty());
-            assert!(progress.failure.is_some());
-            assert_eq!(resending(&writer), vec![1, 1], "both batches written again");
-            assert!(writer.lanes.values().all(|l| l.leader.is_none()));
-            assert_eq!(writer.pending(), 3, "nothing lost");
-        }
-    }
-
-    #[test]
-    fn partitions_left_out_or_not_asked_for_are_written_again() {
-        let frame = answer(0, "t", &[(7, 0, 1), (1, 0, 41), (1, 0, 99), (-1, 0, 3)]);
-        let mut writer = writer_answered_by(frame);
-        let progress = receive(&mut writer);
-        assert_eq!(written(&progress), vec![(1, 1, Some(41))]);
-        assert_eq!(
-            progress.troubles,
-            vec![(topic(), 0, ErrorCode::NOT_LEADER_OR_FOLLOWER)]
-        );
-        assert_eq!(resending(&writer), vec![1, 0]);
-        // Another topic's answer acknowledges nothing of this one.
-        let mut writer = writer_answered_by(answer(0, "u", &[(0, 0, 1), (1, 0, 2)]));
-        let progress = receive(&mut writer);
-        assert!(progress.written.is_empty());
-        assert_eq!(resending(&writer), vec![1, 1]);
-    }
-
-    #[test]
-    fn an_error_the_writer_cannot_resolve_gives_the_lane_back() {
-        // 87: INVALID_RECORD; the queued batch goes back with the unacknowledged one.
-        let mut writer = writer_answered_by(answer(0, "t", &[(0, 87, -1), (1, 0, 41)]));
-        let progress = receive(&mut writer);
-        assert_eq!(written(&progress), vec![(1, 1, Some(41))]);
-        let faults: Vec<_> = progress
-            .faults
-            .iter()
-            .map(|f| (f.partition, f.tokens.clone()))
-            .collect();
-        assert_eq!(faults, vec![(0, vec![0, 2])]);
-        assert_eq!(writer.pending(), 0);
-    }
-
-    const NOT_LEADER: ErrorCode = ErrorCode::NOT_LEADER_OR_FOLLOWER;
-
-    /// A writer whose only broker is `broker` (leading every partition), its producer id
-    /// known, with `batches` batches of 10 records queued for partition 0 (tokens 0, 1, ...).
-    fn writer_on(broker: &FakeBroker, batches: u32) -> Writer<u32> {
-        let cluster = Cluster::new(fake_broker::ADDRESS, Security::default(), options())
-            .expect("one address");
-        let mut writer = Writer::new(cluster, 5);
-        let mut produce = Conn::over(fake_broker::ADDRESS, broker.connection(), &options());
-        produce.serve(protocol::API_PRODUCE, protocol::PRODUCE_VERSION);
-        let mut metadata = Conn::over(fake_broker::ADDRESS, broker.connection(), &options());
-        metadata.serve(protocol::API_METADATA, protocol::METADATA_VERSION);
-        writer.cluster.adopt(fake_broker::NODE, produce);
-        writer.cluster.adopt_metadata(metadata);
-        writer.producer = Some((5, 0));
-        let body = Arc::new(fake_broker::source_batch(10));
-        for token in 0..batches {
-            let item = Item {
-                body: body.clone(),
-                range: 0..body.len(),
-                token,
-            };
-            assert!(writer.push(&topic(), 0, item).is_ok());
-        }
-        writer
-    }
-
-    /// Pumps until nothing is pending or `limit` passed: the tokens written, and the faults.
-    fn pump_until_settled(
-        writer: &mut Writer<u32>,
-        limit: Duration,
-    ) -> (Vec<u32>, Vec<Fault<u32>>) {
-        let started = Instant::now();
-        let (mut written, mut faults) = (Vec::new(), Vec::new());
-        while writer.pending() > 0 && started.elapsed() < limit {
-            let progress = writer.pump();
-            written.extend(progress.written.iter().map(|w| w.token));
-            faults.extend(progress.faults);
-        }
-        (written, faults)
-    }
-
-    fn faults_of(faults: &[Fault<u32>]) -> Vec<(i32, ErrorCode, Vec<u32>)> {
-        faults
-            .iter()
-            .map(|f| (f.partition, f.error, f.tokens.clone()))
-            .collect()
-    }
-
-    /// A topic created a moment ago: its leader answers the first write NOT_LEADER_OR_FOLLOWER
-    /// (its election not yet applied), then takes writes. It keeps no sequence of the producer
-    /// yet, so it would take a later batch first at any sequence (and then refuse the first
-    /// one as out of order): every batch lands once, in order, and nothing faults.
-    #[test]
-    fn a_new_partitions_first_refusal_neither_reorders_nor_faults() {
-        let broker = FakeBroker::refusing(1, NOT_LEADER);
-        let mut writer = writer_on(&broker, 3);
-        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-        assert_eq!(faults_of(&faults), vec![]);
-        assert_eq!(written, vec![0, 1, 2]);
-        let state = broker.state();
-        assert_eq!(
-            state.log.get(&0),
-            Some(&vec![0, 10, 20]),
-            "the target's order"
-        );
-        assert!(state.metadata >= 2, "the leader was asked for again");
-    }
-
-    /// A leader that never takes the write: the writer asks for metadata and writes again,
-    /// paced (no busy loop), and after its delivery timeout gives the lane back as a fault
-    /// with the leader's error, instead of waiting for ever.
-    #[test]
-    fn a_refusal_that_lasts_gives_the_lane_back_after_the_delivery_timeout() {
-        for error in [NOT_LEADER, ErrorCode(19), ErrorCode(7)] {
-            let broker = FakeBroker::refusing(usize::MAX, error);
-            let timeout = Duration::from_millis(800);
-            let mut writer = writer_on(&broker, 3).with_delivery_timeout(timeout);
-            let started = Instant::now();
-            let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-            let elapsed = started.elapsed();
-            assert!(written.is_empty());
-            assert_eq!(
-                faults_of(&faults),
-                vec![(0, error, vec![0, 1, 2])],
-                "{error}"
-            );
-            assert!(
-                faults.iter().all(|f| f.waited == Some(timeout)),
-                "given back for waiting, and says so"
-            );
-            assert!(
-                elapsed >= timeout && elapsed < Duration::from_secs(3),
-                "{elapsed:?}"
-            );
-            let state = broker.state();
-            // One write per backoff at most: 0.8 s of them, not thousands.
-            assert!(
-                (2..=10).contains(&state.requests),
-                "{} writes",
-                state.requests
-            );
-            assert_eq!(state.log.get(&0), None);
-        }
-    }
-
-    /// A partition whose leader the metadata never names: its batches go back to the caller
-    /// after the delivery timeout, metadata asked for meanwhile at the metadata backoff.
-    #[test]
-    fn a_partition_without_a_leader_for_too_long_is_given_back() {
-        let broker = FakeBroker::default();
-        broker.state().leaderless = true;
-        let timeout = Duration::from_millis(800);
-        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
-        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-        assert!(written.is_empty());
-        assert_eq!(
-            faults_of(&faults),
-            vec![(0, ErrorCode::LEADER_NOT_AVAILABLE, vec![0, 1])]
-        );
-        let state = broker.state();
-        assert_eq!(state.requests, 0, "nothing written without a leader");
-        assert!(
-            (2..=6).contains(&state.metadata),
-            "{} metadata requests",
-            state.metadata
-        );
-    }
-
-    /// A leader that drops its connection with a write unanswered and cannot be reached
-    /// again: the writer asks for metadata and tries again, paced, and gives the lane back
-    /// after the delivery timeout as a connection failure, instead of waiting.
-    #[test]
-    fn a_leader_that_cannot_be_reached_gives_the_lane_back() {
-        let broker = FakeBroker::default();
-        broker.state().mute = true;
-        let timeout = Duration::from_millis(800);
-        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
-        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-        assert!(written.is_empty());
-        assert_eq!(
-            faults_of(&faults),
-            vec![(0, ErrorCode::NETWORK_EXCEPTION, vec![0, 1])]
-        );
-        let state = broker.state();
-        assert_eq!(state.requests, 1, "the one write the connection took");
-        assert!(
-            (2..=6).contains(&state.metadata),
-            "{} metadata requests",
-            state.metadata
-        );
-    }
-}
+mod tests;
