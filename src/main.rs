@@ -207,6 +207,32 @@ fn init_logs(format: LogFormat, default_filter: &str) {
 /// two busy threads (the copy thread and the source's broker thread); the others allocate little.
 const REPLICATOR_ARENAS: i32 = 2;
 
+/// The `replicate` command: one replica of a flow, until a signal stops it.
+fn replicate(
+    config: PathBuf,
+    secrets_dir: PathBuf,
+    listen: SocketAddr,
+    replica: Option<String>,
+) -> anyhow::Result<()> {
+    // Before the runtime and the Kafka clients start their threads.
+    mirrorflow_rdkafka_ext::heap::limit_arenas(REPLICATOR_ARENAS);
+    let file = mirrorflow::flow::load_file(&config)?;
+    let mut flow = mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;
+    flow.writer = file.writer;
+    let static_membership = replica.is_some();
+    let replica =
+        replica.unwrap_or_else(|| std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into()));
+    let mut ctx = replicator::Context::new(flow, replica).context("creating metrics")?;
+    ctx.static_membership = static_membership;
+    let ctx = Arc::new(ctx);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(stop_on_signal(shutdown.clone()));
+        replicator::run(ctx, listen, shutdown).await
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
     // `kubectl mirrorflow`.
@@ -240,25 +266,8 @@ fn main() -> anyhow::Result<()> {
             listen,
             replica,
         } => {
-            // Before the runtime and the Kafka clients start their threads.
-            mirrorflow_rdkafka_ext::heap::limit_arenas(REPLICATOR_ARENAS);
-            let file = mirrorflow::flow::load_file(&config)?;
-            let mut flow =
-                mirrorflow::flow::resolve(file.name, file.spec, &SecretFiles::new(secrets_dir))?;
-            flow.writer = file.writer;
-            let static_membership = replica.is_some();
-            let replica = replica.unwrap_or_else(|| {
-                std::env::var("HOSTNAME").unwrap_or_else(|_| "replica-0".into())
-            });
-            let mut ctx = replicator::Context::new(flow, replica).context("creating metrics")?;
-            ctx.static_membership = static_membership;
-            let ctx = Arc::new(ctx);
-            let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async move {
-                let shutdown = CancellationToken::new();
-                tokio::spawn(stop_on_signal(shutdown.clone()));
-                replicator::run(ctx, listen, shutdown).await
-            })?;
+            replicator::last_words::on_panic();
+            replicator::last_words::record(replicate(config, secrets_dir, listen, replica))?;
         }
         Command::Operator {
             listen,

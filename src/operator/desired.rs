@@ -32,6 +32,8 @@ use crate::kafka::DEFAULT_SECRETS_DIR;
 pub const REPLICATOR_PORT: i32 = 9464;
 /// Where the rendered flow is mounted in replicator pods.
 pub const CONFIG_DIR: &str = "/etc/mirrorflow";
+/// Where the kubelet reads a container's termination message (its default path).
+const TERMINATION_LOG: &str = "/dev/termination-log";
 pub const CONFIG_FILE: &str = "flow.yaml";
 /// Pod annotation whose change rolls the replicators when the rendered config or a Secret changes.
 pub const CONFIG_HASH_ANNOTATION: &str = "mirrorflow.io/config-hash";
@@ -336,7 +338,18 @@ fn pod_template(
                 value: Some("json".into()),
                 ..EnvVar::default()
             },
+            // Its fatal error becomes the pod's termination message, which the operator
+            // names in the flow's status (`operator::unready`).
+            EnvVar {
+                name: crate::replicator::last_words::ENV.into(),
+                value: Some(TERMINATION_LOG.into()),
+                ..EnvVar::default()
+            },
         ]),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        // A crash before the replicator could write (an abort in a native library) still
+        // leaves its log's tail there.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
             container_port: REPLICATOR_PORT,

@@ -129,25 +129,42 @@ pub fn stranded(
         .collect()
 }
 
-/// Finds the flow's replicas on lost nodes and deletes those that waited long enough, with an
-/// Event each. Reads nothing when every replica is ready (a replica on a lost node is marked
-/// not ready by the node controller first). A refusal by the apiserver (the installer's RBAC
-/// without pods or nodes) is logged and taken as "none found": it must not stop the status.
-pub async fn tend(
-    ctx: &Context,
-    ns: &str,
-    mf: &MirrorFlow,
-    ready: i32,
-    desired: i32,
-) -> Vec<Stranded> {
-    if ready >= desired {
+/// The flow's replica pods that exist, read by name (`<flow>-<ordinal>`) so the operator needs
+/// no right to list pods, only those its StatefulSet controls. Read only when a replica is not
+/// ready: a ready flow costs no request. A refusal by the apiserver (the installer's RBAC
+/// without pods) is logged and taken as "none found": it must not stop the status.
+pub async fn replica_pods(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Vec<Pod> {
+    let pods_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let mut pods = Vec::new();
+    for ordinal in 0..mf.spec.replicas.max(0) {
+        match pods_api
+            .get_opt(&format!("{}-{ordinal}", mf.name_any()))
+            .await
+        {
+            Ok(Some(pod)) if owned_by(&pod, &mf.name_any()) => pods.push(pod),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(flow = %mf.name_any(), namespace = ns, error = %e,
+                    "could not read the replica pods (the operator needs get on pods)");
+                break;
+            }
+        }
+    }
+    pods
+}
+
+/// Finds the flow's replicas (of `pods`) on lost nodes and deletes those that waited long
+/// enough, with an Event each. A refusal by the apiserver (the installer's RBAC without
+/// delete on pods or get on nodes) is logged and taken as "none found".
+pub async fn tend(ctx: &Context, ns: &str, mf: &MirrorFlow, pods: &[Pod]) -> Vec<Stranded> {
+    if pods.is_empty() {
         return Vec::new();
     }
-    match find_and_replace(ctx, ns, mf).await {
+    match find_and_replace(ctx, ns, mf, pods).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(flow = %mf.name_any(), namespace = ns, error = %e,
-                "could not look for replicas on lost nodes (the operator needs get and delete on pods and get on nodes)");
+                "could not look for replicas on lost nodes (the operator needs delete on pods and get on nodes)");
             Vec::new()
         }
     }
@@ -157,18 +174,9 @@ async fn find_and_replace(
     ctx: &Context,
     ns: &str,
     mf: &MirrorFlow,
+    pods: &[Pod],
 ) -> Result<Vec<Stranded>, kube::Error> {
     let pods_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    // By name (`<flow>-<ordinal>`), so the operator needs no right to list pods.
-    let mut pods = Vec::new();
-    for ordinal in 0..mf.spec.replicas.max(0) {
-        if let Some(pod) = pods_api
-            .get_opt(&format!("{}-{ordinal}", mf.name_any()))
-            .await?
-        {
-            pods.push(pod);
-        }
-    }
     let nodes_api = Api::<Node>::all(ctx.client.clone());
     let mut nodes = BTreeMap::new();
     for name in pods
@@ -183,7 +191,7 @@ async fn find_and_replace(
         }
     }
     let found = stranded(
-        &pods,
+        pods,
         &mf.name_any(),
         &nodes,
         Timestamp::now(),

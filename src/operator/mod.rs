@@ -24,6 +24,7 @@ pub mod rejections;
 pub mod slim;
 pub mod spread;
 pub mod triggers;
+pub mod unready;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -80,10 +80,14 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
             Err(e) => return Err(e),
             Ok(Ok(ready)) => {
                 obs.ready_replicas = ready;
-                let stranded =
-                    super::lost_nodes::tend(&ctx, &ns, &mf, ready, obs.desired_replicas).await;
-                replace_due = stranded.iter().filter_map(|s| s.replace_in).min();
-                obs.stranded = stranded.iter().map(|s| s.message()).collect();
+                if ready < obs.desired_replicas {
+                    let pods = super::lost_nodes::replica_pods(&ctx, &ns, &mf).await;
+                    let stranded = super::lost_nodes::tend(&ctx, &ns, &mf, &pods).await;
+                    replace_due = stranded.iter().filter_map(|s| s.replace_in).min();
+                    obs.stranded = stranded.iter().map(|s| s.message()).collect();
+                    let unready = pods.iter().filter_map(super::unready::diagnose).collect();
+                    obs.unready = super::unready::summary(unready, &mf.spec, &ns);
+                }
             }
             Ok(Err(rejected)) => obs.blocked = Some(rejected),
         },

@@ -152,3 +152,53 @@ async fn with_replacement_off_nothing_is_deleted() {
         .expect("the reconcile succeeds");
     assert!(pod_deletes(&fx.requests()).is_empty());
 }
+
+/// A replica that cannot run is named by class from the same pod reads: `Ready` False with
+/// `ReplicatorOutOfMemory`, the pod and the field, and a Warning Event of that reason.
+#[tokio::test]
+async fn a_replica_killed_for_its_memory_limit_is_named_in_ready_with_an_event() {
+    let fx = Fixture::with(
+        |r| {
+            let healthy = || {
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "healthy"},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+            };
+            match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/api/v1/nodes/healthy") => Some((StatusCode::OK, healthy())),
+                ("GET", p) if p == format!("{PODS}/f-1") => {
+                    let mut p = pod(1, "healthy");
+                    p["status"] = json!({"phase": "Running", "containerStatuses": [{
+                        "name": "replicator", "ready": false, "restartCount": 4,
+                        "image": "i", "imageID": "",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]});
+                    Some((StatusCode::OK, p))
+                }
+                _ => pods(r).map(|(c, mut p)| {
+                    p["spec"]["nodeName"] = json!("healthy");
+                    (c, p)
+                }),
+            }
+        },
+        |_| {},
+    );
+    fx.reconcile(&three_replicas())
+        .await
+        .expect("the reconcile succeeds");
+    let seen = fx.requests();
+    let (status, events) = written(&seen);
+    let ready = (status["conditions"].as_array().into_iter().flatten())
+        .find(|c| c["type"] == "Ready")
+        .expect("Ready");
+    assert_eq!(ready["reason"], "ReplicatorOutOfMemory", "{ready}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("f-1 was killed 4 times")
+            && message.contains("spec.resources.limits.memory"),
+        "{message}"
+    );
+    assert!(
+        events.contains(&("Warning".into(), "ReplicatorOutOfMemory".into())),
+        "{events:?}"
+    );
+}

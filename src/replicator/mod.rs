@@ -16,6 +16,7 @@ pub mod context;
 pub mod health;
 pub mod heartbeat;
 pub mod kafka_io;
+pub mod last_words;
 pub mod metrics;
 pub mod reach;
 pub mod source;

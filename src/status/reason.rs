@@ -25,6 +25,14 @@ pub const TARGET_TOKEN_REFUSED: &str = "TargetTokenRefused";
 pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
 /// A replica is on a node the node controller lost; the operator replaces it after a bound.
 pub const REPLICA_ON_LOST_NODE: &str = "ReplicaOnLostNode";
+/// A replicator pod cannot run, by class (`operator::unready`): killed for its memory limit,
+/// exiting with an error of its own, missing a Secret it mounts, its image not pullable, no
+/// node able to take it.
+pub const REPLICATOR_OUT_OF_MEMORY: &str = "ReplicatorOutOfMemory";
+pub const REPLICATOR_CRASHING: &str = "ReplicatorCrashing";
+pub const REPLICATOR_CONFIG_MISSING: &str = "ReplicatorConfigMissing";
+pub const REPLICATOR_IMAGE_UNAVAILABLE: &str = "ReplicatorImageUnavailable";
+pub const REPLICATOR_UNSCHEDULABLE: &str = "ReplicatorUnschedulable";
 pub const NO_HEARTBEATS: &str = "NoHeartbeats";
 pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
 pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
