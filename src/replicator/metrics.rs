@@ -70,6 +70,9 @@ pub struct Metrics {
     pub partition_stalls: IntCounter,
     /// Checkpoints verified on their records, by outcome (`match`, `mismatch`, `unverifiable`).
     pub verifications: IntCounterVec,
+    /// Bytes of the fetch answers the verification's reads brought, by cluster (`source`,
+    /// `target`): what verification costs each cluster.
+    pub verification_read_bytes: IntCounterVec,
     /// Group-partitions of this replica whose latest verification was a mismatch.
     pub verification_mismatches: IntGauge,
     /// Seconds since this replica's newest verification (absent before the first).
@@ -203,6 +206,13 @@ impl Metrics {
                 ),
                 &["outcome"],
             )?,
+            verification_read_bytes: IntCounterVec::new(
+                Opts::new(
+                    "verification_read_bytes_total",
+                    "Bytes of the fetch answers read to verify checkpoints on their records, by cluster",
+                ),
+                &["cluster"],
+            )?,
             verification_mismatches: IntGauge::new(
                 "verification_mismatches",
                 "Group-partitions whose latest verification found that a failover to the checkpoint would not resume on the group's next record",
@@ -230,6 +240,8 @@ impl Metrics {
         m.registry.register(Box::new(m.groups_unlabelled.clone()))?;
         m.registry.register(Box::new(m.heartbeat_lag.clone()))?;
         m.registry.register(Box::new(m.verifications.clone()))?;
+        m.registry
+            .register(Box::new(m.verification_read_bytes.clone()))?;
         m.registry
             .register(Box::new(m.verification_mismatches.clone()))?;
         m.registry

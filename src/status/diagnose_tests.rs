@@ -1,4 +1,5 @@
 use super::*;
+use crate::status::reason;
 
 const ID: i32 = API_VERSIONS_ID;
 

@@ -193,26 +193,6 @@ impl ProbeContext {
     }
 }
 
-/// librdkafka's words when its OIDC client got no token (the token endpoint's answer or
-/// libcurl's error follows).
-const NO_TOKEN: &str = "Failed to acquire SASL OAUTHBEARER token";
-
-/// The error codes a token endpoint answers a refused client credentials grant with (RFC 6749
-/// section 5.2): librdkafka passes the answer's body on, without the HTTP status.
-fn refuses_client_credentials(reason: &str) -> bool {
-    [
-        "invalid_client",
-        "unauthorized_client",
-        "invalid_scope",
-        "invalid_grant",
-        "invalid_request",
-        "unsupported_grant_type",
-        "access_denied",
-    ]
-    .iter()
-    .any(|code| reason.contains(code))
-}
-
 impl ClientContext for ProbeContext {
     fn error(&self, error: KafkaError, reason: &str) {
         let authentication = error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication);
@@ -225,98 +205,7 @@ impl ClientContext for ProbeContext {
     }
 }
 
-/// The fault a client error tells, if it tells one (others, like a broker going down, are
-/// left to the request's own error). `authentication`: librdkafka's code says so.
-fn classify(oauthbearer: bool, authentication: bool, reason: &str) -> Option<ClusterFault> {
-    let authentication = authentication || reason.contains("SASL authentication");
-    let fault = if oauthbearer && reason.contains(NO_TOKEN) {
-        if refuses_client_credentials(reason) {
-            ClusterFault::ClientCredentialsRefused(reason.to_string())
-        } else {
-            ClusterFault::TokenEndpointUnreachable(reason.to_string())
-        }
-    } else if oauthbearer && authentication {
-        ClusterFault::TokenRefused(reason.to_string())
-    } else if authentication {
-        ClusterFault::Authentication(reason.to_string())
-    } else if refuses_the_principal(reason) {
-        ClusterFault::NotAuthorized(reason.to_string())
-    } else if refuses_client_certificate(reason) {
-        ClusterFault::CertificateRefused(reason.to_string())
-    } else if reason.contains("SSL handshake failed") {
-        ClusterFault::Tls(reason.to_string())
-    } else {
-        return None;
-    };
-    Some(fault)
-}
-
 impl ConsumerContext for ProbeContext {}
-
-/// The TLS alerts a broker sends when it refuses the client's certificate (OpenSSL's words);
-/// our own refusal of the broker's certificate reads "certificate verify failed" instead.
-fn refuses_client_certificate(reason: &str) -> bool {
-    [
-        "alert bad certificate",
-        "alert certificate required",
-        "alert unknown ca",
-        "alert certificate unknown",
-        "alert certificate expired",
-        "alert handshake failure",
-    ]
-    .iter()
-    .any(|alert| reason.contains(alert))
-}
-
-/// The broker's authorization errors (Kafka's error names as librdkafka words them): the
-/// credentials were accepted, the principal may not do what the probe asked.
-fn refuses_the_principal(reason: &str) -> bool {
-    let reason = reason.to_ascii_lowercase();
-    [
-        "topic authorization failed",
-        "group authorization failed",
-        "cluster authorization failed",
-        "transactional id authorization failed",
-    ]
-    .iter()
-    .any(|e| reason.contains(e))
-}
-
-/// The client's own explanation when it tells the class (credentials, client certificate,
-/// token); else what [`diagnose`] finds at the listener; else the request's error.
-fn fault(
-    cluster: &Cluster,
-    error: &KafkaError,
-    config: &ClientConfig,
-    budget: Budget,
-) -> ClusterFault {
-    // Client errors arrive as events on the consumer's queue: polling hands them to the
-    // context (records of followed topics go to their tails).
-    cluster.pump(Duration::from_millis(500));
-    let context = cluster.client().context();
-    let told = context.recent_cause();
-    if let Some(fault) = &told
-        && !needs_diagnosis(fault)
-    {
-        return fault.clone();
-    }
-    match context.diagnosis(config, budget) {
-        Some(found) => ClusterFault::Connection(found),
-        None => told.unwrap_or_else(|| ClusterFault::Unreachable(error.to_string())),
-    }
-}
-
-/// Faults whose words may hide the class: "transport failure"; a TLS handshake that failed
-/// for a reason the client does not tell (a plaintext listener, a host name the certificate
-/// does not list, an untrusted CA); an authentication failure that is a mechanism the
-/// listener does not enable (when it enables it, the diagnosis finds nothing and the
-/// credentials are named).
-fn needs_diagnosis(fault: &ClusterFault) -> bool {
-    matches!(
-        fault,
-        ClusterFault::Unreachable(_) | ClusterFault::Tls(_) | ClusterFault::Authentication(_)
-    )
-}
 
 /// The flow's probe client settings, made shareable: the client id the flow's own clients
 /// carry (`mirrorflow-<alias>`) would keep apart flows that differ only in alias; a client id
@@ -418,28 +307,14 @@ fn observe_clusters(
 ) -> ClusterObservation {
     let mut out = ClusterObservation::default();
     let policy = flow.policy.as_ref();
-    let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
-    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
-    out.source_error = (clients.refused(&source_config))
-        .or_else(|| clients.recently_refused(namespace, &source_config));
-    out.target_error = (clients.refused(&target_config))
-        .or_else(|| clients.recently_refused(namespace, &target_config));
-    if out.source_error.is_some() || out.target_error.is_some() {
+    let Some(Connected {
+        source,
+        source_config,
+        target,
+        target_config,
+    }) = connected(clients, namespace, flow, &mut out)
+    else {
         return out;
-    }
-    let target = match clients.cluster(namespace, &target_config) {
-        Ok(c) => c,
-        Err(e) => {
-            out.target_error = Some(ClusterFault::Unreachable(e.to_string()));
-            return out;
-        }
-    };
-    let source = match clients.cluster(namespace, &source_config) {
-        Ok(c) => c,
-        Err(e) => {
-            out.source_error = Some(ClusterFault::Unreachable(e.to_string()));
-            return out;
-        }
     };
     let source_md = source.metadata(budget.next(TIMEOUT));
     if let Some(f) = (source_md.as_ref().ok())
@@ -493,37 +368,7 @@ fn observe_clusters(
     let positions_topic = positions::positions_topic(flow.source_alias());
     let positions_exist = on_target(&positions_topic);
     let positions = if positions_exist {
-        let read = target.follow(
-            &positions_topic,
-            TailKind::Positions,
-            budget.next(2 * TIMEOUT),
-            |state| match state {
-                TailState::Positions {
-                    positions,
-                    gaps,
-                    claims,
-                    refusals,
-                } => Some(PositionsRead {
-                    positions: positions
-                        .iter()
-                        .map(|(k, f)| (k.clone(), f.next))
-                        .collect::<Positions>(),
-                    gaps: gaps.as_slice().to_vec(),
-                    // Only a flow that writes yields; an Observe flow reads whoever writes.
-                    conflict: (flow.spec.mode == FlowMode::Replicate)
-                        .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
-                        .flatten()
-                        .map(|older| writers::yield_message(older, flow.source_alias())),
-                    refusals: refusals.values().cloned().collect(),
-                }),
-                _ => None,
-            },
-        );
-        let read = followed(read, &positions_topic, &mut out).flatten();
-        out.gaps = read.as_ref().map(|r| r.gaps.clone());
-        out.refusals = read.as_ref().map(|r| r.refusals.clone());
-        out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
-        read.map(|r| r.positions)
+        follow_positions(flow, &target, &positions_topic, budget, &mut out)
     } else {
         // Nothing copied yet (or another tool replicates): nothing can have been skipped.
         out.gaps = Some(Vec::new());
@@ -549,38 +394,13 @@ fn observe_clusters(
 
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
     out.heartbeat = on_target(&hb_topic)
-        .then(|| {
-            let read = target.follow(
-                &hb_topic,
-                TailKind::Heartbeats,
-                budget.next(TIMEOUT),
-                |state| match state {
-                    TailState::Heartbeat(newest) => *newest,
-                    _ => None,
-                },
-            );
-            followed(read, &hb_topic, &mut out)
-        })
-        .flatten()
+        .then(|| follow_heartbeat(&target, &hb_topic, budget, &mut out))
         .flatten()
         .map(|ts| (age(ts), ts));
-
     // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
     let checkpoints_topic = policy.checkpoints_topic(flow.source_alias());
     let checkpoints = on_target(&checkpoints_topic)
-        .then(|| {
-            let read = target.follow(
-                &checkpoints_topic,
-                TailKind::Checkpoints,
-                budget.next(Duration::from_secs(20)),
-                |state| match state {
-                    TailState::Checkpoints(index) => Some(index.clone()),
-                    _ => None,
-                },
-            );
-            followed(read, &checkpoints_topic, &mut out)
-        })
-        .flatten()
+        .then(|| follow_checkpoints(&target, &checkpoints_topic, budget, &mut out))
         .flatten()
         .unwrap_or_default();
     if syncs_topic_acls(flow) && source_md.is_ok() && !budget.spent() {
@@ -613,6 +433,133 @@ fn observe_clusters(
         out.selected.groups_named = plain_names(&flow.spec.groups);
     }
     out
+}
+
+/// Both clusters' shared probe clients and their settings.
+struct Connected {
+    source: std::sync::Arc<Cluster>,
+    source_config: ClientConfig,
+    target: std::sync::Arc<Cluster>,
+    target_config: ClientConfig,
+}
+
+/// The flow's clients of both clusters; `None`, with the fault in `out`, for a cluster refused
+/// (now or recently) or whose client could not be made.
+fn connected(
+    clients: &ProbeClients,
+    namespace: &str,
+    flow: &Flow,
+    out: &mut ClusterObservation,
+) -> Option<Connected> {
+    let target_config = shared_config(&flow.target_probe_client, flow.target_alias());
+    let source_config = shared_config(&flow.source_probe_client, flow.source_alias());
+    out.source_error = (clients.refused(&source_config))
+        .or_else(|| clients.recently_refused(namespace, &source_config));
+    out.target_error = (clients.refused(&target_config))
+        .or_else(|| clients.recently_refused(namespace, &target_config));
+    if out.source_error.is_some() || out.target_error.is_some() {
+        return None;
+    }
+    let target = match clients.cluster(namespace, &target_config) {
+        Ok(c) => c,
+        Err(e) => {
+            out.target_error = Some(ClusterFault::Unreachable(e.to_string()));
+            return None;
+        }
+    };
+    let source = match clients.cluster(namespace, &source_config) {
+        Ok(c) => c,
+        Err(e) => {
+            out.source_error = Some(ClusterFault::Unreachable(e.to_string()));
+            return None;
+        }
+    };
+    Some(Connected {
+        source,
+        source_config,
+        target,
+        target_config,
+    })
+}
+
+/// The copy's positions in the flow's positions topic on the target; its gaps, refusals and a
+/// conflicting older writer go into `out`.
+fn follow_positions(
+    flow: &Flow,
+    target: &Cluster,
+    topic: &str,
+    budget: Budget,
+    out: &mut ClusterObservation,
+) -> Option<Positions> {
+    let read = target.follow(
+        topic,
+        TailKind::Positions,
+        budget.next(2 * TIMEOUT),
+        |state| match state {
+            TailState::Positions {
+                positions,
+                gaps,
+                claims,
+                refusals,
+            } => Some(PositionsRead {
+                positions: positions
+                    .iter()
+                    .map(|(k, f)| (k.clone(), f.next))
+                    .collect::<Positions>(),
+                gaps: gaps.as_slice().to_vec(),
+                // Only a flow that writes yields; an Observe flow reads whoever writes.
+                conflict: (flow.spec.mode == FlowMode::Replicate)
+                    .then(|| writers::yields_to(&flow.writer, claims, now_ms()))
+                    .flatten()
+                    .map(|older| writers::yield_message(older, flow.source_alias())),
+                refusals: refusals.values().cloned().collect(),
+            }),
+            _ => None,
+        },
+    );
+    let read = followed(read, topic, out).flatten();
+    out.gaps = read.as_ref().map(|r| r.gaps.clone());
+    out.refusals = read.as_ref().map(|r| r.refusals.clone());
+    out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
+    read.map(|r| r.positions)
+}
+
+/// The time of the newest replicated heartbeat in `topic`.
+fn follow_heartbeat(
+    target: &Cluster,
+    topic: &str,
+    budget: Budget,
+    out: &mut ClusterObservation,
+) -> Option<i64> {
+    let read = target.follow(
+        topic,
+        TailKind::Heartbeats,
+        budget.next(TIMEOUT),
+        |state| match state {
+            TailState::Heartbeat(newest) => *newest,
+            _ => None,
+        },
+    );
+    followed(read, topic, out).flatten()
+}
+
+/// The checkpoints in `topic`, one per group-partition.
+fn follow_checkpoints(
+    target: &Cluster,
+    topic: &str,
+    budget: Budget,
+    out: &mut ClusterObservation,
+) -> Option<std::sync::Arc<CheckpointIndex>> {
+    let read = target.follow(
+        topic,
+        TailKind::Checkpoints,
+        budget.next(Duration::from_secs(20)),
+        |state| match state {
+            TailState::Checkpoints(index) => Some(index.clone()),
+            _ => None,
+        },
+    );
+    followed(read, topic, out).flatten()
 }
 
 /// Whether every pattern is a plain name (no regular expression beyond `.`, which names use).
@@ -816,188 +763,11 @@ fn replicates(flow: &Flow, policy: &dyn ReplicationPolicy, topic: &str) -> bool 
     ) == crate::mm2::TopicDecision::Replicate
 }
 
-/// `source` and `md` are the probe's own client and metadata of the source cluster. Also
-/// counts the groups whose offsets the source refused to the flow's principal.
-fn group_observations(
-    flow: &Flow,
-    source: &Cluster,
-    md: &rdkafka::metadata::Metadata,
-    checkpoints: &CheckpointIndex,
-    positions: Option<&Positions>,
-    recreated: &Recreations,
-    budget: Budget,
-) -> (Vec<GroupObservation>, usize) {
-    let policy = flow.policy.as_ref();
-    let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
-        return (Vec::new(), 0);
-    };
-    let mut forbidden = 0usize;
-    let mirrored: HashSet<(String, i32)> = md
-        .topics()
-        .iter()
-        .filter(|t| replicates(flow, policy, t.name()))
-        .flat_map(|t| {
-            t.partitions()
-                .iter()
-                .map(|p| (t.name().to_string(), p.id()))
-        })
-        .collect();
-    let mut out = Vec::new();
-    let groups = groups_to_probe(flow, &list, checkpoints);
-    for chunk in groups.chunks(GROUPS_AT_ONCE) {
-        // The groups not probed this time keep no row; the next probe starts again.
-        if budget.spent() {
-            break;
-        }
-        let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let answers = source.committed(&names, budget.next(TIMEOUT));
-        for (group, answer) in chunk.iter().zip(answers) {
-            let committed = match answer {
-                Ok(c) => c,
-                Err(e) => {
-                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed) {
-                        forbidden = forbidden.saturating_add(1);
-                    }
-                    continue;
-                }
-            };
-            let mut committed = listed(&committed);
-            committed.retain(|partition, _| mirrored.contains(partition));
-            let cps = checkpoints.get(group);
-            out.extend(observe_group(
-                flow,
-                group.clone(),
-                &committed,
-                cps,
-                positions,
-                recreated,
-                age,
-            ));
-        }
-    }
-    (out, forbidden)
-}
+mod faults;
+mod groups;
 
-/// The groups a probe asks about, in order: the flow's groups on the source (not the
-/// replicator's own) and every group with checkpoints, by name, at most [`MAX_PROBED_GROUPS`].
-fn groups_to_probe(flow: &Flow, listed: &[String], checkpoints: &CheckpointIndex) -> Vec<String> {
-    // A set, not a list scan per checkpointed group: both lists come from the clusters and
-    // may be long (N7); sorted, so the first MAX_PROBED_GROUPS are the same every probe.
-    let names: std::collections::BTreeSet<&str> = listed
-        .iter()
-        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow."))
-        .chain(checkpoints.keys())
-        .map(String::as_str)
-        .collect();
-    names
-        .into_iter()
-        .take(MAX_PROBED_GROUPS)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// What one group's committed source offsets and its checkpoints say about a failover now;
-/// `None` when it committed nothing on the mirrored partitions. `age` turns a time (ms since
-/// the epoch) into how long ago it was.
-fn observe_group(
-    flow: &Flow,
-    group: String,
-    committed: &Listed,
-    checkpoints: Option<&BTreeMap<TopicPartition, StoredCheckpoint>>,
-    positions: Option<&Positions>,
-    recreated: &Recreations,
-    age: impl Fn(i64) -> Duration,
-) -> Option<GroupObservation> {
-    let policy = flow.policy.as_ref();
-    let mut replay = 0i64;
-    let mut uncopied = 0i64;
-    let mut any_commit = false;
-    let mut stale_since: Option<i64> = None;
-    let mut newest_written: Option<i64> = None;
-    let mut invalidated = 0u32;
-    let mut conservative = Conservative::default();
-    let mut verified = super::verified::Verified::default();
-    // The oldest time one of the conservative partitions was last exact; `Some(None)`: never.
-    let mut exact_since: Option<Option<i64>> = None;
-    for ((topic, partition), offset) in committed {
-        let Offset::Offset(c) = *offset else {
-            continue;
-        };
-        let source_partition = (topic.clone(), *partition);
-        any_commit = true;
-        // A commit past what is on the target may have no checkpoint yet because the
-        // replicator is behind, not the checkpoint loop. A partition without a stored
-        // position has had nothing copied.
-        if let Some(copied) = positions {
-            let next = copied.get(&source_partition).copied().unwrap_or(0);
-            uncopied = uncopied.saturating_add(c.saturating_sub(next).max(0));
-        }
-        let remote = policy.format_remote_topic(flow.source_alias(), topic);
-        match checkpoints.and_then(|m| m.get(&TopicPartition::new(remote, *partition))) {
-            Some(stored)
-                if recreated
-                    .get(&source_partition)
-                    .is_some_and(|&at| stored.written_ms.unwrap_or(0) < at) =>
-            {
-                // Written into the remote log that was deleted: a failover on it would
-                // seek past the new log's copies.
-                invalidated = invalidated.saturating_add(1);
-            }
-            Some(stored) => {
-                verified.add(&stored.checkpoint.topic_partition, stored);
-                let up = stored.checkpoint.upstream_offset;
-                let written = stored.written_ms.unwrap_or(0);
-                newest_written = Some(newest_written.map_or(written, |n| n.max(written)));
-                if up < c {
-                    replay = replay.saturating_add(c.saturating_sub(up));
-                    stale_since = Some(stale_since.map_or(written, |s| s.min(written)));
-                }
-                // What its writer said it may re-read besides: a conservative translation
-                // points before the commit's true position, which the offsets do not show.
-                let imprecise = i64::try_from(stored.exactness.max_replay()).unwrap_or(i64::MAX);
-                if imprecise > 0 {
-                    replay = replay.saturating_add(imprecise);
-                    // At the commit: judged by when it was last exact ([`super::groups`]); a
-                    // group that moved on is judged by its checkpoint age, as any commit past
-                    // its checkpoint.
-                    if up == c {
-                        conservative.partitions = conservative.partitions.saturating_add(1);
-                        conservative.max_replay = conservative.max_replay.saturating_add(imprecise);
-                        exact_since = Some(match exact_since {
-                            None => stored.exact_ms,
-                            Some(since) => since.zip(stored.exact_ms).map(|(a, b)| a.min(b)),
-                        });
-                    }
-                }
-            }
-            None => {
-                replay = replay.saturating_add(c);
-                stale_since = Some(i64::MIN);
-            }
-        }
-    }
-    if !any_commit {
-        return None;
-    }
-    let checkpoint_age = match (stale_since, newest_written) {
-        (None, _) => Some(Duration::ZERO),
-        (Some(i64::MIN), _) | (_, None) => None,
-        (Some(since), Some(_)) => Some(age(since)),
-    };
-    let verified = verified.aged(&age);
-    Some(GroupObservation {
-        group,
-        verified,
-        checkpoint_age,
-        replay_records: replay,
-        uncopied_records: uncopied,
-        invalidated_checkpoints: invalidated,
-        conservative: Conservative {
-            exact_age: exact_since.flatten().map(age),
-            ..conservative
-        },
-    })
-}
+use self::faults::*;
+use self::groups::*;
 
 #[cfg(test)]
 mod tests;

@@ -267,6 +267,42 @@ fn a_replica_on_a_lost_node_is_named_in_ready_before_the_plain_count() {
 }
 
 #[test]
+fn a_replica_that_cannot_run_is_named_by_class_in_ready_replicating_and_failover() {
+    let mut o = healthy();
+    o.desired_replicas = 1;
+    o.ready_replicas = 0;
+    o.unready = Some((
+        reason::REPLICATOR_OUT_OF_MEMORY,
+        "replicator pod f-0 was killed 3 times for using more memory than its limit".into(),
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    for type_ in [READY, REPLICATING, FAILOVER_READY] {
+        let c = cond(&s, type_);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::REPLICATOR_OUT_OF_MEMORY),
+            "{type_}: {}",
+            c.message
+        );
+        assert!(
+            c.message.contains("f-0 was killed 3 times"),
+            "{type_}: {}",
+            c.message
+        );
+    }
+    // Once every replica is ready again, an old diagnosis no longer speaks.
+    o.ready_replicas = 1;
+    let s = status(
+        Some(&s),
+        &o,
+        &FailoverReadinessSpec::default(),
+        None,
+        &now(),
+    );
+    assert_eq!(cond(&s, READY).status, "True");
+}
+
+#[test]
 fn invalid_specs_and_missing_secrets_set_every_condition_false_with_the_message() {
     let o = Observation {
         blocked: Some(Blocked::new(

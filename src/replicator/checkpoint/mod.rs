@@ -42,6 +42,10 @@
 //! The checkpoints written are verified on the records themselves, sampled ([`verify`]); the
 //! outcome is written on the checkpoint record it is about ([`crate::verify::header`]).
 
+/// A wait for the loop's next turn beyond which it counts as frozen ([`Core::resumed_after`]):
+/// ticks come every second.
+const FROZEN_AFTER: Duration = Duration::from_secs(5);
+
 mod commits;
 mod exactness;
 mod fault;
@@ -292,7 +296,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                     period,
                     verify::per_replica(spec.replicas),
                     std::time::Instant::now(),
-                ),
+                )
+                .with_byte_budget(verify::bytes_per_replica(spec.replicas)),
                 period,
             )
         }),
@@ -303,6 +308,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut write_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut last_turn = std::time::Instant::now();
     loop {
         let retry = async {
             match retry_at {
@@ -316,6 +322,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 let Some(event) = event else {
                     anyhow::bail!("the checkpoint loop's readers stopped");
                 };
+                shell.core.resumed_after(last_turn.elapsed());
                 shell.core.handle(event);
                 // Drain what is already queued so one flush covers a burst (bounded, so
                 // shutdown and ticks still get their turn during a long initial read).
@@ -329,7 +336,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 shell.write_verified().await;
             }
             _ = retry => retry_at = None,
-            _ = tick.tick() => shell.tick(),
+            _ = tick.tick() => {
+                shell.core.resumed_after(last_turn.elapsed());
+                shell.tick();
+            }
         }
         if retry_at.is_none() && !shell.core.dirty.is_empty() {
             if shell.flush().await {
@@ -338,6 +348,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
                 retry_at = Some(tokio::time::Instant::now() + write_backoff.next_delay());
             }
         }
+        last_turn = std::time::Instant::now();
     }
     Ok(())
 }
@@ -425,6 +436,21 @@ impl Core<'_> {
     /// (a mark after a later assignment takes a fetch or two; readiness does not flap on it).
     fn loaded(&self) -> bool {
         self.inputs_loaded() && self.assigned_once && self.commits.all_caught_up()
+    }
+
+    /// The loop waited `gap` for its next turn, while a tick comes every second: longer than
+    /// [`FROZEN_AFTER`], the process was frozen (stopped, starved) and other replicas may have
+    /// taken its groups and checkpointed them meanwhile, which it has not read yet. Like after
+    /// an assignment, nothing is written (no checkpoint, no verification stated on one) until
+    /// the follower has read the checkpoints topic to its end.
+    fn resumed_after(&mut self, gap: Duration) {
+        if gap > FROZEN_AFTER {
+            tracing::warn!(
+                ?gap,
+                "the checkpoint loop did not run for a while; reading the checkpoints topic to its end before writing"
+            );
+            self.await_checkpoints_mark();
+        }
     }
 
     /// Asks the checkpoints follower for a mark; nothing is evaluated until it arrives.

@@ -268,14 +268,24 @@ impl Shell<'_> {
     /// left alone: the verification is about offsets no longer written.
     pub(super) async fn write_verified(&mut self) {
         for done in std::mem::take(&mut self.core.verified) {
-            let verify::Verified { job, verification } = done;
+            let verify::Verified {
+                job,
+                verification,
+                read_bytes: (source_bytes, target_bytes),
+            } = done;
             let cp = &job.checkpoint;
             let outcome = verification.outcome;
-            self.ctx
-                .metrics
+            let metrics = &self.ctx.metrics;
+            metrics
                 .verifications
                 .with_label_values(&[outcome.label()])
                 .inc();
+            for (cluster, bytes) in [("source", source_bytes), ("target", target_bytes)] {
+                metrics
+                    .verification_read_bytes
+                    .with_label_values(&[cluster])
+                    .inc_by(bytes);
+            }
             let pair = (cp.group.clone(), cp.topic_partition.clone());
             // A checkpoint replaced meanwhile is not stated: the verification is about offsets
             // no longer written. Nor one of a group another replica took meanwhile, nor any
@@ -287,6 +297,10 @@ impl Shell<'_> {
                     == Some((cp.upstream_offset, cp.downstream_offset));
             let mut to_state = false;
             if let Some(v) = self.verification.as_mut() {
+                v.sampler.charge(
+                    source_bytes.saturating_add(target_bytes),
+                    std::time::Instant::now(),
+                );
                 to_state = latest && v.worth_stating(&pair, &verification);
                 v.newest = Some(std::time::Instant::now());
                 self.ctx.metrics.verified_now();

@@ -644,6 +644,39 @@ fn a_mark_of_an_older_assignment_does_not_end_the_wait_for_a_newer_one() {
     assert!(c.ready_to_evaluate());
 }
 
+/// The chaos test's failure (at least once, a replica SIGSTOPped for 10 s): on SIGCONT the
+/// frozen replica still counted itself the owner and its tracker had not read what others
+/// checkpointed meanwhile, so a verification it had finished was stated on a checkpoint older
+/// than theirs (a checkpoint going backwards). A loop that waited past `FROZEN_AFTER` for its
+/// turn writes nothing until the checkpoints topic is read to its end; a normal wait changes
+/// nothing.
+#[test]
+fn a_loop_that_was_frozen_writes_nothing_until_it_read_the_checkpoints_topic_again() {
+    let n = names();
+    let mut c = core(&n);
+    let (marks, requests) = std::sync::mpsc::channel();
+    c.marks = Some(marks);
+    for event in [
+        Event::CheckpointsLoaded,
+        Event::SyncsLoaded,
+        Event::Assigned(vec![0]),
+        Event::CaughtUp(0),
+        Event::CheckpointsMark(1),
+    ] {
+        c.handle(event);
+    }
+    assert_eq!(requests.try_recv().ok(), Some(1));
+    assert!(c.ready_to_evaluate());
+    c.resumed_after(Duration::from_millis(1_200));
+    assert!(c.ready_to_evaluate(), "a tick's wait is not a freeze");
+    assert!(requests.try_recv().is_err());
+    c.resumed_after(Duration::from_secs(10));
+    assert!(!c.ready_to_evaluate(), "frozen: nothing is written");
+    assert_eq!(requests.try_recv().ok(), Some(2), "a mark asked for");
+    c.handle(Event::CheckpointsMark(2));
+    assert!(c.ready_to_evaluate());
+}
+
 #[test]
 fn a_groups_last_checkpoint_time_is_the_newest_read_back() {
     let n = names();

@@ -4,8 +4,8 @@
 //! ([`crate::verify::outcome`]).
 //!
 //! The loop picks the checkpoints ([`sampler`]: each group-partition at most once per
-//! `spec.checkpoints.verifyInterval`, at most [`PER_MINUTE`] a minute per flow shared by its
-//! replicas) and hands them to a thread of their own ([`spawn`]), whose blocking reads
+//! `spec.checkpoints.verifyInterval`, at most [`PER_MINUTE`] a minute and [`BYTES_PER_MINUTE`]
+//! read a minute per flow, shared by its replicas) and hands them to a thread of their own ([`spawn`]), whose blocking reads
 //! ([`read`]) never hold the loop. Read-only on both clusters, with the flow's own principal:
 //! no group joins, no commits. The outcome goes back to the loop, which writes it on the
 //! checkpoint record it verified ([`crate::verify::header`]) when that is still the latest.
@@ -30,6 +30,10 @@ use crate::verify::outcome::{Outcome, Unverifiable, classify};
 
 /// Verifications a minute per flow, at most (two reads each), shared by its replicas.
 pub const PER_MINUTE: u32 = 1000;
+/// Bytes the verifications' reads may bring a minute per flow, at most (both clusters), shared
+/// by its replicas: a broker answers with whole batches, so where batches are large (up to
+/// the 1 MB the copy writes) this binds before [`PER_MINUTE`] does.
+pub const BYTES_PER_MINUTE: u64 = 128 << 20;
 /// Checkpoints handed to the thread and not verified yet, at most.
 pub const QUEUE: usize = 32;
 /// Source offsets read before the checkpoint's upstream offset besides what its translation
@@ -57,6 +61,8 @@ pub struct Job {
 pub struct Verified {
     pub job: Job,
     pub verification: Verification,
+    /// Bytes the two reads brought from the source and from the target.
+    pub read_bytes: (u64, u64),
 }
 
 /// The loop's end of the verifier thread.
@@ -87,8 +93,16 @@ impl Verifier {
 
 /// The verifications a minute this replica may make: the flow's share for one of `replicas`.
 pub fn per_replica(replicas: i32) -> u32 {
-    let replicas = u32::try_from(replicas).unwrap_or(1).max(1);
-    PER_MINUTE.div_ceil(replicas)
+    PER_MINUTE.div_ceil(replica_count(replicas))
+}
+
+/// The bytes a minute this replica's verifications may read: the flow's share.
+pub fn bytes_per_replica(replicas: i32) -> u64 {
+    BYTES_PER_MINUTE.div_ceil(u64::from(replica_count(replicas)))
+}
+
+fn replica_count(replicas: i32) -> u32 {
+    u32::try_from(replicas).unwrap_or(1).max(1)
 }
 
 /// Starts the verifier thread for `flow`; `None` (logged) when its connections cannot be made
@@ -139,6 +153,7 @@ fn run(
     while let Ok(job) = jobs.recv() {
         let started = std::time::Instant::now();
         let outcome = verify(source, target, &job);
+        let read_bytes = (source.take_read_bytes(), target.take_read_bytes());
         in_flight.fetch_sub(1, Ordering::Relaxed);
         tracing::debug!(
             group = %job.checkpoint.group,
@@ -155,7 +170,11 @@ fn run(
         };
         // The loop ended: nobody wants the rest.
         if events
-            .blocking_send(Event::Verified(Box::new(Verified { job, verification })))
+            .blocking_send(Event::Verified(Box::new(Verified {
+                job,
+                verification,
+                read_bytes,
+            })))
             .is_err()
         {
             return;
@@ -477,5 +496,8 @@ mod tests {
         assert_eq!(per_replica(1), PER_MINUTE);
         assert_eq!(per_replica(3), PER_MINUTE.div_ceil(3));
         assert_eq!(per_replica(0), PER_MINUTE, "a bad count is one replica");
+        assert_eq!(bytes_per_replica(1), BYTES_PER_MINUTE);
+        assert_eq!(bytes_per_replica(4), BYTES_PER_MINUTE / 4);
+        assert_eq!(bytes_per_replica(-2), BYTES_PER_MINUTE);
     }
 }

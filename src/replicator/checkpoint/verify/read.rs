@@ -7,6 +7,12 @@
 //! allocated: an answer frame at most [`MAX_FRAME`] bytes, a batch's records at most
 //! [`BATCH_CAP`] bytes once inflated, at most [`MAX_ROUNDS`] fetches per read. A batch past a
 //! bound is [`ReadFailure::TooLarge`] ("cannot verify: too large"), never an allocation.
+//!
+//! What a read costs the cluster is bounded too: its first fetch asks for [`FIRST_FETCH`]
+//! bytes, each further one twice as many up to [`LAST_FETCH`], and it stops once its answers
+//! hold [`READ_BUDGET`] bytes. A broker returns the batch at the offset whole, whatever the
+//! fetch asks, so a read costs at least that batch; past it, a few records of 1 KiB cost one
+//! fetch of 64 KiB, not 1 MiB. At most `READ_BUDGET + MAX_FRAME` bytes a read.
 
 use mirrorflow_conn::fetcher::{Fetched, Trouble};
 use mirrorflow_conn::{Cluster, FetchLimits, Fetcher, Options, Security};
@@ -24,12 +30,27 @@ pub const BATCH_CAP: usize = 8 << 20;
 /// Fetches per read: records between the first offset and the ones wanted that take more
 /// than this many answers leave the read short (the verdict then says so).
 pub const MAX_ROUNDS: usize = 4;
-const LIMITS: FetchLimits = FetchLimits {
-    max_bytes: 1 << 20,
-    partition_max_bytes: 1 << 20,
-    // Answer at once: a verification never waits for records to come.
-    max_wait: Duration::ZERO,
-};
+/// The bytes the first fetch of a read asks for.
+pub const FIRST_FETCH: i32 = 64 << 10;
+/// The most bytes a fetch of a read asks for (each one twice the one before).
+pub const LAST_FETCH: i32 = 1 << 20;
+/// A read stops once its answers hold this many bytes (the verdict then says it was short).
+pub const READ_BUDGET: u64 = 4 << 20;
+
+/// The bounds of a read's fetch number `round` (from 0).
+fn limits(round: usize) -> FetchLimits {
+    let shift = u32::try_from(round).unwrap_or(u32::MAX).min(8);
+    let bytes = FIRST_FETCH
+        .checked_mul(1 << shift)
+        .unwrap_or(LAST_FETCH)
+        .min(LAST_FETCH);
+    FetchLimits {
+        max_bytes: bytes,
+        partition_max_bytes: bytes,
+        // Answer at once: a verification never waits for records to come.
+        max_wait: Duration::ZERO,
+    }
+}
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a read has no records to give.
@@ -66,6 +87,8 @@ pub struct Reader {
     security: Security,
     client_id: String,
     fetcher: Option<Fetcher>,
+    /// Bytes of the fetch answers that brought records, since [`Self::take_read_bytes`].
+    read_bytes: u64,
 }
 
 impl Reader {
@@ -75,7 +98,13 @@ impl Reader {
             security,
             client_id,
             fetcher: None,
+            read_bytes: 0,
         }
+    }
+
+    /// The bytes read since the last call (what verification costs the cluster).
+    pub fn take_read_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.read_bytes)
     }
 
     fn fetcher(&mut self) -> Result<&mut Fetcher, ReadFailure> {
@@ -89,7 +118,7 @@ impl Reader {
             };
             let cluster = Cluster::new(&self.bootstrap, self.security.clone(), options)
                 .map_err(|_| ReadFailure::Unreadable)?;
-            self.fetcher = Some(Fetcher::new(cluster, LIMITS));
+            self.fetcher = Some(Fetcher::new(cluster, limits(0)));
         }
         self.fetcher.as_mut().ok_or(ReadFailure::Unreadable)
     }
@@ -124,9 +153,14 @@ impl Reader {
             ..Window::default()
         };
         let mut next = window.from;
+        let mut read_bytes: u64 = 0;
         let outcome = (|| {
-            for _ in 0..MAX_ROUNDS {
+            for n in 0..MAX_ROUNDS {
+                if read_bytes >= READ_BUDGET {
+                    return Ok(());
+                }
                 let fetcher = self.fetcher()?;
+                fetcher.set_limits(limits(n));
                 fetcher.assign(topic, partition, next);
                 let round = fetcher.round();
                 let moved = fetcher.position(topic, partition).unwrap_or(next);
@@ -162,6 +196,10 @@ impl Reader {
                     .iter()
                     .filter(|f| f.partition == partition && f.topic.as_ref() == topic)
                     .collect();
+                for f in &fetched {
+                    let len = u64::try_from(f.body.len()).unwrap_or(u64::MAX);
+                    read_bytes = read_bytes.saturating_add(len);
+                }
                 if fetched.is_empty() {
                     if moved > next {
                         // Past aborted batches or markers only: go on from there.
@@ -189,6 +227,7 @@ impl Reader {
             }
             Ok(())
         })();
+        self.read_bytes = self.read_bytes.saturating_add(read_bytes);
         // Nothing stays assigned between verifications.
         if let Some(f) = self.fetcher.as_mut() {
             f.unassign(topic, partition);
@@ -233,4 +272,23 @@ fn take(window: &mut Window, f: &Fetched, span: Span) -> Result<bool, ReadFailur
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_starts_small_and_doubles_to_its_cap() {
+        let asked: Vec<i32> = (0..MAX_ROUNDS + 3).map(|n| limits(n).max_bytes).collect();
+        assert_eq!(asked[..4], [64 << 10, 128 << 10, 256 << 10, 512 << 10]);
+        assert!(asked.iter().all(|&b| b <= LAST_FETCH), "{asked:?}");
+        assert_eq!(limits(usize::MAX).max_bytes, LAST_FETCH, "saturates");
+        assert!((0..MAX_ROUNDS).all(|n| limits(n).max_bytes == limits(n).partition_max_bytes));
+        // What the rounds of one read may ask for in all stays under the budget it stops at.
+        let total: u64 = (0..MAX_ROUNDS)
+            .map(|n| u64::try_from(limits(n).max_bytes).unwrap_or(u64::MAX))
+            .sum();
+        assert!(total <= READ_BUDGET, "{total}");
+    }
 }

@@ -1,8 +1,21 @@
 //! Where a partition resumes: its previous writer fenced, the remote partition's end read, the
 //! log start aligned, or the partition copied on translated when alignment cannot hold there.
 
+use std::collections::HashSet;
+
 use super::write::{SetOpaque, filler, filler_headers};
 use super::*;
+use crate::kafka::log_bounds::LogBounds;
+
+/// What [`Aligned::remote_ends`] read for the partitions being prepared.
+struct Ends {
+    sources: HashMap<(String, i32), LogBounds>,
+    ends: HashMap<(String, i32), i64>,
+    /// Remote partitions that end in an open transaction: their high watermark.
+    open: HashMap<(String, i32), i64>,
+    /// Remote partitions whose last transaction wrapping a record was aborted.
+    aborted: HashSet<(String, i32)>,
+}
 
 impl Aligned {
     pub(super) fn retry_unready(&mut self, consumer: &Source<Self>) {
@@ -33,6 +46,29 @@ impl Aligned {
     /// remote partition ends, aligned with the source's log start first. Returns the ready
     /// ones with the source offset to read from.
     pub(super) fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        let fenced = self.fence(keys);
+        if fenced.is_empty() {
+            return Vec::new();
+        }
+        let Some(ends) = self.remote_ends(&fenced) else {
+            for (topic, partition) in &fenced {
+                if let Some(idx) = self.slots.index(topic, *partition) {
+                    self.prepare_again(idx, Duration::from_secs(1));
+                }
+            }
+            return Vec::new();
+        };
+        (fenced.into_iter())
+            .filter_map(|(topic, partition)| {
+                let offset = self.resume_at(&topic, partition, &ends)?;
+                Some((topic, partition, offset))
+            })
+            .collect()
+    }
+
+    /// Fences the previous writer of each of `keys` (its own transactional producer's
+    /// initialisation); those it could not fence wait with a backoff. The fenced ones.
+    fn fence(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32)> {
         let mut fenced = Vec::new();
         for (topic, partition) in keys {
             let Some(slot) = self.slots.find_mut(topic, *partition) else {
@@ -65,22 +101,19 @@ impl Aligned {
             }
             fenced.push((topic.clone(), *partition));
         }
-        if fenced.is_empty() {
-            return Vec::new();
-        }
-        if self.shared.read_positions().is_err() {
-            for (topic, partition) in &fenced {
-                if let Some(idx) = self.slots.index(topic, *partition) {
-                    self.prepare_again(idx, Duration::from_secs(1));
-                }
-            }
-            return Vec::new();
-        }
+        fenced
+    }
+
+    /// The stored positions read again, the source partitions' bounds and the remote ones'
+    /// ends, with which of them end in an open transaction and which in an aborted wrap;
+    /// `None` when any of that could not be read (every partition tries again).
+    fn remote_ends(&mut self, fenced: &[(String, i32)]) -> Option<Ends> {
+        self.shared.read_positions().ok()?;
         let remotes: Vec<(String, i32)> = fenced
             .iter()
             .filter_map(|(t, p)| Some((self.slots.find(t, *p)?.remote.to_string(), *p)))
             .collect();
-        let sources = self.shared.probe.source(&fenced);
+        let sources = self.shared.probe.source(fenced);
         let ends = self.shared.probe.target_ends(&remotes);
         let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
         let target = &self.shared.ctx.flow.target_client;
@@ -92,91 +125,80 @@ impl Aligned {
                 .collect();
             Ok((open, tail::aborted_wraps(target, &closed)?))
         });
-        let (open, aborted) = match settled {
-            Ok(found) => found,
+        match settled {
+            Ok((open, aborted)) => Some(Ends {
+                sources,
+                ends,
+                open,
+                aborted,
+            }),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
-                for (topic, partition) in &fenced {
-                    if let Some(idx) = self.slots.index(topic, *partition) {
-                        self.prepare_again(idx, Duration::from_secs(1));
-                    }
-                }
-                return Vec::new();
-            }
-        };
-        let mut ready = Vec::new();
-        for (topic, partition) in fenced {
-            let Some(idx) = self.slots.index(&topic, partition) else {
-                continue;
-            };
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
-            };
-            let (Some(bounds), Some(&end)) = (
-                sources.get(&(topic.clone(), partition)),
-                ends.get(&(slot.remote.to_string(), partition)),
-            ) else {
-                self.prepare_again(idx, Duration::from_secs(1));
-                continue;
-            };
-            if let Some(&high) = open.get(&(slot.remote.to_string(), partition)) {
-                if let Some(offset) = self.open_at_end(idx, *bounds, end, high) {
-                    ready.push((topic, partition, offset));
-                }
-                continue;
-            }
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.open_closes = 0;
-            }
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
-            };
-            let stored = self.shared.positions.get(&topic, partition);
-            let broke_before =
-                self.shared.positions.gaps().iter().any(|g| {
-                    g.kind.breaks_alignment() && g.topic == topic && g.partition == partition
-                });
-            let mut recorded = broke_before;
-            if aborted.contains(&(slot.remote.to_string(), partition)) && !broke_before {
-                // The previous writer died inside the transaction wrapping the record at
-                // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
-                let gap = continuity::found_now(
-                    &topic,
-                    partition,
-                    (GapKind::Misaligned, end.saturating_sub(2), end),
-                );
-                tracing::warn!(%topic, partition, offset = end - 2,
-                    "the previous writer's last record was aborted by fencing; copying it again, translated");
-                self.write_gap(&gap);
-                if let Some(slot) = self.slots.get_mut(idx) {
-                    slot.wrap_failed = Some(end.saturating_sub(2));
-                }
-                recorded = true;
-            }
-            if !recorded {
-                self.settle_failed_wrap(idx, &topic, partition, end);
-            }
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
-            };
-            let start = if broke_before || slot.wrap_failed.is_some() {
-                self.resume_translated(idx, stored, *bounds, end)
-            } else if end > bounds.end || (stored.is_none() && end > 0) {
-                // Records the flow did not write (no position of ours, yet a non-empty remote
-                // partition: never deleted to make room, even below the source's log start), or
-                // a source that went back under them.
-                self.misaligned_at_start(idx, bounds.start, end);
-                self.resume_translated(idx, stored, *bounds, end)
-            } else if end < bounds.start {
-                self.align_log_start(idx, end, bounds.start, stored.is_some())
-            } else {
-                self.resume_aligned(idx, end)
-            };
-            if let Some(offset) = start {
-                ready.push((topic, partition, offset));
+                None
             }
         }
-        ready
+    }
+
+    /// Where one fenced partition resumes, given what [`Self::remote_ends`] read; `None` when
+    /// it is not ready yet (it tries again) or waits for an open transaction to close.
+    fn resume_at(&mut self, topic: &str, partition: i32, found: &Ends) -> Option<Offset> {
+        let idx = self.slots.index(topic, partition)?;
+        let slot = self.slots.get(idx)?;
+        let remote = slot.remote.to_string();
+        let (Some(bounds), Some(&end)) = (
+            found.sources.get(&(topic.to_string(), partition)),
+            found.ends.get(&(remote.clone(), partition)),
+        ) else {
+            self.prepare_again(idx, Duration::from_secs(1));
+            return None;
+        };
+        if let Some(&high) = found.open.get(&(remote.clone(), partition)) {
+            return self.open_at_end(idx, *bounds, end, high);
+        }
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.open_closes = 0;
+        }
+        let stored = self.shared.positions.get(topic, partition);
+        let broke_before = self
+            .shared
+            .positions
+            .gaps()
+            .iter()
+            .any(|g| g.kind.breaks_alignment() && g.topic == topic && g.partition == partition);
+        let mut recorded = broke_before;
+        if found.aborted.contains(&(remote, partition)) && !broke_before {
+            // The previous writer died inside the transaction wrapping the record at
+            // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
+            let gap = continuity::found_now(
+                topic,
+                partition,
+                (GapKind::Misaligned, end.saturating_sub(2), end),
+            );
+            tracing::warn!(%topic, partition, offset = end - 2,
+                "the previous writer's last record was aborted by fencing; copying it again, translated");
+            self.write_gap(&gap);
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.wrap_failed = Some(end.saturating_sub(2));
+            }
+            recorded = true;
+        }
+        if !recorded {
+            self.settle_failed_wrap(idx, topic, partition, end);
+        }
+        let slot = self.slots.get(idx)?;
+        if broke_before || slot.wrap_failed.is_some() {
+            self.resume_translated(idx, stored, *bounds, end)
+        } else if end > bounds.end || (stored.is_none() && end > 0) {
+            // Records the flow did not write (no position of ours, yet a non-empty remote
+            // partition: never deleted to make room, even below the source's log start), or
+            // a source that went back under them.
+            self.misaligned_at_start(idx, bounds.start, end);
+            self.resume_translated(idx, stored, *bounds, end)
+        } else if end < bounds.start {
+            self.align_log_start(idx, end, bounds.start, stored.is_some())
+        } else {
+            self.resume_aligned(idx, end)
+        }
     }
 
     /// A transaction wrapping the record at `o` failed (`wrap_failed`), and the previous

@@ -96,76 +96,19 @@ impl Aligned {
             Step::Wrapped => part.held.take(),
             _ => None,
         };
-        let target_watermarks = &self.target_watermarks;
-        let written = (|| -> Result<i64, String> {
-            txn.begin_transaction().map_err(|e| e.to_string())?;
-            let count = match (step, &held) {
-                (Step::Wrapped, Some(h)) => {
-                    let (record, _) = send::forward(h, &remote, 0);
-                    send::send_waiting(txn, record, &self.shared.shutdown, None)
-                        .map_err(|e| e.to_string())?;
-                    1
-                }
-                (Step::Aborted(n), _) => {
-                    let headers = filler_headers();
-                    for _ in 0..n {
-                        let record = filler(&remote, partition, &headers, timestamp);
-                        send::send_waiting(txn, record, &self.shared.shutdown, None)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    n
-                }
-                _ => return Err("nothing to write".into()),
-            };
-            // Reports first: an abort purges what is still queued, and those offsets would
-            // then be missing.
-            settle(txn, CALL_TIMEOUT)?;
-            let mut acks = Vec::new();
-            txn.context().take(&mut acks);
-            let landed: Result<Vec<i64>, String> = acks
-                .iter()
-                .map(|a| {
-                    a.result
-                        .as_ref()
-                        .map(|l| l.offset)
-                        .map_err(|e| e.to_string())
-                })
-                .collect();
-            let landed = landed?;
-            let expected: Vec<i64> = (first..first.saturating_add(count)).collect();
-            if landed != expected {
-                return Err(format!(
-                    "landed at {:?}, expected {first}..{}",
-                    landed.first(),
-                    first.saturating_add(count)
-                ));
-            }
-            match step {
-                Step::Wrapped => txn.commit_transaction(CALL_TIMEOUT),
-                _ => txn.abort_transaction(CALL_TIMEOUT),
-            }
-            .map_err(|e| e.to_string())?;
-            // The coordinator writes the marker after it answered: a plain write now could
-            // land before it. Wait until the partition ends after the marker.
-            let after = first.saturating_add(count).saturating_add(1);
-            let deadline = Instant::now() + CALL_TIMEOUT;
-            loop {
-                let (_, high) = target_watermarks
-                    .fetch_watermarks(&remote, partition, WATERMARK_TIMEOUT)
-                    .map_err(|e| e.to_string())?;
-                if high >= after {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "the marker at {} was not written within {CALL_TIMEOUT:?}",
-                        after - 1
-                    ));
-                }
-                std::thread::sleep(MARKER_POLL);
-            }
-            Ok(count)
-        })();
+        let written = write_in_transaction(
+            txn,
+            &self.target_watermarks,
+            &self.shared.shutdown,
+            Writing {
+                step,
+                held: held.as_ref(),
+                remote: &remote,
+                partition,
+                timestamp,
+                first,
+            },
+        );
         let topic = slot.topic.clone();
         match written {
             Ok(count) => {
@@ -318,5 +261,109 @@ impl SetOpaque for send::Record<'_> {
     fn set_opaque_log_start(mut self) -> Self {
         self.delivery_opaque = LOG_START_FILLER;
         self
+    }
+}
+
+/// One transaction's writes: what it writes, where.
+struct Writing<'a> {
+    step: Step,
+    held: Option<&'a OwnedMessage>,
+    remote: &'a str,
+    partition: i32,
+    /// The fillers' timestamp.
+    timestamp: Option<i64>,
+    /// The target offset its first record must land at.
+    first: i64,
+}
+
+/// Writes `w` in a transaction of `txn`, checks that its records landed where alignment needs
+/// them, commits (a wrapped record) or aborts (fillers) it, and waits until the marker is on
+/// the target. The records written.
+fn write_in_transaction(
+    txn: &BaseProducer<AckContext>,
+    watermarks: &BaseConsumer,
+    shutdown: &tokio_util::sync::CancellationToken,
+    w: Writing<'_>,
+) -> Result<i64, String> {
+    txn.begin_transaction().map_err(|e| e.to_string())?;
+    let count = match (w.step, w.held) {
+        (Step::Wrapped, Some(h)) => {
+            let (record, _) = send::forward(h, w.remote, 0);
+            send::send_waiting(txn, record, shutdown, None).map_err(|e| e.to_string())?;
+            1
+        }
+        (Step::Aborted(n), _) => {
+            let headers = filler_headers();
+            for _ in 0..n {
+                let record = filler(w.remote, w.partition, &headers, w.timestamp);
+                send::send_waiting(txn, record, shutdown, None).map_err(|e| e.to_string())?;
+            }
+            n
+        }
+        _ => return Err("nothing to write".into()),
+    };
+    // Reports first: an abort purges what is still queued, and those offsets would then be
+    // missing.
+    settle(txn, CALL_TIMEOUT)?;
+    landed_at(txn, w.first, count)?;
+    match w.step {
+        Step::Wrapped => txn.commit_transaction(CALL_TIMEOUT),
+        _ => txn.abort_transaction(CALL_TIMEOUT),
+    }
+    .map_err(|e| e.to_string())?;
+    // The coordinator writes the marker after it answered: a plain write now could land
+    // before it. Wait until the partition ends after the marker.
+    let after = w.first.saturating_add(count).saturating_add(1);
+    marker_written(watermarks, w.remote, w.partition, after)?;
+    Ok(count)
+}
+
+/// Whether the transaction's `count` records landed at `first` on, in order.
+fn landed_at(txn: &BaseProducer<AckContext>, first: i64, count: i64) -> Result<(), String> {
+    let mut acks = Vec::new();
+    txn.context().take(&mut acks);
+    let landed: Vec<i64> = acks
+        .iter()
+        .map(|a| {
+            a.result
+                .as_ref()
+                .map(|l| l.offset)
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<i64> = (first..first.saturating_add(count)).collect();
+    if landed != expected {
+        return Err(format!(
+            "landed at {:?}, expected {first}..{}",
+            landed.first(),
+            first.saturating_add(count)
+        ));
+    }
+    Ok(())
+}
+
+/// Waits until `remote`'s `partition` ends at `after` or later (its marker written), at most
+/// [`CALL_TIMEOUT`].
+fn marker_written(
+    watermarks: &BaseConsumer,
+    remote: &str,
+    partition: i32,
+    after: i64,
+) -> Result<(), String> {
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    loop {
+        let (_, high) = watermarks
+            .fetch_watermarks(remote, partition, WATERMARK_TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        if high >= after {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the marker at {} was not written within {CALL_TIMEOUT:?}",
+                after - 1
+            ));
+        }
+        std::thread::sleep(MARKER_POLL);
     }
 }

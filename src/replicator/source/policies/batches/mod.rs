@@ -439,11 +439,11 @@ impl Batches {
                 let seen = format!("only {partial} bytes of its batch came");
                 self.too_large(idx, t, &seen)
             }
-            // Which partition's batch made the answer too large is not known: every partition
-            // fetched with it stalls, and each is named once it has for long enough.
+            // Reported for the one partition whose answer, fetched alone, is too large to read
+            // (the fetcher finds it; the others fetched with it go on).
             Trouble::FrameTooLarge { size, max } => {
                 let seen = format!(
-                    "the leader's answers with it were {size} bytes, over the {max} a connection reads"
+                    "the leader's answer for it alone was {size} bytes, over the {max} a connection reads"
                 );
                 self.too_large(idx, t, &seen)
             }
@@ -468,7 +468,7 @@ impl Batches {
             return;
         }
         let message = format!(
-            "{}-{} has not moved from offset {} for {} s: {seen}; a record batch there (or, when the whole answer was too large, of another partition on its leader) is larger than the whole-batch copy fetches, which the topic's max.message.bytes allows; copy such topics with spec.sourceLoop.copy: Records, or exclude them with spec.topicsExclude",
+            "{}-{} has not moved from offset {} for {} s: {seen}; a record batch there is larger than the whole-batch copy fetches, which the topic's max.message.bytes allows; copy such topics with spec.sourceLoop.copy: Records, or exclude them with spec.topicsExclude",
             t.topic,
             t.partition,
             t.offset,
