@@ -3,7 +3,7 @@
 # two local Kafka clusters of the bench's own (not the world's), against what the clusters
 # allow (librdkafka clients in parallel until one more adds nothing).
 #
-#   bench/run.sh [--compressed | --wan | --partitions | --brokers3 | --latency] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
+#   bench/run.sh [--compressed | --wan | --partitions | --brokers3 | --latency | --verify-cost] [--quick | --smoke] [--reps N] [--profile] [--no-build] [--out DIR]
 #
 #   (default)       1 M records of 1 KiB and 1 M of 100 B over 8 partitions, copied by each arm
 #                   (ours, MM2 defaults, MM2 tuned), 90 s of steady traffic per arm; --reps N
@@ -32,6 +32,14 @@
 #                   BENCH_B3_N: records in the data set (300000)
 #   --latency       the base scenario's steady phases alone (latency at 1000 records/s, checkpoint
 #                   freshness, re-reads): one per arm and repetition, arms rotating
+#   --verify-cost   what the checkpoints' verification on the records costs (issue 43): 1 M
+#                   JSON-like 1 KiB records (lz4) over 2,000 partitions (200 topics x 10), 500
+#                   groups committed mid-way on them (5,000 group-partitions); per repetition each
+#                   arm (ours: verification on, the default 1m; oursu: off, verifyInterval 0s)
+#                   copies the set (paired throughput, CPU per GB) and then runs BENCH_VC_WINDOW_S
+#                   (120) s idle with the groups checkpointed: verifications a minute, CPU s, bytes
+#                   its sockets read from each cluster, RSS. BENCH_ARMS="ours oursu oursv" adds
+#                   oursv (verifyInterval 5s); BENCH_VC_N the records (1000000)
 #   BENCH_OURS_FLOW="checkpoints: {interval: 5s}"  YAML added to our flow (trials; recorded);
 #   BENCH_OURS_SOURCE_CONFIG / BENCH_OURS_TARGET_CONFIG="linger.ms: '1'"  client properties of
 #                   our flow's source / target (trials; recorded)
@@ -76,7 +84,7 @@ source "$ROOT/e2e/lib/kafka.sh"
 # shellcheck source=../e2e/lib/mm2.sh
 source "$ROOT/e2e/lib/mm2.sh"
 
-QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false B3=false LATENCY=false REPS=1 PROFILE=false BUILD=true OUT=""
+QUICK=false SMOKE=false COMPRESSED=false WAN=false PARTS=false B3=false LATENCY=false VCOST=false REPS=1 PROFILE=false BUILD=true OUT=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=true ;;
@@ -86,6 +94,7 @@ while [ $# -gt 0 ]; do
     --partitions) PARTS=true ;;
     --brokers3) B3=true ;;
     --latency) LATENCY=true ;;
+    --verify-cost) VCOST=true ;;
     --reps) REPS="$2"; shift ;;
     --profile) PROFILE=true ;;
     --no-build) BUILD=false ;;
@@ -125,7 +134,9 @@ else
 fi
 # Which phases run: the scenario asked for, the base one, or (smoke without a scenario) every
 # phase once.
-if $B3; then
+if $VCOST; then
+  PHASES="verify_cost"
+elif $B3; then
   PHASES="brokers3"
 elif $PARTS; then
   PHASES="partitions"
@@ -147,6 +158,7 @@ $WAN && SUFFIX=-wan
 $PARTS && SUFFIX=-partitions
 $B3 && SUFFIX=-brokers3
 $LATENCY && SUFFIX=-latency
+$VCOST && SUFFIX=-verify-cost
 $QUICK && SUFFIX=$SUFFIX-quick
 $SMOKE && SUFFIX=$SUFFIX-smoke
 OUT="${OUT:-$HERE/results/$(date -u +%Y-%m-%d)$SUFFIX}"
@@ -210,7 +222,7 @@ mm2_tuned() {
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursb]=b [oursp]=p [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursu]=u [oursv]=v [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursb]=b [oursp]=p [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -255,15 +267,18 @@ cleanup() {
 # connection carries one window per round trip; copies only); oursp: `mirrorflow-bench
 # passthrough`, the source's record batches written to the target as they are (what a copy costs
 # without decoding and compressing every record again; no offset syncs or checkpoints: copies
-# only); oursb: ours copying whole record batches (`sourceLoop: {copy: Batches}`); mm2t:
-# MirrorMaker 2 tuned.
+# only); oursb: ours copying whole record batches (`sourceLoop: {copy: Batches}`); oursu: ours
+# with the checkpoints' verification off (`checkpoints: {verifyInterval: 0s}`); oursv: ours
+# verifying every 5 s (the flow's cap still holds); mm2t: MirrorMaker 2 tuned.
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2 | oursb)
+    ours | oursn | oursf | oursq | ours2 | oursb | oursu | oursv)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config="" replicas=(bench) r
-      local copy_unit=""
+      local copy_unit="" checkpoints=""
+      [ "$ARM_KIND" = oursu ] && checkpoints="checkpoints: {verifyInterval: 0s}"
+      [ "$ARM_KIND" = oursv ] && checkpoints="checkpoints: {verifyInterval: 5s}"
       [ "$ARM_KIND" = oursb ] && copy_unit="sourceLoop: {copy: Batches${BENCH_OURSB_LOOP:+, $BENCH_OURSB_LOOP}}"
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
@@ -277,6 +292,7 @@ target: {alias: t$ARM_ALIAS, bootstrapServers: '$TGT'$target_config}
 topics: ['$topic']
 groups: ['$group']
 $copy_unit
+$checkpoints
 ${BENCH_OURS_FLOW:-}
 EOF
       [ "$ARM_KIND" = ours2 ] && replicas=(bench-0 bench-1)
@@ -305,7 +321,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2 | oursb | oursp)
+    ours | oursn | oursf | oursq | ours2 | oursb | oursp | oursu | oursv)
       local pid
       for pid in "$ARM_PID" "${ARM_MORE_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
@@ -688,6 +704,67 @@ partitions() {
   done
 }
 
+# --- the verification's cost ------------------------------------------------------------------
+
+VC_N="${BENCH_VC_N:-1000000}" VC_COUNT=2000 VC_GROUPS=500 VC_WINDOW_S="${BENCH_VC_WINDOW_S:-120}"
+# Seconds after the copy before the window: every group's checkpoints written, the first burst
+# of verifications spent.
+VC_SETTLE_S=30
+if $SMOKE; then VC_N=20000 VC_COUNT=200 VC_GROUPS=20 VC_WINDOW_S=5 VC_SETTLE_S=5; fi
+
+# vc_sample: the arm's counters now (bench/vc_sample.py: CPU, RSS, socket bytes per cluster,
+# the verification metrics).
+vc_sample() {
+  python3 "$HERE/vc_sample.py" --pid "$ARM_PID" --source-port "$KAFKA_SOURCE_PORT" \
+    --target-port "$KAFKA_TARGET_PORT" --metrics "http://127.0.0.1:$METRICS_PORT/metrics"
+}
+
+# vc_run ARM REP: the arm copies the set with the groups committed mid-way (throughput while
+# it verifies), then runs idle for the window (what verifying the groups' checkpoints costs).
+vc_run() {
+  local arm="$1" rep="$2" alias out before after t
+  alias="${ARM_LETTER[$arm]}vc$rep"
+  local topics=() remote=() remote_flags=() topic_flags=() group_prefix="vcg-$alias-"
+  mapfile -t topics < <(parts_topics "$VC_COUNT")
+  for t in "${topics[@]}"; do
+    topic_flags+=(--topic "$t")
+    remote+=("$alias.$t")
+    remote_flags+=(--topic "$alias.$t")
+  done
+  # Mid-way in every partition, so each verification reads records on both sides.
+  "$DRIVER" init-groups --bootstrap "$SRC" "${topic_flags[@]}" --groups "$VC_GROUPS" \
+    --group-prefix "$group_prefix" --offset "$((VC_N / VC_COUNT / 2))" >/dev/null
+  blog "verify-cost: $arm copies $VC_N records over $VC_COUNT partitions, $VC_GROUPS groups (alias $alias)"
+  arm_start "$arm" "$alias" "mp$VC_COUNT-.*" "$group_prefix.*"
+  out="$("$DRIVER" watch-copy --bootstrap "$TGT" "${remote_flags[@]}" --expect "$VC_N" --pid "$ARM_PID")" ||
+    die "$arm failed its copy (logs: $LOGS)"
+  record "{\"phase\":\"vc_copy\",\"arm\":\"$arm\",\"rep\":$rep,\"result\":$out}"
+  blog "verify-cost: $arm copy: $out"
+  sleep "$VC_SETTLE_S"
+  before="$(vc_sample)"
+  sleep "$VC_WINDOW_S"
+  after="$(vc_sample)"
+  arm_stop
+  record "{\"phase\":\"vc_window\",\"arm\":\"$arm\",\"rep\":$rep,\"window_s\":$VC_WINDOW_S,\"groups\":$VC_GROUPS,\"partitions\":$VC_COUNT,\"before\":$before,\"after\":$after}"
+  blog "verify-cost: $arm window done"
+  "$DRIVER" delete-topics --bootstrap "$TGT" "${remote[@]}"
+}
+
+verify_cost() {
+  local arms=(ours oursu) rep arm out
+  [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
+  local topics=() flags=() t
+  mapfile -t topics < <(parts_topics "$VC_COUNT")
+  "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$(parts_per_topic "$VC_COUNT")" "${topics[@]}"
+  for t in "${topics[@]}"; do flags+=(--topic "$t"); done
+  out="$("$DRIVER" load-json --bootstrap "$SRC" "${flags[@]}" --n "$VC_N" --size "$JSON_SIZE" --codec lz4)"
+  record "{\"phase\":\"vc_load\",\"partitions\":$VC_COUNT,\"result\":$out}"
+  blog "verify-cost: loaded $VC_COUNT partitions: $out"
+  for rep in $(seq 1 "$REPS"); do
+    for arm in $(arms_for "$rep" "${arms[@]}"); do vc_run "$arm" "$rep"; done
+  done
+}
+
 # --- three brokers ---------------------------------------------------------------------------
 
 # Both clusters as 3 KRaft nodes each (replication factor 3, min.insync.replicas 2 by default:
@@ -839,6 +916,7 @@ main() {
   has_phase partitions && partitions
   has_phase brokers3 && brokers3
   has_phase latency && latency
+  has_phase verify_cost && verify_cost
 
   # The compressed scenario profiles the copy of its lz4 set, the base scenario its 1 KiB set.
   local prof_topic=bench-big prof_n="$BIG_N" prof_size="$BIG_SIZE"
@@ -867,6 +945,11 @@ main() {
   fi
 
   record "{\"phase\":\"end\",\"date\":\"$(date -u +%FT%TZ)\",\"seconds\":$((SECONDS - t0))}"
+  if [ "$PHASES" = verify_cost ]; then
+    python3 "$HERE/vc_report.py" "$OUT"
+    blog "done in $((SECONDS - t0)) s: $OUT/results.md"
+    return 0
+  fi
   blog "writing $OUT/results.md and chart.png"
   # --smoke: the report fails when a phase it expects gave no figure.
   local check=()

@@ -96,14 +96,20 @@ fn partition_counts(bootstrap: &str, topics: &[String]) -> Result<Vec<i32>> {
 
 /// Commits offset 0 on every partition of its topic for each group, so the groups exist before
 /// a replicator lists groups (MirrorMaker 2 lists them every 10 min by default).
-pub fn init_groups(bootstrap: &str, topics: &[String], groups: usize, prefix: &str) -> Result<()> {
+pub fn init_groups(
+    bootstrap: &str,
+    topics: &[String],
+    groups: usize,
+    prefix: &str,
+    offset: i64,
+) -> Result<()> {
     let counts = partition_counts(bootstrap, topics)?;
     let admin = admin(bootstrap)?;
     let started = Instant::now();
     for g in 0..groups {
         let t = g % topics.len();
-        let zeros: Vec<(i32, i64)> = (0..counts[t]).map(|p| (p, 0)).collect();
-        commit(&admin, &group_name(prefix, g), &topics[t], &zeros)?;
+        let at: Vec<(i32, i64)> = (0..counts[t]).map(|p| (p, offset)).collect();
+        commit(&admin, &group_name(prefix, g), &topics[t], &at)?;
     }
     println!(
         "{}",

@@ -225,7 +225,8 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         in_flight: usize,
     },
-    /// Commits offset 0 for `groups` groups, group g on every partition of topic g mod topics.
+    /// Commits `offset` (default 0) for `groups` groups, group g on every partition of topic
+    /// g mod topics.
     InitGroups {
         #[arg(long)]
         bootstrap: String,
@@ -235,6 +236,8 @@ enum Cmd {
         groups: usize,
         #[arg(long)]
         group_prefix: String,
+        #[arg(long, default_value_t = 0)]
+        offset: i64,
     },
     /// Many groups committing (`groups.rs`); freshness of their checkpoints on the target.
     Groups {
@@ -388,7 +391,8 @@ fn main() -> Result<()> {
             topics,
             groups,
             group_prefix,
-        } => groups::init_groups(&bootstrap, &topics, groups, &group_prefix),
+            offset,
+        } => groups::init_groups(&bootstrap, &topics, groups, &group_prefix, offset),
         Cmd::Groups {
             source,
             target,
