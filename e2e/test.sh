@@ -30,6 +30,16 @@ cargo test --workspace --exclude mirrorflow-e2e
 step "the container image (podman build, smoke run)"
 "$HERE/world.sh" image
 
+# The nightly set (e2e/README.md, "Nightly"): the previous release's image and chart, built
+# from their commit (minutes cold, nothing once cached), so upgrade_traffic upgrades from it.
+# Without it a cold run's upgrade_traffic is a smoke from the world's own release; a cached
+# previous release is published and used by every run.
+if [ "${MF_NIGHTLY:-0}" = 1 ]; then
+  step "nightly: the previous release (e2e/world.sh previous)"
+  "$HERE/world.sh" previous
+  export MF_UPGRADE_FROM_PREVIOUS=1
+fi
+
 step "the local world"
 tools_ok=true
 wait "$tools_pid" || tools_ok=false

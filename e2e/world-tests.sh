@@ -84,6 +84,6 @@ if [ "${#parallel[@]}" -gt 0 ]; then
   printf '%s\n' "${parallel[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {} || failed=1
 fi
 for e in "${exclusive[@]}"; do run_one "$e" || failed=1; done
-grep -h -e '^chaos\[' -e '^node_loss' "$LOGS"/*.log 2>/dev/null || true
+grep -h -e '^chaos\[' -e '^node_loss' -e '^upgrade_' "$LOGS"/*.log 2>/dev/null || true
 echo "$(grep -c '^PASS' "$LOGS/summary") passed, $(grep -c '^FAIL' "$LOGS/summary" || true) failed, in $((SECONDS - start)) s ($JOBS at once; logs in $LOGS)"
 exit "$failed"

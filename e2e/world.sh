@@ -6,6 +6,9 @@
 #   e2e/world.sh setup            fetch and build everything into the cache (no servers started)
 #   e2e/world.sh image [-setup]   build the container image (podman; lib/image.sh) [install podman];
 #                                 with the world up, push it to the world's registry (lib/registry.sh)
+#   e2e/world.sh previous         build the previous release's image and chart from its fixed commit
+#                                 (e2e/previous-release.env; cached by commit); with the world up,
+#                                 push them to the world's registry under previous/
 #   e2e/world.sh up [--kafka-only] start the world (idempotent); prints where things are
 #                                 (--kafka-only: only the Kafka clusters, and only their jars set up)
 #   e2e/world.sh down             stop everything and delete the world's state
@@ -35,6 +38,8 @@ source "$HERE/lib/image.sh"
 source "$HERE/lib/node.sh"
 # shellcheck source=lib/registry.sh
 source "$HERE/lib/registry.sh"
+# shellcheck source=lib/previous.sh
+source "$HERE/lib/previous.sh"
 
 
 build_rust() {
@@ -196,6 +201,10 @@ case "${1:-}" in
     if pid_alive "$REGISTRY_DIR/registry.pid"; then registry_publish; fi
     ;;
   image-setup) image_setup ;;
+  previous)
+    image_setup && previous_build
+    if pid_alive "$REGISTRY_DIR/registry.pid"; then previous_publish; fi
+    ;;
   up) up "${2:-}" ;;
   down) down ;;
   status) status ;;
@@ -253,7 +262,7 @@ case "${1:-}" in
     esac
     ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -246,7 +246,7 @@ image_podman_build() {
     cd "$MF_ROOT" || exit 1
     nice -n "${IMAGE_NICE:-10}" podman build "${IMAGE_BUILD_ARGS[@]}" \
       --build-arg BUILD_IMAGE="$(image_build_tag)" --build-arg RUNTIME_IMAGE="$(image_runtime_tag)" \
-      --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+      --label "org.opencontainers.image.revision=${IMAGE_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
       -t "$tag" -f Dockerfile . 2>&1
   ) | {
     local n=0 line

@@ -73,4 +73,6 @@ registry_publish() {
   } >"$(registry_chart_values).new"
   mv "$(registry_chart_values).new" "$(registry_chart_values)"
   log "published mirrorflow $version to $REGISTRY_ADDR (image $digest, chart oci://$REGISTRY_ADDR/charts/mirrorflow)"
+  # The previous release, when built (e2e/world.sh previous): the upgrade test starts from it.
+  if previous_built; then previous_publish; fi
 }

@@ -596,7 +596,7 @@ pub async fn failback(s: &Setup) -> Result<()> {
 
 /// Other world test binaries that a broker stop would disturb.
 pub fn other_world_tests() -> Vec<String> {
-    let me = std::process::id().to_string();
+    let mine = own_lineage();
     let out = std::process::Command::new("pgrep")
         .args([
             "-fa",
@@ -608,11 +608,43 @@ pub fn other_world_tests() -> Vec<String> {
     };
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.split_whitespace().next() != Some(me.as_str()))
+        // This binary, and the processes that started it (world-tests.sh's `timeout`, whose
+        // command line names this binary too).
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_none_or(|pid| !mine.iter().any(|m| m == pid))
+        })
         // The compiler mentions deps/ paths in its arguments; only test binaries count.
         .filter(|l| !l.contains("rustc") && !l.contains("cargo"))
         .map(str::to_string)
         .collect()
+}
+
+/// This process's pid and its ancestors' (read from /proc), as text.
+fn own_lineage() -> Vec<String> {
+    let mut pids = vec![std::process::id().to_string()];
+    let mut pid = std::process::id();
+    // Bounded: a process tree is not deeper than this here.
+    for _ in 0..64 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            break;
+        };
+        // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            break;
+        };
+        if ppid <= 1 {
+            break;
+        }
+        pids.push(ppid.to_string());
+        pid = ppid;
+    }
+    pids
 }
 
 /// Waits until the remote topic's partitions hold more than `n` records in all.

@@ -101,6 +101,48 @@ pub fn producer(bootstrap: &str, timeout: Duration) -> Result<FutureProducer> {
         .create()?)
 }
 
+/// Waits up to `timeout` for `topic` to exist on the cluster at `bootstrap` (a flow's
+/// discovery creating its remote topic).
+pub async fn wait_for_topic(bootstrap: &str, topic: &str, timeout: Duration) -> Result<()> {
+    crate::eventually(&format!("{topic} on {bootstrap}"), timeout, || async {
+        Ok(topics(bootstrap)?.contains(topic).then_some(()))
+    })
+    .await
+}
+
+/// Bytes of zeros in each record of [`produce_gzip_bomb`].
+pub const BOMB_RECORD_BYTES: usize = 1 << 20;
+
+/// Writes a decompression bomb to partition 0 of `topic`: one gzip batch (linger and batch
+/// size far above what it needs) of one record of [`BOMB_RECORD_BYTES`] zeros per key, about
+/// 1,400 times smaller on the broker than inflated. The producer buffers it all first: a test
+/// that measures its own memory writes it from a child process.
+pub async fn produce_gzip_bomb(bootstrap: &str, topic: &str, keys: &[Vec<u8>]) -> Result<()> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.type", "gzip")
+        .set("linger.ms", "5000")
+        .set("batch.size", "400000000")
+        .set("message.max.bytes", "1000000000")
+        .set("queue.buffering.max.kbytes", "2097151")
+        .set("enable.idempotence", "false")
+        .set("acks", "all")
+        .create()?;
+    let zeros = vec![0u8; BOMB_RECORD_BYTES];
+    let mut sends = Vec::with_capacity(keys.len());
+    for key in keys {
+        let record = FutureRecord::to(topic)
+            .partition(0)
+            .key(key)
+            .payload(&zeros);
+        sends.push(producer.send_result(record).map_err(|(e, _)| e)?);
+    }
+    for s in sends {
+        s.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
 /// Writes `n` records with the values `v0`, `v1`, ... to `topic`, record `i` to partition
 /// `i % partitions`, each acknowledged before the next (so offsets follow the values).
 pub async fn produce_values(bootstrap: &str, topic: &str, n: i32, partitions: i32) -> Result<()> {

@@ -142,3 +142,4 @@ pub mod replicator;
 pub mod secure;
 pub mod steady;
 pub mod switchover;
+pub mod upgrade;

@@ -1,6 +1,9 @@
 //! Installing the operator's chart for a test and reading a flow's conditions.
 
-use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
 use mirrorflow::api::MirrorFlow;
 
 use crate::{World, run};
@@ -263,4 +266,131 @@ pub async fn apply_replicating_flow(
 pub fn ready_at_generation(mf: &MirrorFlow) -> bool {
     condition(mf, "Ready").is_some_and(|c| c.0 == "True")
         && mf.status.as_ref().and_then(|s| s.observed_generation) == mf.metadata.generation
+}
+
+/// The (reason, message) of every Event about `flow` in `ns`.
+pub fn flow_events(ns: &str, flow: &str) -> Result<Vec<(String, String)>> {
+    let json = run(
+        "kubectl",
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={flow},involvedObject.kind=MirrorFlow"),
+            "-o",
+            "json",
+        ],
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    Ok(v["items"]
+        .as_array()
+        .context("events list")?
+        .iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().map(str::to_string);
+            (
+                text("reason").unwrap_or_default(),
+                text("message").or_else(|| text("note")).unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// Waits up to a minute for an Event `reason` about `flow` whose message contains `part`;
+/// its message.
+pub async fn wait_for_event(ns: &str, flow: &str, reason: &str, part: &str) -> Result<String> {
+    crate::eventually(
+        &format!("a {reason} event naming {part}"),
+        Duration::from_secs(60),
+        || async {
+            let events = flow_events(ns, flow)?;
+            Ok(events
+                .into_iter()
+                .find(|(r, m)| r == reason && m.contains(part))
+                .map(|(_, m)| m))
+        },
+    )
+    .await
+}
+
+/// The kinds of object a flow may own (NetworkPolicy when the installer turns it on).
+pub const CHILD_KINDS: &str =
+    "statefulsets,configmaps,services,poddisruptionbudgets,networkpolicies";
+
+/// A child as found: its uid, its owning flow's uid, whether the flow controls it, and its flow
+/// label.
+pub type Child = (String, String, bool, String);
+
+/// Every object in `ns` a MirrorFlow owns, as `kind/name` -> [`Child`]. Found by owner
+/// reference, not by label: a child without its labels counts.
+pub fn owned_children(ns: &str) -> Result<BTreeMap<String, Child>> {
+    let out = run("kubectl", &["get", CHILD_KINDS, "-n", ns, "-o", "json"])?;
+    let list: serde_json::Value = serde_json::from_str(&out)?;
+    let mut children = BTreeMap::new();
+    for item in list["items"].as_array().into_iter().flatten() {
+        let meta = &item["metadata"];
+        let owners: Vec<&serde_json::Value> = meta["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["kind"] == "MirrorFlow")
+            .collect();
+        let Some(owner) = owners.first() else {
+            continue;
+        };
+        ensure!(owners.len() == 1, "two flows own {meta}");
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        children.insert(
+            format!("{}/{}", s(&item["kind"]), s(&meta["name"])),
+            (
+                s(&meta["uid"]),
+                s(&owner["uid"]),
+                owner["controller"] == true,
+                s(&meta["labels"]["mirrorflow.io/flow"]),
+            ),
+        );
+    }
+    Ok(children)
+}
+
+/// Checks that each flow has exactly one child of each kind, controlled by it and labelled with
+/// its name; returns how many children each flow has.
+pub async fn one_set_each(
+    flows: &kube::Api<MirrorFlow>,
+    ns: &str,
+    names: &[&str],
+) -> Result<usize> {
+    let children = owned_children(ns)?;
+    let mut per_flow = None;
+    for name in names {
+        let uid = flows.get(name).await?.metadata.uid.context("flow uid")?;
+        let mine: Vec<(&String, &Child)> = children.iter().filter(|(_, c)| c.1 == uid).collect();
+        let mut kinds: Vec<&str> = mine
+            .iter()
+            .filter_map(|(k, _)| k.split('/').next())
+            .collect();
+        let all = kinds.len();
+        kinds.dedup();
+        ensure!(kinds.len() == all, "{name}: a kind twice: {mine:?}");
+        for (key, (_, _, controller, label)) in &mine {
+            ensure!(
+                *controller,
+                "{key} is owned by {name} but not controlled by it"
+            );
+            ensure!(label == name, "{key} carries flow label '{label}'");
+        }
+        ensure!(*per_flow.get_or_insert(all) == all, "{name}: {mine:?}");
+    }
+    let n = per_flow.unwrap_or(0);
+    ensure!(
+        n >= 4,
+        "every flow has at least its ConfigMap, Service, StatefulSet and PDB"
+    );
+    ensure!(
+        children.len() == n * names.len(),
+        "children nobody expects: {children:?}"
+    );
+    Ok(n)
 }

@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
+use mirrorflow::mm2::Checkpoint;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -242,4 +244,119 @@ pub fn lost_and_duplicated(seen: &HashMap<(i32, u64), Seen>, written: &[u64]) ->
 /// True once every record of the first `written[p]` of each partition has a copy.
 pub fn all_arrived(seen: &HashMap<(i32, u64), Seen>, written: &[u64]) -> bool {
     lost_and_duplicated(seen, written).0 == 0
+}
+
+/// A consumer group on the source that consumes `topic` and commits every 300 ms, so the
+/// checkpoint loop has commits to translate while a test breaks something. Sends the number of
+/// commits it asked for once stopped.
+///
+/// The commits are asynchronous: a synchronous commit in flight while the source broker
+/// restarted once never returned (librdkafka kept waiting for the group's coordinator), and
+/// the test waited on it for over an hour.
+pub fn committing_consumer(
+    bootstrap: String,
+    group: String,
+    topic: String,
+    stop: Arc<AtomicBool>,
+) -> std::sync::mpsc::Receiver<Result<u64>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let consumer: BaseConsumer = match ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e.into()));
+                return;
+            }
+        };
+        if let Err(e) = consumer.subscribe(&[&topic]) {
+            let _ = tx.send(Err(e.into()));
+            return;
+        }
+        let mut last_commit = Instant::now();
+        let mut asked = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let _ = consumer.poll(Duration::from_millis(50));
+            if last_commit.elapsed() >= Duration::from_millis(300) {
+                last_commit = Instant::now();
+                // Refused at once when the consumer holds no position yet.
+                if consumer.commit_consumer_state(CommitMode::Async).is_ok() {
+                    asked += 1;
+                }
+            }
+        }
+        let _ = tx.send(Ok(asked));
+        // Closing the consumer can wait on the same coordinator: the count is sent first.
+    });
+    rx
+}
+
+/// The longest time between `from` and `to` in which no record had its first copy arrive: how
+/// long the copy paused.
+pub fn copy_pause(seen: &HashMap<(i32, u64), Seen>, from: Instant, to: Instant) -> Duration {
+    let mut arrivals: Vec<Instant> = seen
+        .values()
+        .map(|s| s.first)
+        .filter(|t| *t >= from && *t <= to)
+        .collect();
+    arrivals.sort();
+    arrivals.push(to);
+    let mut last = from;
+    let mut longest = Duration::ZERO;
+    for a in arrivals {
+        longest = longest.max(a.saturating_duration_since(last));
+        last = a;
+    }
+    longest
+}
+
+/// A checkpoint and when it was written (its record's timestamp, ms since the epoch).
+pub struct Written {
+    pub cp: Checkpoint,
+    pub at_ms: i64,
+}
+
+/// Every checkpoint of `group` in `<alias>.checkpoints.internal` on `target`, in the order of
+/// each partition, read committed.
+pub fn checkpoints_of(target: &str, alias: &str, group: &str) -> Result<Vec<Written>> {
+    let topic = format!("{alias}.checkpoints.internal");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", target)
+        .set("group.id", "mirrorflow-e2e-upgrade-checkpoints")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+    let partitions = md.topics().first().map_or(0, |t| t.partitions().len());
+    let mut out = Vec::new();
+    for p in 0..partitions as i32 {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, p, Offset::Beginning)?;
+        consumer.assign(&tpl)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            ensure!(Instant::now() < deadline, "reading {topic}-{p} timed out");
+            match consumer.poll(Duration::from_millis(500)) {
+                Some(Ok(m)) => {
+                    let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+                        continue;
+                    };
+                    let cp = Checkpoint::decode(k, v).context("decoding a checkpoint")?;
+                    if cp.group == group {
+                        let at_ms = m.timestamp().to_millis().unwrap_or_default();
+                        out.push(Written { cp, at_ms });
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => return Err(e.into()),
+                None => {}
+            }
+        }
+    }
+    Ok(out)
 }

@@ -16,6 +16,13 @@ use mirrorflow_e2e::operator::{condition, install_operator_with, wait_for_flow};
 use mirrorflow_e2e::replicator::http_get;
 use mirrorflow_e2e::{World, run, run_with_input, unique};
 
+/// A repository of the world's registry that does not exist (the registry's address from the
+/// world's environment).
+fn unpullable_prefix() -> String {
+    let registry = std::env::var("MF_REGISTRY").unwrap_or_else(|_| "127.0.0.1:15000".into());
+    format!("{registry}/nowhere/")
+}
+
 struct Cleanup(String);
 
 impl Drop for Cleanup {
@@ -284,6 +291,24 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
             "ImageNotAllowed",
             "spec.pod.image",
         ),
+        // An allowed registry (the test's install allows it) without that image: the pod
+        // is created and the kubelet cannot pull it.
+        (
+            "image-not-pullable",
+            format!(
+                "  pod: {{image: \"{}mirrorflow:0.0.0\"}}\n",
+                unpullable_prefix()
+            ),
+            "ReplicatorImageUnavailable",
+            "spec.pod.image",
+        ),
+        // A node selector no node matches: the pod is created and never scheduled.
+        (
+            "no-node-matches",
+            "  pod: {nodeSelector: {mirrorflow.io/nowhere: \"x\"}}\n".into(),
+            "ReplicatorUnschedulable",
+            "spec.pod.nodeSelector",
+        ),
         (
             "bad-pod-label",
             "  pod: {labels: {\"bad key!\": x}}\n".into(),
@@ -425,7 +450,14 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
     let client = world.kube_client().await?;
     let ns = unique("e2e-bad");
     let _cleanup = Cleanup(ns.clone());
-    install_operator_with(&world, &ns, &["probeAddresses.deny={169.254.169.254/32}"])?;
+    install_operator_with(
+        &world,
+        &ns,
+        &[
+            "probeAddresses.deny={169.254.169.254/32}",
+            &format!("allowedImagePrefixes={{{}}}", unpullable_prefix()),
+        ],
+    )?;
 
     // 1. The apiserver refuses these outright (server-side dry run: nothing is stored).
     let mut table = Vec::new();
@@ -631,8 +663,12 @@ async fn every_bad_flow_is_refused_or_named_and_the_operator_stays_calm() -> Res
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for (name, _, reason, _) in &cases {
         // Cluster faults come from probing a valid spec: such a flow is deployed (its
-        // replicators report the same fault).
-        if reason.starts_with("Source") || reason.starts_with("Target") {
+        // replicators report the same fault); so is one whose pods cannot run (`Replicator...`:
+        // named from those pods).
+        if ["Source", "Target", "Replicator"]
+            .iter()
+            .any(|p| reason.starts_with(p))
+        {
             continue;
         }
         // The first of two Identity flows may run until the second appears; then it stops.

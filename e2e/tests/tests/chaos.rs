@@ -41,9 +41,10 @@ use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::kafka::positions::PositionReader;
 use mirrorflow::mm2::Checkpoint;
 use mirrorflow_e2e::replicator::Replicator;
+use mirrorflow_e2e::steady::committing_consumer;
 use mirrorflow_e2e::{eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -291,56 +292,6 @@ async fn produce(bootstrap: String, topics: Vec<String>, total: u64, over: Durat
         }
     }
     Ok(())
-}
-
-/// A consumer group on the source that consumes the first topic and commits every 300 ms,
-/// so the checkpoint loop has commits to translate during the faults. Sends the number of
-/// commits it asked for once stopped.
-///
-/// The commits are asynchronous: a synchronous commit in flight while the source broker
-/// restarted once never returned (librdkafka kept waiting for the group's coordinator), and
-/// the test waited on it for over an hour.
-fn committing_consumer(
-    bootstrap: String,
-    group: String,
-    topic: String,
-    stop: Arc<AtomicBool>,
-) -> std::sync::mpsc::Receiver<Result<u64>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let consumer: BaseConsumer = match ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .create()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = tx.send(Err(e.into()));
-                return;
-            }
-        };
-        if let Err(e) = consumer.subscribe(&[&topic]) {
-            let _ = tx.send(Err(e.into()));
-            return;
-        }
-        let mut last_commit = Instant::now();
-        let mut asked = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let _ = consumer.poll(Duration::from_millis(50));
-            if last_commit.elapsed() >= Duration::from_millis(300) {
-                last_commit = Instant::now();
-                // Refused at once when the consumer holds no position yet.
-                if consumer.commit_consumer_state(CommitMode::Async).is_ok() {
-                    asked += 1;
-                }
-            }
-        }
-        let _ = tx.send(Ok(asked));
-        // Closing the consumer can wait on the same coordinator: the count is sent first.
-    });
-    rx
 }
 
 /// Every record of a partition as (offset, value), read to its end with `isolation`.

@@ -17,7 +17,7 @@ use kube::Api;
 use mirrorflow::api::{GapStatus, MirrorFlow};
 use mirrorflow::mm2::{Checkpoint, TopicPartition};
 use mirrorflow_e2e::operator::{
-    condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_flow,
+    condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_event, wait_for_flow,
 };
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::admin::AdminOptions;
@@ -115,56 +115,6 @@ fn gap<'a>(mf: &'a MirrorFlow, topic: &str, reason: &str) -> Option<&'a GapStatu
         .find(|g| g.topic == topic && g.reason == reason)
 }
 
-fn event_reasons(ns: &str) -> Result<Vec<(String, String)>> {
-    let json = run(
-        "kubectl",
-        &[
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "involvedObject.name=flow",
-            "-o",
-            "json",
-        ],
-    )?;
-    let v: serde_json::Value = serde_json::from_str(&json)?;
-    Ok(v["items"]
-        .as_array()
-        .context("events list")?
-        .iter()
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap_or_default().to_string(),
-                e["message"]
-                    .as_str()
-                    .or(e["note"].as_str())
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        })
-        .collect())
-}
-
-async fn wait_for_event(ns: &str, reason: &str, topic: &str) -> Result<String> {
-    eventually(
-        &format!("a {reason} event about {topic}"),
-        Duration::from_secs(60),
-        || async {
-            let events = event_reasons(ns)?;
-            match events
-                .into_iter()
-                .find(|(r, m)| r == reason && m.contains(topic))
-            {
-                Some((_, m)) => Ok(Some(m)),
-                None => bail!("not yet"),
-            }
-        },
-    )
-    .await
-}
-
 #[tokio::test]
 async fn at_least_once_surfaces_truncation_recreation_and_a_deleted_remote_topic() -> Result<()> {
     breaks_are_surfaced_not_skipped(false).await
@@ -259,7 +209,7 @@ spec:
         "{c:?}"
     );
     assert!(c.2.contains("mirrorflow.io/gaps-acknowledged="), "{c:?}");
-    wait_for_event(&ns, "SourceTruncated", &truncated).await?;
+    wait_for_event(&ns, "flow", "SourceTruncated", &truncated).await?;
     let after_gap = copied(&tgt, &remote(&truncated), 30, Duration::from_secs(60)).await?;
     let want: Vec<String> = (0..20)
         .chain(40..50)
@@ -304,7 +254,7 @@ spec:
     let g = gap(&mf, &recreated, "SourceTopicRecreated").context("gap")?;
     assert_eq!(g.from, 20, "the old position: {g:?}");
     assert!(g.to <= 5, "the new log's end when found: {g:?}");
-    wait_for_event(&ns, "SourceTopicRecreated", &recreated).await?;
+    wait_for_event(&ns, "flow", "SourceTopicRecreated", &recreated).await?;
     let both = copied(&tgt, &remote(&recreated), 25, Duration::from_secs(60)).await?;
     let want: Vec<String> = (0..20)
         .map(|i| format!("{recreated}-{i}"))
@@ -366,7 +316,7 @@ spec:
         exactly_once || g.from == 20,
         "at-least-once copies 1:1: {g:?}"
     );
-    wait_for_event(&ns, "TargetTopicRecreated", &remote_deleted).await?;
+    wait_for_event(&ns, "flow", "TargetTopicRecreated", &remote_deleted).await?;
     produce(
         &src,
         &remote_deleted,

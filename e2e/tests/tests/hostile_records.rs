@@ -24,7 +24,7 @@ use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const RECORDS: usize = 300;
-const RECORD_BYTES: usize = 1 << 20;
+const RECORD_BYTES: usize = kafka::BOMB_RECORD_BYTES;
 
 /// VmHWM (peak resident memory) and VmRSS of this process, in KiB.
 fn memory_kib() -> Option<(u64, u64)> {
@@ -56,29 +56,10 @@ async fn bomb_producer() -> Result<()> {
     ) else {
         return Ok(());
     };
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("compression.type", "gzip")
-        .set("linger.ms", "5000")
-        .set("batch.size", "400000000")
-        .set("message.max.bytes", "1000000000")
-        .set("queue.buffering.max.kbytes", "2097151")
-        .set("enable.idempotence", "false")
-        .set("acks", "all")
-        .create()?;
-    let zeros = vec![0u8; RECORD_BYTES];
     let keys: Vec<Vec<u8>> = (0..RECORDS)
         .map(|i| positions::encode_key(&format!("bomb-{i}"), 0))
         .collect();
-    let mut sends = Vec::with_capacity(RECORDS);
-    for key in &keys {
-        let sent = producer.send_result(FutureRecord::to(&topic).key(key).payload(&zeros));
-        sends.push(sent.map_err(|(e, _)| e)?);
-    }
-    for s in sends {
-        s.await?.map_err(|(e, _)| e)?;
-    }
-    Ok(())
+    kafka::produce_gzip_bomb(&bootstrap, &topic, &keys).await
 }
 
 fn produce_bomb(bootstrap: &str, topic: &str) -> Result<()> {

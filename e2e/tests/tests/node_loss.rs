@@ -343,17 +343,7 @@ async fn a_lost_nodes_replicas_are_replaced_and_records_flow_again() -> Result<(
 
     // Copying: every flow has copied, on every partition, records written from here on.
     for f in &mut flows {
-        let remote = f.remote.clone();
-        eventually(
-            &format!("{remote} on the target"),
-            Duration::from_secs(180),
-            || async {
-                Ok(kafka::topics(&world.target_bootstrap)?
-                    .contains(&remote)
-                    .then_some(()))
-            },
-        )
-        .await?;
+        kafka::wait_for_topic(&world.target_bootstrap, &f.remote, Duration::from_secs(180)).await?;
         f.reader = Some(TargetReader::start(
             &world.target_bootstrap,
             &f.remote,

@@ -5,7 +5,6 @@
 //!
 //! Prints `operator_crash[...]` lines with what was measured (docs/day-two.md quotes them).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -15,14 +14,13 @@ use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::node::{container_pid, signal};
 use mirrorflow_e2e::operator::{
-    apply_replicating_flow, install_operator, install_operator_in, metric_sum, operator_metrics,
-    patch_flow_spec, ready_at_generation, reconciles, wait_for_flow,
+    apply_replicating_flow, install_operator, install_operator_in, metric_sum, one_set_each,
+    operator_metrics, owned_children, patch_flow_spec, ready_at_generation, reconciles,
+    wait_for_flow,
 };
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
 const OPERATOR: &str = "app.kubernetes.io/component=operator";
-/// The kinds of a flow's children (the NetworkPolicy only when the installer turned it on).
-const KINDS: &str = "statefulsets,configmaps,services,poddisruptionbudgets,networkpolicies";
 /// How long a namespace with flows in it may take to go (the replicators' graceful stop is
 /// most of it).
 const NAMESPACE_GONE_WITHIN: Duration = Duration::from_secs(60);
@@ -65,78 +63,6 @@ async fn wait_ready(flows: &Api<MirrorFlow>, names: &[&str], within: Duration) -
         .await?;
     }
     Ok(())
-}
-
-/// A child as found: its uid, its owning flow's uid, whether the flow controls it, and its flow
-/// label.
-type Child = (String, String, bool, String);
-
-/// Every object in `ns` a MirrorFlow owns, as `kind/name` -> [`Child`]. Found by owner
-/// reference, not by label: a child without its labels counts.
-fn owned_children(ns: &str) -> Result<BTreeMap<String, Child>> {
-    let out = run("kubectl", &["get", KINDS, "-n", ns, "-o", "json"])?;
-    let list: serde_json::Value = serde_json::from_str(&out)?;
-    let mut children = BTreeMap::new();
-    for item in list["items"].as_array().into_iter().flatten() {
-        let meta = &item["metadata"];
-        let owners: Vec<&serde_json::Value> = meta["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o["kind"] == "MirrorFlow")
-            .collect();
-        let Some(owner) = owners.first() else {
-            continue;
-        };
-        ensure!(owners.len() == 1, "two flows own {meta}");
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        children.insert(
-            format!("{}/{}", s(&item["kind"]), s(&meta["name"])),
-            (
-                s(&meta["uid"]),
-                s(&owner["uid"]),
-                owner["controller"] == true,
-                s(&meta["labels"]["mirrorflow.io/flow"]),
-            ),
-        );
-    }
-    Ok(children)
-}
-
-/// Checks that each flow has exactly one child of each kind, controlled by it and labelled with
-/// its name; returns how many children each flow has.
-async fn one_set_each(flows: &Api<MirrorFlow>, ns: &str, names: &[&str]) -> Result<usize> {
-    let children = owned_children(ns)?;
-    let mut per_flow = None;
-    for name in names {
-        let uid = flows.get(name).await?.metadata.uid.context("flow uid")?;
-        let mine: Vec<(&String, &Child)> = children.iter().filter(|(_, c)| c.1 == uid).collect();
-        let mut kinds: Vec<&str> = mine
-            .iter()
-            .filter_map(|(k, _)| k.split('/').next())
-            .collect();
-        let all = kinds.len();
-        kinds.dedup();
-        ensure!(kinds.len() == all, "{name}: a kind twice: {mine:?}");
-        for (key, (_, _, controller, label)) in &mine {
-            ensure!(
-                *controller,
-                "{key} is owned by {name} but not controlled by it"
-            );
-            ensure!(label == name, "{key} carries flow label '{label}'");
-        }
-        ensure!(*per_flow.get_or_insert(all) == all, "{name}: {mine:?}");
-    }
-    let n = per_flow.unwrap_or(0);
-    ensure!(
-        n >= 4,
-        "every flow has at least its ConfigMap, Service, StatefulSet and PDB"
-    );
-    ensure!(
-        children.len() == n * names.len(),
-        "children nobody expects: {children:?}"
-    );
-    Ok(n)
 }
 
 async fn operator_pod(pods: &Api<Pod>) -> Result<Pod> {

@@ -7,8 +7,9 @@
 //! test's flows are served through it while it carries the added field. The checkout's CRD is
 //! applied again when the test ends, also when it fails.
 //!
-//! Only one release exists (0.1.0): the registry's chart is the one this world published, so
-//! the upgrade is from that chart to this checkout's, not from an older version.
+//! The registry's chart is the one this world published (the checkout's version), so the
+//! upgrade is from that chart to this checkout's; the upgrade from the previous release, under
+//! traffic, is `upgrade_traffic`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

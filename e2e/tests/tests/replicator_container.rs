@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::node::{container_pid, process_alive};
-use mirrorflow_e2e::operator::{condition, install_operator, patch_flow_spec, wait_for_flow};
+use mirrorflow_e2e::operator::{
+    condition, install_operator, patch_flow_spec, wait_for_event, wait_for_flow,
+};
+use mirrorflow_e2e::switchover::end_offsets;
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
 use rdkafka::producer::FutureRecord;
 
@@ -302,9 +305,9 @@ async fn a_frozen_replicator_fails_its_liveness_probe_and_is_restarted() -> Resu
 }
 
 /// A replicator over its memory limit is killed by the kernel (`OOMKilled`, as kubelet reports
-/// it) and restarted by kubelet, again and again while the limit stays too low; the flow says
-/// its replicas are not ready. With the limit raised the flow recovers. The operator does not
-/// read pods (no `list pods`), so the status cannot name the limit: kubectl shows the reason.
+/// it) and restarted by kubelet, again and again while the limit stays too low; the flow's
+/// `Ready` says so by class (`ReplicatorOutOfMemory`), naming the pod, the limit and the field,
+/// with an Event. With the limit raised the flow recovers.
 #[tokio::test]
 async fn an_oom_killed_replicator_is_restarted_by_kubelet() -> Result<()> {
     let world = World::from_env()?;
@@ -341,12 +344,26 @@ async fn an_oom_killed_replicator_is_restarted_by_kubelet() -> Result<()> {
         restarts(&killed)
     );
     let flows: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    wait_for_flow(
+    let named = wait_for_flow(
         &flows,
         "flow",
-        "Ready False: replicas not ready",
+        "Ready False: ReplicatorOutOfMemory",
         Duration::from_secs(60),
-        |mf| condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == "ReplicasNotReady"),
+        |mf| {
+            condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == "ReplicatorOutOfMemory")
+        },
+    )
+    .await?;
+    let (_, _, message) = condition(&named, "Ready").context("Ready")?;
+    println!("Ready: {message}");
+    for part in ["flow-0", OOM_LIMIT, "spec.resources.limits.memory"] {
+        assert!(message.contains(part), "{part} not in {message:?}");
+    }
+    wait_for_event(
+        &ns,
+        "flow",
+        "ReplicatorOutOfMemory",
+        "spec.resources.limits.memory",
     )
     .await?;
     patch_flow_spec(
@@ -362,6 +379,99 @@ async fn an_oom_killed_replicator_is_restarted_by_kubelet() -> Result<()> {
         failover_ready,
     )
     .await?;
+    run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
+    Ok(())
+}
+
+/// The record that killed the shared operator, aimed at a replicator instead: one gzip
+/// batch of 200 records of 1 MiB of zeros (a few hundred KB on the broker) in a topic a
+/// `copy: Records` flow copies. Its replicator inflates the batch (librdkafka cannot bound
+/// gzip) and the kernel kills it at its own memory limit: the flow's `Ready` names the class,
+/// the limit and `copy: Batches`, which never decompresses; a second flow of the same operator
+/// copying an ordinary topic stays FailoverReady throughout. Switched to `copy: Batches` as
+/// the message says, the flow copies every record of the bomb.
+#[tokio::test]
+async fn a_gzip_bomb_in_a_copied_topic_harms_only_its_flow_which_names_it() -> Result<()> {
+    const BOMB_RECORDS: i64 = 200;
+    const LIMIT: &str = "96Mi";
+    let world = World::from_env()?;
+    let client = world.kube_client().await?;
+    let (ns, _, calm_topic, flows) = ready_flow(&world, &client).await?;
+    let started = utc_now()?;
+    let alias = unique("bombed");
+    let topic = unique("bombtopic");
+    kafka::create_topic_with(
+        &world.source_bootstrap,
+        &topic,
+        1,
+        &[("max.message.bytes", "10000000")],
+    )
+    .await?;
+    let keys: Vec<Vec<u8>> = (0..BOMB_RECORDS)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    kafka::produce_gzip_bomb(&world.source_bootstrap, &topic, &keys).await?;
+    let flow = |copy: &str| {
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: bombed, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{topic}\"]\n  sourceLoop: {{copy: {copy}}}\n  resources: {{requests: {{memory: {LIMIT}}}, limits: {{memory: {LIMIT}}}}}\n",
+            world.source_bootstrap, world.target_bootstrap
+        )
+    };
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow("Records"))?;
+    let applied = Instant::now();
+    let named = wait_for_flow(
+        &flows,
+        "bombed",
+        "Ready False: ReplicatorOutOfMemory",
+        Duration::from_secs(180),
+        |mf| {
+            condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == "ReplicatorOutOfMemory")
+        },
+    )
+    .await?;
+    let (_, _, message) = condition(&named, "Ready").context("Ready")?;
+    println!(
+        "Ready {:?} after the flow was applied: {message}",
+        applied.elapsed()
+    );
+    for part in ["bombed-0", LIMIT, "spec.sourceLoop.copy: Batches"] {
+        assert!(message.contains(part), "{part} not in {message:?}");
+    }
+    // The other flow of the same operator and cluster was never disturbed.
+    let calm = flows.get("flow").await?;
+    assert!(
+        failover_ready(&calm),
+        "the other flow: {:?}",
+        calm.status.as_ref().map(|s| &s.conditions)
+    );
+    kafka::produce_values(&world.source_bootstrap, &calm_topic, 30, PARTITIONS).await?;
+
+    run_with_input("kubectl", &["apply", "-f", "-"], &flow("Batches"))?;
+    let switched = Instant::now();
+    let remote = format!("{alias}.{topic}");
+    eventually(
+        "every record of the bomb copied whole",
+        Duration::from_secs(180),
+        || async {
+            // The high watermark: reading 200 MiB back would inflate them in this process.
+            let ends = end_offsets(&world.target_bootstrap, &remote, 1).unwrap_or_default();
+            Ok(ends.first().copied().filter(|&n| n >= BOMB_RECORDS))
+        },
+    )
+    .await?;
+    println!(
+        "with copy: Batches, all {BOMB_RECORDS} records copied in {:?}",
+        switched.elapsed()
+    );
+    wait_for_flow(
+        &flows,
+        "bombed",
+        "Ready again with copy: Batches",
+        Duration::from_secs(120),
+        |mf| condition(mf, "Ready").is_some_and(|c| c.0 == "True"),
+    )
+    .await?;
+    ready_after(&flows, &started).await?;
     run("kubectl", &["delete", "namespace", &ns, "--wait=false"])?;
     Ok(())
 }
