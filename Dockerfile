@@ -2,8 +2,8 @@
 # The `mirrorflow` image: one binary (operator, replicator and CLI) as /mirrorflow, uid 65532, no
 # shell. Build from the repository root on any machine with public registries:
 #
-#   docker build -t ghcr.io/mirrorflow/mirrorflow:0.1.0 .          (BuildKit)
-#   podman build -t ghcr.io/mirrorflow/mirrorflow:0.1.0 .
+#   docker build -t ghcr.io/mirrorflow/mirrorflow:0.2.0 .          (BuildKit)
+#   podman build -t ghcr.io/mirrorflow/mirrorflow:0.2.0 .
 #
 # Both base images are build arguments so a machine without a registry can use its own: the test
 # world builds them from Debian packages (e2e/lib/image.sh, `e2e/world.sh image`) and passes
