@@ -10,7 +10,7 @@ pub mod placement;
 mod selection;
 mod validate;
 
-pub use self::validate::validate;
+pub use self::validate::{BatchesBlocker, batches_blocker, validate};
 
 use crate::api::{CopyUnit, MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
 use crate::kafka::writers::Writer;
@@ -440,6 +440,26 @@ mod tests {
                 "{err}"
             );
         }
+        // The batch copy's connections speak no OAUTHBEARER: refused on the side that asks.
+        let oauth = "sasl: {mechanism: OAUTHBEARER, oauthbearer: {tokenEndpointUrl: 'https://idp.example/token', clientId: c, clientSecretSecretRef: {name: s, key: k}}}";
+        let target_oauth = format!(
+            "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1', {oauth}}}\n"
+        );
+        let plain = spec(&target_oauth);
+        assert_eq!(
+            crate::flow::batches_blocker(&plain),
+            Some(crate::flow::BatchesBlocker::OAuthBearer(
+                "spec.target.sasl.mechanism"
+            ))
+        );
+        let err = validate(&spec(&format!("{target_oauth}{batches}")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("spec.target.sasl.mechanism") && err.contains("Records"),
+            "{err}"
+        );
+        assert_eq!(crate::flow::batches_blocker(&spec(BASE)), None);
         let flow = test_flow("f", batches);
         assert_eq!(flow.spec.source_loop.copy, CopyUnit::Batches);
         assert!(flow.batch_security.is_some());

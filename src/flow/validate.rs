@@ -209,6 +209,37 @@ fn check_selection(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
     Ok(())
 }
 
+/// What keeps a spec from copying whole batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchesBlocker {
+    /// Whole batches keep the source producer's commit markers out: no transaction per
+    /// partition can be built on them.
+    ExactlyOnce,
+    /// Whole batches keep their offsets apart: aligned offsets cannot be built on them.
+    Aligned,
+    /// The batch copy's own connections do not speak OAUTHBEARER; the field says which side.
+    OAuthBearer(&'static str),
+}
+
+/// The one rule of whether `spec` can copy whole batches, for the refusal of a spec that asks
+/// for them and for the advice to a flow that copies records.
+pub fn batches_blocker(spec: &MirrorFlowSpec) -> Option<BatchesBlocker> {
+    let oauth = |c: &crate::api::ClusterSpec| {
+        (c.sasl.as_ref()).is_some_and(|s| s.mechanism == crate::api::SaslMechanism::OAuthBearer)
+    };
+    if spec.exactly_once {
+        Some(BatchesBlocker::ExactlyOnce)
+    } else if spec.offsets == OffsetsMode::Aligned {
+        Some(BatchesBlocker::Aligned)
+    } else if oauth(&spec.source) {
+        Some(BatchesBlocker::OAuthBearer("spec.source.sasl.mechanism"))
+    } else if oauth(&spec.target) {
+        Some(BatchesBlocker::OAuthBearer("spec.target.sasl.mechanism"))
+    } else {
+        None
+    }
+}
+
 /// Delivery, offsets and copy modes that can be combined.
 fn check_modes(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
     if spec.exactly_once && spec.source_loop.offset_syncs_location != OffsetSyncsLocation::Target {
@@ -232,22 +263,28 @@ fn check_modes(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
         });
     }
     if spec.source_loop.copy == CopyUnit::Batches {
-        // Whole batches keep the source producer's commit markers out and their offsets
-        // apart: neither a transaction per partition nor aligned offsets can be built on them.
-        let other = if spec.exactly_once {
-            Some("spec.exactlyOnce")
-        } else if spec.offsets == OffsetsMode::Aligned {
-            Some("spec.offsets: Aligned")
-        } else {
-            None
+        let refused = |field, message| Err(FlowError::Invalid { field, message });
+        let combined = |other: &str| {
+            format!(
+                "Batches copies at least once with translated offsets and cannot be combined with {other}: set copy to Records, or turn {other} off"
+            )
         };
-        if let Some(other) = other {
-            return Err(FlowError::Invalid {
-                field: "spec.sourceLoop.copy",
-                message: format!(
-                    "Batches copies at least once with translated offsets and cannot be combined with {other}: set copy to Records, or turn {other} off"
-                ),
-            });
+        match batches_blocker(spec) {
+            None => {}
+            Some(BatchesBlocker::ExactlyOnce) => {
+                return refused("spec.sourceLoop.copy", combined("spec.exactlyOnce"));
+            }
+            Some(BatchesBlocker::Aligned) => {
+                return refused("spec.sourceLoop.copy", combined("spec.offsets: Aligned"));
+            }
+            Some(BatchesBlocker::OAuthBearer(field)) => {
+                return refused(
+                    field,
+                    "OAUTHBEARER is not spoken by the batch copy's connections yet: use PLAIN \
+                     or SCRAM for this flow, or set spec.sourceLoop.copy to Records"
+                        .into(),
+                );
+            }
         }
     }
     Ok(())

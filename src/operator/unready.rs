@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use kube::ResourceExt;
 
-use crate::api::{CopyUnit, MirrorFlowSpec, OffsetsMode, SaslMechanism};
+use crate::api::{CopyUnit, MirrorFlowSpec};
 use crate::status::reason;
 
 /// The longest piece of a pod's own words kept in a message.
@@ -28,6 +28,8 @@ pub enum Class {
     Crashing { code: i32, restarts: i32 },
     /// A Secret, a key or the flow's ConfigMap the pod mounts is missing.
     ConfigMissing,
+    /// The cluster refuses to create it (quota, LimitRange, Pod Security, admission webhook).
+    NotCreated,
     /// No node can pull its image.
     ImageUnavailable,
     /// No node can take it.
@@ -49,9 +51,20 @@ impl Class {
             Class::OutOfMemory { .. } => reason::REPLICATOR_OUT_OF_MEMORY,
             Class::Crashing { .. } => reason::REPLICATOR_CRASHING,
             Class::ConfigMissing => reason::REPLICATOR_CONFIG_MISSING,
+            Class::NotCreated => reason::REPLICATOR_NOT_CREATED,
             Class::ImageUnavailable => reason::REPLICATOR_IMAGE_UNAVAILABLE,
             Class::Unschedulable => reason::REPLICATOR_UNSCHEDULABLE,
         }
+    }
+}
+
+/// A replicator pod that does not exist because the cluster refused to create it, with the
+/// refusal's words (the StatefulSet controller's `FailedCreate` Event), bounded.
+pub fn not_created(pod: String, refusal: &str) -> Unready {
+    Unready {
+        pod,
+        class: Class::NotCreated,
+        detail: bounded(refusal),
     }
 }
 
@@ -166,16 +179,54 @@ fn bounded(text: &str) -> String {
     out
 }
 
-/// Whether `spec` could copy whole batches (which never decompress records) instead.
-fn batches_possible(spec: &MirrorFlowSpec) -> bool {
-    let oauth = |c: &crate::api::ClusterSpec| {
-        (c.sasl.as_ref()).is_some_and(|s| s.mechanism == SaslMechanism::OAuthBearer)
+/// What the operator could not do to say why replicas are not ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// Read the replica pods (`get` on pods in the flow's namespace).
+    ReadPods,
+    /// Look for replicas on lost nodes and replace them (`get` on nodes, `delete` on pods).
+    TendLostNodes,
+}
+
+/// The status of replicas the operator was refused a look at: the right it lacks and where,
+/// or the apiserver's own (bounded) words when it was not a refusal. An RBAC without pods
+/// must not leave the flow at a bare count with the cause only in the operator's log.
+pub fn not_looked_at(
+    look: Look,
+    error: &kube::Error,
+    ns: &str,
+    ready: i32,
+    desired: i32,
+) -> (&'static str, String) {
+    let (what, right) = match look {
+        Look::ReadPods => (
+            "read its replica pods to say why",
+            format!("get on pods in namespace {ns}"),
+        ),
+        Look::TendLostNodes => (
+            "look for replicas stranded on lost nodes",
+            format!("get on nodes and delete on pods in namespace {ns}"),
+        ),
     };
-    spec.source_loop.copy == CopyUnit::Records
-        && !spec.exactly_once
-        && spec.offsets != OffsetsMode::Aligned
-        && !oauth(&spec.source)
-        && !oauth(&spec.target)
+    let fix = match error {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => format!(
+            "the apiserver refused it: grant the operator's service account {right} (the \
+             chart's RBAC does; check a hand-written Role)"
+        ),
+        e => format!(
+            "the apiserver answered: {}; the operator tries again at its next refresh",
+            bounded(&e.to_string())
+        ),
+    };
+    (
+        reason::REPLICAS_NOT_READY,
+        format!("{ready}/{desired} replicator pods ready and the operator cannot {what}: {fix}"),
+    )
+}
+
+/// Whether `spec` copies records where it could copy whole batches (which never decompress).
+fn batches_possible(spec: &MirrorFlowSpec) -> bool {
+    spec.source_loop.copy == CopyUnit::Records && crate::flow::batches_blocker(spec).is_none()
 }
 
 fn times(n: i32) -> String {
@@ -221,6 +272,26 @@ pub fn message(u: &Unready, spec: &MirrorFlowSpec, ns: &str) -> String {
             "replicator pod {pod} cannot start{}: a Secret or key the flow names (spec.source.sasl, spec.target.sasl, spec.*.tls) is missing; create it or fix the reference",
             detail(": "),
         ),
+        Class::NotCreated => {
+            let said = u.detail.to_ascii_lowercase();
+            let fix = if said.contains("exceeded quota") {
+                format!(
+                    "a ResourceQuota of namespace {ns} has no room for it: raise the quota, or lower spec.replicas or spec.resources"
+                )
+            } else if said.contains("per container") || said.contains("limitrange") {
+                format!("bring spec.resources within the LimitRange of namespace {ns}")
+            } else if said.contains("podsecurity") {
+                format!(
+                    "the Pod Security level of namespace {ns} refuses it: its administrators say what it requires (spec.pod holds what the flow adds to its pods)"
+                )
+            } else {
+                "an admission policy of the cluster refuses it: its owners say what it requires (spec.pod holds what the flow adds to its pods)".to_string()
+            };
+            format!(
+                "replicator pod {pod} cannot be created{}; {fix}",
+                detail(": ")
+            )
+        }
         Class::ImageUnavailable => {
             let (image, fix) = match spec.pod.as_ref().and_then(|p| p.image.as_deref()) {
                 Some(image) => (image.to_string(), "fix spec.pod.image, or remove it to use the operator's image".to_string()),
@@ -464,5 +535,81 @@ mod tests {
         assert!(m.contains("f-1 cannot pull") && m.contains("f-0 cannot be scheduled"));
         assert!(!m.contains("f-3") && m.ends_with("2 more replicator pods cannot run"));
         assert_eq!(summary(Vec::new(), &spec(""), "ns"), None);
+    }
+
+    #[test]
+    fn a_refused_look_names_the_right_and_the_namespace_and_other_errors_stay_bounded() {
+        let refusal = |code| {
+            kube::Error::Api(
+                kube::core::Status {
+                    message: "pods \"f-0\" is forbidden".into(),
+                    reason: "Forbidden".into(),
+                    code,
+                    ..Default::default()
+                }
+                .into(),
+            )
+        };
+        let (reason, m) = not_looked_at(Look::ReadPods, &refusal(403), "team-a", 0, 2);
+        assert_eq!(reason, reason::REPLICAS_NOT_READY);
+        assert!(m.starts_with("0/2 replicator pods ready"), "{m}");
+        assert!(
+            m.contains("grant the operator's service account get on pods in namespace team-a"),
+            "{m}"
+        );
+        let (_, m) = not_looked_at(Look::TendLostNodes, &refusal(403), "team-a", 1, 2);
+        assert!(
+            m.contains("get on nodes and delete on pods in namespace team-a"),
+            "{m}"
+        );
+        let huge = kube::Error::Api(
+            kube::core::Status {
+                message: format!("etcdserver: {}\n", "x".repeat(100_000)),
+                reason: "InternalError".into(),
+                code: 500,
+                ..Default::default()
+            }
+            .into(),
+        );
+        let (_, m) = not_looked_at(Look::ReadPods, &huge, "team-a", 0, 1);
+        assert!(
+            m.contains("the apiserver answered: ") && !m.contains("grant"),
+            "{m}"
+        );
+        assert!(m.len() < 600 && !m.contains('\n'), "{} bytes", m.len());
+    }
+
+    #[test]
+    fn a_pod_the_cluster_refuses_to_create_is_told_by_who_refused() {
+        let cases = [
+            (
+                "create Pod f-0 in StatefulSet f failed error: pods \"f-0\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1",
+                "a ResourceQuota of namespace team-a has no room",
+            ),
+            (
+                "create Pod f-0 in StatefulSet f failed error: pods \"f-0\" is forbidden: maximum memory usage per Container is 64Mi, but limit is 1Gi",
+                "within the LimitRange of namespace team-a",
+            ),
+            (
+                "create Pod f-0 in StatefulSet f failed error: pods \"f-0\" is forbidden: violates PodSecurity \"restricted:latest\": seccompProfile",
+                "the Pod Security level of namespace team-a",
+            ),
+            (
+                "create Pod f-0 in StatefulSet f failed error: admission webhook \"x\" denied the request",
+                "an admission policy of the cluster refuses it",
+            ),
+        ];
+        for (refusal, fix) in cases {
+            let u = not_created("f-0".into(), refusal);
+            assert_eq!(u.class.reason(), reason::REPLICATOR_NOT_CREATED);
+            let m = message(&u, &spec(""), "team-a");
+            assert!(
+                m.starts_with("replicator pod f-0 cannot be created: create Pod"),
+                "{m}"
+            );
+            assert!(m.contains(fix), "{fix}: {m}");
+        }
+        let long = not_created("f-0".into(), &format!("{}\n", "y".repeat(50_000)));
+        assert!(long.detail.len() <= DETAIL_MAX + 3 && !long.detail.contains('\n'));
     }
 }
