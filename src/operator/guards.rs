@@ -150,6 +150,7 @@ const NOT_STANDING: &[&str] = &[
     reason::CONFLICTING_FLOW,
     reason::REPLICATION_LOOP,
     reason::CHILD_REJECTED,
+    reason::CHILD_FORBIDDEN,
     reason::CHILD_CONFLICT,
     reason::TARGET_UNREACHABLE,
     reason::TARGET_AUTHENTICATION_FAILED,

@@ -12,6 +12,9 @@ use serde_json::json;
 
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// How often a standby tries for the lease (client-go's retry period): a released lease is
+/// taken within this, so the status stands still for less during a rollout.
+pub const RETRY_EVERY: Duration = Duration::from_secs(2);
 /// A holder that has not renewed for this long stops writing at once and exits: well inside
 /// [`LEASE_DURATION`], so it is gone before a standby may take the lease.
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
@@ -96,7 +99,7 @@ impl LeaseLock {
                 tracing::info!(lease = %self.name, holder = %self.holder, "became leader");
                 return Ok(());
             }
-            tokio::time::sleep(RENEW_EVERY).await;
+            tokio::time::sleep(RETRY_EVERY).await;
         }
     }
 

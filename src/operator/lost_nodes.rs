@@ -132,42 +132,39 @@ pub fn stranded(
 /// The flow's replica pods that exist, read by name (`<flow>-<ordinal>`) so the operator needs
 /// no right to list pods, only those its StatefulSet controls. Read only when a replica is not
 /// ready: a ready flow costs no request. A refusal by the apiserver (the installer's RBAC
-/// without pods) is logged and taken as "none found": it must not stop the status.
-pub async fn replica_pods(ctx: &Context, ns: &str, mf: &MirrorFlow) -> Vec<Pod> {
+/// without pods) is returned for the status to name ([`super::unready::not_looked_at`]).
+pub async fn replica_pods(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+) -> Result<Vec<Pod>, kube::Error> {
     let pods_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
     let mut pods = Vec::new();
     for ordinal in 0..mf.spec.replicas.max(0) {
         match pods_api
             .get_opt(&format!("{}-{ordinal}", mf.name_any()))
-            .await
+            .await?
         {
-            Ok(Some(pod)) if owned_by(&pod, &mf.name_any()) => pods.push(pod),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(flow = %mf.name_any(), namespace = ns, error = %e,
-                    "could not read the replica pods (the operator needs get on pods)");
-                break;
-            }
+            Some(pod) if owned_by(&pod, &mf.name_any()) => pods.push(pod),
+            _ => {}
         }
     }
-    pods
+    Ok(pods)
 }
 
 /// Finds the flow's replicas (of `pods`) on lost nodes and deletes those that waited long
 /// enough, with an Event each. A refusal by the apiserver (the installer's RBAC without
-/// delete on pods or get on nodes) is logged and taken as "none found".
-pub async fn tend(ctx: &Context, ns: &str, mf: &MirrorFlow, pods: &[Pod]) -> Vec<Stranded> {
+/// delete on pods or get on nodes) is returned for the status to name.
+pub async fn tend(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+    pods: &[Pod],
+) -> Result<Vec<Stranded>, kube::Error> {
     if pods.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    match find_and_replace(ctx, ns, mf, pods).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(flow = %mf.name_any(), namespace = ns, error = %e,
-                "could not look for replicas on lost nodes (the operator needs delete on pods and get on nodes)");
-            Vec::new()
-        }
-    }
+    find_and_replace(ctx, ns, mf, pods).await
 }
 
 async fn find_and_replace(

@@ -10,6 +10,7 @@
 
 pub mod applied;
 pub mod desired;
+pub mod failed_creates;
 #[cfg(test)]
 pub mod fake_apiserver;
 pub mod guards;

@@ -81,12 +81,7 @@ pub async fn reconcile(mf: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action,
             Ok(Ok(ready)) => {
                 obs.ready_replicas = ready;
                 if ready < obs.desired_replicas {
-                    let pods = super::lost_nodes::replica_pods(&ctx, &ns, &mf).await;
-                    let stranded = super::lost_nodes::tend(&ctx, &ns, &mf, &pods).await;
-                    replace_due = stranded.iter().filter_map(|s| s.replace_in).min();
-                    obs.stranded = stranded.iter().map(|s| s.message()).collect();
-                    let unready = pods.iter().filter_map(super::unready::diagnose).collect();
-                    obs.unready = super::unready::summary(unready, &mf.spec, &ns);
+                    replace_due = look_at_replicas(&ctx, &ns, &mf, &mut obs).await;
                 }
             }
             Ok(Err(rejected)) => obs.blocked = Some(rejected),
@@ -492,10 +487,15 @@ async fn apply_children(
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let client = ctx.client.clone();
     let refused = |kind: &str, name: &str, e: kube::Error| match &e {
-        kube::Error::Api(status) => match rejections::describe(kind, name, status) {
-            Some(msg) => Ok(Blocked::new(reason::CHILD_REJECTED, msg)),
-            None => Err(Error::Kube(e)),
-        },
+        kube::Error::Api(status) => {
+            let rejected = rejections::describe(kind, name, status)
+                .map(|msg| Blocked::new(reason::CHILD_REJECTED, msg));
+            let forbidden = || {
+                rejections::forbidden(kind, name, ns, status)
+                    .map(|msg| Blocked::new(reason::CHILD_FORBIDDEN, msg))
+            };
+            rejected.or_else(forbidden).ok_or(Error::Kube(e))
+        }
         _ => Err(Error::Kube(e)),
     };
     let applied_cm = match Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -722,6 +722,55 @@ async fn publish(
         m.insert(key, status);
     }
     Ok(())
+}
+
+/// Why the flow's replicas are not ready, read from their pods, and those stranded on lost
+/// nodes replaced; returns when the next replacement is due. What the apiserver refuses is
+/// named in the status, not only logged.
+async fn look_at_replicas(
+    ctx: &Context,
+    ns: &str,
+    mf: &MirrorFlow,
+    obs: &mut Observation,
+) -> Option<Duration> {
+    use super::unready::{Look, not_looked_at};
+    let (ready, desired) = (obs.ready_replicas, obs.desired_replicas);
+    let pods = match super::lost_nodes::replica_pods(ctx, ns, mf).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            obs.unready = Some(not_looked_at(Look::ReadPods, &e, ns, ready, desired));
+            return None;
+        }
+    };
+    let mut unready: Vec<_> = pods.iter().filter_map(super::unready::diagnose).collect();
+    let missing = (0..desired.max(0))
+        .map(|ordinal| format!("{}-{ordinal}", mf.name_any()))
+        .find(|name| !pods.iter().any(|p| p.name_any() == *name));
+    if let Some(pod) = missing {
+        // A pod the cluster refuses to create has no status of its own to read.
+        match super::failed_creates::newest(ctx, ns, &mf.name_any()).await {
+            Ok(Some(refusal)) => unready.push(super::unready::not_created(pod, &refusal)),
+            Ok(None) => {}
+            // Without `list` on events (a hand-written Role) the count stays generic: a
+            // missing pod is most often one on its way, not worth a condition of its own.
+            Err(e) => tracing::debug!(flow = %mf.name_any(), namespace = ns, error = %e,
+                "could not read the StatefulSet's FailedCreate events"),
+        }
+    }
+    obs.unready = super::unready::summary(unready, &mf.spec, ns);
+    match super::lost_nodes::tend(ctx, ns, mf, &pods).await {
+        Ok(stranded) => {
+            obs.stranded = stranded.iter().map(|s| s.message()).collect();
+            stranded.iter().filter_map(|s| s.replace_in).min()
+        }
+        Err(e) => {
+            // A diagnosis read from the pods says more than the refusal does.
+            if obs.unready.is_none() {
+                obs.unready = Some(not_looked_at(Look::TendLostNodes, &e, ns, ready, desired));
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -191,27 +191,48 @@ async fn a_namespace_being_deleted_ends_the_reconcile_with_no_retry_no_status_an
 }
 
 #[tokio::test]
-async fn a_forbidden_write_for_any_other_reason_is_still_an_error_retried_with_backoff() {
-    let fx = Fixture::with(
-        |r| {
-            (r.method == "PATCH" && r.path == CM).then(|| {
-                (
-                    StatusCode::FORBIDDEN,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "reason": "Forbidden", "code": 403,
-                        "message": "configmaps \"f-flow\" is forbidden: User \"system:serviceaccount:op:mirrorflow\" cannot patch resource \"configmaps\""}),
-                )
-            })
-        },
-        |_| {},
-    );
-    let error = fx
-        .reconcile(&flow())
-        .await
-        .expect_err("RBAC's refusal is an error");
-    assert_eq!(error.metric_label(), "apiserver");
-    assert_eq!(
-        crate::operator::error_policy(Arc::new(flow()), &error, fx.ctx.clone()),
-        Action::requeue(Duration::from_secs(5))
-    );
+async fn a_forbidden_write_for_any_other_reason_names_who_refused_in_the_status_and_is_tried_again()
+{
+    for (message, who) in [
+        (
+            "configmaps \"f-flow\" is forbidden: User \"system:serviceaccount:op:mirrorflow\" cannot patch resource \"configmaps\"",
+            "may not write ConfigMap objects in namespace ns",
+        ),
+        (
+            "configmaps \"f-flow\" is forbidden: exceeded quota: q, requested: configmaps=1, used: configmaps=1, limited: configmaps=1",
+            "a ResourceQuota of namespace ns has no room",
+        ),
+        (
+            "admission webhook \"policy.example.com\" denied the request: no",
+            "an admission policy of the cluster refused it",
+        ),
+    ] {
+        let fx = Fixture::with(
+            move |r| {
+                (r.method == "PATCH" && r.path == CM).then(|| {
+                    (
+                        StatusCode::FORBIDDEN,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "Forbidden", "code": 403, "message": message}),
+                    )
+                })
+            },
+            |_| {},
+        );
+        let action = fx
+            .reconcile(&flow())
+            .await
+            .expect("told in the status, not an error");
+        assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+        let seen = fx.requests();
+        assert_eq!(wrote_children(&seen), [format!("PATCH {CM}")]);
+        assert_eq!(status_writes(&seen), 1);
+        let notes = event_notes(&seen);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(who) && n.contains("f-flow")),
+            "{who}: {notes:?}"
+        );
+    }
 }

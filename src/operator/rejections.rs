@@ -101,6 +101,34 @@ pub fn describe(kind: &str, name: &str, status: &Status) -> Option<String> {
     ))
 }
 
+/// The condition message for a write the cluster's policy refused: a 403 other than the
+/// namespace being deleted (that one ends the reconcile: [`namespace_terminating`]). A
+/// ResourceQuota, an admission webhook or policy, or the operator's own RBAC: each names who
+/// refused and who can fix it, with the apiserver's words, bounded.
+pub fn forbidden(kind: &str, name: &str, ns: &str, status: &Status) -> Option<String> {
+    if status.code != 403 || namespace_terminating(status) {
+        return None;
+    }
+    let detail: String = (status.message.chars().take(600))
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let lower = status.message.to_ascii_lowercase();
+    let fix = if lower.contains("exceeded quota") {
+        format!(
+            "a ResourceQuota of namespace {ns} has no room for it: raise the quota (`kubectl describe resourcequota -n {ns}`)"
+        )
+    } else if lower.contains("admission webhook") || lower.contains("denied the request") {
+        "an admission policy of the cluster refused it: its owners say what it requires".into()
+    } else {
+        format!(
+            "the operator's service account may not write {kind} objects in namespace {ns}: the installer grants it there (the chart's RBAC does; with watchNamespace, only in that namespace)"
+        )
+    };
+    Some(format!(
+        "the apiserver refused to write the replicators' {kind} '{name}': {detail}; {fix}"
+    ))
+}
+
 /// Whether the apiserver refused a write because the namespace is being deleted (its
 /// NamespaceLifecycle admission: a 403 with the cause `NamespaceTerminating`, or, from older
 /// apiservers, only the message). Nothing new can be created there again, and the namespace

@@ -31,6 +31,9 @@ pub const REPLICA_ON_LOST_NODE: &str = "ReplicaOnLostNode";
 pub const REPLICATOR_OUT_OF_MEMORY: &str = "ReplicatorOutOfMemory";
 pub const REPLICATOR_CRASHING: &str = "ReplicatorCrashing";
 pub const REPLICATOR_CONFIG_MISSING: &str = "ReplicatorConfigMissing";
+/// The StatefulSet controller cannot create a replicator pod: a ResourceQuota, a LimitRange,
+/// the namespace's Pod Security level or an admission webhook refuses it.
+pub const REPLICATOR_NOT_CREATED: &str = "ReplicatorNotCreated";
 pub const REPLICATOR_IMAGE_UNAVAILABLE: &str = "ReplicatorImageUnavailable";
 pub const REPLICATOR_UNSCHEDULABLE: &str = "ReplicatorUnschedulable";
 pub const NO_HEARTBEATS: &str = "NoHeartbeats";
@@ -72,6 +75,9 @@ pub const OFFSETS_MISALIGNED: &str = "OffsetsMisaligned";
 pub const ALIGNMENT_UNKNOWN: &str = "AlignmentUnknown";
 /// The apiserver refused a child object built from the flow (field named in the message).
 pub const CHILD_REJECTED: &str = "ChildRejected";
+/// The cluster's policy refused to let the operator write a child object (a ResourceQuota, an
+/// admission policy, the operator's own RBAC): who refused is named in the message.
+pub const CHILD_FORBIDDEN: &str = "ChildForbidden";
 /// Source and target are the same Kafka cluster (same cluster id).
 pub const SAME_CLUSTER: &str = "SameCluster";
 /// Another flow already keeps its internal topics under the same names on the target.

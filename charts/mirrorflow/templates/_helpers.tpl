@@ -98,14 +98,18 @@ through owner references).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-{{- if gt (int .Values.replicaReplaceAfterSeconds) 0 }}
-# A flow's replicator pods, read by name (`<flow>-<ordinal>`) when one is not ready, and
-# deleted when its node was lost for replicaReplaceAfterSeconds (only pods its StatefulSet
-# controls, by uid). No list or watch.
+# The StatefulSet controller's FailedCreate Events on a flow's StatefulSet, listed (by field
+# selector, a few) only while one of its replicator pods is missing: why the cluster refuses
+# to create it (a quota, a LimitRange, Pod Security, a webhook).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [list]
+# A flow's replicator pods, read by name (`<flow>-<ordinal>`) when one is not ready, to say
+# why; deleted when its node was lost for replicaReplaceAfterSeconds (only pods its
+# StatefulSet controls, by uid). No list or watch.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, delete]
-{{- end }}
+  verbs: [get{{ if gt (int .Values.replicaReplaceAfterSeconds) 0 }}, delete{{ end }}]
 {{- end }}
 
 {{/*

@@ -125,6 +125,15 @@ fn chart_lints_and_renders_its_variants() -> Result<()> {
         !without_replacement.contains("kind: ClusterRole"),
         "one watched namespace without replacement needs no ClusterRole"
     );
+    // Pods are still read by name, to say why a replica is not ready; never deleted.
+    let pods_verbs = (without_replacement.split("resources: [pods]").nth(1))
+        .and_then(|rest| rest.lines().nth(1))
+        .map(str::trim);
+    assert_eq!(
+        pods_verbs,
+        Some("verbs: [get]"),
+        "without replacement: get on pods, no delete"
+    );
     assert!(scoped.contains("- --watch-namespace=team-a\n"));
 
     let unsafe_ha = [
@@ -405,7 +414,10 @@ fn check_installed(ns: &str, release: &str) -> Result<()> {
         access(f, "get", "", "secrets"),
         access(f, "create", "events.k8s.io", "events"),
         access(f, "patch", "", "events"),
-        // Replicas on a lost node (replicaReplaceAfterSeconds): read by name and deleted.
+        // Why a replica is missing: the StatefulSet controller's FailedCreate Events.
+        access(f, "list", "", "events"),
+        // Replicas read by name to say why they are not ready, and deleted on a lost node
+        // (replicaReplaceAfterSeconds).
         access(f, "get", "", "pods"),
         access(f, "delete", "", "pods"),
         access("", "get", "", "nodes"),

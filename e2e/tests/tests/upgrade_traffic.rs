@@ -14,7 +14,7 @@
 //!   group committed on had a checkpoint by the time the status was measured;
 //! - the status's `observedTime` (moved by every probe) never stands still during the
 //!   operator's handover for longer than it did before plus one probe interval plus the
-//!   standby's lease poll (`lease::RENEW_EVERY`): the old operator stops up to a probe
+//!   standby's lease poll (`lease::RETRY_EVERY`): the old operator stops up to a probe
 //!   interval after its last status, and the new one polls the lease it releases. Measured
 //!   gaps reach about two probe intervals (docs/upgrading.md).
 //!
@@ -35,7 +35,7 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use mirrorflow::api::MirrorFlow;
-use mirrorflow::operator::lease::RENEW_EVERY;
+use mirrorflow::operator::lease::RETRY_EVERY;
 use mirrorflow::operator::reconcile::STATUS_INTERVAL;
 use mirrorflow_e2e::fidelity::read_visible;
 use mirrorflow_e2e::operator::apply_crds;
@@ -309,7 +309,7 @@ fn report(
             "{name}: FailoverReady True in {unfounded} polls while a partition had no checkpoint"
         ));
     }
-    let allowed = steady_gap + (STATUS_INTERVAL + RENEW_EVERY).as_millis() as i64;
+    let allowed = steady_gap + (STATUS_INTERVAL + RETRY_EVERY).as_millis() as i64;
     if handover_gap > allowed {
         failures.push(format!(
             "{name}: the status stood still for {handover_gap} ms during the handover, more than \
