@@ -98,9 +98,9 @@ through owner references).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-# The StatefulSet controller's FailedCreate Events on a flow's StatefulSet, listed (by field
-# selector, a few) only while one of its replicator pods is missing: why the cluster refuses
-# to create it (a quota, a LimitRange, Pod Security, a webhook).
+# The Events of a flow's StatefulSet, listed (by field selector, at most 100) only while one
+# of its replicator pods is missing: the StatefulSet controller's FailedCreate says why the
+# cluster refuses to create it (a quota, a LimitRange, Pod Security, a webhook).
 - apiGroups: [""]
   resources: [events]
   verbs: [list]

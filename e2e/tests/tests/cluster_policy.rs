@@ -15,30 +15,66 @@ use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::operator::{condition, install_operator, wait_for_event, wait_for_flow};
 use mirrorflow_e2e::{World, kafka, run, run_with_input, unique};
 
-fn flow(ns: &str, name: &str, alias: &str, topic: &str, world: &World) -> String {
-    format!(
-        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{topic}\"]\n",
-        world.source_bootstrap, world.target_bootstrap
-    )
+/// Where the test's flows go: the namespace (with its own operator), its flows and a topic.
+struct Place<'a> {
+    world: &'a World,
+    ns: String,
+    flows: Api<MirrorFlow>,
+    topic: String,
 }
 
-/// Waits for `Ready` False with `reason`, and returns its message and how long it took.
-async fn told(
-    flows: &Api<MirrorFlow>,
-    name: &str,
-    reason: &str,
-    since: Instant,
-) -> Result<(String, Duration)> {
-    let mf = wait_for_flow(
-        flows,
-        name,
-        &format!("Ready False: {reason}"),
-        Duration::from_secs(90),
-        |mf| condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == reason),
-    )
-    .await?;
-    let (_, _, message) = condition(&mf, "Ready").context("Ready")?;
-    Ok((message, since.elapsed()))
+impl Place<'_> {
+    /// Creates the ResourceQuota `quota` with `hard`, applies the flow `name` and waits for
+    /// `Ready` False with `reason`; checks the message holds each of `parts` (and who
+    /// refused), that an Event says it, and returns it.
+    async fn refused_under_quota(
+        &self,
+        quota: &str,
+        hard: &str,
+        name: &str,
+        reason: &str,
+        parts: &[&str],
+    ) -> Result<String> {
+        let ns = &self.ns;
+        run(
+            "kubectl",
+            &[
+                "create",
+                "quota",
+                quota,
+                "-n",
+                ns,
+                &format!("--hard={hard}"),
+            ],
+        )?;
+        let alias = unique("pol");
+        let flow = format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: \"{}\"}}\n  target: {{alias: {alias}-t, bootstrapServers: \"{}\"}}\n  topics: [\"{}\"]\n",
+            self.world.source_bootstrap, self.world.target_bootstrap, self.topic
+        );
+        run_with_input("kubectl", &["apply", "-f", "-"], &flow)?;
+        let applied = Instant::now();
+        let mf = wait_for_flow(
+            &self.flows,
+            name,
+            &format!("Ready False: {reason}"),
+            Duration::from_secs(90),
+            |mf| condition(mf, "Ready").is_some_and(|c| c.0 == "False" && c.1 == reason),
+        )
+        .await?;
+        let (_, _, message) = condition(&mf, "Ready").context("Ready")?;
+        println!(
+            "{reason} {:?} after the flow was applied: {message}",
+            applied.elapsed()
+        );
+        let who = format!("a ResourceQuota of namespace {ns} has no room for it");
+        let quoted = format!("exceeded quota: {quota}");
+        for part in parts.iter().copied().chain([who.as_str(), quoted.as_str()]) {
+            assert!(message.contains(part), "{part:?} not in {message:?}");
+        }
+        wait_for_event(ns, name, reason, "exceeded quota").await?;
+        Ok(message)
+    }
 }
 
 #[tokio::test]
@@ -47,35 +83,29 @@ async fn quotas_refusing_a_flows_pods_or_objects_are_named_and_recovered_from() 
     let client = world.kube_client().await?;
     let ns = unique("e2e-policy");
     install_operator(&world, &ns)?;
-    let flows: Api<MirrorFlow> = Api::namespaced(client, &ns);
     let topic = unique("policytopic");
     kafka::create_topic(&world.source_bootstrap, &topic, 1).await?;
+    let place = Place {
+        world: &world,
+        flows: Api::namespaced(client, &ns),
+        ns: ns.clone(),
+        topic,
+    };
 
     // Pods: the operator's own pod runs already; no room for another.
-    run(
-        "kubectl",
-        &["create", "quota", "no-pods", "-n", &ns, "--hard=pods=1"],
-    )?;
-    let alias = unique("pol");
-    run_with_input(
-        "kubectl",
-        &["apply", "-f", "-"],
-        &flow(&ns, "quota", &alias, &topic, &world),
-    )?;
-    let (message, after) = told(&flows, "quota", "ReplicatorNotCreated", Instant::now()).await?;
-    println!("ReplicatorNotCreated {after:?} after the flow was applied: {message}");
-    for part in [
-        "replicator pod quota-0 cannot be created",
-        "exceeded quota: no-pods",
-        &format!("a ResourceQuota of namespace {ns} has no room for it"),
-    ] {
-        assert!(message.contains(part), "{part:?} not in {message:?}");
-    }
-    wait_for_event(&ns, "quota", "ReplicatorNotCreated", "exceeded quota").await?;
+    place
+        .refused_under_quota(
+            "no-pods",
+            "pods=1",
+            "quota",
+            "ReplicatorNotCreated",
+            &["replicator pod quota-0 cannot be created"],
+        )
+        .await?;
     run("kubectl", &["delete", "quota", "no-pods", "-n", &ns])?;
     let freed = Instant::now();
     wait_for_flow(
-        &flows,
+        &place.flows,
         "quota",
         "Ready once the quota is gone",
         Duration::from_secs(240),
@@ -85,35 +115,17 @@ async fn quotas_refusing_a_flows_pods_or_objects_are_named_and_recovered_from() 
     println!("Ready {:?} after the quota was deleted", freed.elapsed());
 
     // Services: the operator's own write is refused.
-    run(
-        "kubectl",
-        &[
-            "create",
-            "quota",
+    place
+        .refused_under_quota(
             "no-services",
-            "-n",
-            &ns,
-            "--hard=services=0",
-        ],
-    )?;
-    let alias = unique("pol");
-    run_with_input(
-        "kubectl",
-        &["apply", "-f", "-"],
-        &flow(&ns, "services", &alias, &topic, &world),
-    )?;
-    let (message, after) = told(&flows, "services", "ChildForbidden", Instant::now()).await?;
-    println!("ChildForbidden {after:?} after the flow was applied: {message}");
-    for part in [
-        "the apiserver refused to write the replicators' Service",
-        "exceeded quota: no-services",
-        &format!("a ResourceQuota of namespace {ns} has no room for it"),
-    ] {
-        assert!(message.contains(part), "{part:?} not in {message:?}");
-    }
-    wait_for_event(&ns, "services", "ChildForbidden", "exceeded quota").await?;
+            "services=0",
+            "services",
+            "ChildForbidden",
+            &["the apiserver refused to write the replicators' Service"],
+        )
+        .await?;
     // The first flow, whose objects exist, is untouched by the quota on new ones.
-    let first = flows.get("quota").await?;
+    let first = place.flows.get("quota").await?;
     assert!(
         condition(&first, "Ready").is_some_and(|c| c.0 == "True"),
         "{:?}",
