@@ -12,9 +12,14 @@ use kube::api::ListParams;
 
 use super::Context;
 
-/// Events read at most per look: the StatefulSet controller's Events are count-compressed (one
-/// object per distinct message), so a StatefulSet has few.
-const READ_MAX: u32 = 100;
+/// Events read at most per reason and look. The StatefulSet controller's Events are
+/// count-compressed (one object per pod and message), so a StatefulSet has few; a tenant who
+/// may create Events could add more, each up to the apiserver's object size.
+const READ_MAX: u32 = 10;
+
+/// One look at a time across every flow: with [`READ_MAX`] it bounds what hostile Events
+/// can make the shared operator hold (2 x 10 objects of at most 1.5 MiB).
+static LOOKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// The words of the StatefulSet controller's latest refusal to create a pod of `stateful_set`
 /// in `ns`, unless a pod was created after it.
@@ -23,15 +28,20 @@ pub async fn newest(
     ns: &str,
     stateful_set: &str,
 ) -> Result<Option<String>, kube::Error> {
-    let params = ListParams::default()
-        .fields(&format!(
-            "involvedObject.kind=StatefulSet,involvedObject.name={stateful_set}"
-        ))
-        .limit(READ_MAX);
-    let events = Api::<Event>::namespaced(ctx.client.clone(), ns)
-        .list(&params)
-        .await?;
-    Ok(unanswered_refusal(&events.items))
+    let Ok(_turn) = LOOKING.acquire().await else {
+        return Ok(None);
+    };
+    let api = Api::<Event>::namespaced(ctx.client.clone(), ns);
+    let mut events = Vec::new();
+    for reason in ["FailedCreate", "SuccessfulCreate"] {
+        let params = ListParams::default()
+            .fields(&format!(
+                "involvedObject.kind=StatefulSet,involvedObject.name={stateful_set},reason={reason}"
+            ))
+            .limit(READ_MAX);
+        events.extend(api.list(&params).await?.items);
+    }
+    Ok(unanswered_refusal(&events))
 }
 
 /// When `e` last happened, by whichever clock its reporter filled in.

@@ -98,7 +98,7 @@ through owner references).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-# The Events of a flow's StatefulSet, listed (by field selector, at most 100) only while one
+# The Events of a flow's StatefulSet, listed (by field selector, at most 10) only while one
 # of its replicator pods is missing: the StatefulSet controller's FailedCreate says why the
 # cluster refuses to create it (a quota, a LimitRange, Pod Security, a webhook).
 - apiGroups: [""]
