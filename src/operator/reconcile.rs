@@ -763,6 +763,12 @@ async fn look_at_replicas(
             obs.stranded = stranded.iter().map(|s| s.message()).collect();
             stranded.iter().filter_map(|s| s.replace_in).min()
         }
+        // With replacement off the installer grants no look at nodes: nothing to name.
+        Err(e) if ctx.replace_after.is_none() => {
+            tracing::debug!(flow = %mf.name_any(), namespace = ns, error = %e,
+                "no look for replicas on lost nodes (replacement is off)");
+            None
+        }
         Err(e) => {
             // A diagnosis read from the pods says more than the refusal does.
             if obs.unready.is_none() {

@@ -153,6 +153,73 @@ async fn with_replacement_off_nothing_is_deleted() {
     assert!(pod_deletes(&fx.requests()).is_empty());
 }
 
+fn forbidden() -> (StatusCode, Value) {
+    (
+        StatusCode::FORBIDDEN,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+            "code": 403, "message": "forbidden: User \"system:serviceaccount:op:mf\" cannot get resource"}),
+    )
+}
+
+/// What the apiserver refuses the operator is named in `Ready` with the right it lacks,
+/// except the look at nodes when the installer turned replacement off (and granted none).
+#[tokio::test]
+async fn a_refused_look_at_pods_or_nodes_is_named_in_ready_unless_replacement_is_off() {
+    let cases: [(&str, bool, Option<&str>); 3] = [
+        ("pods", true, Some("get on pods in namespace ns")),
+        (
+            "nodes",
+            true,
+            Some("get on nodes and delete on pods in namespace ns"),
+        ),
+        ("nodes", false, None),
+    ];
+    for (refused, replacing, named) in cases {
+        let fx = Fixture::with(
+            move |r| {
+                let is_refused = match refused {
+                    "pods" => r.path.starts_with(PODS),
+                    _ => r.path.starts_with("/api/v1/nodes/"),
+                };
+                if r.method == "GET" && is_refused {
+                    Some(forbidden())
+                } else {
+                    pods(r)
+                }
+            },
+            move |ctx| {
+                if !replacing {
+                    ctx.replace_after = None;
+                }
+            },
+        );
+        fx.reconcile(&three_replicas())
+            .await
+            .expect("the reconcile succeeds");
+        let (status, _) = written(&fx.requests());
+        let ready = condition(&status, status::READY);
+        let message = ready["message"].as_str().unwrap_or_default().to_string();
+        match named {
+            Some(right) => {
+                assert_eq!(
+                    ready["reason"],
+                    reason::REPLICAS_NOT_READY,
+                    "{refused}: {ready}"
+                );
+                assert!(
+                    message.contains(right) && message.starts_with("2/3 replicator pods ready"),
+                    "{refused}: {message}"
+                );
+            }
+            // The fixture's probe never ends, so `Ready` goes on to the source's fault.
+            None => assert!(
+                !message.contains("nodes") && ready["reason"] != reason::REPLICAS_NOT_READY,
+                "{refused}: {ready}"
+            ),
+        }
+    }
+}
+
 /// A replica that cannot run is named by class from the same pod reads: `Ready` False with
 /// `ReplicatorOutOfMemory`, the pod and the field, and a Warning Event of that reason.
 #[tokio::test]
