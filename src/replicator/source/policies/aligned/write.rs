@@ -350,20 +350,82 @@ fn marker_written(
     partition: i32,
     after: i64,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + CALL_TIMEOUT;
-    loop {
-        let (_, high) = watermarks
+    wait_for_end(after, CALL_TIMEOUT, MARKER_POLL, || {
+        watermarks
             .fetch_watermarks(remote, partition, WATERMARK_TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        if high >= after {
-            return Ok(());
-        }
+            .map(|(_, high)| high)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Asks `high` for the partition's end until it reaches `after`, for at most `limit`. A
+/// failed ask (a watermark look-up timing out on a loaded broker or machine) is asked again
+/// within the limit: the transaction is committed by then, and giving up on it would copy its
+/// record a second time, one marker further on.
+fn wait_for_end(
+    after: i64,
+    limit: Duration,
+    poll: Duration,
+    mut high: impl FnMut() -> Result<i64, String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let last = match high() {
+            Ok(h) if h >= after => return Ok(()),
+            Ok(h) => format!("the partition ended at {h}"),
+            Err(e) => e,
+        };
         if Instant::now() >= deadline {
             return Err(format!(
-                "the marker at {} was not written within {CALL_TIMEOUT:?}",
+                "the marker at {} was not seen within {limit:?} ({last})",
                 after - 1
             ));
         }
-        std::thread::sleep(MARKER_POLL);
+        std::thread::sleep(poll);
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_look_up_is_asked_again_until_the_end_passes_the_marker() {
+        let mut answers = vec![
+            Err("Meta data fetch error: OperationTimedOut".to_string()),
+            Ok(1101),
+            Err("Meta data fetch error: OperationTimedOut".to_string()),
+            Ok(1102),
+        ]
+        .into_iter();
+        let mut asked = 0;
+        let waited = wait_for_end(1102, Duration::from_secs(5), Duration::ZERO, || {
+            asked += 1;
+            answers.next().unwrap_or(Ok(0))
+        });
+        assert_eq!(waited, Ok(()));
+        assert_eq!(asked, 4);
+    }
+
+    #[test]
+    fn the_wait_ends_at_its_limit_with_the_last_answer() {
+        let failing = wait_for_end(
+            10,
+            Duration::from_millis(20),
+            Duration::from_millis(1),
+            || Err("Meta data fetch error: OperationTimedOut".into()),
+        );
+        let err = failing.expect_err("never seen");
+        assert!(
+            err.contains("marker at 9") && err.contains("OperationTimedOut"),
+            "{err}"
+        );
+        let short = wait_for_end(
+            10,
+            Duration::from_millis(20),
+            Duration::from_millis(1),
+            || Ok(9),
+        );
+        assert!(short.expect_err("never reached").contains("ended at 9"));
     }
 }
