@@ -55,6 +55,8 @@
 #                   seconds each (e2e/test.sh, so CI);
 #                   exits non-zero if a phase fails or gives no figure; debug binaries (those
 #                   the tests built), so its figures show that a phase works, not how fast
+#   BENCH_SMOKE_PHASES="base wan"  the phases --smoke without a scenario runs (default: all of
+#                   base compressed wan partitions brokers3)
 #   --profile       after the measured runs, one more copy of the 1 KiB set (with --compressed:
 #                   the lz4 set) by our replicator under `perf record`; top symbols to
 #                   profile.txt (not part of the figures)
@@ -147,7 +149,7 @@ elif $COMPRESSED; then
 elif $LATENCY; then
   PHASES="latency"
 elif $SMOKE; then
-  PHASES="base compressed wan partitions brokers3"
+  PHASES="${BENCH_SMOKE_PHASES:-base compressed wan partitions brokers3}"
 else
   PHASES="base"
 fi
