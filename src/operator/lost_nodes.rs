@@ -129,24 +129,31 @@ pub fn stranded(
         .collect()
 }
 
-/// The flow's replica pods that exist, read by name (`<flow>-<ordinal>`) so the operator needs
-/// no right to list pods, only those its StatefulSet controls. Read only when a replica is not
-/// ready: a ready flow costs no request. A refusal by the apiserver (the installer's RBAC
-/// without pods) is returned for the status to name ([`super::unready::not_looked_at`]).
+/// The flow's replica pods, read by name (`<flow>-<ordinal>`) so the operator needs no right
+/// to list pods, only those its StatefulSet controls.
+#[derive(Debug, Default)]
+pub struct ReplicaPods {
+    /// Those that exist and belong to the flow.
+    pub found: Vec<Pod>,
+    /// The names of the others, in ordinal order.
+    pub missing: Vec<String>,
+}
+
+/// The flow's replica pods. Read only when a replica is not ready: a ready flow costs no
+/// request. A refusal by the apiserver (the installer's RBAC without pods) is returned for
+/// the status to name ([`super::unready::not_looked_at`]).
 pub async fn replica_pods(
     ctx: &Context,
     ns: &str,
     mf: &MirrorFlow,
-) -> Result<Vec<Pod>, kube::Error> {
+) -> Result<ReplicaPods, kube::Error> {
     let pods_api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    let mut pods = Vec::new();
+    let mut pods = ReplicaPods::default();
     for ordinal in 0..mf.spec.replicas.max(0) {
-        match pods_api
-            .get_opt(&format!("{}-{ordinal}", mf.name_any()))
-            .await?
-        {
-            Some(pod) if owned_by(&pod, &mf.name_any()) => pods.push(pod),
-            _ => {}
+        let name = format!("{}-{ordinal}", mf.name_any());
+        match pods_api.get_opt(&name).await? {
+            Some(pod) if owned_by(&pod, &mf.name_any()) => pods.found.push(pod),
+            _ => pods.missing.push(name),
         }
     }
     Ok(pods)

@@ -742,11 +742,10 @@ async fn look_at_replicas(
             return None;
         }
     };
-    let mut unready: Vec<_> = pods.iter().filter_map(super::unready::diagnose).collect();
-    let missing = (0..desired.max(0))
-        .map(|ordinal| format!("{}-{ordinal}", mf.name_any()))
-        .find(|name| !pods.iter().any(|p| p.name_any() == *name));
-    if let Some(pod) = missing {
+    let mut unready: Vec<_> = (pods.found.iter())
+        .filter_map(super::unready::diagnose)
+        .collect();
+    if let Some(pod) = pods.missing.into_iter().next() {
         // A pod the cluster refuses to create has no status of its own to read.
         match super::failed_creates::newest(ctx, ns, &mf.name_any()).await {
             Ok(Some(refusal)) => unready.push(super::unready::not_created(pod, &refusal)),
@@ -758,7 +757,7 @@ async fn look_at_replicas(
         }
     }
     obs.unready = super::unready::summary(unready, &mf.spec, ns);
-    match super::lost_nodes::tend(ctx, ns, mf, &pods).await {
+    match super::lost_nodes::tend(ctx, ns, mf, &pods.found).await {
         Ok(stranded) => {
             obs.stranded = stranded.iter().map(|s| s.message()).collect();
             stranded.iter().filter_map(|s| s.replace_in).min()

@@ -86,7 +86,7 @@ pub fn describe(kind: &str, name: &str, status: &Status) -> Option<String> {
     };
     // The apiserver's own message names the rule that failed; it is bounded so one bad value
     // cannot blow up the status.
-    let detail: String = status.message.chars().take(600).collect();
+    let detail = crate::status::bounded_text(&status.message);
     let fix = match fields.first() {
         Some(&"metadata.name") => format!(
             "a flow's name cannot change: recreate the flow with a name of at most {MAX_FITTING_NAME} characters, which fits every object derived from it"
@@ -109,9 +109,7 @@ pub fn forbidden(kind: &str, name: &str, ns: &str, status: &Status) -> Option<St
     if status.code != 403 || namespace_terminating(status) {
         return None;
     }
-    let detail: String = (status.message.chars().take(600))
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let detail = crate::status::bounded_text(&status.message);
     let lower = status.message.to_ascii_lowercase();
     let fix = if lower.contains("exceeded quota") {
         format!(

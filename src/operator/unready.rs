@@ -166,17 +166,9 @@ fn last_words(message: &str) -> String {
     }
 }
 
-/// At most [`DETAIL_MAX`] bytes of `text` on one line, control characters replaced.
+/// At most [`DETAIL_MAX`] bytes of `text` on one line ([`crate::status::one_line`]).
 fn bounded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(DETAIL_MAX + 3));
-    for ch in text.trim().chars() {
-        if out.len() + ch.len_utf8() > DETAIL_MAX {
-            out.push_str("...");
-            break;
-        }
-        out.push(if ch.is_control() { ' ' } else { ch });
-    }
-    out
+    crate::status::one_line(text.trim(), DETAIL_MAX).into_owned()
 }
 
 /// What the operator could not do to say why replicas are not ready.
@@ -446,7 +438,9 @@ mod tests {
             2,
         );
         let u = diagnose(&p).expect("diagnosed");
-        assert!(u.detail.len() <= DETAIL_MAX + 3, "{}", u.detail.len());
+        let most = DETAIL_MAX + "... (100000 bytes cut)".len();
+        assert!(u.detail.len() <= most, "{}", u.detail.len());
+        assert!(u.detail.ends_with("bytes cut)") && !u.detail.contains('\u{1b}'));
         let img = container(
             json!({"waiting": {"reason": "ImagePullBackOff", "message": "a\u{7}b\nc"}}),
             json!({}),
@@ -610,6 +604,7 @@ mod tests {
             assert!(m.contains(fix), "{fix}: {m}");
         }
         let long = not_created("f-0".into(), &format!("{}\n", "y".repeat(50_000)));
-        assert!(long.detail.len() <= DETAIL_MAX + 3 && !long.detail.contains('\n'));
+        let most = DETAIL_MAX + "... (100000 bytes cut)".len();
+        assert!(long.detail.len() <= most && !long.detail.contains('\n'));
     }
 }

@@ -151,20 +151,32 @@ pub enum ClusterFault {
 /// status (or the operator's memory, once per flow).
 pub const MAX_FOREIGN_TEXT: usize = 512;
 
-/// `text` cut to [`MAX_FOREIGN_TEXT`] bytes on a character boundary, marked when cut.
+/// `text` cut to [`MAX_FOREIGN_TEXT`] bytes on one line ([`one_line`]).
 pub fn bounded_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.len() <= MAX_FOREIGN_TEXT {
+    one_line(text, MAX_FOREIGN_TEXT)
+}
+
+/// Someone else's text (a broker's, an apiserver's, a container's last words) as a condition
+/// message or Event may carry it: control characters replaced by spaces, so it cannot break
+/// the line it is quoted in, and cut to `max` bytes on a character boundary, marked when cut,
+/// so it cannot fill the status. Borrowed when it is already both.
+pub fn one_line(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let clean = !text.chars().any(char::is_control);
+    if clean && text.len() <= max {
         return std::borrow::Cow::Borrowed(text);
     }
-    let mut end = MAX_FOREIGN_TEXT;
+    let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    std::borrow::Cow::Owned(format!(
-        "{}... ({} bytes cut)",
-        &text[..end],
-        text.len() - end
-    ))
+    let mut out: String = text[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if end < text.len() {
+        out.push_str(&format!("... ({} bytes cut)", text.len() - end));
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl ClusterFault {

@@ -77,6 +77,19 @@ fn an_endpoints_long_answer_is_cut_before_it_reaches_a_message() {
 }
 
 #[test]
+fn foreign_text_is_kept_on_one_line_and_cut_on_a_character_boundary() {
+    assert!(matches!(
+        one_line("plain", 10),
+        std::borrow::Cow::Borrowed("plain")
+    ));
+    assert_eq!(one_line("a\nb\u{1b}[31mc", 64), "a b [31mc");
+    // 'é' is two bytes: a cut inside it moves back to the boundary before it.
+    assert_eq!(one_line("abcé fin", 4), "abc... (6 bytes cut)");
+    assert_eq!(one_line("ab\ncd", 3), "ab ... (2 bytes cut)");
+    assert_eq!(one_line("", 0), "");
+}
+
+#[test]
 fn observe_mode_judges_replication_by_heartbeats_without_replicas() {
     let observed = Observation {
         observe_only: true,
