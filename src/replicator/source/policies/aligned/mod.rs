@@ -71,6 +71,7 @@ pub const HOLD_QUIET: Duration = Duration::from_millis(300);
 /// The most fillers written to align a new remote partition with the source's log start;
 /// beyond, the partition is copied with translated offsets (writing more would take minutes).
 const MAX_LOG_START_FILL: i64 = 20_000_000;
+/// The first limit of a watermark look-up ([`Patience`]).
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const MARKER_POLL: Duration = Duration::from_millis(1);
 /// How long one wait for a transactional producer's acknowledgements polls
@@ -169,6 +170,42 @@ impl AlignedSlot {
     }
 }
 
+/// How long the next watermark look-up of one client may take: [`WATERMARK_TIMEOUT`] at
+/// first, doubled after each look-up that failed (up to [`CALL_TIMEOUT`]) and halved after one
+/// that answered. A fixed limit shorter than a loaded broker's answer failed every ask, each
+/// dropped and asked anew at the back of the same queue: the held records waiting on the
+/// answer stalled their partitions for as long as the load lasted (61 s once in CI).
+#[derive(Debug)]
+pub(super) struct Patience(std::cell::Cell<Duration>);
+
+impl Default for Patience {
+    fn default() -> Self {
+        Patience(std::cell::Cell::new(WATERMARK_TIMEOUT))
+    }
+}
+
+impl Patience {
+    /// Runs `look_up` with the current limit, at most `within`, and learns from its outcome.
+    pub(super) fn ask<T, E>(
+        &self,
+        within: Duration,
+        look_up: impl FnOnce(Duration) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let limit = self.0.get();
+        let answer = look_up(limit.min(within));
+        self.0.set(match answer {
+            Ok(_) => (limit / 2).max(WATERMARK_TIMEOUT),
+            Err(_) => limit.saturating_mul(2).min(CALL_TIMEOUT),
+        });
+        answer
+    }
+
+    #[cfg(test)]
+    fn limit(&self) -> Duration {
+        self.0.get()
+    }
+}
+
 /// The aligned policy: what the copy thread mutates.
 pub struct Aligned {
     shared: Shared,
@@ -176,7 +213,11 @@ pub struct Aligned {
     syncs: BaseProducer<AckContext>,
     producer_base: ClientConfig,
     watermarks: BaseConsumer,
+    /// How long the source's look-ups wait.
+    source_patience: Patience,
     target_watermarks: BaseConsumer,
+    /// How long the target's look-ups wait.
+    target_patience: Patience,
     target_admin: Admin,
     runtime: tokio::runtime::Handle,
     slots: SlotTable<AlignedSlot>,
@@ -319,7 +360,9 @@ impl Aligned {
             syncs: p.syncs,
             producer_base: p.producer_base,
             watermarks: p.watermarks,
+            source_patience: Patience::default(),
             target_watermarks: p.target_watermarks,
+            target_patience: Patience::default(),
             target_admin: p.target_admin,
             runtime: p.runtime,
             slots: SlotTable::default(),
@@ -503,7 +546,10 @@ impl Aligned {
                 return HashMap::new();
             }
         }
-        let Ok(answer) = self.watermarks.offsets_for_times(tpl, WATERMARK_TIMEOUT) else {
+        let asked = (self.source_patience).ask(CALL_TIMEOUT, |limit| {
+            self.watermarks.offsets_for_times(tpl, limit)
+        });
+        let Ok(answer) = asked else {
             return HashMap::new();
         };
         answer

@@ -117,14 +117,16 @@ impl Aligned {
         let ends = self.shared.probe.target_ends(&remotes);
         let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
         let target = &self.shared.ctx.flow.target_client;
-        let settled = tail::open_transactions(&self.target_watermarks, &tails).and_then(|open| {
-            let closed: Vec<((String, i32), i64)> = tails
-                .iter()
-                .filter(|(k, _)| !open.contains_key(k))
-                .cloned()
-                .collect();
-            Ok((open, tail::aborted_wraps(target, &closed)?))
-        });
+        let settled =
+            tail::open_transactions((&self.target_watermarks, &self.target_patience), &tails)
+                .and_then(|open| {
+                    let closed: Vec<((String, i32), i64)> = tails
+                        .iter()
+                        .filter(|(k, _)| !open.contains_key(k))
+                        .cloned()
+                        .collect();
+                    Ok((open, tail::aborted_wraps(target, &closed)?))
+                });
         match settled {
             Ok((open, aborted)) => Some(Ends {
                 sources,

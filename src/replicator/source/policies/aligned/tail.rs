@@ -54,15 +54,18 @@ pub fn aborted_wraps(
 /// watermark beyond the stable end (or the stable end when it could not be read: open until
 /// known). Resuming at the stable end there put the next copy past its source offset.
 /// `uncommitted`: a `read_uncommitted` client of the target (the policy's watermark reader).
+/// `patience`: how long the look-up of their watermarks may take.
 pub fn open_transactions(
-    uncommitted: &BaseConsumer,
+    (uncommitted, patience): (&BaseConsumer, &super::Patience),
     stable: &[((String, i32), i64)],
 ) -> Result<HashMap<(String, i32), i64>, KafkaError> {
     if stable.is_empty() {
         return Ok(HashMap::new());
     }
     let keys: Vec<(String, i32)> = stable.iter().map(|(k, _)| k.clone()).collect();
-    let high = log_bounds(uncommitted, &keys, READ_TIMEOUT)?;
+    let high = patience.ask(super::CALL_TIMEOUT, |limit| {
+        log_bounds(uncommitted, &keys, limit)
+    })?;
     Ok(still_open(stable, &high))
 }
 

@@ -98,7 +98,7 @@ impl Aligned {
         };
         let written = write_in_transaction(
             txn,
-            &self.target_watermarks,
+            (&self.target_watermarks, &self.target_patience),
             &self.shared.shutdown,
             Writing {
                 step,
@@ -281,7 +281,7 @@ struct Writing<'a> {
 /// the target. The records written.
 fn write_in_transaction(
     txn: &BaseProducer<AckContext>,
-    watermarks: &BaseConsumer,
+    watermarks: (&BaseConsumer, &Patience),
     shutdown: &tokio_util::sync::CancellationToken,
     w: Writing<'_>,
 ) -> Result<i64, String> {
@@ -345,32 +345,35 @@ fn landed_at(txn: &BaseProducer<AckContext>, first: i64, count: i64) -> Result<(
 /// Waits until `remote`'s `partition` ends at `after` or later (its marker written), at most
 /// [`CALL_TIMEOUT`].
 fn marker_written(
-    watermarks: &BaseConsumer,
+    (watermarks, patience): (&BaseConsumer, &Patience),
     remote: &str,
     partition: i32,
     after: i64,
 ) -> Result<(), String> {
-    wait_for_end(after, CALL_TIMEOUT, MARKER_POLL, || {
-        watermarks
-            .fetch_watermarks(remote, partition, WATERMARK_TIMEOUT)
+    wait_for_end(after, CALL_TIMEOUT, MARKER_POLL, |within| {
+        patience
+            .ask(within, |limit| {
+                watermarks.fetch_watermarks(remote, partition, limit)
+            })
             .map(|(_, high)| high)
             .map_err(|e| e.to_string())
     })
 }
 
-/// Asks `high` for the partition's end until it reaches `after`, for at most `limit`. A
-/// failed ask (a watermark look-up timing out on a loaded broker or machine) is asked again
-/// within the limit: the transaction is committed by then, and giving up on it would copy its
-/// record a second time, one marker further on.
+/// Asks `high` for the partition's end, with the time left, until it reaches `after`, for at
+/// most `limit`. A failed ask (a watermark look-up timing out on a loaded broker or machine)
+/// is asked again within the limit: the transaction is committed by then, and giving up on it
+/// would copy its record a second time, one marker further on.
 fn wait_for_end(
     after: i64,
     limit: Duration,
     poll: Duration,
-    mut high: impl FnMut() -> Result<i64, String>,
+    mut high: impl FnMut(Duration) -> Result<i64, String>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     loop {
-        let last = match high() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let last = match high(left) {
             Ok(h) if h >= after => return Ok(()),
             Ok(h) => format!("the partition ended at {h}"),
             Err(e) => e,
@@ -399,7 +402,7 @@ mod marker_tests {
         ]
         .into_iter();
         let mut asked = 0;
-        let waited = wait_for_end(1102, Duration::from_secs(5), Duration::ZERO, || {
+        let waited = wait_for_end(1102, Duration::from_secs(5), Duration::ZERO, |_| {
             asked += 1;
             answers.next().unwrap_or(Ok(0))
         });
@@ -408,12 +411,78 @@ mod marker_tests {
     }
 
     #[test]
+    fn each_ask_gets_the_time_left_at_most() {
+        let mut given = Vec::new();
+        let _ = wait_for_end(
+            10,
+            Duration::from_millis(50),
+            Duration::from_millis(5),
+            |left| {
+                given.push(left);
+                Err("slow".to_string())
+            },
+        );
+        assert!(given.len() >= 2, "{given:?}");
+        assert!(given.windows(2).all(|w| w[1] < w[0]), "{given:?}");
+        assert!(given.iter().all(|g| *g <= Duration::from_millis(50)));
+    }
+
+    /// An answer slower than the first limit: asked with a limit that has grown past it.
+    #[test]
+    fn patience_grows_past_a_slow_answer_and_shrinks_back() {
+        let patience = Patience::default();
+        let answer_takes = Duration::from_secs(10);
+        let ask = |limit: Duration| {
+            if limit >= answer_takes {
+                Ok(100)
+            } else {
+                Err("OperationTimedOut")
+            }
+        };
+        let limits: Vec<Duration> = (0..3)
+            .map(|_| {
+                let l = patience.limit();
+                assert!(patience.ask(CALL_TIMEOUT, ask).is_err());
+                l
+            })
+            .collect();
+        assert_eq!(
+            limits,
+            [2, 4, 8].map(Duration::from_secs),
+            "doubled after each failure"
+        );
+        assert_eq!(patience.limit(), Duration::from_secs(16));
+        assert_eq!(patience.ask(CALL_TIMEOUT, ask), Ok(100));
+        assert_eq!(
+            patience.limit(),
+            Duration::from_secs(8),
+            "halved after an answer"
+        );
+        // Never past the call's limit, never below the first.
+        for _ in 0..10 {
+            let _ = patience.ask(CALL_TIMEOUT, |_| Err::<i64, _>("down"));
+        }
+        assert_eq!(patience.limit(), CALL_TIMEOUT);
+        for _ in 0..10 {
+            let _ = patience.ask(CALL_TIMEOUT, |_| Ok::<_, ()>(1));
+        }
+        assert_eq!(patience.limit(), WATERMARK_TIMEOUT);
+        // The time a caller has left bounds one ask.
+        let mut asked_with = Duration::ZERO;
+        let _ = patience.ask(Duration::from_millis(300), |l| {
+            asked_with = l;
+            Ok::<_, ()>(1)
+        });
+        assert_eq!(asked_with, Duration::from_millis(300));
+    }
+
+    #[test]
     fn the_wait_ends_at_its_limit_with_the_last_answer() {
         let failing = wait_for_end(
             10,
             Duration::from_millis(20),
             Duration::from_millis(1),
-            || Err("Meta data fetch error: OperationTimedOut".into()),
+            |_| Err("Meta data fetch error: OperationTimedOut".into()),
         );
         let err = failing.expect_err("never seen");
         assert!(
@@ -424,7 +493,7 @@ mod marker_tests {
             10,
             Duration::from_millis(20),
             Duration::from_millis(1),
-            || Ok(9),
+            |_| Ok(9),
         );
         assert!(short.expect_err("never reached").contains("ended at 9"));
     }
