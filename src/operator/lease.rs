@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -92,15 +93,44 @@ impl LeaseLock {
         }
     }
 
-    /// Blocks until this replica holds the lease.
+    /// Blocks until this replica holds the lease: tried every [`RETRY_EVERY`], and at once
+    /// whenever the Lease changes, so a lease its holder releases on a graceful stop is taken
+    /// within a round trip instead of up to a poll later (the status stands still for that
+    /// long during a rollout).
     pub async fn acquire(&self) -> Result<(), kube::Error> {
+        let mut changes = std::pin::pin!(self.changes());
         loop {
             if self.try_acquire_or_renew().await? {
                 tracing::info!(lease = %self.name, holder = %self.holder, "became leader");
                 return Ok(());
             }
-            tokio::time::sleep(RETRY_EVERY).await;
+            tokio::select! {
+                _ = tokio::time::sleep(RETRY_EVERY) => {}
+                _ = changes.next() => {}
+            }
         }
+    }
+
+    /// The Lease's changes, from a watch on it alone (RBAC: `list` and `watch` on this one
+    /// name). A watch the apiserver refuses (an installer's Role without them) or drops is
+    /// retried with kube's backoff and wakes nobody, so the poll alone remains; the stream
+    /// never ends, so it cannot wake the loop in a spin either.
+    fn changes(&self) -> impl futures::Stream<Item = ()> + use<> {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        watcher(self.api.clone(), config)
+            .default_backoff()
+            .filter_map(|event| {
+                futures::future::ready(match event {
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => Some(()),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no watch on the leader lease; polling it");
+                        None
+                    }
+                })
+            })
+            .chain(futures::stream::pending())
     }
 
     /// Takes the lease when it is free, expired or ours; false when another holder has it.

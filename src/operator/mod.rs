@@ -573,6 +573,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .owns_stream(config_changes)
         .shutdown_on_signal();
     tokio::spawn(prune_gone_flows(controller.store(), ctx.clone()));
+    let stopping = ctx.clone();
     controller
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -583,6 +584,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .await;
     tracing::info!("operator stopped");
     if let Some((lock, renewing)) = lease {
+        last_statuses(stopping).await;
         // Stop renewing first, or the next renewal would take the released lease back.
         renewing.abort();
         if let Err(e) = lock.release().await {
@@ -590,6 +592,29 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// How long a stopping leader may spend on [`last_statuses`]: well inside the pod's default
+/// 30 s grace period, after the reconciles in flight have finished.
+const LAST_STATUS_BUDGET: Duration = Duration::from_secs(12);
+
+/// On a graceful stop (a rollout, a drain), with the lease still held: every flow reconciled
+/// once more, all at once, so each status is at most a probe old when the standby takes the
+/// released lease. Without it a flow probed just before the stop kept that status for up to
+/// another probe interval plus the standby's start, about two intervals in all.
+async fn last_statuses(ctx: Arc<Context>) {
+    let flows = ctx.flows.state();
+    let count = flows.len();
+    let pass = futures::future::join_all(
+        flows
+            .into_iter()
+            .map(|mf| reconcile::reconcile(mf, ctx.clone())),
+    );
+    match tokio::time::timeout(LAST_STATUS_BUDGET, pass).await {
+        Ok(_) => tracing::info!(flows = count, "wrote the last statuses before handing over"),
+        Err(_) => tracing::warn!(flows = count, budget = ?LAST_STATUS_BUDGET,
+            "the last statuses took longer than their budget; handing over with the rest as they were"),
+    }
 }
 
 /// Every 30 s, drops the metric series and per-flow memory of flows that are gone from the

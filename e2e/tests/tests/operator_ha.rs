@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use mirrorflow::api::MirrorFlow;
+use mirrorflow::operator::lease::RETRY_EVERY;
+use mirrorflow::operator::reconcile::STATUS_INTERVAL;
 use mirrorflow_e2e::node::{container_pid, process_alive, signal};
 use mirrorflow_e2e::operator::{
     install_operator_with, operator_metrics, patch_flow_spec, reconciles, wait_for_flow,
@@ -114,18 +116,54 @@ spec:
         }
     }
 
+    // How often the status moves while one leader runs: the yardstick for the handover.
+    let mut times = StatusTimes::default();
+    let until = Instant::now() + STATUS_INTERVAL * 2 + Duration::from_secs(2);
+    while Instant::now() < until {
+        times.poll(&flows).await?;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let steady = times.longest_gap();
+
     // The leader's pod goes (graceful deletion, as in a node drain): the standby takes over.
     let gone = Instant::now();
+    let before = times.len();
     run(
         "kubectl",
         &["delete", "pod", &leader, "-n", &ns, "--wait=false"],
     )?;
-    let next = eventually("another Lease holder", Duration::from_secs(60), || async {
-        Ok(holder(&leases).await?.filter(|h| *h != leader))
-    })
-    .await?;
+    let mut next = None;
+    let mut after_takeover = 0;
+    while after_takeover < 2 {
+        ensure!(
+            gone.elapsed() < Duration::from_secs(90),
+            "no new Lease holder writing statuses 90 s after the leader's pod was deleted"
+        );
+        times.poll(&flows).await?;
+        if next.is_none() {
+            next = holder(&leases).await?.filter(|h| *h != leader);
+            // Count only what is written from here on: the new leader's statuses.
+            times.moved();
+        } else if times.moved() {
+            after_takeover += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let next = next.unwrap_or_default();
     let handover = gone.elapsed();
-    println!("Lease handed from {leader} to {next} in {handover:?}");
+    println!("Lease handed from {leader} to {next}; statuses from both in {handover:?}");
+    // The stopping leader writes every status once more before it releases the lease, and
+    // the standby watches the Lease: the status stands still no longer across the handover
+    // than between two probes of one leader, plus a lease round trip.
+    let across = times.longest_gap_from(before.saturating_sub(1));
+    println!(
+        "status refreshed at most every {steady:?} before the handover and every {across:?} across it"
+    );
+    ensure!(
+        across <= steady.max(STATUS_INTERVAL) + RETRY_EVERY,
+        "the status stood still for {across:?} across the handover, more than the {steady:?} \
+         between probes before it plus a lease poll ({RETRY_EVERY:?})"
+    );
     // The standby, or the replacement pod the ReplicaSet started meanwhile: both race for the
     // released Lease, and either may win.
     let kind = if names.contains(&next) {
@@ -155,6 +193,54 @@ spec:
         changed.elapsed()
     );
     Ok(())
+}
+
+/// The distinct `status.observedTime`s of `watched` seen by polling, in order (ms since the
+/// epoch).
+#[derive(Default)]
+struct StatusTimes {
+    times: Vec<i64>,
+    /// How many of them [`StatusTimes::moved`] has reported.
+    reported: usize,
+}
+
+impl StatusTimes {
+    async fn poll(&mut self, flows: &Api<MirrorFlow>) -> Result<()> {
+        let mf = flows.get("watched").await?;
+        let at = mf
+            .status
+            .and_then(|s| s.observed_time)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| t.as_millisecond());
+        if let Some(at) = at
+            && self.times.last() != Some(&at)
+        {
+            self.times.push(at);
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    /// Whether a time was added since the last call.
+    fn moved(&mut self) -> bool {
+        let moved = self.times.len() > self.reported;
+        self.reported = self.times.len();
+        moved
+    }
+
+    fn longest_gap(&self) -> Duration {
+        self.longest_gap_from(0)
+    }
+
+    /// The longest wait between two of the times from the `from`th on.
+    fn longest_gap_from(&self, from: usize) -> Duration {
+        let gaps = self.times.get(from..).unwrap_or_default().windows(2);
+        let ms = gaps.map(|w| w[1] - w[0]).max().unwrap_or(0);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
 }
 
 /// Two operators in a namespace of their own, liveness slow enough that a stalled leader is
