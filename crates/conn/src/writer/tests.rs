@@ -265,51 +265,44 @@ fn a_refusal_that_lasts_gives_the_lane_back_after_the_delivery_timeout() {
     }
 }
 
-/// A partition whose leader the metadata never names: its batches go back to the caller
-/// after the delivery timeout, metadata asked for meanwhile at the metadata backoff.
+/// A leader the writer cannot use for longer than the delivery timeout: its batches go back
+/// to the caller with the class of the fault, metadata asked for meanwhile at the metadata
+/// backoff, instead of the writer waiting. Per case: how the broker fails, the fault's code,
+/// and the writes it took.
 #[test]
-fn a_partition_without_a_leader_for_too_long_is_given_back() {
-    let broker = FakeBroker::default();
-    broker.state().leaderless = true;
-    let timeout = Duration::from_millis(800);
-    let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
-    let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-    assert!(written.is_empty());
-    assert_eq!(
-        faults_of(&faults),
-        vec![(0, ErrorCode::LEADER_NOT_AVAILABLE, vec![0, 1])]
-    );
-    let state = broker.state();
-    assert_eq!(state.requests, 0, "nothing written without a leader");
-    assert!(
-        (2..=6).contains(&state.metadata),
-        "{} metadata requests",
-        state.metadata
-    );
-}
-
-/// A leader that drops its connection with a write unanswered and cannot be reached
-/// again: the writer asks for metadata and tries again, paced, and gives the lane back
-/// after the delivery timeout as a connection failure, instead of waiting.
-#[test]
-fn a_leader_that_cannot_be_reached_gives_the_lane_back() {
-    let broker = FakeBroker::default();
-    broker.state().mute = true;
-    let timeout = Duration::from_millis(800);
-    let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
-    let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
-    assert!(written.is_empty());
-    assert_eq!(
-        faults_of(&faults),
-        vec![(0, ErrorCode::NETWORK_EXCEPTION, vec![0, 1])]
-    );
-    let state = broker.state();
-    assert_eq!(state.requests, 1, "the one write the connection took");
-    assert!(
-        (2..=6).contains(&state.metadata),
-        "{} metadata requests",
-        state.metadata
-    );
+fn a_leader_unusable_for_too_long_gives_the_lane_back() {
+    type Break = fn(&mut fake_broker::State);
+    let cases: [(&str, Break, ErrorCode, usize); 2] = [
+        (
+            "no leader named by the metadata",
+            |s| s.leaderless = true,
+            ErrorCode::LEADER_NOT_AVAILABLE,
+            0,
+        ),
+        (
+            // It drops its connection with a write unanswered and cannot be reached again.
+            "a leader that cannot be reached",
+            |s| s.mute = true,
+            ErrorCode::NETWORK_EXCEPTION,
+            1,
+        ),
+    ];
+    for (case, break_it, code, writes) in cases {
+        let broker = FakeBroker::default();
+        break_it(&mut broker.state());
+        let timeout = Duration::from_millis(800);
+        let mut writer = writer_on(&broker, 2).with_delivery_timeout(timeout);
+        let (written, faults) = pump_until_settled(&mut writer, Duration::from_secs(5));
+        assert!(written.is_empty(), "{case}");
+        assert_eq!(faults_of(&faults), vec![(0, code, vec![0, 1])], "{case}");
+        let state = broker.state();
+        assert_eq!(state.requests, writes, "{case}: writes taken");
+        assert!(
+            (2..=6).contains(&state.metadata),
+            "{case}: {} metadata requests",
+            state.metadata
+        );
+    }
 }
 
 /// A leader on loopback played by `serve`, given the accepted socket; the writer's end.
