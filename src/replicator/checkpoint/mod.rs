@@ -119,7 +119,6 @@ const EVENT_BUFFER: usize = 4096;
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
     let spec = &flow.spec;
-    let source_reach = Reachability::new(&ctx.clusters.source, "checkpoint");
     let target_reach = Reachability::new(&ctx.clusters.target, "checkpoint");
     let checkpoints_topic = flow.policy.checkpoints_topic(flow.source_alias());
     let rf = spec.source_loop.replication_factor;
@@ -138,16 +137,80 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     // Readers stop with this token, also when the loop ends on an error.
     let readers = shutdown.child_token();
     let _stop_readers = readers.clone().drop_guard();
-    let (tx, mut rx) = mpsc::channel(EVENT_BUFFER);
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let (mark_sender, mark_requests) = std::sync::mpsc::channel();
+    let verifier = start_readers(&ctx, &checkpoints_topic, mark_requests, tx, &readers)?;
+    let group_views = if spec.checkpoints.sync_group_offsets {
+        let (views_tx, views_rx) = mpsc::channel(EVENT_BUFFER);
+        tokio::spawn(group_sync::run(
+            flow.target_client.clone(),
+            spec.checkpoints.interval.as_duration(),
+            spec.checkpoints.groups_refresh_interval.as_duration(),
+            target_reach.clone(),
+            views_rx,
+            readers.clone(),
+        ));
+        Some(views_tx)
+    } else {
+        tracing::info!("group offset sync is disabled (spec.checkpoints.syncGroupOffsets)");
+        None
+    };
 
+    let filters = Filters {
+        topics: flow.topics.clone(),
+        groups: flow.groups.clone(),
+    };
+    let mut shell = shell::Shell {
+        ctx: ctx.clone(),
+        topic: checkpoints_topic,
+        producer: checkpoints_producer(flow)?,
+        target_reach,
+        group_views,
+        core: Core::new(Naming {
+            policy: flow.policy.as_ref(),
+            filters: &filters,
+            source_alias: flow.source_alias(),
+            target_alias: flow.target_alias(),
+        }),
+        verification: verifier.map(|v| {
+            let period = spec.checkpoints.verify_interval.as_duration();
+            shell::Verification::new(
+                v,
+                verify::sampler::Sampler::new(
+                    period,
+                    verify::per_replica(spec.replicas),
+                    std::time::Instant::now(),
+                )
+                .with_byte_budget(verify::bytes_per_replica(spec.replicas)),
+                period,
+            )
+        }),
+    };
+    shell.core.marks = Some(mark_sender);
+    turns(&mut shell, rx, &shutdown).await
+}
+
+/// Starts everything that feeds the loop `events`, each stopping with `readers`: the
+/// checkpoints, offset-syncs and positions topics' followers, the groups' commits and the
+/// verifier thread (returned; `None` when verification is off).
+fn start_readers(
+    ctx: &Context,
+    checkpoints_topic: &str,
+    mark_requests: std::sync::mpsc::Receiver<u64>,
+    events: mpsc::Sender<Event>,
+    readers: &CancellationToken,
+) -> anyhow::Result<Option<verify::Verifier>> {
+    let flow = &ctx.flow;
+    let spec = &flow.spec;
+    let source_reach = Reachability::new(&ctx.clusters.source, "checkpoint");
+    let target_reach = Reachability::new(&ctx.clusters.target, "checkpoint");
     follow_partition(
         "the checkpoints topic",
         assign_only_consumer(&flow.target_client)?,
-        checkpoints_topic.clone(),
+        checkpoints_topic.to_string(),
         Offset::Beginning,
         target_reach.clone(),
-        tx.clone(),
+        events.clone(),
         Some(Event::CheckpointsLoaded),
         Some(EndMarks {
             requests: mark_requests,
@@ -186,7 +249,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         syncs_topic,
         Offset::Beginning,
         syncs_reach,
-        tx.clone(),
+        events.clone(),
         Some(Event::SyncsLoaded),
         None,
         move |m| {
@@ -206,8 +269,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         assign_only_consumer(&flow.target_client)?,
         crate::kafka::positions::positions_topic(flow.source_alias()),
         Offset::Beginning,
-        target_reach.clone(),
-        tx.clone(),
+        target_reach,
+        events.clone(),
         None,
         None,
         |m| {
@@ -233,36 +296,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             flow.target_alias()
         ),
         flow.groups.clone(),
-        source_reach.clone(),
+        source_reach,
         ctx.metrics.clone(),
-        tx.clone(),
+        events.clone(),
         readers.clone(),
     )?;
-    let verifier = if spec.checkpoints.verify_interval.as_duration().is_zero() {
+    if spec.checkpoints.verify_interval.as_duration().is_zero() {
         tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
-        None
-    } else {
-        verify::spawn(flow, tx.clone())
-    };
-    drop(tx);
+        return Ok(None);
+    }
+    Ok(verify::spawn(flow, events))
+}
 
-    let group_views = if spec.checkpoints.sync_group_offsets {
-        let (views_tx, views_rx) = mpsc::channel(EVENT_BUFFER);
-        tokio::spawn(group_sync::run(
-            flow.target_client.clone(),
-            spec.checkpoints.interval.as_duration(),
-            spec.checkpoints.groups_refresh_interval.as_duration(),
-            target_reach.clone(),
-            views_rx,
-            readers.clone(),
-        ));
-        Some(views_tx)
-    } else {
-        tracing::info!("group offset sync is disabled (spec.checkpoints.syncGroupOffsets)");
-        None
-    };
-
-    let producer = AckedProducer::new(
+/// The producer of checkpoints on the target.
+fn checkpoints_producer(flow: &crate::flow::Flow) -> anyhow::Result<AckedProducer> {
+    Ok(AckedProducer::new(
         flow.target_client
             .clone()
             .set("acks", "all")
@@ -271,39 +319,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             // A write to an unreachable target fails (and is retried with backoff) well before
             // liveness would call the loop wedged; librdkafka's default waits 300 s.
             .set("message.timeout.ms", "120000"),
-    )?;
-    let filters = Filters {
-        topics: flow.topics.clone(),
-        groups: flow.groups.clone(),
-    };
-    let mut shell = shell::Shell {
-        ctx: ctx.clone(),
-        topic: checkpoints_topic,
-        producer,
-        target_reach,
-        group_views,
-        core: Core::new(Naming {
-            policy: flow.policy.as_ref(),
-            filters: &filters,
-            source_alias: flow.source_alias(),
-            target_alias: flow.target_alias(),
-        }),
-        verification: verifier.map(|v| {
-            let period = spec.checkpoints.verify_interval.as_duration();
-            shell::Verification::new(
-                v,
-                verify::sampler::Sampler::new(
-                    period,
-                    verify::per_replica(spec.replicas),
-                    std::time::Instant::now(),
-                )
-                .with_byte_budget(verify::bytes_per_replica(spec.replicas)),
-                period,
-            )
-        }),
-    };
-    shell.core.marks = Some(mark_sender);
+    )?)
+}
 
+/// The loop's turns until `shutdown`: each event read (with what is already queued behind
+/// it) or tick handled, then what is dirty flushed, a failed flush retried with backoff.
+async fn turns(
+    shell: &mut shell::Shell<'_>,
+    mut rx: mpsc::Receiver<Event>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut write_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
