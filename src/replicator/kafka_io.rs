@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kafka::reader::position_in;
 use crate::replicator::backoff::Backoff;
+use crate::replicator::patience::Patience;
 pub use crate::replicator::reach::{Reachability, is_unreachable};
 
 /// Creates a 1-partition compacted topic unless it exists, as MM2 creates its checkpoints,
@@ -212,33 +213,11 @@ where
     F: FnMut(&BorrowedMessage<'_>) -> Option<E> + Send + 'static,
 {
     std::thread::spawn(move || {
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+        let patience = Patience::new(Duration::from_secs(2), FOLLOWER_LOOK_UP_MOST);
         // The end to reach before announcing `loaded`; found before assigning so records
         // written meanwhile do not delay readiness.
-        let end = loop {
-            if shutdown.is_cancelled() {
-                return;
-            }
-            match consumer.fetch_watermarks(&topic, 0, Duration::from_secs(5)) {
-                Ok((low, high)) => {
-                    reach.ok();
-                    break if high > low { Some(high) } else { None };
-                }
-                Err(e)
-                    if matches!(
-                        e.rdkafka_error_code(),
-                        Some(
-                            RDKafkaErrorCode::UnknownTopicOrPartition
-                                | RDKafkaErrorCode::UnknownTopic
-                                | RDKafkaErrorCode::UnknownPartition
-                        )
-                    ) =>
-                {
-                    break None;
-                }
-                Err(e) => reach.failed(&format!("reading the end of {topic}"), &e),
-            }
-            std::thread::sleep(backoff.next_delay());
+        let Some(end) = end_to_load(&consumer, &topic, &reach, &patience, &shutdown) else {
+            return;
         };
         let mut tpl = TopicPartitionList::new();
         if let Err(e) = tpl
@@ -257,31 +236,15 @@ where
             return;
         }
         let mut last_probe = Instant::now();
-        // The offset after the last record read, and the marks waiting for it: (mark, end).
+        // The offset after the last record read.
         let mut next_offset = 0i64;
-        let mut unanswered: Vec<u64> = Vec::new();
-        let mut waiting: Vec<(u64, i64)> = Vec::new();
+        let mut pending = PendingMarks::default();
         while !shutdown.is_cancelled() {
             if let Some(marks) = &marks {
-                unanswered.extend(marks.requests.try_iter());
-                if !unanswered.is_empty() {
-                    // Unreachable: asked again on the next round (the loop waits meanwhile).
-                    if let Ok((low, high)) =
-                        consumer.fetch_watermarks(&topic, 0, Duration::from_secs(2))
-                    {
-                        let end = if high > low { high } else { 0 };
-                        waiting.extend(unanswered.drain(..).map(|mark| (mark, end)));
-                    }
-                }
-                let mut failed = false;
-                waiting.retain(|&(mark, end)| {
-                    if next_offset < end || failed {
-                        return true;
-                    }
-                    failed = tx.blocking_send((marks.reached)(mark)).is_err();
-                    false
-                });
-                if failed {
+                let ends = |within| {
+                    patience.ask(within, |limit| consumer.fetch_watermarks(&topic, 0, limit))
+                };
+                if pending.answer(marks, ends, next_offset, &tx).is_err() {
                     return;
                 }
             }
@@ -344,10 +307,10 @@ where
             // An idle partition yields no record to prove the cluster is back: ask it.
             if reach.is_down() && last_probe.elapsed() > Duration::from_secs(2) {
                 last_probe = Instant::now();
-                if consumer
-                    .fetch_watermarks(&topic, 0, Duration::from_secs(2))
-                    .is_ok()
-                {
+                let asked = patience.ask(FOLLOWER_LOOK_UP_MOST, |limit| {
+                    consumer.fetch_watermarks(&topic, 0, limit)
+                });
+                if asked.is_ok() {
                     reach.ok();
                 }
             }
@@ -355,9 +318,134 @@ where
     })
 }
 
+/// The longest a follower's look-up of its partition's bounds may wait ([`Patience`]): the
+/// thread polls nothing meanwhile, and its shutdown waits for it.
+const FOLLOWER_LOOK_UP_MOST: Duration = Duration::from_secs(10);
+
+/// The end of `topic`'s partition 0 as the follower starts (`Some(None)`: empty or not there
+/// yet), asked until it answers; `None` once `shutdown` fires.
+fn end_to_load<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    reach: &Reachability,
+    patience: &Patience,
+    shutdown: &CancellationToken,
+) -> Option<Option<i64>> {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        if shutdown.is_cancelled() {
+            return None;
+        }
+        let asked = patience.ask(FOLLOWER_LOOK_UP_MOST, |limit| {
+            consumer.fetch_watermarks(topic, 0, limit)
+        });
+        match asked {
+            Ok((low, high)) => {
+                reach.ok();
+                return Some((high > low).then_some(high));
+            }
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::UnknownTopicOrPartition
+                            | RDKafkaErrorCode::UnknownTopic
+                            | RDKafkaErrorCode::UnknownPartition
+                    )
+                ) =>
+            {
+                return Some(None);
+            }
+            Err(e) => reach.failed(&format!("reading the end of {topic}"), &e),
+        }
+        std::thread::sleep(backoff.next_delay());
+    }
+}
+
+/// A follower's end marks ([`EndMarks`]) not answered yet.
+#[derive(Default)]
+struct PendingMarks {
+    /// Asked for, their end not known yet.
+    unanswered: Vec<u64>,
+    /// (mark, the end to read up to).
+    waiting: Vec<(u64, i64)>,
+}
+
+impl PendingMarks {
+    /// Takes the new requests, learns their end from `ends` (the partition's (low, high)
+    /// watermarks, given the time one look-up may take; one that fails is asked again on the
+    /// next round, the loop waiting meanwhile), and answers each mark whose end `next_offset`
+    /// reached. `Err` once the receiver is gone.
+    fn answer<E>(
+        &mut self,
+        marks: &EndMarks<E>,
+        ends: impl FnOnce(Duration) -> KafkaResult<(i64, i64)>,
+        next_offset: i64,
+        tx: &mpsc::Sender<E>,
+    ) -> Result<(), ()> {
+        self.unanswered.extend(marks.requests.try_iter());
+        if !self.unanswered.is_empty()
+            && let Ok((low, high)) = ends(FOLLOWER_LOOK_UP_MOST)
+        {
+            let end = if high > low { high } else { 0 };
+            let marked = self.unanswered.drain(..).map(|mark| (mark, end));
+            self.waiting.extend(marked);
+        }
+        let mut failed = false;
+        self.waiting.retain(|&(mark, end)| {
+            if next_offset < end || failed {
+                return true;
+            }
+            failed = tx.blocking_send((marks.reached)(mark)).is_err();
+            false
+        });
+        if failed { Err(()) } else { Ok(()) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mark_is_answered_once_its_end_is_read_and_a_failed_look_up_keeps_it() {
+        let (ask, requests) = std::sync::mpsc::channel();
+        let marks = EndMarks {
+            requests,
+            reached: |n| n,
+        };
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut pending = PendingMarks::default();
+        let timed_out = |_| {
+            Err(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::OperationTimedOut,
+            ))
+        };
+        ask.send(1).expect("asked");
+        assert_eq!(pending.answer(&marks, timed_out, 0, &tx), Ok(()));
+        assert_eq!(pending.unanswered, [1], "kept for the next round");
+        // The partition ends at 10: answered once the records before it were read.
+        let ends = |_| Ok((0, 10));
+        assert_eq!(pending.answer(&marks, ends, 9, &tx), Ok(()));
+        assert!(rx.try_recv().is_err(), "not before offset 9 was read");
+        ask.send(2).expect("asked");
+        assert_eq!(pending.answer(&marks, |_| Ok((0, 12)), 10, &tx), Ok(()));
+        assert_eq!(rx.try_recv().ok(), Some(1));
+        assert!(rx.try_recv().is_err(), "mark 2 waits for offset 12");
+        assert_eq!(pending.answer(&marks, ends, 12, &tx), Ok(()));
+        assert_eq!(rx.try_recv().ok(), Some(2));
+        // An empty partition's marks are answered at once.
+        ask.send(3).expect("asked");
+        assert_eq!(pending.answer(&marks, |_| Ok((5, 5)), 0, &tx), Ok(()));
+        assert_eq!(rx.try_recv().ok(), Some(3));
+        drop(rx);
+        ask.send(4).expect("asked");
+        assert_eq!(
+            pending.answer(&marks, ends, 12, &tx),
+            Err(()),
+            "the loop is gone"
+        );
+    }
 
     #[test]
     fn only_transport_errors_count_as_unreachable() {

@@ -18,6 +18,7 @@ pub mod heartbeat;
 pub mod kafka_io;
 pub mod last_words;
 pub mod metrics;
+pub mod patience;
 pub mod reach;
 pub mod source;
 

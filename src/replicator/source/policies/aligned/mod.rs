@@ -52,6 +52,7 @@ use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::backoff::Backoff;
+use crate::replicator::patience::Patience;
 use crate::replicator::source::continuity::{self};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, Ack, AckContext, Offered, serve_reports};
@@ -167,42 +168,6 @@ impl AlignedSlot {
             next,
             reason: Some(reason),
         }
-    }
-}
-
-/// How long the next watermark look-up of one client may take: [`WATERMARK_TIMEOUT`] at
-/// first, doubled after each look-up that failed (up to [`CALL_TIMEOUT`]) and halved after one
-/// that answered. A fixed limit shorter than a loaded broker's answer failed every ask, each
-/// dropped and asked anew at the back of the same queue: the held records waiting on the
-/// answer stalled their partitions for as long as the load lasted (61 s once in CI).
-#[derive(Debug)]
-pub(super) struct Patience(std::cell::Cell<Duration>);
-
-impl Default for Patience {
-    fn default() -> Self {
-        Patience(std::cell::Cell::new(WATERMARK_TIMEOUT))
-    }
-}
-
-impl Patience {
-    /// Runs `look_up` with the current limit, at most `within`, and learns from its outcome.
-    pub(super) fn ask<T, E>(
-        &self,
-        within: Duration,
-        look_up: impl FnOnce(Duration) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let limit = self.0.get();
-        let answer = look_up(limit.min(within));
-        self.0.set(match answer {
-            Ok(_) => (limit / 2).max(WATERMARK_TIMEOUT),
-            Err(_) => limit.saturating_mul(2).min(CALL_TIMEOUT),
-        });
-        answer
-    }
-
-    #[cfg(test)]
-    fn limit(&self) -> Duration {
-        self.0.get()
     }
 }
 
@@ -360,9 +325,9 @@ impl Aligned {
             syncs: p.syncs,
             producer_base: p.producer_base,
             watermarks: p.watermarks,
-            source_patience: Patience::default(),
+            source_patience: Patience::new(WATERMARK_TIMEOUT, CALL_TIMEOUT),
             target_watermarks: p.target_watermarks,
-            target_patience: Patience::default(),
+            target_patience: Patience::new(WATERMARK_TIMEOUT, CALL_TIMEOUT),
             target_admin: p.target_admin,
             runtime: p.runtime,
             slots: SlotTable::default(),

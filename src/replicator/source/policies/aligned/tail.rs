@@ -17,6 +17,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::FILLER_HEADER;
 use crate::kafka::log_bounds::{LogBounds, log_bounds};
+use crate::replicator::patience::Patience;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -56,7 +57,7 @@ pub fn aborted_wraps(
 /// `uncommitted`: a `read_uncommitted` client of the target (the policy's watermark reader).
 /// `patience`: how long the look-up of their watermarks may take.
 pub fn open_transactions(
-    (uncommitted, patience): (&BaseConsumer, &super::Patience),
+    (uncommitted, patience): (&BaseConsumer, &Patience),
     stable: &[((String, i32), i64)],
 ) -> Result<HashMap<(String, i32), i64>, KafkaError> {
     if stable.is_empty() {

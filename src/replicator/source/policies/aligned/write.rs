@@ -427,55 +427,6 @@ mod marker_tests {
         assert!(given.iter().all(|g| *g <= Duration::from_millis(50)));
     }
 
-    /// An answer slower than the first limit: asked with a limit that has grown past it.
-    #[test]
-    fn patience_grows_past_a_slow_answer_and_shrinks_back() {
-        let patience = Patience::default();
-        let answer_takes = Duration::from_secs(10);
-        let ask = |limit: Duration| {
-            if limit >= answer_takes {
-                Ok(100)
-            } else {
-                Err("OperationTimedOut")
-            }
-        };
-        let limits: Vec<Duration> = (0..3)
-            .map(|_| {
-                let l = patience.limit();
-                assert!(patience.ask(CALL_TIMEOUT, ask).is_err());
-                l
-            })
-            .collect();
-        assert_eq!(
-            limits,
-            [2, 4, 8].map(Duration::from_secs),
-            "doubled after each failure"
-        );
-        assert_eq!(patience.limit(), Duration::from_secs(16));
-        assert_eq!(patience.ask(CALL_TIMEOUT, ask), Ok(100));
-        assert_eq!(
-            patience.limit(),
-            Duration::from_secs(8),
-            "halved after an answer"
-        );
-        // Never past the call's limit, never below the first.
-        for _ in 0..10 {
-            let _ = patience.ask(CALL_TIMEOUT, |_| Err::<i64, _>("down"));
-        }
-        assert_eq!(patience.limit(), CALL_TIMEOUT);
-        for _ in 0..10 {
-            let _ = patience.ask(CALL_TIMEOUT, |_| Ok::<_, ()>(1));
-        }
-        assert_eq!(patience.limit(), WATERMARK_TIMEOUT);
-        // The time a caller has left bounds one ask.
-        let mut asked_with = Duration::ZERO;
-        let _ = patience.ask(Duration::from_millis(300), |l| {
-            asked_with = l;
-            Ok::<_, ()>(1)
-        });
-        assert_eq!(asked_with, Duration::from_millis(300));
-    }
-
     #[test]
     fn the_wait_ends_at_its_limit_with_the_last_answer() {
         let failing = wait_for_end(
