@@ -377,8 +377,10 @@ pub fn conn_security(
         Some(sasl) => {
             let refused = || ConfigError::InvalidSasl {
                 field: format!("{field}.sasl.mechanism"),
-                message: "OAUTHBEARER is not spoken by the batch copy's connections yet; \
-                          use PLAIN or SCRAM for this flow"
+                // The library's own guard: a validated spec never gets here
+                // (`flow::batches_blocker` refuses it first, with the same fix).
+                message: "OAUTHBEARER is not spoken by the batch copy's connections yet: use \
+                          PLAIN or SCRAM for this flow, or set spec.sourceLoop.copy to Records"
                     .into(),
             };
             let Some((user, password)) = sasl_password(sasl, field, secrets)? else {
