@@ -129,6 +129,16 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", nanos & 0xff_ffff_ffff)
 }
 
+/// A pseudo-random delay below `max` (the clock's nanoseconds: enough to vary where a fault
+/// lands between runs).
+pub fn jitter(max: std::time::Duration) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    max.mul_f64(f64::from(nanos % 1000) / 1000.0)
+}
+
 pub mod batches;
 pub mod fidelity;
 pub mod handmirror;

@@ -349,6 +349,41 @@ pub async fn rolled(
     Ok(true)
 }
 
+/// The release to upgrade from, installed in a namespace of its own with the checkout's CRD
+/// (the same as the previous release's: [`upgrade_from`] checks), and what a test of its
+/// upgrade reads.
+pub struct Installed {
+    pub from: From,
+    pub ns: String,
+    /// The operator's image before the upgrade.
+    pub old_image: String,
+    pub client: kube::Client,
+    pub flows: Api<MirrorFlow>,
+    pub stateful_sets: Api<StatefulSet>,
+    /// Removes the release and the namespace at the end of the test.
+    pub cleanup: Cleanup,
+}
+
+/// Installs the release to upgrade from in a new namespace named after `prefix`.
+pub async fn install_previous(world: &World, prefix: &str) -> Result<Installed> {
+    let client = world.kube_client().await?;
+    let registry = std::env::var("MF_REGISTRY").context("MF_REGISTRY: run through e2e/test.sh")?;
+    let from = upgrade_from(world, &registry)?;
+    let ns = unique(prefix);
+    let cleanup = Cleanup(ns.clone());
+    crate::operator::apply_crds(world)?;
+    install(world, &ns, &from)?;
+    Ok(Installed {
+        old_image: operator_image(&ns)?,
+        flows: Api::namespaced(client.clone(), &ns),
+        stateful_sets: Api::namespaced(client.clone(), &ns),
+        client,
+        from,
+        ns,
+        cleanup,
+    })
+}
+
 /// Removes the test's release and namespace when dropped, also when the test fails.
 pub struct Cleanup(pub String);
 

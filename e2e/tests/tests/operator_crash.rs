@@ -18,7 +18,7 @@ use mirrorflow_e2e::operator::{
     operator_metrics, owned_children, patch_flow_spec, ready_at_generation, reconciles,
     wait_for_flow,
 };
-use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
+use mirrorflow_e2e::{World, eventually, jitter, run, run_with_input, unique};
 
 const OPERATOR: &str = "app.kubernetes.io/component=operator";
 /// How long a namespace with flows in it may take to go (the replicators' graceful stop is
@@ -86,15 +86,6 @@ async fn running_operator(pods: &Api<Pod>, old: Option<i32>) -> Result<i32> {
         },
     )
     .await
-}
-
-/// A pseudo-random delay below `max` (the clock's nanoseconds: enough to vary the kill point).
-fn jitter(max: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    max.mul_f64(f64::from(nanos % 1000) / 1000.0)
 }
 
 const KILLS: u32 = 4;

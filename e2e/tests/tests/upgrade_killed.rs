@@ -14,19 +14,17 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use mirrorflow::api::MirrorFlow;
 use mirrorflow_e2e::node::{container_pid, signal};
-use mirrorflow_e2e::operator::{apply_crds, one_set_each, owned_children};
+use mirrorflow_e2e::operator::{one_set_each, owned_children};
 use mirrorflow_e2e::steady;
 use mirrorflow_e2e::upgrade::{
-    Cleanup, Flow, Mode, drained, install, operator_image, rolled, start_flows, upgrade_from,
+    Flow, Installed, Mode, drained, install_previous, operator_image, rolled, start_flows,
     upgrade_to_checkout,
 };
-use mirrorflow_e2e::{World, eventually, unique};
+use mirrorflow_e2e::{World, eventually, jitter};
 
 const OPERATOR: &str = "app.kubernetes.io/component=operator";
 
@@ -80,29 +78,19 @@ async fn upgraded_image(ns: &str, old: &str) -> Result<String> {
     .await
 }
 
-/// A pseudo-random delay below `max` (the clock's nanoseconds: enough to vary the kill point).
-fn jitter(max: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    max.mul_f64(f64::from(nanos % 1000) / 1000.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_killed_during_the_upgrade_leaves_one_set_of_children_and_ready_flows()
 -> Result<()> {
     let world = World::from_env()?;
-    let client = world.kube_client().await?;
-    let registry = std::env::var("MF_REGISTRY").context("MF_REGISTRY: run through e2e/test.sh")?;
-    let from = upgrade_from(&world, &registry)?;
-    let ns = unique("e2e-upgkill");
-    let _cleanup = Cleanup(ns.clone());
-    apply_crds(&world)?;
-    install(&world, &ns, &from)?;
-    let old_image = operator_image(&ns)?;
-    let api: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let Installed {
+        from,
+        ns,
+        old_image,
+        client,
+        flows: api,
+        stateful_sets: sts,
+        cleanup: _cleanup,
+    } = install_previous(&world, "e2e-upgkill").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut flows: Vec<Flow> = [Mode::AtLeastOnce, Mode::ExactlyOnce]
         .into_iter()

@@ -31,20 +31,16 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::Api;
-use mirrorflow::api::MirrorFlow;
+use anyhow::{Result, ensure};
 use mirrorflow::operator::lease::RETRY_EVERY;
 use mirrorflow::operator::reconcile::STATUS_INTERVAL;
+use mirrorflow_e2e::World;
 use mirrorflow_e2e::fidelity::read_visible;
-use mirrorflow_e2e::operator::apply_crds;
 use mirrorflow_e2e::steady::{self, Written, checkpoints_of, copy_pause};
 use mirrorflow_e2e::upgrade::{
-    Cleanup, Flow, Mode, PARTITIONS, drained, install, operator_image, poll, poll_for, rolled,
-    start_flows, upgrade_from, upgrade_to_checkout, wall_ms,
+    Flow, Installed, Mode, PARTITIONS, drained, install_previous, operator_image, poll, poll_for,
+    rolled, start_flows, upgrade_to_checkout, wall_ms,
 };
-use mirrorflow_e2e::{World, unique};
 
 /// Polled before the upgrade, to know how far apart the probes are when nothing happens.
 const STEADY: Duration = Duration::from_secs(35);
@@ -162,18 +158,15 @@ fn status_gaps(f: &Flow, upgrade_ms: i64) -> (i64, i64) {
 async fn an_upgrade_from_the_previous_release_under_traffic_loses_nothing_in_any_mode() -> Result<()>
 {
     let world = World::from_env()?;
-    let client = world.kube_client().await?;
-    let registry = std::env::var("MF_REGISTRY").context("MF_REGISTRY: run through e2e/test.sh")?;
-    let from = upgrade_from(&world, &registry)?;
-    let ns = unique("e2e-upgtraffic");
-    let _cleanup = Cleanup(ns.clone());
-    // The checkout's CRD, as every install of the world applies it: the same as the previous
-    // release's (upgrade_from checked).
-    apply_crds(&world)?;
-    install(&world, &ns, &from)?;
-    let old_image = operator_image(&ns)?;
-    let api: Api<MirrorFlow> = Api::namespaced(client.clone(), &ns);
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let Installed {
+        from,
+        ns,
+        old_image,
+        flows: api,
+        stateful_sets: sts,
+        cleanup: _cleanup,
+        ..
+    } = install_previous(&world, "e2e-upgtraffic").await?;
     let mut flows: Vec<Flow> = Mode::ALL.into_iter().map(Flow::new).collect();
     start_flows(&world, &ns, &mut flows, &api).await?;
     poll_for(&mut flows, &api, STEADY).await?;
