@@ -51,6 +51,15 @@ impl World {
         check("e2e/world.sh", args, out).map(|_| ())
     }
 
+    /// The checkout's release version (`release/version.sh`: the binary's, the image's and
+    /// the chart's).
+    pub fn release_version(&self) -> Result<String> {
+        let script = self.repo_root.join("release/version.sh");
+        Ok(run(script.to_str().context("path")?, &[])?
+            .trim()
+            .to_string())
+    }
+
     pub async fn kube_client(&self) -> Result<kube::Client> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;

@@ -223,14 +223,7 @@ pub fn upgrade_from(world: &World, registry: &str) -> Result<From> {
         "release {version} is not in the world's registry (run e2e/world.sh previous): {:#}",
         shown.err().map(|e| e.to_string()).unwrap_or_default()
     );
-    let own = run(
-        world
-            .repo_root
-            .join("release/version.sh")
-            .to_str()
-            .context("path")?,
-        &[],
-    )?;
+    let own = world.release_version()?;
     Ok(From {
         chart: format!("oci://{registry}/charts/mirrorflow"),
         version: own.trim().to_owned(),

@@ -119,14 +119,7 @@ async fn a_crd_with_a_defaulted_field_and_a_chart_upgrade_keep_stored_flows_read
         world: &world,
         ns: ns.clone(),
     };
-    let version = run(
-        world
-            .repo_root
-            .join("release/version.sh")
-            .to_str()
-            .context("path")?,
-        &[],
-    )?;
+    let version = world.release_version()?;
     let registry = std::env::var("MF_REGISTRY").context("MF_REGISTRY: run through e2e/test.sh")?;
     apply_crds(&world)?;
     let published = format!("oci://{registry}/charts/mirrorflow");

@@ -12,13 +12,6 @@ use anyhow::{Context, Result, ensure};
 use mirrorflow_e2e::replicator::binary;
 use mirrorflow_e2e::{World, eventually, run, run_with_input, unique};
 
-fn version(world: &World) -> Result<String> {
-    let script = world.repo_root.join("release/version.sh");
-    Ok(run(script.to_str().context("path")?, &[])?
-        .trim()
-        .to_string())
-}
-
 fn registry() -> Result<String> {
     std::env::var("MF_REGISTRY").context("MF_REGISTRY is not set: run through e2e/test.sh")
 }
@@ -52,7 +45,7 @@ fn pod_field(name: &str, ns: &str, path: &str) -> Result<String> {
 #[test]
 fn the_binary_the_chart_and_the_changelog_carry_one_version() -> Result<()> {
     let world = World::from_env()?;
-    let v = version(&world)?;
+    let v = world.release_version()?;
     let binary = binary(&world.repo_root);
     let printed = run(binary.to_str().context("path")?, &["--version"])?;
     ensure!(
@@ -81,7 +74,7 @@ fn the_binary_the_chart_and_the_changelog_carry_one_version() -> Result<()> {
 #[tokio::test]
 async fn the_node_pulls_the_image_from_the_registry_by_tag_and_by_digest() -> Result<()> {
     let world = World::from_env()?;
-    let v = version(&world)?;
+    let v = world.release_version()?;
     let registry = registry()?;
     let digest = pinned_digest(&world)?;
     let ns = unique("e2e-release");
@@ -227,7 +220,7 @@ fn refuses_a_wrong_sha256(dir: &Path, manifest: &str, archive: &Path) -> Result<
 #[test]
 fn the_kubectl_plugin_installs_with_krew_from_the_release_manifest() -> Result<()> {
     let world = World::from_env()?;
-    let v = version(&world)?;
+    let v = world.release_version()?;
     let dir = std::env::temp_dir().join(unique("e2e-krew"));
     std::fs::create_dir_all(&dir)?;
     let result = (|| {
