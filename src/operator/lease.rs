@@ -111,10 +111,10 @@ impl LeaseLock {
         }
     }
 
-    /// The Lease's changes, from a watch on it alone (RBAC: `list` and `watch` on this one
-    /// name). A watch the apiserver refuses (an installer's Role without them) or drops is
-    /// retried with kube's backoff and wakes nobody, so the poll alone remains; the stream
-    /// never ends, so it cannot wake the loop in a spin either.
+    /// The Lease's changes that may let a standby take it, from a watch on it alone (RBAC:
+    /// `list` and `watch` on this one name). A watch the apiserver refuses (an installer's
+    /// Role without them) or drops is retried with kube's backoff and wakes nobody, so the
+    /// poll alone remains; the stream never ends, so it cannot wake the loop in a spin either.
     fn changes(&self) -> impl futures::Stream<Item = ()> + use<> {
         use kube::runtime::{WatchStreamExt, watcher};
         let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
@@ -122,7 +122,8 @@ impl LeaseLock {
             .default_backoff()
             .filter_map(|event| {
                 futures::future::ready(match event {
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => Some(()),
+                    Ok(watcher::Event::Apply(lease)) => may_be_taken(&lease).then_some(()),
+                    Ok(watcher::Event::Delete(_)) => Some(()),
                     Ok(_) => None,
                     Err(e) => {
                         tracing::debug!(error = %e, "no watch on the leader lease; polling it");
@@ -154,7 +155,7 @@ impl LeaseLock {
         };
         let spec = lease.spec.unwrap_or_default();
         let ours = spec.holder_identity.as_deref() == Some(self.holder.as_str());
-        let free = spec.holder_identity.is_none() || spec.renew_time.is_none();
+        let free = is_free(&spec);
         if !ours
             && !free
             && !self.other_expired(Observed {
@@ -228,6 +229,18 @@ impl LeaseLock {
     }
 }
 
+/// A lease nobody holds: released on a graceful stop (holder and renew time cleared).
+fn is_free(spec: &k8s_openapi::api::coordination::v1::LeaseSpec) -> bool {
+    spec.holder_identity.is_none() || spec.renew_time.is_none()
+}
+
+/// Whether a change of the Lease is worth a standby's try: it was released. A renewal (every
+/// [`RENEW_EVERY`]) is not; the standby's own poll judges expiry, so a wake on each renewal
+/// only added a read of the Lease per renewal per standby.
+fn may_be_taken(lease: &Lease) -> bool {
+    lease.spec.as_ref().is_none_or(is_free)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +258,25 @@ mod tests {
             renew_time: Some(renew.into()),
             lease_seconds: Some(1),
         }
+    }
+
+    #[test]
+    fn only_a_released_lease_wakes_a_standby() {
+        let lease = |spec: serde_json::Value| -> Lease {
+            serde_json::from_value(json!({"metadata": {"name": "l"}, "spec": spec}))
+                .expect("a lease")
+        };
+        let renewed = lease(json!({"holderIdentity": "other",
+            "renewTime": "2026-12-06T13:00:00.000000Z", "leaseDurationSeconds": 15}));
+        assert!(!may_be_taken(&renewed), "a renewal wakes nobody");
+        let released = lease(json!({"holderIdentity": null, "renewTime": null,
+            "leaseDurationSeconds": 15}));
+        assert!(may_be_taken(&released));
+        let half_released = lease(json!({"holderIdentity": "other", "leaseDurationSeconds": 15}));
+        assert!(may_be_taken(&half_released));
+        let no_spec: Lease =
+            serde_json::from_value(json!({"metadata": {"name": "l"}})).expect("a lease");
+        assert!(may_be_taken(&no_spec));
     }
 
     #[tokio::test]
