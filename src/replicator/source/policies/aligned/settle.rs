@@ -81,7 +81,7 @@ pub(super) fn settle(slots: &mut SlotTable<AlignedSlot>, acks: &[Ack], now: Dura
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Instant;
 
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -94,7 +94,9 @@ mod tests {
     use crate::replicator::source::policies::aligned::{AlignedPart, InFlight, State};
 
     /// One aligned partition `t-0` with `in_flight` written and unanswered.
-    fn table(in_flight: &[InFlight]) -> (SlotTable<AlignedSlot>, usize, u32) {
+    pub(in crate::replicator::source::policies::aligned) fn table(
+        in_flight: &[InFlight],
+    ) -> (SlotTable<AlignedSlot>, usize, u32) {
         let mut slots = SlotTable::default();
         let generation = slots.next_generation();
         let config = SyncPolicyConfig {

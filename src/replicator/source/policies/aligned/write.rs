@@ -110,15 +110,15 @@ impl Aligned {
             },
         );
         let topic = slot.topic.clone();
+        if let Err(Ended::Failed(_)) = written
+            && let Some(txn) = slot.txn.as_ref()
+        {
+            let _ = txn.abort_transaction(CALL_TIMEOUT);
+        }
+        let wrapped = held.as_ref().map(Message::offset);
+        frontier_after(&mut slot.own, step, first, wrapped, &written);
         match written {
-            Ok(count) => {
-                slot.next_target = first.saturating_add(count).saturating_add(1);
-                let next = slot.next_target;
-                let downstream = match step {
-                    Step::Wrapped => first,
-                    _ => slot.latest.map_or(-1, |l| l.downstream),
-                };
-                slot.latest = Some(Frontier { next, downstream });
+            Ok(_) => {
                 let now = self.shared.started.elapsed();
                 let mut sync = None;
                 if let (Step::Wrapped, Some(h)) = (step, &held) {
@@ -137,17 +137,24 @@ impl Aligned {
                 self.shared.target_health.ok();
                 true
             }
-            Err(reason) => {
+            Err(Ended::MarkerUnseen(reason)) => {
+                // Committed: the record is on the target (or, if the marker never comes, in a
+                // hanging transaction the resume ends and copies after). Where the partition
+                // goes on is read from the target's log once the marker is there; taking the
+                // record for failed would copy it again, misaligned, one marker further on.
+                tracing::warn!(%topic, partition, %reason,
+                    "a transaction of the aligned copy committed but its marker is not on the target yet; the partition is prepared again from the target's end");
+                if step == Step::Wrapped {
+                    self.shared.ctx.metrics.records_replicated.inc();
+                }
+                let delay = slot.backoff.next_delay();
+                self.count_error("marker_unseen");
+                self.prepare_again(idx, delay);
+                false
+            }
+            Err(Ended::Failed(reason)) => {
                 tracing::warn!(%topic, partition, %reason,
                     "a transaction of the aligned copy failed; the partition is prepared again");
-                if let Some(txn) = slot.txn.as_ref() {
-                    let _ = txn.abort_transaction(CALL_TIMEOUT);
-                }
-                if step == Step::Wrapped {
-                    slot.wrap_failed = Some(held.as_ref().map_or(first, Message::offset));
-                }
-                // A producer in doubt is replaced: the next one's init fences it.
-                slot.txn = None;
                 let delay = slot.backoff.next_delay();
                 self.count_error("transaction");
                 self.prepare_again(idx, delay);
@@ -276,6 +283,58 @@ struct Writing<'a> {
     first: i64,
 }
 
+/// Moves the partition by how its transaction ended: past the marker once it is on the
+/// target. Not at all when the marker was not seen: the transaction is committed, and the
+/// resume reads where the partition goes on from the target's end (taking the record for
+/// failed would copy it again, misaligned, one marker further on). A failed wrap is
+/// remembered (`wrapped`: its record's source offset): its record may be aborted on the
+/// target, so the resume looks there. Any producer that did not end in a seen marker is in
+/// doubt and replaced: the next one's init fences it.
+fn frontier_after(
+    part: &mut AlignedPart,
+    step: Step,
+    first: i64,
+    wrapped: Option<i64>,
+    ended: &Result<i64, Ended>,
+) {
+    match ended {
+        Ok(count) => {
+            part.next_target = first.saturating_add(*count).saturating_add(1);
+            let downstream = match step {
+                Step::Wrapped => first,
+                _ => part.latest.map_or(-1, |l| l.downstream),
+            };
+            part.latest = Some(Frontier {
+                next: part.next_target,
+                downstream,
+            });
+            return;
+        }
+        Err(Ended::MarkerUnseen(_)) => {}
+        Err(Ended::Failed(_)) => {
+            if step == Step::Wrapped {
+                part.wrap_failed = Some(wrapped.unwrap_or(first));
+            }
+        }
+    }
+    part.txn = None;
+}
+
+/// How a transaction that did not end in its marker on the target ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// Not committed (or aborted, for fillers): its records may be aborted on the target.
+    Failed(String),
+    /// Committed, or aborted as planned, but the marker was not seen on the target in time.
+    MarkerUnseen(String),
+}
+
+impl From<String> for Ended {
+    fn from(reason: String) -> Self {
+        Ended::Failed(reason)
+    }
+}
+
 /// Writes `w` in a transaction of `txn`, checks that its records landed where alignment needs
 /// them, commits (a wrapped record) or aborts (fillers) it, and waits until the marker is on
 /// the target. The records written.
@@ -284,6 +343,21 @@ fn write_in_transaction(
     watermarks: (&BaseConsumer, &Patience),
     shutdown: &tokio_util::sync::CancellationToken,
     w: Writing<'_>,
+) -> Result<i64, Ended> {
+    let count = write_and_end(txn, shutdown, &w)?;
+    // The coordinator writes the marker after it answered: a plain write now could land
+    // before it. Wait until the partition ends after the marker.
+    let after = w.first.saturating_add(count).saturating_add(1);
+    marker_written(watermarks, w.remote, w.partition, after).map_err(Ended::MarkerUnseen)?;
+    Ok(count)
+}
+
+/// The transaction of `w`, written and ended (committed or aborted as its step says); the
+/// records it wrote.
+fn write_and_end(
+    txn: &BaseProducer<AckContext>,
+    shutdown: &tokio_util::sync::CancellationToken,
+    w: &Writing<'_>,
 ) -> Result<i64, String> {
     txn.begin_transaction().map_err(|e| e.to_string())?;
     let count = match (w.step, w.held) {
@@ -311,10 +385,6 @@ fn write_in_transaction(
         _ => txn.abort_transaction(CALL_TIMEOUT),
     }
     .map_err(|e| e.to_string())?;
-    // The coordinator writes the marker after it answered: a plain write now could land
-    // before it. Wait until the partition ends after the marker.
-    let after = w.first.saturating_add(count).saturating_add(1);
-    marker_written(watermarks, w.remote, w.partition, after)?;
     Ok(count)
 }
 
@@ -391,6 +461,55 @@ fn wait_for_end(
 #[cfg(test)]
 mod marker_tests {
     use super::*;
+
+    /// Where a partition stands after each way its transaction ends (a record wrapped at 41,
+    /// landed at target offset 41, its marker at 42).
+    #[test]
+    fn a_partition_moves_past_a_seen_marker_only_and_a_committed_record_is_never_taken_for_failed()
+    {
+        let cases = [
+            (Ok(1), Some(43), None),
+            (
+                Err(Ended::MarkerUnseen("not within 30s".into())),
+                Some(41),
+                None,
+            ),
+            (
+                Err(Ended::Failed("commit timed out".into())),
+                Some(41),
+                Some(41),
+            ),
+        ];
+        for (ended, next_target, wrap_failed) in cases {
+            let (mut slots, idx, _) = super::super::settle::tests::table(&[]);
+            let slot = slots.get_mut(idx).expect("the partition");
+            slot.next_target = 41;
+            frontier_after(&mut slot.own, Step::Wrapped, 41, Some(41), &ended);
+            assert_eq!(Some(slot.next_target), next_target, "{ended:?}");
+            assert_eq!(slot.wrap_failed, wrap_failed, "{ended:?}");
+            let latest = slot.latest.map(|l| (l.next, l.downstream));
+            assert_eq!(latest, ended.is_ok().then_some((43, 41)), "{ended:?}");
+        }
+        // Aborted fillers move the partition but not its newest copied record.
+        let (mut slots, idx, _) = super::super::settle::tests::table(&[]);
+        let slot = slots.get_mut(idx).expect("the partition");
+        slot.latest = Some(Frontier {
+            next: 10,
+            downstream: 9,
+        });
+        frontier_after(&mut slot.own, Step::Aborted(3), 10, None, &Ok(3));
+        assert_eq!(slot.next_target, 14);
+        assert_eq!(slot.latest.map(|l| (l.next, l.downstream)), Some((14, 9)));
+        // A failed abort of fillers leaves no failed wrap behind.
+        frontier_after(
+            &mut slot.own,
+            Step::Aborted(3),
+            14,
+            None,
+            &Err(Ended::Failed("x".into())),
+        );
+        assert_eq!(slot.wrap_failed, None);
+    }
 
     #[test]
     fn a_failed_look_up_is_asked_again_until_the_end_passes_the_marker() {
