@@ -13,9 +13,12 @@
 //!
 //! Plain records go through the shared idempotent producer, asynchronously; transactions go
 //! through a transactional producer of the partition's own, after the partition's plain
-//! writes are acknowledged (order across two producers is only kept by waiting). The
-//! transactional id also fences a previous writer of the partition (a replica that lost it)
-//! before the new owner reads where the target ends.
+//! writes are acknowledged (order across two producers is only kept by waiting). A planned
+//! transaction waits ([`pending`]) while the other partitions are copied on, and the waiting
+//! transactions of every partition then run side by side: one after another on the copy
+//! thread, a transactional topic was copied at one commit marker per few round trips for the
+//! whole replica. The transactional id also fences a previous writer of the partition (a
+//! replica that lost it) before the new owner reads where the target ends.
 //!
 //! # Resume
 //! The target's log end IS the next source offset to copy: no stored position is needed to
@@ -33,6 +36,7 @@
 
 mod hanging;
 mod ownership;
+mod pending;
 pub mod plan;
 mod resume;
 mod settle;
@@ -47,6 +51,7 @@ use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use self::pending::{Hold, Pending};
 use self::plan::Step;
 use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
@@ -123,6 +128,32 @@ pub struct AlignedPart {
     wrap_failed: Option<i64>,
     /// Tries to end a transaction left open at the remote partition's end ([`hanging`]).
     open_closes: u32,
+    /// A transaction planned and not written yet, with the records read after it.
+    pending: Option<Pending>,
+    /// How long a look-up of the partition's marker waits (run off the copy thread, so the
+    /// partition's own).
+    marker_patience: Patience,
+}
+
+impl AlignedPart {
+    fn new(transactional_id: String, state: State, sync: SyncPolicy) -> Self {
+        AlignedPart {
+            transactional_id,
+            txn: None,
+            state,
+            next_target: 0,
+            held: None,
+            read_at: Instant::now(),
+            in_flight: InFlightQueue::default(),
+            sync,
+            latest: None,
+            stored: None,
+            wrap_failed: None,
+            open_closes: 0,
+            pending: None,
+            marker_patience: Patience::new(WATERMARK_TIMEOUT, CALL_TIMEOUT),
+        }
+    }
 }
 
 /// One owned source partition.
@@ -145,6 +176,10 @@ impl AlignedSlot {
             (None, _) => -1,
         };
         let reason = match (self.state, &self.held) {
+            (State::Aligned, _) if self.pending.is_some() => format!(
+                "aligned mode waits to write a transaction of the partition, beside those of other partitions ({} records read after it wait with it)",
+                self.pending.as_ref().map_or(0, |p| p.backlog.len())
+            ),
             (State::Preparing { .. }, _) => format!(
                 "aligned mode prepares the partition again and again (fencing the previous writer of {}, reading where the remote partition ends); see the replicator's warnings",
                 self.transactional_id
@@ -187,6 +222,12 @@ pub struct Aligned {
     runtime: tokio::runtime::Handle,
     slots: SlotTable<AlignedSlot>,
     acks: Vec<Ack>,
+    /// Some partition may have a transaction waiting ([`pending`]): polls stay short.
+    deferred: bool,
+    /// Bytes queued behind waiting transactions (at least; counted again after each run).
+    queued: usize,
+    /// The waiting transactions are being written ([`Aligned::run_pending`] is not re-entered).
+    running: bool,
 }
 
 pub struct Parts {
@@ -213,42 +254,20 @@ impl Delivery for Aligned {
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        let Some((idx, slot)) = self.slots.lookup(m.topic(), m.partition()) else {
+        let Some((idx, _)) = self.slots.lookup(m.topic(), m.partition()) else {
             return;
         };
-        match slot.state {
-            State::Preparing { .. } => {}
-            State::Translated => self.copy_translated(idx, m),
-            State::Aligned => {
-                let (held, next_target) = (slot.held.is_some(), slot.next_target);
-                let Some(steps) = plan::plan(held, next_target, m.offset()) else {
-                    // The source went back under the copies (read again after a seek?).
-                    self.misaligned(idx, m.offset(), -1);
-                    return;
-                };
-                let applied = self.apply(idx, &steps, m.timestamp().to_millis());
-                match self.slots.get_mut(idx).map(|s| s.state) {
-                    Some(State::Aligned) if applied => {
-                        if let Some(slot) = self.slots.get_mut(idx) {
-                            slot.held = Some(m.detach());
-                            slot.read_at = Instant::now();
-                        }
-                    }
-                    // Alignment broke on the way: this record goes on translated.
-                    Some(State::Translated) => self.copy_translated(idx, m),
-                    _ => {}
-                }
-            }
-        }
+        self.copy_record(idx, m);
     }
 
     fn busy(&self) -> bool {
-        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
+        self.deferred || self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
     }
 
     fn service(&mut self, consumer: &Source<Self>) {
         self.service_acks();
         self.release_quiet(consumer);
+        self.run_pending();
         self.retry_unready(consumer);
     }
 
@@ -332,10 +351,53 @@ impl Aligned {
             runtime: p.runtime,
             slots: SlotTable::default(),
             acks: Vec::with_capacity(4096),
+            deferred: false,
+            queued: 0,
+            running: false,
         }
     }
 
-    fn copy_translated(&mut self, idx: usize, m: &BorrowedMessage<'_>) {
+    /// Copies a record of the partition at `idx`: after the partition's waiting transaction
+    /// if it has one, held back (aligned), or as it is (translated).
+    fn copy_record<M: Hold>(&mut self, idx: usize, m: &M) {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.pending.is_some() {
+            self.queue_behind(idx, m.hold(), true);
+            return;
+        }
+        match slot.state {
+            State::Preparing { .. } => {}
+            State::Translated => self.copy_translated(idx, m),
+            State::Aligned => {
+                let (held, next_target) = (slot.held.is_some(), slot.next_target);
+                let Some(steps) = plan::plan(held, next_target, m.offset()) else {
+                    // The source went back under the copies (read again after a seek?).
+                    self.misaligned(idx, m.offset(), -1);
+                    return;
+                };
+                let applied = self.apply(idx, &steps, m.timestamp().to_millis());
+                match self.slots.get_mut(idx) {
+                    // Held once the transaction before it is written.
+                    Some(slot)
+                        if slot.state == State::Aligned && applied && slot.pending.is_some() =>
+                    {
+                        self.queue_behind(idx, m.hold(), false);
+                    }
+                    Some(slot) if slot.state == State::Aligned && applied => {
+                        slot.held = Some(m.hold());
+                        slot.read_at = Instant::now();
+                    }
+                    // Alignment broke on the way: this record goes on translated.
+                    Some(slot) if slot.state == State::Translated => self.copy_translated(idx, m),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn copy_translated<M: Hold>(&mut self, idx: usize, m: &M) {
         let Some(slot) = self.slots.get(idx) else {
             return;
         };
@@ -539,8 +601,10 @@ impl Aligned {
         }
         slot.state = State::Translated;
         let (topic, partition) = (slot.topic.clone(), slot.partition);
-        // What is held is copied plain now; a jump after it can no longer be filled.
+        // What is held, or waits for a transaction, is copied plain now; a jump after it can
+        // no longer be filled.
         let held = slot.held.take();
+        let pending = slot.pending.take();
         tracing::warn!(%topic, partition, source_offset = at, target_offset = landed,
             "offsets of the remote partition no longer match the source; translating from here");
         self.count_error("misaligned");
@@ -552,6 +616,11 @@ impl Aligned {
             let (generation, remote) = (slot.generation, slot.remote.clone());
             let (record, bytes) = send::forward(&h, &remote, opaque(idx, generation, false));
             self.send_plain(idx, generation, record, h.offset(), -1, bytes as u64);
+        }
+        if let Some(pending) = pending {
+            for m in pending.into_records() {
+                self.copy_translated(idx, &m);
+            }
         }
     }
 
@@ -577,6 +646,8 @@ impl Aligned {
             slot.generation = generation;
             slot.in_flight.clear();
             slot.held = None;
+            // Read again from where the target ends.
+            slot.pending = None;
             slot.state = State::Preparing {
                 retry_at: Instant::now() + delay,
             };

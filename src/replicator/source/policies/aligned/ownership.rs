@@ -19,25 +19,16 @@ impl FencedPositions for Aligned {
         let remote = self.shared.remote_topic(topic);
         let group = crate::replicator::source::source_group_id(&self.shared.ctx.flow);
         let base = group.strip_suffix(".source").unwrap_or(&group);
-        let part = AlignedPart {
-            transactional_id: format!("{base}.aligned.{topic}-{partition}"),
-            txn: None,
-            state: State::Preparing {
+        let part = AlignedPart::new(
+            format!("{base}.aligned.{topic}-{partition}"),
+            State::Preparing {
                 retry_at: Instant::now(),
             },
-            next_target: 0,
-            held: None,
-            read_at: Instant::now(),
-            in_flight: InFlightQueue::default(),
-            sync: SyncPolicy::new(
+            SyncPolicy::new(
                 TopicPartition::new(topic.to_string(), partition),
                 self.shared.sync_config,
             ),
-            latest: None,
-            stored: None,
-            wrap_failed: None,
-            open_closes: 0,
-        };
+        );
         Slot::new(
             topic.to_string(),
             partition,

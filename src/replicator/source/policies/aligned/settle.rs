@@ -82,7 +82,6 @@ pub(super) fn settle(slots: &mut SlotTable<AlignedSlot>, acks: &[Ack], now: Dura
 
 #[cfg(test)]
 pub(super) mod tests {
-    use std::time::Instant;
 
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -105,20 +104,12 @@ pub(super) mod tests {
         };
         let mut queue = InFlightQueue::default();
         in_flight.iter().for_each(|s| queue.push_back(*s));
-        let part = AlignedPart {
-            transactional_id: "t".into(),
-            txn: None,
-            state: State::Aligned,
-            next_target: 0,
-            held: None,
-            read_at: Instant::now(),
-            in_flight: queue,
-            sync: SyncPolicy::new(TopicPartition::new("t", 0), config),
-            latest: None,
-            stored: None,
-            wrap_failed: None,
-            open_closes: 0,
-        };
+        let mut part = AlignedPart::new(
+            "t".into(),
+            State::Aligned,
+            SyncPolicy::new(TopicPartition::new("t", 0), config),
+        );
+        part.in_flight = queue;
         let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
         let slot = Slot::new("t".into(), 0, "a.t".into(), generation, backoff, part);
         let idx = slots.insert(slot).expect("a valid partition");

@@ -54,9 +54,7 @@ impl Aligned {
                         self.send_plain(idx, generation, record, -1, first + i, 0)
                     })
                 }
-                Step::Wrapped | Step::Aborted(_) => {
-                    self.transaction(idx, generation, *step, timestamp)
-                }
+                Step::Wrapped | Step::Aborted(_) => self.defer(idx, *step, timestamp),
             };
             if !ok {
                 return false;
@@ -65,50 +63,19 @@ impl Aligned {
         true
     }
 
-    /// A transaction of the partition's own producer: the held record committed (its marker
-    /// fills the jump of one after it), or `n` fillers aborted. Waits for the partition's
-    /// plain writes first, and for every report of its own before it ends.
-    pub(super) fn transaction(
+    /// What a transaction of the partition's own producer ([`pending`]) did: the held record
+    /// committed (its marker fills the jump of one after it), or `n` fillers aborted, from
+    /// target offset `first`. False when the partition is prepared again.
+    pub(super) fn ended_transaction(
         &mut self,
-        idx: usize,
-        generation: u32,
-        step: Step,
-        timestamp: Option<i64>,
+        (idx, generation): (usize, u32),
+        (step, held, first): (Step, Option<OwnedMessage>, i64),
+        written: Result<i64, Ended>,
     ) -> bool {
-        if !self.wait_drained(idx, generation) {
-            return false;
-        }
         let Some(slot) = self.slots.get_mut(idx) else {
             return false;
         };
-        if slot.state != State::Aligned {
-            // An acknowledgement served while waiting broke alignment.
-            return false;
-        }
-        let (remote, partition) = (slot.remote.clone(), slot.partition);
-        let part = &mut slot.own;
-        let Some(txn) = part.txn.as_ref() else {
-            self.prepare_again(idx, Duration::ZERO);
-            return false;
-        };
-        let first = part.next_target;
-        let held = match step {
-            Step::Wrapped => part.held.take(),
-            _ => None,
-        };
-        let written = write_in_transaction(
-            txn,
-            (&self.target_watermarks, &self.target_patience),
-            &self.shared.shutdown,
-            Writing {
-                step,
-                held: held.as_ref(),
-                remote: &remote,
-                partition,
-                timestamp,
-                first,
-            },
-        );
+        let partition = slot.partition;
         let topic = slot.topic.clone();
         if let Err(Ended::Failed(_)) = written
             && let Some(txn) = slot.txn.as_ref()
@@ -272,15 +239,15 @@ impl SetOpaque for send::Record<'_> {
 }
 
 /// One transaction's writes: what it writes, where.
-struct Writing<'a> {
-    step: Step,
-    held: Option<&'a OwnedMessage>,
-    remote: &'a str,
-    partition: i32,
+pub(super) struct Writing<'a> {
+    pub step: Step,
+    pub held: Option<&'a OwnedMessage>,
+    pub remote: &'a str,
+    pub partition: i32,
     /// The fillers' timestamp.
-    timestamp: Option<i64>,
+    pub timestamp: Option<i64>,
     /// The target offset its first record must land at.
-    first: i64,
+    pub first: i64,
 }
 
 /// Moves the partition by how its transaction ended: past the marker once it is on the
@@ -322,7 +289,7 @@ fn frontier_after(
 
 /// How a transaction that did not end in its marker on the target ended.
 #[derive(Debug, PartialEq, Eq)]
-enum Ended {
+pub(super) enum Ended {
     /// Not committed (or aborted, for fillers): its records may be aborted on the target.
     Failed(String),
     /// Committed, or aborted as planned, but the marker was not seen on the target in time.
@@ -338,9 +305,9 @@ impl From<String> for Ended {
 /// Writes `w` in a transaction of `txn`, checks that its records landed where alignment needs
 /// them, commits (a wrapped record) or aborts (fillers) it, and waits until the marker is on
 /// the target. The records written.
-fn write_in_transaction(
+pub(super) fn write_in_transaction(
     txn: &BaseProducer<AckContext>,
-    watermarks: (&BaseConsumer, &Patience),
+    patience: &Patience,
     shutdown: &tokio_util::sync::CancellationToken,
     w: Writing<'_>,
 ) -> Result<i64, Ended> {
@@ -348,7 +315,7 @@ fn write_in_transaction(
     // The coordinator writes the marker after it answered: a plain write now could land
     // before it. Wait until the partition ends after the marker.
     let after = w.first.saturating_add(count).saturating_add(1);
-    marker_written(watermarks, w.remote, w.partition, after).map_err(Ended::MarkerUnseen)?;
+    marker_written((txn, patience), w.remote, w.partition, after).map_err(Ended::MarkerUnseen)?;
     Ok(count)
 }
 
@@ -413,9 +380,10 @@ fn landed_at(txn: &BaseProducer<AckContext>, first: i64, count: i64) -> Result<(
 }
 
 /// Waits until `remote`'s `partition` ends at `after` or later (its marker written), at most
-/// [`CALL_TIMEOUT`].
+/// [`CALL_TIMEOUT`]; asked by the transaction's own producer (each partition's transaction
+/// runs on a thread of its own).
 fn marker_written(
-    (watermarks, patience): (&BaseConsumer, &Patience),
+    (watermarks, patience): (&BaseProducer<AckContext>, &Patience),
     remote: &str,
     partition: i32,
     after: i64,
@@ -423,7 +391,9 @@ fn marker_written(
     wait_for_end(after, CALL_TIMEOUT, MARKER_POLL, |within| {
         patience
             .ask(within, |limit| {
-                watermarks.fetch_watermarks(remote, partition, limit)
+                watermarks
+                    .client()
+                    .fetch_watermarks(remote, partition, limit)
             })
             .map(|(_, high)| high)
             .map_err(|e| e.to_string())
