@@ -156,13 +156,14 @@ pub fn fetched_batches(data: &[u8]) {
 
 /// The first byte picks the answer's kind, the rest is the answer body a broker sent. Decoding
 /// never panics and what decodes keeps the bounds the copy relies on: addresses are TCP ports,
-/// offsets are -1 or a real offset, fetched records are bytes of the answer itself.
+/// offsets are -1 or a real offset, fetched records are bytes of the answer itself, a group
+/// listing holds no more groups than its bytes could name.
 pub fn broker_answers(data: &[u8]) {
-    use mirrorflow_core::protocol::{self, list_offsets, metadata};
+    use mirrorflow_core::protocol::{self, list_groups, list_offsets, metadata};
     let Some((&kind, body)) = data.split_first() else {
         return;
     };
-    match kind % 7 {
+    match kind % 8 {
         0 => {
             if let Ok(m) = metadata::decode_metadata(body) {
                 assert!(m.brokers.iter().all(|b| (1..=65535).contains(&b.port)));
@@ -195,9 +196,15 @@ pub fn broker_answers(data: &[u8]) {
         5 => {
             let _ = protocol::decode_init_producer_id(body);
         }
-        _ => {
+        6 => {
             let _ = protocol::decode_sasl_handshake(body);
             let _ = protocol::decode_sasl_authenticate(body);
+        }
+        _ => {
+            if let Ok(listed) = list_groups::decode_list_groups(body) {
+                // Each group takes at least its two string lengths.
+                assert!(listed.groups.len().saturating_mul(4) <= body.len());
+            }
         }
     }
 }

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+/// The protocol type a share group (KIP-932) is listed with: its consumers' positions are the
+/// share coordinator's start offsets, not committed offsets.
+pub const SHARE: &str = "share";
+
 /// A group as its coordinator describes it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Membership {

@@ -317,7 +317,13 @@ pub struct Cluster {
     /// [`SHARED_FOR`] of a fetch uses it instead of asking again.
     metadata: Mutex<Option<(Instant, Arc<Metadata>)>>,
     group_names: Mutex<Option<(Instant, Arc<Vec<String>>)>>,
+    /// The protocol types of the groups that are not plain consumer groups, as last listed.
+    group_kinds: Mutex<Option<(Instant, Arc<GroupKinds>)>>,
 }
+
+/// Group name to protocol type (`share`, `streams`, ...), for the groups whose type is not
+/// `consumer` or empty.
+pub type GroupKinds = HashMap<String, String>;
 
 /// The largest answer a probe client reads from a broker (`receive.message.max.bytes`).
 pub const MAX_ANSWER_BYTES: usize = 8 << 20;
@@ -421,6 +427,7 @@ impl Cluster {
             used: Mutex::new(Instant::now()),
             metadata: Mutex::new(None),
             group_names: Mutex::new(None),
+            group_kinds: Mutex::new(None),
         })
     }
 
@@ -461,6 +468,39 @@ impl Cluster {
         );
         *cached = Some((Instant::now(), names.clone()));
         Ok(names)
+    }
+
+    /// The cluster's groups that are not plain consumer groups, with their protocol types,
+    /// listed at most once per [`SHARED_FOR`] with the project's own connections (librdkafka
+    /// lists every group without its type). Empty when they could not be listed (a cluster
+    /// they cannot speak to, a broker that did not answer): the groups are then taken for
+    /// consumer groups, as before types were known.
+    pub fn group_kinds(&self) -> Arc<GroupKinds> {
+        let Some(own) = self.own.as_ref() else {
+            return Arc::default();
+        };
+        let Ok(mut cached) = self.group_kinds.lock() else {
+            return Arc::default();
+        };
+        if let Some((at, kinds)) = cached.as_ref()
+            && at.elapsed() < SHARED_FOR
+        {
+            return kinds.clone();
+        }
+        let listed = own
+            .lock()
+            .map_err(|_| TailError::Unavailable)
+            .and_then(|mut o| o.list_groups());
+        let kinds: Arc<GroupKinds> = Arc::new(
+            listed
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|g| !matches!(g.protocol_type.as_str(), "" | "consumer"))
+                .map(|g| (g.group, g.protocol_type))
+                .collect(),
+        );
+        *cached = Some((Instant::now(), kinds.clone()));
+        kinds
     }
 
     /// The librdkafka client, its token first brought up to date ([`Self::serve_token`]).

@@ -29,6 +29,9 @@ pub enum GroupState {
     CheckpointInvalidated,
     /// It committed past what is copied, so no checkpoint can cover it yet.
     ReplicationBehind,
+    /// A share group: its consumers' start offsets are not mirrored, so a failover starts it
+    /// where `share.auto.offset.reset` says.
+    NotMirrored,
     /// Committed offsets on the source, no checkpoint on the target.
     NoCheckpoint,
     /// Its checkpoint is older than `failoverReadiness.maxCheckpointAge`.
@@ -46,6 +49,7 @@ impl GroupState {
             GroupState::RecordsMismatch => "RecordsMismatch",
             GroupState::CheckpointInvalidated => "CheckpointInvalidated",
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
+            GroupState::NotMirrored => "ShareGroupNotMirrored",
             GroupState::NoCheckpoint => "NoCheckpoint",
             GroupState::CheckpointStale => "CheckpointStale",
             GroupState::CheckpointConservative => "CheckpointConservative",
@@ -59,6 +63,7 @@ impl GroupState {
             GroupState::RecordsMismatch => reason::RECORDS_MISMATCH,
             GroupState::CheckpointInvalidated => reason::CHECKPOINTS_INVALIDATED,
             GroupState::ReplicationBehind => reason::REPLICATION_BEHIND,
+            GroupState::NotMirrored => reason::GROUPS_NOT_MIRRORED,
             GroupState::NoCheckpoint => reason::NO_CHECKPOINTS,
             GroupState::CheckpointConservative => reason::CHECKPOINTS_CONSERVATIVE,
             GroupState::CheckpointStale | GroupState::Ready => reason::CHECKPOINTS_STALE,
@@ -68,7 +73,7 @@ impl GroupState {
 
 /// Per-group readiness with its state, worst first: groups whose checkpoint a verification on
 /// the records found wrong, and those whose checkpoints point into a recreated remote log (a
-/// failover would skip records), then groups without any checkpoint,
+/// failover would skip records), then share groups and groups without any checkpoint,
 /// then stale ones (oldest first) and those whose checkpoint at the commit is conservative, then
 /// ready ones; ties by records a failover would re-read, then name.
 pub fn states(
@@ -171,6 +176,18 @@ pub fn states(
             (rank, age, state, row)
         })
         .collect();
+    rows.extend(obs.share_groups.iter().map(|group| {
+        let row = GroupReadiness {
+            group: group.clone(),
+            checkpoint_age: "never".into(),
+            estimated_replay_records: 0,
+            reason: GroupState::NotMirrored.reason().into(),
+            message: SHARE_GROUP.into(),
+            last_verified: None,
+            verified_partitions: None,
+        };
+        (1, Duration::MAX, GroupState::NotMirrored, row)
+    }));
     rows.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then(b.1.cmp(&a.1))
@@ -182,6 +199,9 @@ pub fn states(
     });
     rows.into_iter().map(|(_, _, s, r)| (s, r)).collect()
 }
+
+/// Why a share group cannot fail over, and what to do.
+const SHARE_GROUP: &str = "a share group (KIP-932): where its consumers are is kept by the share coordinator as start offsets, not as committed offsets, and MirrorFlow does not mirror them (MirrorMaker 2's checkpoints hold committed offsets only); after a failover its consumers start on the target where share.auto.offset.reset says (latest by default), so records not yet acknowledged on the source would be skipped; before failing over, set share.auto.offset.reset=earliest for the group on the target (its consumers then re-read the mirrored topics from their start), or leave the group out with spec.groupsExclude";
 
 /// Per-group readiness, worst first (see [`states`]).
 pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {

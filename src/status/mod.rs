@@ -352,6 +352,8 @@ pub struct Observation {
     pub replication_lag: Option<i64>,
     /// Groups with committed offsets on the source (checkpointed or not).
     pub groups: Vec<GroupObservation>,
+    /// Share groups (KIP-932) `spec.groups` selects: their start offsets are not mirrored.
+    pub share_groups: Vec<String>,
     /// Breaks in continuity the replicator recorded; `None` when they could not be read
     /// (then the previous status's list stands).
     pub gaps: Option<Vec<crate::kafka::positions::Gap>>,

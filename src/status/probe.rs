@@ -89,6 +89,8 @@ pub struct ClusterObservation {
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
     pub groups: Vec<GroupObservation>,
+    /// Share groups the flow's selection matches ([`Observation::share_groups`]).
+    pub share_groups: Vec<String>,
     /// Breaks in continuity recorded in the positions topic; `None` when it was not read.
     pub gaps: Option<Vec<Gap>>,
     /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not
@@ -118,6 +120,7 @@ impl ClusterObservation {
         obs.selected = self.selected;
         obs.replication_lag = self.replication_lag;
         obs.groups = self.groups;
+        obs.share_groups = self.share_groups;
         obs.gaps = self.gaps;
         obs.topic_acls = self.topic_acls;
         obs.conflict = self.conflict;
@@ -420,7 +423,7 @@ fn observe_clusters(
     }
     let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
     if let Ok(md) = &source_md {
-        (out.groups, out.selected.groups_forbidden) = group_observations(
+        (out.groups, out.selected.groups_forbidden, out.share_groups) = group_observations(
             flow,
             &source,
             md,

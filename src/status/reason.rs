@@ -39,6 +39,8 @@ pub const REPLICATOR_UNSCHEDULABLE: &str = "ReplicatorUnschedulable";
 pub const NO_HEARTBEATS: &str = "NoHeartbeats";
 pub const HEARTBEAT_LAG_HIGH: &str = "HeartbeatLagHigh";
 pub const NO_CHECKPOINTS: &str = "NoCheckpoints";
+/// A selected group of a kind whose position MirrorFlow does not mirror (share groups).
+pub const GROUPS_NOT_MIRRORED: &str = "GroupsNotMirrored";
 pub const CHECKPOINTS_STALE: &str = "CheckpointsStale";
 /// A group's checkpoint points into a remote partition that was recreated since.
 pub const CHECKPOINTS_INVALIDATED: &str = "CheckpointsInvalidated";

@@ -390,6 +390,9 @@ pub(super) struct OwnTails {
     /// The installer's bound on the addresses these connections may reach.
     address_check: Option<mirrorflow_conn::AddressCheck>,
     fetcher: Option<Fetcher>,
+    /// Connections of their own for group listings: a fetcher's connections may carry its
+    /// requests, whose answers another request must not read.
+    groups: Option<mirrorflow_conn::Cluster>,
     pub(super) tails: HashMap<String, Tail>,
 }
 
@@ -409,24 +412,42 @@ impl OwnTails {
                 .to_owned(),
             address_check,
             fetcher: None,
+            groups: None,
             tails: HashMap::new(),
         })
     }
 
+    fn cluster(&self) -> Result<mirrorflow_conn::Cluster, TailError> {
+        let options = Options {
+            client_id: self.client_id.clone(),
+            timeout: IO_TIMEOUT,
+            max_frame: MAX_FRAME,
+            address_check: self.address_check.clone(),
+        };
+        mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)
+            .map_err(|_| TailError::Unavailable)
+    }
+
     fn fetcher(&mut self) -> Result<&mut Fetcher, TailError> {
         if self.fetcher.is_none() {
-            let options = Options {
-                client_id: self.client_id.clone(),
-                timeout: IO_TIMEOUT,
-                max_frame: MAX_FRAME,
-                address_check: self.address_check.clone(),
-            };
-            let cluster =
-                mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)
-                    .map_err(|_| TailError::Unavailable)?;
-            self.fetcher = Some(Fetcher::new(cluster, LIMITS));
+            self.fetcher = Some(Fetcher::new(self.cluster()?, LIMITS));
         }
         self.fetcher.as_mut().ok_or(TailError::Unavailable)
+    }
+
+    /// Every group of the cluster with its protocol type (ListGroups to each broker, answers
+    /// bounded as every other answer these connections read).
+    pub(super) fn list_groups(
+        &mut self,
+    ) -> Result<Vec<mirrorflow_core::protocol::list_groups::ListedGroup>, TailError> {
+        if self.groups.is_none() {
+            self.groups = Some(self.cluster()?);
+        }
+        let cluster = self.groups.as_mut().ok_or(TailError::Unavailable)?;
+        cluster.list_groups().map_err(|e| {
+            tracing::debug!(error = %e, "listing the cluster's groups by type failed");
+            TailError::Unavailable
+        })
     }
 
     /// Partition 0's first offset and the end a `read_committed` reader reaches.

@@ -171,6 +171,48 @@ fn a_checkpoint_into_a_recreated_remote_log_blocks_failover() {
     );
 }
 
+/// A share group the selection matches cannot fail over with the flow (its start offsets are
+/// not mirrored): named, with the fix, and FailoverReady is False for it; a flow with only a
+/// share group is not "nothing to fail over".
+#[test]
+fn a_selected_share_group_is_named_not_mirrored_and_blocks_failover() {
+    let mut o = healthy();
+    o.share_groups = vec!["orders-queue".into()];
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    let fresh = cond(&s, CHECKPOINTS_FRESH);
+    assert_eq!(fresh.status, "False");
+    assert_eq!(fresh.reason, reason::GROUPS_NOT_MIRRORED);
+    assert!(
+        fresh
+            .message
+            .starts_with("1 of 2 groups not ready; worst: orders-queue: a share group"),
+        "{}",
+        fresh.message
+    );
+    let failover = cond(&s, FAILOVER_READY);
+    assert_eq!(failover.status, "False");
+    assert!(
+        failover.message.contains("spec.groupsExclude"),
+        "{}",
+        failover.message
+    );
+    let rows: Vec<_> = (s.least_ready_groups.iter())
+        .map(|g| (g.group.as_str(), g.reason.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        [("orders-queue", "ShareGroupNotMirrored"), ("g1", "Ready")]
+    );
+
+    o.groups.clear();
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(
+        cond(&s, CHECKPOINTS_FRESH).reason,
+        reason::GROUPS_NOT_MIRRORED
+    );
+    assert_eq!(cond(&s, FAILOVER_READY).status, "False");
+}
+
 #[test]
 fn a_stale_group_is_listed_first_with_its_reason() {
     let mut o = healthy();

@@ -267,7 +267,7 @@ fn checkpoints(
                 format!(
                     "{} of {} groups not ready; worst: {}: {}",
                     not_ready.len(),
-                    obs.groups.len(),
+                    groups.len(),
                     worst.group,
                     worst.message
                 ),

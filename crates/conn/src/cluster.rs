@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mirrorflow_core::protocol::list_groups::{self, ListedGroup};
 use mirrorflow_core::protocol::list_offsets::{self, ListedOffset};
 use mirrorflow_core::protocol::metadata::{self, Metadata, TopicMetadata};
 use mirrorflow_core::protocol::{self, ErrorCode, Isolation};
@@ -162,6 +163,37 @@ impl Cluster {
     /// Closes the connection to `node_id` (after it failed); the next use opens a new one.
     pub fn forget(&mut self, node_id: i32) {
         self.conns.remove(&node_id);
+    }
+
+    /// Every group of the cluster with its protocol type: each broker lists the groups it
+    /// coordinates. An error when any broker could not answer (a partial list would tell
+    /// groups apart wrongly).
+    pub fn list_groups(&mut self) -> Result<Vec<ListedGroup>, ConnError> {
+        let metadata = self.metadata(&[])?;
+        let mut groups = Vec::new();
+        for broker in &metadata.brokers {
+            let answer = self.broker(broker.node_id).and_then(|conn| {
+                conn.require(
+                    protocol::API_LIST_GROUPS,
+                    "ListGroups",
+                    protocol::LIST_GROUPS_VERSION,
+                )?;
+                let listed = conn.ask(
+                    list_groups::list_groups_request,
+                    list_groups::decode_list_groups,
+                )?;
+                conn.check("ListGroups", listed.error, "")?;
+                Ok(listed.groups)
+            });
+            match answer {
+                Ok(listed) => groups.extend(listed),
+                Err(e) => {
+                    self.forget(broker.node_id);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(groups)
     }
 
     /// The offsets `asks` (partition, timestamp: [`list_offsets::LATEST`],

@@ -1,7 +1,8 @@
 //! The Kafka requests a copy that keeps record batches whole needs, in their last versions
 //! without tagged fields: ApiVersions v0, Metadata v8 ([`metadata`]), ListOffsets v4
 //! ([`list_offsets`]), Fetch v11, Produce v8, InitProducerId v1, and SASL's SaslHandshake v1
-//! and SaslAuthenticate v1. Requests are
+//! and SaslAuthenticate v1; and what the operator's probe asks besides: ListGroups v2
+//! ([`list_groups`]). Requests are
 //! encoded into whole frames (size, header v1, body); answers are decoded from a frame's body
 //! after the correlation id ([`answer_body`]). Decoding is bounded by the answer's own bytes
 //! and never panics; every malformed field is a [`DecodeError`] naming it.
@@ -10,6 +11,7 @@
 
 use crate::wire::{DecodeError, EncodeError, Reader, Writer};
 
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
 
@@ -17,6 +19,7 @@ pub const API_PRODUCE: i16 = 0;
 pub const API_FETCH: i16 = 1;
 pub const API_LIST_OFFSETS: i16 = 2;
 pub const API_METADATA: i16 = 3;
+pub const API_LIST_GROUPS: i16 = 16;
 pub const API_INIT_PRODUCER_ID: i16 = 22;
 pub const API_SASL_HANDSHAKE: i16 = 17;
 pub const API_VERSIONS: i16 = 18;
@@ -24,6 +27,7 @@ pub const API_SASL_AUTHENTICATE: i16 = 36;
 pub const FETCH_VERSION: i16 = 11;
 pub const LIST_OFFSETS_VERSION: i16 = 4;
 pub const METADATA_VERSION: i16 = 8;
+pub const LIST_GROUPS_VERSION: i16 = 2;
 pub const PRODUCE_VERSION: i16 = 8;
 pub const INIT_PRODUCER_ID_VERSION: i16 = 1;
 pub const SASL_HANDSHAKE_VERSION: i16 = 1;

@@ -242,36 +242,66 @@ pub fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)])
     Ok(())
 }
 
-/// A Java consumer of the consumer group protocol (KIP-848, `group.protocol=consumer`) in
-/// `group` on `topic`, from the world's Kafka jars, until dropped. It never commits.
+/// A Kafka tool's class run from the world's Kafka jars (`KAFKA_HOME`), its output dropped.
+fn kafka_tool(class: &str, args: &[&str]) -> Result<std::process::Command> {
+    let home = std::env::var("KAFKA_HOME").context("KAFKA_HOME (eval \"$(e2e/world.sh env)\")")?;
+    let mut command = std::process::Command::new("java");
+    command
+        .arg("-Xmx256m")
+        .arg(format!(
+            "-Dlog4j2.configurationFile={home}/log4j2.properties"
+        ))
+        .args(["-cp", &format!("{home}/lib/*")])
+        .arg(class)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    Ok(command)
+}
+
+/// A Java consumer of `group` on `topic`, from the world's Kafka jars, until dropped: of the
+/// consumer group protocol (KIP-848, `group.protocol=consumer`, never committing), or of a
+/// share group (KIP-932).
 pub struct JavaConsumer {
     child: std::process::Child,
 }
 
 impl JavaConsumer {
     pub fn join(bootstrap: &str, group: &str, topic: &str) -> Result<JavaConsumer> {
-        let home =
-            std::env::var("KAFKA_HOME").context("KAFKA_HOME (eval \"$(e2e/world.sh env)\")")?;
-        let child = std::process::Command::new("java")
-            .arg(format!(
-                "-Dlog4j2.configurationFile={home}/log4j2.properties"
-            ))
-            .args(["-cp", &format!("{home}/lib/*")])
-            .arg("org.apache.kafka.tools.consumer.ConsoleConsumer")
-            .args([
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group",
-                group,
-            ])
-            .args(["--consumer-property", "group.protocol=consumer"])
-            .args(["--consumer-property", "enable.auto.commit=false"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+        let args = [
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--consumer-property",
+            "group.protocol=consumer",
+            "--consumer-property",
+            "enable.auto.commit=false",
+        ];
+        let child = kafka_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", &args)?
             .spawn()
             .context("starting a Java console consumer")?;
+        Ok(JavaConsumer { child })
+    }
+
+    /// A share consumer (`ConsoleShareConsumer`) of share group `group`.
+    pub fn share(bootstrap: &str, group: &str, topic: &str) -> Result<JavaConsumer> {
+        let args = [
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+        ];
+        let child = kafka_tool(
+            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            &args,
+        )?
+        .spawn()
+        .context("starting a Java console share consumer")?;
         Ok(JavaConsumer { child })
     }
 }
@@ -281,6 +311,25 @@ impl Drop for JavaConsumer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Deletes share group `group` (its consumers gone).
+pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
+    let args = [
+        "--bootstrap-server",
+        bootstrap,
+        "--delete",
+        "--group",
+        group,
+    ];
+    let status = kafka_tool(
+        "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+        &args,
+    )?
+    .status()
+    .context("running ShareGroupCommand")?;
+    anyhow::ensure!(status.success(), "deleting share group {group}: {status}");
+    Ok(())
 }
 
 /// Members of `group` as its coordinator reports them, for both group protocols.

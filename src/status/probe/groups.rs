@@ -2,9 +2,11 @@
 //! offsets against its checkpoints and the copy's positions.
 
 use super::*;
+use crate::kafka::groups::SHARE;
 
 /// `source` and `md` are the probe's own client and metadata of the source cluster. Also
-/// counts the groups whose offsets the source refused to the flow's principal.
+/// counts the groups whose offsets the source refused to the flow's principal, and names the
+/// selected share groups (not asked for offsets: theirs are not committed offsets).
 pub(super) fn group_observations(
     flow: &Flow,
     source: &Cluster,
@@ -13,10 +15,10 @@ pub(super) fn group_observations(
     positions: Option<&Positions>,
     recreated: &Recreations,
     budget: Budget,
-) -> (Vec<GroupObservation>, usize) {
+) -> (Vec<GroupObservation>, usize, Vec<String>) {
     let policy = flow.policy.as_ref();
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
-        return (Vec::new(), 0);
+        return (Vec::new(), 0, Vec::new());
     };
     let mut forbidden = 0usize;
     let mirrored: HashSet<(String, i32)> = md
@@ -30,7 +32,10 @@ pub(super) fn group_observations(
         })
         .collect();
     let mut out = Vec::new();
-    let groups = groups_to_probe(flow, &list, checkpoints);
+    let kinds = source.group_kinds();
+    let (share, groups): (Vec<String>, Vec<String>) = groups_to_probe(flow, &list, checkpoints)
+        .into_iter()
+        .partition(|g| kinds.get(g).is_some_and(|k| k == SHARE));
     for chunk in groups.chunks(GROUPS_AT_ONCE) {
         // The groups not probed this time keep no row; the next probe starts again.
         if budget.spent() {
@@ -62,7 +67,7 @@ pub(super) fn group_observations(
             ));
         }
     }
-    (out, forbidden)
+    (out, forbidden, share)
 }
 
 /// The groups a probe asks about, in order: the flow's groups on the source (not the
