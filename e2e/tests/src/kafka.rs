@@ -268,27 +268,29 @@ pub struct JavaConsumer {
 
 impl JavaConsumer {
     pub fn join(bootstrap: &str, group: &str, topic: &str) -> Result<JavaConsumer> {
-        let args = [
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--consumer-property",
-            "group.protocol=consumer",
-            "--consumer-property",
-            "enable.auto.commit=false",
-        ];
-        let child = kafka_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", &args)?
-            .spawn()
-            .context("starting a Java console consumer")?;
-        Ok(JavaConsumer { child })
+        Self::start(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            [bootstrap, group, topic],
+            &[
+                "--consumer-property",
+                "group.protocol=consumer",
+                "--consumer-property",
+                "enable.auto.commit=false",
+            ],
+        )
     }
 
     /// A share consumer (`ConsoleShareConsumer`) of share group `group`.
     pub fn share(bootstrap: &str, group: &str, topic: &str) -> Result<JavaConsumer> {
-        let args = [
+        Self::start(
+            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            [bootstrap, group, topic],
+            &[],
+        )
+    }
+
+    fn start(class: &str, [bootstrap, group, topic]: [&str; 3], more: &[&str]) -> Result<Self> {
+        let mut args = vec![
             "--bootstrap-server",
             bootstrap,
             "--topic",
@@ -296,12 +298,10 @@ impl JavaConsumer {
             "--group",
             group,
         ];
-        let child = kafka_tool(
-            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
-            &args,
-        )?
-        .spawn()
-        .context("starting a Java console share consumer")?;
+        args.extend_from_slice(more);
+        let child = kafka_tool(class, &args)?
+            .spawn()
+            .with_context(|| format!("starting {class}"))?;
         Ok(JavaConsumer { child })
     }
 }
