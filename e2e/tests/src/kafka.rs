@@ -306,6 +306,24 @@ impl JavaConsumer {
     }
 }
 
+impl JavaConsumer {
+    /// Stops it the way an operator would (SIGTERM: the consumer leaves its group), killed
+    /// when dropped if it has not exited within 15 s.
+    pub fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for JavaConsumer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -313,7 +331,8 @@ impl Drop for JavaConsumer {
     }
 }
 
-/// Deletes share group `group` (its consumers gone).
+/// Deletes share group `group`, asked again for up to 90 s while it is not empty (a member
+/// that did not leave stays until its session times out, 45 s by default).
 pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
     let args = [
         "--bootstrap-server",
@@ -322,14 +341,32 @@ pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
         "--group",
         group,
     ];
-    let status = kafka_tool(
-        "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
-        &args,
-    )?
-    .status()
-    .context("running ShareGroupCommand")?;
-    anyhow::ensure!(status.success(), "deleting share group {group}: {status}");
-    Ok(())
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let deleted = kafka_tool(
+            "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+            &args,
+        )?
+        .status()
+        .context("running ShareGroupCommand")?
+        .success();
+        if deleted && !group_listed(bootstrap, group)? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("share group {group} still there after 90 s of deleting it");
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Whether the cluster lists `group` (of any type).
+pub fn group_listed(bootstrap: &str, group: &str) -> Result<bool> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let list = c.fetch_group_list(Some(group), Duration::from_secs(10))?;
+    Ok(list.groups().iter().any(|g| g.name() == group))
 }
 
 /// Members of `group` as its coordinator reports them, for both group protocols.

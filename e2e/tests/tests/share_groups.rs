@@ -15,17 +15,32 @@ use mirrorflow_e2e::handmirror::{cli_json, condition};
 use mirrorflow_e2e::kafka::{self, JavaConsumer};
 use mirrorflow_e2e::{World, eventually, unique};
 
-/// Deletes the share group however the test ends (its consumer stopped first).
+/// The share group and its consumer, deleted at the end ([`ShareGroup::delete`]) or, if the
+/// test fails first, when dropped.
 struct ShareGroup {
     bootstrap: String,
     group: String,
     consumer: Option<JavaConsumer>,
+    deleted: bool,
+}
+
+impl ShareGroup {
+    /// Stops its consumer (it leaves the group) and deletes the group.
+    fn delete(&mut self) -> Result<()> {
+        if let Some(consumer) = self.consumer.take() {
+            consumer.stop();
+        }
+        kafka::delete_share_group(&self.bootstrap, &self.group)?;
+        self.deleted = true;
+        Ok(())
+    }
 }
 
 impl Drop for ShareGroup {
     fn drop(&mut self) {
-        self.consumer.take();
-        if let Err(e) = kafka::delete_share_group(&self.bootstrap, &self.group) {
+        if !self.deleted
+            && let Err(e) = self.delete()
+        {
             eprintln!("share group {} left behind: {e:#}", self.group);
         }
     }
@@ -43,7 +58,7 @@ fn flow_file(world: &World, topic: &str, groups: &str, exclude: &str) -> Result<
     Ok(file)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selected_share_group_is_named_not_mirrored_with_the_fix() -> Result<()> {
     let world = World::from_env()?;
     let topic = unique("queued");
@@ -51,7 +66,7 @@ async fn a_selected_share_group_is_named_not_mirrored_with_the_fix() -> Result<(
     let group = format!("{prefix}-queue");
     kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
     kafka::produce_values(&world.source_bootstrap, &topic, 20, 2).await?;
-    let _share = ShareGroup {
+    let mut share = ShareGroup {
         bootstrap: world.source_bootstrap.clone(),
         group: group.clone(),
         consumer: Some(JavaConsumer::share(
@@ -59,6 +74,7 @@ async fn a_selected_share_group_is_named_not_mirrored_with_the_fix() -> Result<(
             &group,
             &topic,
         )?),
+        deleted: false,
     };
 
     let selected = flow_file(&world, &topic, &format!("{prefix}-.*"), "none")?;
@@ -95,6 +111,7 @@ async fn a_selected_share_group_is_named_not_mirrored_with_the_fix() -> Result<(
     let fresh = condition(&status, "CheckpointsFresh");
     assert_eq!(fresh["status"], "True", "{fresh}");
     assert!(!status.to_string().contains(&group), "{status}");
+    tokio::task::block_in_place(|| share.delete())?;
     kafka::delete_topic(&world.source_bootstrap, &topic).await?;
     Ok(())
 }
