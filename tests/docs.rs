@@ -107,6 +107,7 @@ fn reasons() -> Vec<&'static str> {
         reason::ALIAS_NAMES_TWO_CLUSTERS,
         reason::INTERNAL_TOPIC_REFUSED,
         reason::RECORDS_MISMATCH,
+        reason::GROUPS_NOT_MIRRORED,
         // Returned by `FlowError::reason()` for a value the Kafka client refuses; listed here
         // so the operator can add it to `conditions::reason` when it reports flow reasons.
         reason::INVALID_CLIENT_CONFIG,
@@ -116,6 +117,7 @@ fn reasons() -> Vec<&'static str> {
         "CheckpointStale",
         "CheckpointInvalidated",
         "CheckpointConservative",
+        "ShareGroupNotMirrored",
     ]
 }
 
