@@ -315,10 +315,40 @@ pub struct Cluster {
     used: Mutex<Instant>,
     /// The cluster's metadata and group names as last fetched: every flow probed within
     /// [`SHARED_FOR`] of a fetch uses it instead of asking again.
-    metadata: Mutex<Option<(Instant, Arc<Metadata>)>>,
-    group_names: Mutex<Option<(Instant, Arc<Vec<String>>)>>,
+    metadata: SharedAnswer<Metadata>,
+    group_names: SharedAnswer<Vec<String>>,
     /// The protocol types of the groups that are not plain consumer groups, as last listed.
-    group_kinds: Mutex<Option<(Instant, Arc<GroupKinds>)>>,
+    group_kinds: SharedAnswer<GroupKinds>,
+}
+
+/// An answer about the whole cluster and when it was fetched: every flow probed within
+/// [`SHARED_FOR`] of a fetch uses it instead of asking again.
+struct SharedAnswer<T>(Mutex<Option<(Instant, Arc<T>)>>);
+
+impl<T> Default for SharedAnswer<T> {
+    fn default() -> Self {
+        SharedAnswer(Mutex::new(None))
+    }
+}
+
+impl<T> SharedAnswer<T> {
+    /// The answer fetched less than [`SHARED_FOR`] ago, or a new one from `fetch` (kept when
+    /// it succeeded). `poisoned`: the error when the lock is.
+    fn get<E>(
+        &self,
+        poisoned: impl FnOnce() -> E,
+        fetch: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        let mut cached = self.0.lock().map_err(|_| poisoned())?;
+        if let Some((at, answer)) = cached.as_ref()
+            && at.elapsed() < SHARED_FOR
+        {
+            return Ok(answer.clone());
+        }
+        let answer = Arc::new(fetch()?);
+        *cached = Some((Instant::now(), answer.clone()));
+        Ok(answer)
+    }
 }
 
 /// Group name to protocol type (`share`, `streams`, ...), for the groups whose type is not
@@ -425,49 +455,30 @@ impl Cluster {
             own: OwnTails::new(config, loopback_token_endpoints, address_check).map(Mutex::new),
             tails: Mutex::new(HashMap::new()),
             used: Mutex::new(Instant::now()),
-            metadata: Mutex::new(None),
-            group_names: Mutex::new(None),
-            group_kinds: Mutex::new(None),
+            metadata: SharedAnswer::default(),
+            group_names: SharedAnswer::default(),
+            group_kinds: SharedAnswer::default(),
         })
     }
 
     /// Metadata of every topic, fetched at most once per [`SHARED_FOR`]. Callers wait for
     /// one fetch rather than each making their own.
     pub fn metadata(&self, timeout: Duration) -> Result<Arc<Metadata>, KafkaError> {
-        let mut cached = self
-            .metadata
-            .lock()
-            .map_err(|_| KafkaError::ClientCreation("probe metadata poisoned".into()))?;
-        if let Some((at, md)) = cached.as_ref()
-            && at.elapsed() < SHARED_FOR
-        {
-            return Ok(md.clone());
-        }
-        let md = Arc::new(self.client().fetch_metadata(None, timeout)?);
-        *cached = Some((Instant::now(), md.clone()));
-        Ok(md)
+        self.metadata.get(
+            || KafkaError::ClientCreation("probe metadata poisoned".into()),
+            || self.client().fetch_metadata(None, timeout),
+        )
     }
 
     /// The names of the cluster's consumer groups, fetched at most once per [`SHARED_FOR`].
     pub fn group_names(&self, timeout: Duration) -> Result<Arc<Vec<String>>, KafkaError> {
-        let mut cached = self
-            .group_names
-            .lock()
-            .map_err(|_| KafkaError::ClientCreation("probe group list poisoned".into()))?;
-        if let Some((at, names)) = cached.as_ref()
-            && at.elapsed() < SHARED_FOR
-        {
-            return Ok(names.clone());
-        }
-        let list = self.client().fetch_group_list(None, timeout)?;
-        let names = Arc::new(
-            list.groups()
-                .iter()
-                .map(|g| g.name().to_string())
-                .collect::<Vec<_>>(),
-        );
-        *cached = Some((Instant::now(), names.clone()));
-        Ok(names)
+        self.group_names.get(
+            || KafkaError::ClientCreation("probe group list poisoned".into()),
+            || {
+                let list = self.client().fetch_group_list(None, timeout)?;
+                Ok(list.groups().iter().map(|g| g.name().to_string()).collect())
+            },
+        )
     }
 
     /// The cluster's groups that are not plain consumer groups, with their protocol types,
@@ -479,28 +490,22 @@ impl Cluster {
         let Some(own) = self.own.as_ref() else {
             return Arc::default();
         };
-        let Ok(mut cached) = self.group_kinds.lock() else {
-            return Arc::default();
-        };
-        if let Some((at, kinds)) = cached.as_ref()
-            && at.elapsed() < SHARED_FOR
-        {
-            return kinds.clone();
-        }
-        let listed = own
-            .lock()
-            .map_err(|_| TailError::Unavailable)
-            .and_then(|mut o| o.list_groups());
-        let kinds: Arc<GroupKinds> = Arc::new(
-            listed
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|g| !matches!(g.protocol_type.as_str(), "" | "consumer"))
-                .map(|g| (g.group, g.protocol_type))
-                .collect(),
+        let kinds = self.group_kinds.get(
+            || (),
+            || {
+                let listed = own
+                    .lock()
+                    .map_err(|_| TailError::Unavailable)
+                    .and_then(|mut o| o.list_groups());
+                Ok(listed
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|g| !matches!(g.protocol_type.as_str(), "" | "consumer"))
+                    .map(|g| (g.group, g.protocol_type))
+                    .collect())
+            },
         );
-        *cached = Some((Instant::now(), kinds.clone()));
-        kinds
+        kinds.unwrap_or_default()
     }
 
     /// The librdkafka client, its token first brought up to date ([`Self::serve_token`]).

@@ -7,9 +7,9 @@
 //! every few hundred records, every second), the waiting transactions are written at once,
 //! each partition's on its own producer and thread ([`Aligned::run_pending`]); then each
 //! partition copies what it queued, up to its next transaction, which the next round writes
-//! (rounds go on for up to [`RUN_FOR`] before the source is polled again). A transaction takes a few
-//! round trips (its writes, the commit, its marker seen on the target): one after another,
-//! a transactional topic was copied at that pace for the whole replica.
+//! (rounds go on for up to [`RUN_FOR`] before the source is polled again). A transaction
+//! takes a few round trips (its writes, the commit, its marker seen on the target): one after
+//! another, a transactional topic was copied at that pace for the whole replica.
 //!
 //! What is queued is bounded, per partition ([`BACKLOG_RECORDS`], [`BACKLOG_BYTES`]) and for
 //! the copy loop ([`QUEUED_BYTES`]): past a bound, the waiting transactions are written at
