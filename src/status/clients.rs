@@ -485,8 +485,10 @@ impl Cluster {
     /// listed at most once per [`SHARED_FOR`] with the project's own connections (librdkafka
     /// lists every group without its type). Empty when they could not be listed (a cluster
     /// they cannot speak to, a broker that did not answer): the groups are then taken for
-    /// consumer groups, as before types were known.
-    pub fn group_kinds(&self) -> Arc<GroupKinds> {
+    /// consumer groups, as before types were known. A hostile cluster's listing is bounded:
+    /// at most [`super::brokers::MAX_BROKERS`] brokers asked, [`MAX_ANSWER_BYTES`] of names
+    /// kept, no broker asked after `timeout`.
+    pub fn group_kinds(&self, timeout: Duration) -> Arc<GroupKinds> {
         let Some(own) = self.own.as_ref() else {
             return Arc::default();
         };
@@ -496,7 +498,13 @@ impl Cluster {
                 let listed = own
                     .lock()
                     .map_err(|_| TailError::Unavailable)
-                    .and_then(|mut o| o.list_groups());
+                    .and_then(|mut o| {
+                        o.list_groups(mirrorflow_conn::ListingBounds {
+                            brokers: super::brokers::MAX_BROKERS,
+                            bytes: MAX_ANSWER_BYTES,
+                            deadline: Instant::now() + timeout,
+                        })
+                    });
                 Ok(listed
                     .unwrap_or_default()
                     .into_iter()

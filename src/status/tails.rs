@@ -436,15 +436,16 @@ impl OwnTails {
     }
 
     /// Every group of the cluster with its protocol type (ListGroups to each broker, answers
-    /// bounded as every other answer these connections read).
+    /// bounded as every other answer these connections read), within `bounds`.
     pub(super) fn list_groups(
         &mut self,
+        bounds: mirrorflow_conn::ListingBounds,
     ) -> Result<Vec<mirrorflow_core::protocol::list_groups::ListedGroup>, TailError> {
         if self.groups.is_none() {
             self.groups = Some(self.cluster()?);
         }
         let cluster = self.groups.as_mut().ok_or(TailError::Unavailable)?;
-        cluster.list_groups().map_err(|e| {
+        cluster.list_groups(bounds).map_err(|e| {
             tracing::debug!(error = %e, "listing the cluster's groups by type failed");
             TailError::Unavailable
         })

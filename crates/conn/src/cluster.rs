@@ -17,6 +17,17 @@ use crate::{Conn, ConnError, Options, Security};
 /// At most this many bootstrap addresses are tried (a spec lists a handful).
 pub const MAX_BOOTSTRAP: usize = 32;
 
+/// What [`Cluster::list_groups`] may ask and keep.
+#[derive(Debug, Clone, Copy)]
+pub struct ListingBounds {
+    /// The most brokers asked.
+    pub brokers: usize,
+    /// The most bytes of group names and types kept, over every broker's answer.
+    pub bytes: usize,
+    /// No broker is asked after this.
+    pub deadline: Instant,
+}
+
 pub struct Cluster {
     bootstrap: Vec<String>,
     security: Security,
@@ -167,11 +178,28 @@ impl Cluster {
 
     /// Every group of the cluster with its protocol type: each broker lists the groups it
     /// coordinates. An error when any broker could not answer (a partial list would tell
-    /// groups apart wrongly).
-    pub fn list_groups(&mut self) -> Result<Vec<ListedGroup>, ConnError> {
+    /// groups apart wrongly), and when the cluster goes past what `bounds` allow: more brokers
+    /// to ask, more bytes of group names kept, or asking past its deadline (each answer is
+    /// bounded by the connection's frame size, not their sum).
+    pub fn list_groups(&mut self, bounds: ListingBounds) -> Result<Vec<ListedGroup>, ConnError> {
         let metadata = self.metadata(&[])?;
+        if metadata.brokers.len() > bounds.brokers {
+            return Err(ConnError::Limit {
+                what: "brokers to list groups on",
+                count: metadata.brokers.len(),
+                max: bounds.brokers,
+            });
+        }
         let mut groups = Vec::new();
-        for broker in &metadata.brokers {
+        let mut kept = 0_usize;
+        for (asked, broker) in metadata.brokers.iter().enumerate() {
+            if Instant::now() >= bounds.deadline {
+                return Err(ConnError::Limit {
+                    what: "brokers still to ask for their groups at the deadline",
+                    count: metadata.brokers.len().saturating_sub(asked),
+                    max: 0,
+                });
+            }
             let answer = self.broker(broker.node_id).and_then(|conn| {
                 conn.require(
                     protocol::API_LIST_GROUPS,
@@ -186,7 +214,20 @@ impl Cluster {
                 Ok(listed.groups)
             });
             match answer {
-                Ok(listed) => groups.extend(listed),
+                Ok(listed) => {
+                    kept = listed.iter().fold(kept, |n, g| {
+                        n.saturating_add(g.group.len())
+                            .saturating_add(g.protocol_type.len())
+                    });
+                    if kept > bounds.bytes {
+                        return Err(ConnError::Limit {
+                            what: "bytes of group names listed",
+                            count: kept,
+                            max: bounds.bytes,
+                        });
+                    }
+                    groups.extend(listed);
+                }
                 Err(e) => {
                     self.forget(broker.node_id);
                     return Err(e);
@@ -386,5 +427,114 @@ mod tests {
             .expect("nothing to encode wrongly");
         assert_eq!(listed[0].error, ErrorCode::LEADER_NOT_AVAILABLE);
         assert_eq!(listed[1].error, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    /// A broker that answers with the bytes it was given, whatever is sent to it.
+    struct Scripted(std::io::Cursor<Vec<u8>>);
+
+    impl std::io::Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl std::io::Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn scripted(peer: &str, answer: Vec<u8>) -> Conn {
+        Conn::over(peer, Scripted(std::io::Cursor::new(answer)), &options())
+    }
+
+    /// A frame answering correlation id `id` with `body`.
+    fn answer(id: i32, body: &[u8]) -> Vec<u8> {
+        let size = i32::try_from(body.len() + 4).unwrap_or(i32::MAX);
+        let mut f = size.to_be_bytes().to_vec();
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend_from_slice(&i16::try_from(s.len()).unwrap_or(i16::MAX).to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// A cluster whose metadata names `brokers` brokers (`b<n>:9092`), each answering its
+    /// ListGroups with one group of `name_len` bytes of type `share`.
+    fn listing_cluster(brokers: i32, name_len: usize) -> Cluster {
+        let mut cluster =
+            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+        let mut md = Vec::new();
+        md.extend_from_slice(&0_i32.to_be_bytes());
+        md.extend_from_slice(&brokers.to_be_bytes());
+        for node in 1..=brokers {
+            md.extend_from_slice(&node.to_be_bytes());
+            string(&mut md, &format!("b{node}"));
+            md.extend_from_slice(&9092_i32.to_be_bytes());
+            md.extend_from_slice(&(-1_i16).to_be_bytes());
+        }
+        md.extend_from_slice(&(-1_i16).to_be_bytes());
+        md.extend_from_slice(&1_i32.to_be_bytes());
+        md.extend_from_slice(&0_i32.to_be_bytes());
+        md.extend_from_slice(&0_i32.to_be_bytes());
+        let mut metadata = scripted("m", answer(0, &md));
+        metadata.serve(protocol::API_METADATA, protocol::METADATA_VERSION);
+        cluster.adopt_metadata(metadata);
+        for node in 1..=brokers {
+            let mut body = Vec::new();
+            body.extend_from_slice(&0_i32.to_be_bytes());
+            body.extend_from_slice(&0_i16.to_be_bytes());
+            body.extend_from_slice(&1_i32.to_be_bytes());
+            string(&mut body, &"g".repeat(name_len));
+            string(&mut body, "share");
+            let address = format!("b{node}:9092");
+            let mut conn = scripted(&address, answer(0, &body));
+            conn.serve(protocol::API_LIST_GROUPS, protocol::LIST_GROUPS_VERSION);
+            cluster.adopt(node, conn);
+        }
+        cluster
+    }
+
+    fn bounds(brokers: usize, bytes: usize) -> ListingBounds {
+        ListingBounds {
+            brokers,
+            bytes,
+            deadline: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn a_group_listing_gathers_every_broker_within_its_bounds() {
+        let listed = listing_cluster(2, 10).list_groups(bounds(2, 30));
+        let listed = listed.expect("within bounds: 2 brokers, 30 bytes");
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().all(|g| g.protocol_type == "share"));
+
+        // More brokers than allowed: none is asked.
+        match listing_cluster(3, 10).list_groups(bounds(2, 1000)) {
+            Err(ConnError::Limit {
+                count: 3, max: 2, ..
+            }) => {}
+            other => panic!("expected the broker bound, got {other:?}"),
+        }
+        // Names past the byte bound over the answers together (15 bytes each).
+        match listing_cluster(2, 10).list_groups(bounds(2, 29)) {
+            Err(ConnError::Limit {
+                count: 30, max: 29, ..
+            }) => {}
+            other => panic!("expected the byte bound, got {other:?}"),
+        }
+        // Past the deadline, no broker is asked.
+        let mut late = bounds(2, 1000);
+        late.deadline = Instant::now();
+        match listing_cluster(2, 10).list_groups(late) {
+            Err(ConnError::Limit { count: 2, .. }) => {}
+            other => panic!("expected the deadline, got {other:?}"),
+        }
     }
 }

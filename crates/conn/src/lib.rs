@@ -14,7 +14,7 @@ mod scram;
 mod stream;
 pub mod writer;
 
-pub use cluster::{Cluster, MAX_BOOTSTRAP};
+pub use cluster::{Cluster, ListingBounds, MAX_BOOTSTRAP};
 pub use conn::{AddressCheck, Conn, Duplex, Options};
 pub use fetcher::{FetchLimits, Fetcher};
 pub use oauth::OAuth;
@@ -138,4 +138,11 @@ pub enum ConnError {
     Batch { message: String },
     #[error("{peer}: the connection a request was sent on is gone")]
     Replaced { peer: String },
+    /// An answer, or what several answers add up to, past what the caller allows.
+    #[error("{what}: {count}, more than the {max} allowed")]
+    Limit {
+        what: &'static str,
+        count: usize,
+        max: usize,
+    },
 }

@@ -32,7 +32,7 @@ pub(super) fn group_observations(
         })
         .collect();
     let mut out = Vec::new();
-    let kinds = source.group_kinds();
+    let kinds = source.group_kinds(budget.next(TIMEOUT));
     let (share, groups): (Vec<String>, Vec<String>) = groups_to_probe(flow, &list, checkpoints)
         .into_iter()
         .partition(|g| kinds.get(g).is_some_and(|k| k == SHARE));
