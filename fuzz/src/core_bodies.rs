@@ -159,11 +159,11 @@ pub fn fetched_batches(data: &[u8]) {
 /// offsets are -1 or a real offset, fetched records are bytes of the answer itself, a group
 /// listing holds no more groups than its bytes could name.
 pub fn broker_answers(data: &[u8]) {
-    use mirrorflow_core::protocol::{self, list_groups, list_offsets, metadata};
+    use mirrorflow_core::protocol::{self, list_groups, list_offsets, metadata, share_offsets};
     let Some((&kind, body)) = data.split_first() else {
         return;
     };
-    match kind % 8 {
+    match kind % 10 {
         0 => {
             if let Ok(m) = metadata::decode_metadata(body) {
                 assert!(m.brokers.iter().all(|b| (1..=65535).contains(&b.port)));
@@ -200,10 +200,24 @@ pub fn broker_answers(data: &[u8]) {
             let _ = protocol::decode_sasl_handshake(body);
             let _ = protocol::decode_sasl_authenticate(body);
         }
-        _ => {
+        7 => {
             if let Ok(listed) = list_groups::decode_list_groups(body) {
                 // Each group takes at least its two string lengths.
                 assert!(listed.groups.len().saturating_mul(4) <= body.len());
+            }
+        }
+        8 => {
+            let _ = share_offsets::decode_find_coordinator(body);
+            if let Ok(altered) = share_offsets::decode_alter_share_group_offsets(body) {
+                // Each partition takes at least its index, error code, message and tags.
+                assert!(altered.partitions.len().saturating_mul(8) <= body.len());
+            }
+        }
+        _ => {
+            if let Ok(got) = share_offsets::decode_describe_share_group_offsets(body) {
+                // Each partition takes at least 20 bytes; a start offset is -1 or an offset.
+                assert!(got.partitions.len().saturating_mul(20) <= body.len());
+                assert!(got.partitions.iter().all(|p| p.start_offset >= -1));
             }
         }
     }

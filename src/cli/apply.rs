@@ -221,6 +221,10 @@ pub trait PlannedGroup {
     fn verdict_mut(&mut self) -> &mut Verdict;
     /// The offsets (with their metadata) of the partitions the plan commits.
     fn commits(&self) -> Vec<(Partition, i64, String)>;
+    /// A share group, whose start offsets its command sets itself ([`commit_groups`] skips it).
+    fn is_share_group(&self) -> bool {
+        false
+    }
 }
 
 /// Commits what the plan decided, group by group; a failed group does not stop the others.
@@ -229,7 +233,7 @@ pub fn commit_groups(
     cluster: &'static str,
     groups: &mut [impl PlannedGroup],
 ) {
-    for g in groups {
+    for g in groups.iter_mut().filter(|g| !g.is_share_group()) {
         let offsets = g.commits();
         if !g.verdict_mut().write || offsets.is_empty() {
             continue;

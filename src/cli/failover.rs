@@ -25,6 +25,7 @@ use super::apply::{
     decide_group, group_names, membership_or_refuse, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
+use super::share_groups::{self, ShareSide};
 use super::stale::{stale_checkpoint, target_rewinds};
 use super::table::{Table, age, serde_plain};
 use super::translate::read_flow_checkpoints;
@@ -265,6 +266,10 @@ impl Report for FailoverReport {
 #[serde(rename_all = "camelCase")]
 pub struct GroupPlan {
     pub group: String,
+    /// A share group: its start offsets are set (AlterShareGroupOffsets), not committed, and
+    /// its coordinator refuses while it has members (no `targetGroup` is read for it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub share_group: bool,
     /// The group on the target: state and members, `None` when it could not be described.
     pub target_group: Option<Membership>,
     #[serde(flatten)]
@@ -401,6 +406,13 @@ pub fn plan(
     })?;
     let source = read_source_view(flow);
     let source_error = source.as_ref().err().map(ToString::to_string);
+    let share = share_groups::share_groups(
+        &index,
+        &mut [
+            ShareSide::new(&flow.target_client, "target"),
+            ShareSide::new(&flow.source_client, "source"),
+        ],
+    );
     let overrides = Overrides::from(args);
     let now = now_ms();
     let empty = BTreeMap::new();
@@ -421,20 +433,32 @@ pub fn plan(
             .keys()
             .map(|tp| (upstream(&tp.topic), tp.partition))
             .collect();
-        let target_committed =
-            clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
-        let membership = membership_or_refuse(
-            clusters::membership(&flow.target_client, "target", &group),
-            overrides,
-        )?;
-        let source_committed = match &source {
-            Ok(_) => Some(clusters::committed(
-                &flow.source_client,
-                "source",
-                &group,
-                &source_parts,
-            )?),
-            Err(_) => None,
+        let is_share = share.contains(&group);
+        let (target_committed, membership, source_committed) = if is_share {
+            // The coordinator refuses a change while members are active: no membership read.
+            let source_starts = match &source {
+                Ok(_) => Some(ShareSide::new(&flow.source_client, "source")?.starts(&group)?),
+                Err(_) => None,
+            };
+            let target_starts = ShareSide::new(&flow.target_client, "target")?.starts(&group)?;
+            (target_starts, None, source_starts)
+        } else {
+            let target_committed =
+                clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
+            let membership = membership_or_refuse(
+                clusters::membership(&flow.target_client, "target", &group),
+                overrides,
+            )?;
+            let source_committed = match &source {
+                Ok(_) => Some(clusters::committed(
+                    &flow.source_client,
+                    "source",
+                    &group,
+                    &source_parts,
+                )?),
+                Err(_) => None,
+            };
+            (target_committed, membership, source_committed)
         };
         let mut partitions = Vec::new();
         for (tp, stored) in cps {
@@ -512,6 +536,7 @@ pub fn plan(
         let verdict = decide_group(membership.as_ref(), &actions, args.apply, overrides);
         Ok(Some(GroupPlan {
             group,
+            share_group: is_share,
             target_group: membership,
             verdict,
             partitions,
@@ -535,6 +560,10 @@ impl PlannedGroup for GroupPlan {
         &mut self.verdict
     }
 
+    fn is_share_group(&self) -> bool {
+        self.share_group
+    }
+
     fn commits(&self) -> Vec<(Partition, i64, String)> {
         self.partitions
             .iter()
@@ -544,8 +573,22 @@ impl PlannedGroup for GroupPlan {
     }
 }
 
-/// Commits what the plan decided into the target groups.
+/// Commits what the plan decided into the target groups; a share group's start offsets are set.
 pub fn apply(flow: &Flow, report: &mut FailoverReport) {
+    for g in report.groups.iter_mut().filter(|g| g.share_group) {
+        let offsets: Vec<(Partition, i64)> = (g.commits().into_iter())
+            .map(|(partition, offset, _)| (partition, offset))
+            .collect();
+        if !g.verdict.write || offsets.is_empty() {
+            continue;
+        }
+        let set = ShareSide::new(&flow.target_client, "target")
+            .and_then(|mut side| side.alter(&g.group, &offsets));
+        if let Err(e) = set {
+            g.verdict.action = apply::GroupAction::Failed;
+            g.verdict.message = format!("start offsets not set, nothing may have changed: {e}");
+        }
+    }
     commit_groups(&flow.target_client, "target", &mut report.groups);
 }
 
@@ -693,6 +736,7 @@ mod tests {
             source_error: Some("source down".into()),
             groups: vec![GroupPlan {
                 group: "g".into(),
+                share_group: false,
                 target_group: Some(Membership {
                     state: "Empty".into(),
                     protocol: "classic".into(),

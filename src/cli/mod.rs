@@ -23,6 +23,7 @@ pub mod drill;
 pub mod failback;
 pub mod failover;
 mod records;
+pub mod share_groups;
 mod stale;
 pub mod status;
 pub mod switchover;
@@ -95,6 +96,13 @@ pub enum CliError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
+    /// A share group's call on the project's own connections (no librdkafka error to carry).
+    #[error("{what} on the {cluster} cluster: {message}")]
+    Share {
+        what: String,
+        cluster: &'static str,
+        message: String,
+    },
     #[error("writing the output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -108,7 +116,7 @@ impl CliError {
             CliError::Kubeconfig { .. } | CliError::Api { .. } => "apiserver",
             CliError::Read(e) => e.metric_label(),
             CliError::Unreachable { .. } => "unreachable",
-            CliError::Kafka { .. } => "kafka",
+            CliError::Kafka { .. } | CliError::Share { .. } => "kafka",
             CliError::Output(_) => "output",
         }
     }

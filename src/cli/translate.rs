@@ -240,6 +240,7 @@ pub(crate) mod tests {
                     exactness: crate::kafka::checkpoints::Exactness::Unknown,
                     exact_ms: None,
                     verification: None,
+                    share: false,
                 },
             );
         }

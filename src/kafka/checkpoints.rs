@@ -41,6 +41,21 @@ const CONSERVATIVE: &str = "conservative:";
 /// The longest header value read: `conservative:` and the 20 digits of `u64::MAX`.
 const MAX_HEADER: usize = 40;
 
+/// Header on the checkpoints of a share group (KIP-932), value [`SHARE_GROUP`]: its offsets
+/// are the group's start offsets, which a failover sets with AlterShareGroupOffsets, never with
+/// an OffsetCommit (that would make a consumer group of the name on the target, which the share
+/// group's consumers could then not join). Absent on every other group's checkpoints.
+pub const GROUP_TYPE_HEADER: &str = "mirrorflow.group.type";
+pub const SHARE_GROUP: &str = "share";
+
+/// Whether a record of the checkpoints topic says it is a share group's.
+pub fn is_share_group_record(m: &impl Message) -> bool {
+    m.headers().is_some_and(|h| {
+        h.iter()
+            .any(|h| h.key == GROUP_TYPE_HEADER && h.value == Some(SHARE_GROUP.as_bytes()))
+    })
+}
+
 /// How a checkpoint's downstream offset was found, as its writer recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Exactness {
@@ -122,6 +137,8 @@ pub struct StoredCheckpoint {
     /// ([`crate::verify::header`]): of this checkpoint, or of an earlier one when this one was
     /// not verified yet (its offsets say which). A mismatch stays until a later verification.
     pub verification: Option<Verification>,
+    /// A share group's ([`GROUP_TYPE_HEADER`]); only readers of whole records know it.
+    pub share: bool,
 }
 
 /// Newest checkpoint per group, then per TARGET topic-partition.
@@ -160,15 +177,27 @@ pub fn index_record(index: &mut CheckpointIndex, m: &impl Message) -> bool {
             .find(|h| h.key == VERIFICATION_HEADER)
             .and_then(|h| Verification::from_header(h.value))
     });
-    index_verified_checkpoint(
+    let indexed = index_verified_checkpoint(
         index,
         m.key(),
         m.payload(),
         m.timestamp().to_millis(),
         Exactness::of_record(m),
         verification,
-    )
-    .is_some()
+    );
+    if indexed.is_some()
+        && is_share_group_record(m)
+        && let Some(cp) = m
+            .key()
+            .zip(m.payload())
+            .and_then(|(k, v)| Checkpoint::decode(k, v).ok())
+        && let Some(stored) = index
+            .get_mut(&cp.group)
+            .and_then(|p| p.get_mut(&cp.topic_partition))
+    {
+        stored.share = true;
+    }
+    indexed.is_some()
 }
 
 /// [`index_record`] for a record's key, value, timestamp and [`TRANSLATION_HEADER`] as any
@@ -211,6 +240,7 @@ pub fn index_verified_checkpoint(
         exactness,
         exact_ms,
         verification,
+        share: false,
     };
     let replaced = partitions.insert(stored.checkpoint.topic_partition.clone(), stored);
     Some(replaced.is_none())

@@ -29,8 +29,8 @@ pub enum GroupState {
     CheckpointInvalidated,
     /// It committed past what is copied, so no checkpoint can cover it yet.
     ReplicationBehind,
-    /// A share group: its consumers' start offsets are not mirrored, so a failover starts it
-    /// where `share.auto.offset.reset` says.
+    /// A share group: its consumers' start offsets are checkpointed but a failover does not
+    /// set them, so it starts where `share.auto.offset.reset` says.
     NotMirrored,
     /// Committed offsets on the source, no checkpoint on the target.
     NoCheckpoint,
@@ -201,7 +201,7 @@ pub fn states(
 }
 
 /// Why a share group cannot fail over, and what to do.
-const SHARE_GROUP: &str = "a share group (KIP-932): where its consumers are is kept by the share coordinator as start offsets, not as committed offsets, and MirrorFlow does not mirror them (MirrorMaker 2's checkpoints hold committed offsets only); after a failover its consumers start on the target where share.auto.offset.reset says (latest by default), so records not yet acknowledged on the source would be skipped; before failing over, set share.auto.offset.reset=earliest for the group on the target (its consumers then re-read the mirrored topics from their start), or leave the group out with spec.groupsExclude";
+const SHARE_GROUP: &str = "a share group (KIP-932): where its consumers are is kept by the share coordinator as start offsets, not as committed offsets; the replicator checkpoints them (MM2's format, the group's name), but neither `mirrorflow failover --apply` nor checkpoints.syncGroupOffsets sets them on the target yet; after a failover its consumers start on the target where share.auto.offset.reset says (latest by default), so records not yet acknowledged on the source would be skipped; before failing over, set the group's start offsets on the target to its checkpoints' downstream offsets (Admin#alterShareGroupOffsets), or set share.auto.offset.reset=earliest for the group on the target (its consumers then re-read the mirrored topics from their start), or leave the group out with spec.groupsExclude";
 
 /// Per-group readiness, worst first (see [`states`]).
 pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {
@@ -420,6 +420,7 @@ mod tests {
                         downstream: 48,
                         outcome,
                     }),
+                    share: false,
                 },
             );
             v.aged(|_| Duration::from_secs(5))

@@ -190,6 +190,7 @@ mod tests {
                 downstream: 47,
                 outcome,
             }),
+            share: false,
         };
         (tp, stored)
     }

@@ -14,6 +14,8 @@ use mirrorflow_core::protocol::{self, ErrorCode, Isolation};
 
 use crate::{Conn, ConnError, Options, Security};
 
+mod share_groups;
+
 /// At most this many bootstrap addresses are tried (a spec lists a handful).
 pub const MAX_BOOTSTRAP: usize = 32;
 
@@ -351,7 +353,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn options() -> Options {
+    pub(super) fn options() -> Options {
         Options {
             client_id: "mf".into(),
             timeout: Duration::from_millis(200),
@@ -446,12 +448,12 @@ mod tests {
         }
     }
 
-    fn scripted(peer: &str, answer: Vec<u8>) -> Conn {
+    pub(super) fn scripted(peer: &str, answer: Vec<u8>) -> Conn {
         Conn::over(peer, Scripted(std::io::Cursor::new(answer)), &options())
     }
 
     /// A frame answering correlation id `id` with `body`.
-    fn answer(id: i32, body: &[u8]) -> Vec<u8> {
+    pub(super) fn answer(id: i32, body: &[u8]) -> Vec<u8> {
         let size = i32::try_from(body.len() + 4).unwrap_or(i32::MAX);
         let mut f = size.to_be_bytes().to_vec();
         f.extend_from_slice(&id.to_be_bytes());
@@ -459,16 +461,13 @@ mod tests {
         f
     }
 
-    fn string(out: &mut Vec<u8>, s: &str) {
+    pub(super) fn string(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(&i16::try_from(s.len()).unwrap_or(i16::MAX).to_be_bytes());
         out.extend_from_slice(s.as_bytes());
     }
 
-    /// A cluster whose metadata names `brokers` brokers (`b<n>:9092`), each answering its
-    /// ListGroups with one group of `name_len` bytes of type `share`.
-    fn listing_cluster(brokers: i32, name_len: usize) -> Cluster {
-        let mut cluster =
-            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+    /// A Metadata v8 answer naming `brokers` brokers (`b<n>:9092`) and no topic.
+    pub(super) fn metadata_body(brokers: i32) -> Vec<u8> {
         let mut md = Vec::new();
         md.extend_from_slice(&0_i32.to_be_bytes());
         md.extend_from_slice(&brokers.to_be_bytes());
@@ -482,7 +481,15 @@ mod tests {
         md.extend_from_slice(&1_i32.to_be_bytes());
         md.extend_from_slice(&0_i32.to_be_bytes());
         md.extend_from_slice(&0_i32.to_be_bytes());
-        let mut metadata = scripted("m", answer(0, &md));
+        md
+    }
+
+    /// A cluster whose metadata names `brokers` brokers (`b<n>:9092`), each answering its
+    /// ListGroups with one group of `name_len` bytes of type `share`.
+    fn listing_cluster(brokers: i32, name_len: usize) -> Cluster {
+        let mut cluster =
+            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+        let mut metadata = scripted("m", answer(0, &metadata_body(brokers)));
         metadata.serve(protocol::API_METADATA, protocol::METADATA_VERSION);
         cluster.adopt_metadata(metadata);
         for node in 1..=brokers {

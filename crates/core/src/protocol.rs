@@ -2,7 +2,9 @@
 //! without tagged fields: ApiVersions v0, Metadata v8 ([`metadata`]), ListOffsets v4
 //! ([`list_offsets`]), Fetch v11, Produce v8, InitProducerId v1, and SASL's SaslHandshake v1
 //! and SaslAuthenticate v1; and what the operator's probe asks besides: ListGroups v2
-//! ([`list_groups`]). Requests are
+//! ([`list_groups`]); and a share group's start offsets, found, read and set with
+//! FindCoordinator v2, DescribeShareGroupOffsets v0 and AlterShareGroupOffsets v0 (flexible
+//! versions: [`share_offsets`]). Requests are
 //! encoded into whole frames (size, header v1, body); answers are decoded from a frame's body
 //! after the correlation id ([`answer_body`]). Decoding is bounded by the answer's own bytes
 //! and never panics; every malformed field is a [`DecodeError`] naming it.
@@ -14,6 +16,7 @@ use crate::wire::{DecodeError, EncodeError, Reader, Writer};
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod share_offsets;
 
 pub const API_PRODUCE: i16 = 0;
 pub const API_FETCH: i16 = 1;
@@ -24,6 +27,12 @@ pub const API_INIT_PRODUCER_ID: i16 = 22;
 pub const API_SASL_HANDSHAKE: i16 = 17;
 pub const API_VERSIONS: i16 = 18;
 pub const API_SASL_AUTHENTICATE: i16 = 36;
+pub const API_FIND_COORDINATOR: i16 = 10;
+pub const API_DESCRIBE_SHARE_GROUP_OFFSETS: i16 = 90;
+pub const API_ALTER_SHARE_GROUP_OFFSETS: i16 = 91;
+pub const FIND_COORDINATOR_VERSION: i16 = 2;
+pub const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
+pub const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
 pub const FETCH_VERSION: i16 = 11;
 pub const LIST_OFFSETS_VERSION: i16 = 4;
 pub const METADATA_VERSION: i16 = 8;
@@ -68,10 +77,12 @@ impl ErrorCode {
             14 => "COORDINATOR_LOAD_IN_PROGRESS",
             15 => "COORDINATOR_NOT_AVAILABLE",
             16 => "NOT_COORDINATOR",
+            17 => "INVALID_TOPIC_EXCEPTION",
             18 => "RECORD_LIST_TOO_LARGE",
             19 => "NOT_ENOUGH_REPLICAS",
             20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             29 => "TOPIC_AUTHORIZATION_FAILED",
+            30 => "GROUP_AUTHORIZATION_FAILED",
             31 => "CLUSTER_AUTHORIZATION_FAILED",
             32 => "INVALID_TIMESTAMP",
             33 => "UNSUPPORTED_SASL_MECHANISM",
@@ -81,8 +92,11 @@ impl ErrorCode {
             45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
             46 => "DUPLICATE_SEQUENCE_NUMBER",
             47 => "INVALID_PRODUCER_EPOCH",
+            42 => "INVALID_REQUEST",
             58 => "SASL_AUTHENTICATION_FAILED",
             59 => "UNKNOWN_PRODUCER_ID",
+            68 => "NON_EMPTY_GROUP",
+            69 => "GROUP_ID_NOT_FOUND",
             74 => "FENCED_LEADER_EPOCH",
             75 => "UNKNOWN_LEADER_EPOCH",
             76 => "UNSUPPORTED_COMPRESSION_TYPE",

@@ -200,6 +200,56 @@ impl Writer {
     pub(crate) fn finish(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
     }
+
+    /// Unsigned LEB128 varint, as flexible versions write lengths and counts.
+    pub(crate) fn uvarint(&mut self, mut v: u32) -> &mut Self {
+        loop {
+            let low = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.buf.push(low);
+                return self;
+            }
+            self.buf.push(low | 0x80);
+        }
+    }
+
+    /// A `COMPACT_ARRAY`'s length: the count + 1 as an unsigned varint.
+    pub(crate) fn compact_len(
+        &mut self,
+        field: &'static str,
+        n: usize,
+    ) -> Result<&mut Self, EncodeError> {
+        let v = u32::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_add(1))
+            .filter(|&v| v <= i32::MAX as u32)
+            .ok_or(EncodeError::TooLong { field, len: n })?;
+        Ok(self.uvarint(v))
+    }
+
+    /// `COMPACT_STRING`, at most [`MAX_STRING_LEN`] bytes as every string of a request.
+    pub(crate) fn compact_string(
+        &mut self,
+        field: &'static str,
+        s: &str,
+    ) -> Result<&mut Self, EncodeError> {
+        if s.len() > MAX_STRING_LEN {
+            return Err(EncodeError::StringTooLong {
+                field,
+                len: s.len(),
+            });
+        }
+        self.compact_len(field, s.len())?;
+        self.buf.extend_from_slice(s.as_bytes());
+        Ok(self)
+    }
+
+    /// No tagged fields: the single zero byte that ends every flexible structure.
+    pub(crate) fn no_tagged_fields(&mut self) -> &mut Self {
+        self.buf.push(0);
+        self
+    }
 }
 
 /// Reads fields from the front of a byte slice; trailing bytes are left unread, as MM2 and the
@@ -390,6 +440,30 @@ impl<'a> Reader<'a> {
             None => Ok(String::new()),
             Some(len) => self.utf8(field, len),
         }
+    }
+
+    /// Non-null `COMPACT_STRING`.
+    pub(crate) fn compact_string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        match self.uvarint_len(field)?.checked_sub(1) {
+            None => Err(DecodeError::NegativeLength { field, len: -1 }),
+            Some(len) => self.utf8(field, len),
+        }
+    }
+
+    /// A `COMPACT_ARRAY`'s element count (null reads as empty), at most the bytes left: each
+    /// element takes at least one, so a forged count ends in a truncation before anything is
+    /// allocated for it.
+    pub(crate) fn compact_array_len(&mut self, field: &'static str) -> Result<usize, DecodeError> {
+        match self.uvarint_len(field)?.checked_sub(1) {
+            None => Ok(0),
+            Some(n) if n > self.rest.len() => Err(self.truncated(field, n)),
+            Some(n) => Ok(n),
+        }
+    }
+
+    /// A UUID's 16 bytes, skipped (topics are named by the answers that carry one).
+    pub(crate) fn skip_uuid(&mut self, field: &'static str) -> Result<(), DecodeError> {
+        self.take::<16>(field).map(|_| ())
     }
 
     /// Tagged fields: a count, then per field a tag, a size and that many bytes. Skipped: no

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -361,6 +361,42 @@ pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
 }
 
 /// Whether the cluster lists `group` (of any type).
+/// A share group's start offsets per (topic, partition) as Kafka's own tool reports them
+/// (`kafka-share-groups.sh --describe --offsets`): the independent view tests compare with.
+pub fn share_start_offsets(
+    bootstrap: &str,
+    group: &str,
+) -> Result<std::collections::BTreeMap<(String, i32), i64>> {
+    let args = [
+        "--bootstrap-server",
+        bootstrap,
+        "--describe",
+        "--offsets",
+        "--group",
+        group,
+    ];
+    let out = kafka_tool(
+        "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+        &args,
+    )?
+    .stdout(std::process::Stdio::piped())
+    .output()
+    .context("running ShareGroupCommand")?;
+    ensure!(out.status.success(), "ShareGroupCommand --describe failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut starts = std::collections::BTreeMap::new();
+    // GROUP TOPIC PARTITION START-OFFSET LAG; a partition without a start offset says "-".
+    for line in text.lines().filter(|l| l.starts_with(group)) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [_, topic, partition, start, ..] = fields.as_slice()
+            && let (Ok(partition), Ok(start)) = (partition.parse(), start.parse())
+        {
+            starts.insert(((*topic).to_string(), partition), start);
+        }
+    }
+    Ok(starts)
+}
+
 pub fn group_listed(bootstrap: &str, group: &str) -> Result<bool> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)

@@ -131,11 +131,23 @@ where
 
 /// A name unique to this test run, so reruns against a live world never collide.
 pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // The clock alone repeats: threads of one test binary may read the same instant, and test
+    // binaries run side by side. Microseconds (40 bits: 12 days before they wrap) strictly
+    // increasing within the process, then the process id's low byte.
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+        .map(|d| d.as_micros() as u64)
         .unwrap_or_default();
-    format!("{prefix}-{:x}", nanos & 0xff_ffff_ffff)
+    let previous = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(micros.max(last.saturating_add(1)))
+        })
+        .unwrap_or(micros);
+    let issued = micros.max(previous.saturating_add(1));
+    let value = ((issued & 0xff_ffff_ffff) << 8) | u64::from(std::process::id() & 0xff);
+    format!("{prefix}-{value:x}")
 }
 
 /// A pseudo-random delay below `max` (the clock's nanoseconds: enough to vary where a fault

@@ -540,6 +540,7 @@ mod tests {
             source_error: None,
             groups: vec![failover::GroupPlan {
                 group: "app".into(),
+                share_group: false,
                 target_group: None,
                 verdict: super::super::apply::Verdict {
                     action,

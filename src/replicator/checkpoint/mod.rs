@@ -36,6 +36,9 @@
 //! offsets of a conservative one look the same as an exact one's, and the operator's probe
 //! must not call a group ready to fail over without re-reading when it would re-read.
 //!
+//! Share groups keep their position as start offsets, not commits; [`share_groups`] reads them
+//! and hands them to the loop as commits.
+//!
 //! Group offset sync into the target is optional and lives in [`group_sync`]; its per-group
 //! state and reason in [`sync_state`].
 //!
@@ -51,6 +54,7 @@ mod exactness;
 mod fault;
 pub mod group_sync;
 mod recreated;
+pub mod share_groups;
 mod shell;
 pub mod state;
 pub mod sync_state;
@@ -112,6 +116,10 @@ pub enum Event {
     CheckpointsMark(u64),
     /// The verifier thread judged a checkpoint on its records ([`verify`]).
     Verified(Box<verify::Verified>),
+    /// The share groups of the source the flow selects, told before their start offsets come
+    /// as commits ([`share_groups`]): checkpointed, never synced into the target as a consumer
+    /// group's offsets.
+    ShareGroups(HashSet<String>),
 }
 
 const EVENT_BUFFER: usize = 4096;
@@ -301,6 +309,19 @@ fn start_readers(
         events.clone(),
         readers.clone(),
     )?;
+    match verify::own_security(flow) {
+        Some((source, _)) => share_groups::Poller {
+            bootstrap: spec.source.bootstrap_servers.clone(),
+            security: source,
+            client_id: format!("mirrorflow-{}-share-groups", flow.name.replace('/', ".")),
+            groups: flow.groups.clone(),
+            metrics: ctx.metrics.clone(),
+        }
+        .spawn(events.clone(), readers.clone()),
+        None => tracing::info!(
+            "share groups are not checkpointed: the source's security mechanism is not one the project's own connections speak"
+        ),
+    }
     if spec.checkpoints.verify_interval.as_duration().is_zero() {
         tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
         return Ok(None);
@@ -403,6 +424,10 @@ struct Core<'a> {
     uncovered: HashMap<String, HashSet<TopicPartition>>,
     /// Groups whose checkpoints or coverage changed since the last group view was sent.
     changed_groups: HashSet<String>,
+    /// Share groups: their start offsets are not a consumer group's to commit on the target
+    /// (an OffsetCommit there would make a consumer group of the name, which its share
+    /// consumers could then not join).
+    share_groups: HashSet<String>,
     /// Groups forgotten since the shell last dropped their metrics.
     forgotten: Vec<String>,
     /// Groups whose `Forget` the group sync task has not taken yet, oldest first. They go out
@@ -441,6 +466,7 @@ impl<'a> Core<'a> {
             last_checkpoint: HashMap::new(),
             uncovered: HashMap::new(),
             changed_groups: HashSet::new(),
+            share_groups: HashSet::new(),
             forgotten: Vec::new(),
             unsent_forgets: Vec::new(),
             verified: Vec::new(),
@@ -604,6 +630,7 @@ impl Core<'_> {
                 }
             }
             Event::Verified(v) => self.verified.push(*v),
+            Event::ShareGroups(groups) => self.share_groups = groups,
             Event::CheckpointsLoaded => {
                 self.checkpoints_loaded = true;
                 tracing::info!("last checkpoints loaded");
@@ -723,6 +750,9 @@ impl Core<'_> {
             .map(GroupView::Forget)
             .collect();
         for group in std::mem::take(&mut self.changed_groups) {
+            if self.share_groups.contains(&group) {
+                continue;
+            }
             let Some(commits) = self.commits.group(&group) else {
                 continue;
             };

@@ -130,18 +130,14 @@ impl Shell<'_> {
                     continue;
                 }
             };
-            let header = due.exactness.header_value().map(|value| {
-                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                    key: crate::kafka::checkpoints::TRANSLATION_HEADER,
-                    value: Some(value.as_str()),
-                })
-            });
+            let share = self.core.share_groups.contains(&due.checkpoint.group);
+            let headers = checkpoint_headers(due.exactness, None, share);
             let delivery = self.producer.send_with_headers(
                 &self.topic,
                 &record.key,
                 Some(&record.value),
                 None,
-                header,
+                headers,
             );
             pending.push((due, delivery));
         }
@@ -328,24 +324,14 @@ impl Shell<'_> {
         let Ok(record) = job.checkpoint.encode() else {
             return;
         };
-        let mut headers = rdkafka::message::OwnedHeaders::new();
-        let translation = job.exactness.header_value();
-        if let Some(value) = &translation {
-            headers = headers.insert(rdkafka::message::Header {
-                key: crate::kafka::checkpoints::TRANSLATION_HEADER,
-                value: Some(value.as_str()),
-            });
-        }
-        headers = headers.insert(rdkafka::message::Header {
-            key: crate::verify::header::VERIFICATION_HEADER,
-            value: Some(verification),
-        });
+        let share = self.core.share_groups.contains(&job.checkpoint.group);
+        let headers = checkpoint_headers(job.exactness, Some(verification), share);
         let outcome = match self.producer.send_with_headers(
             &self.topic,
             &record.key,
             Some(&record.value),
             written_ms,
-            Some(headers),
+            headers,
         ) {
             Ok(acked) => self.producer.acknowledged(acked).await,
             Err(e) => Err(e),
@@ -363,4 +349,33 @@ impl Shell<'_> {
             }
         }
     }
+}
+
+/// A checkpoint record's headers: how it was translated, how it was verified, and whether it is
+/// a share group's ([`crate::kafka::checkpoints::GROUP_TYPE_HEADER`]); `None` when none says
+/// anything.
+fn checkpoint_headers(
+    exactness: crate::kafka::checkpoints::Exactness,
+    verification: Option<&str>,
+    share: bool,
+) -> Option<rdkafka::message::OwnedHeaders> {
+    use crate::kafka::checkpoints::{GROUP_TYPE_HEADER, SHARE_GROUP, TRANSLATION_HEADER};
+    use rdkafka::message::Header;
+    let translation = exactness.header_value();
+    let said = [
+        (TRANSLATION_HEADER, translation.as_deref()),
+        (crate::verify::header::VERIFICATION_HEADER, verification),
+        (GROUP_TYPE_HEADER, share.then_some(SHARE_GROUP)),
+    ];
+    said.into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .fold(
+            None,
+            |headers: Option<rdkafka::message::OwnedHeaders>, (key, value)| {
+                Some(headers.unwrap_or_default().insert(Header {
+                    key,
+                    value: Some(value),
+                }))
+            },
+        )
 }

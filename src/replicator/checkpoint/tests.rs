@@ -332,6 +332,29 @@ fn a_commit_no_sync_covers_is_uncovered_until_a_sync_for_its_partition_lands() {
 }
 
 #[test]
+fn a_share_group_is_checkpointed_but_never_synced_into_the_target_as_a_consumer_group() {
+    let n = names();
+    let mut c = loaded_core(&n);
+    c.handle(Event::ShareGroups(HashSet::from(["q".to_string()])));
+    c.handle(sync(tp("t", 0), 0, 100, 1));
+    c.handle(commit(0, "q", tp("t", 0), 10));
+    c.handle(commit(1, "g", tp("t", 0), 10));
+    assert_eq!(
+        offsets(&flush_acked(&mut c, at_ms(2))),
+        [("g", 10, 101), ("q", 10, 101)]
+    );
+    assert_eq!(
+        c.take_group_views(),
+        [GroupView::Update {
+            group: "g".into(),
+            checkpoints: BTreeMap::from([(tp("A.t", 0), 101)]),
+            uncovered: 0,
+        }],
+        "only the consumer group's view goes to the group sync"
+    );
+}
+
+#[test]
 fn a_sync_marks_its_partition_dirty_for_every_group_committed_on_it_and_no_other() {
     let n = names();
     let mut c = loaded_core(&n);

@@ -55,6 +55,7 @@ fn checkpoints(
                     exactness: Exactness::Unknown,
                     exact_ms: None,
                     verification: None,
+                    share: false,
                 },
             )
         })

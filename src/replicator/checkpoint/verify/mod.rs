@@ -105,17 +105,25 @@ fn replica_count(replicas: i32) -> u32 {
     u32::try_from(replicas).unwrap_or(1).max(1)
 }
 
-/// Starts the verifier thread for `flow`; `None` (logged) when its connections cannot be made
-/// (a mechanism the project's connections do not speak).
-pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
-    let (source, target) = match &flow.batch_security {
+/// The source's and the target's settings for the project's own connections: the same
+/// principal as the loops', in the form those connections read; `None` for a mechanism they do
+/// not speak.
+pub(super) fn own_security(
+    flow: &Flow,
+) -> Option<(mirrorflow_conn::Security, mirrorflow_conn::Security)> {
+    Some(match &flow.batch_security {
         Some(s) => (s.source.clone(), s.target.clone()),
-        // The same principal as the loops', in the form the probe's own connections read.
         None => (
             crate::status::tails::conn_security(&flow.source_probe_client, false)?,
             crate::status::tails::conn_security(&flow.target_probe_client, false)?,
         ),
-    };
+    })
+}
+
+/// Starts the verifier thread for `flow`; `None` (logged) when its connections cannot be made
+/// (a mechanism the project's connections do not speak).
+pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
+    let (source, target) = own_security(flow)?;
     let client_id = format!("mirrorflow-{}-verify", flow.name.replace('/', "."));
     let mut readers = (
         Reader::new(
