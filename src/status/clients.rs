@@ -679,6 +679,19 @@ impl Cluster {
         self.client.assign(&tpl)
     }
 
+    /// A share group's start offsets, read on the probe's own connections (librdkafka has no
+    /// call for them); the error says why they could not be read.
+    pub fn share_starts(&self, group: &str) -> Result<super::tails::ShareStarts, String> {
+        let own = (self.own.as_ref()).ok_or_else(|| {
+            "the cluster's security settings are not ones the project's own connections speak"
+                .to_string()
+        })?;
+        let mut own = own
+            .lock()
+            .map_err(|_| "the connection is poisoned".to_string())?;
+        own.share_starts(group)
+    }
+
     /// Every committed offset of each of `groups`: one OffsetFetch per group, all in flight
     /// at once through the shared client (no client per group).
     pub fn committed(

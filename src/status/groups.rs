@@ -29,8 +29,8 @@ pub enum GroupState {
     CheckpointInvalidated,
     /// It committed past what is copied, so no checkpoint can cover it yet.
     ReplicationBehind,
-    /// A share group: its consumers' start offsets are checkpointed but a failover does not
-    /// set them, so it starts where `share.auto.offset.reset` says.
+    /// A share group whose start offsets the source did not give: neither checkpointed nor
+    /// judged, and a failover starts it where `share.auto.offset.reset` says.
     NotMirrored,
     /// Committed offsets on the source, no checkpoint on the target.
     NoCheckpoint,
@@ -176,13 +176,13 @@ pub fn states(
             (rank, age, state, row)
         })
         .collect();
-    rows.extend(obs.share_groups.iter().map(|group| {
+    rows.extend(obs.share_groups.iter().map(|(group, why)| {
         let row = GroupReadiness {
             group: group.clone(),
             checkpoint_age: "never".into(),
             estimated_replay_records: 0,
             reason: GroupState::NotMirrored.reason().into(),
-            message: SHARE_GROUP.into(),
+            message: format!("{SHARE_GROUP_UNREAD}{why}{SHARE_GROUP_FIX}"),
             last_verified: None,
             verified_partitions: None,
         };
@@ -200,8 +200,9 @@ pub fn states(
     rows.into_iter().map(|(_, _, s, r)| (s, r)).collect()
 }
 
-/// Why a share group cannot fail over, and what to do.
-const SHARE_GROUP: &str = "a share group (KIP-932): where its consumers are is kept by the share coordinator as start offsets, not as committed offsets; the replicator checkpoints them (MM2's format, the group's name), but neither `mirrorflow failover --apply` nor checkpoints.syncGroupOffsets sets them on the target yet; after a failover its consumers start on the target where share.auto.offset.reset says (latest by default), so records not yet acknowledged on the source would be skipped; before failing over, set the group's start offsets on the target to its checkpoints' downstream offsets (Admin#alterShareGroupOffsets), or set share.auto.offset.reset=earliest for the group on the target (its consumers then re-read the mirrored topics from their start), or leave the group out with spec.groupsExclude";
+/// Why a share group cannot be judged (then its reason, then [`SHARE_GROUP_FIX`]).
+const SHARE_GROUP_UNREAD: &str = "a share group (KIP-932) whose start offsets (where its consumers are, kept by the share coordinator instead of committed offsets) the source did not give the flow's principal: ";
+const SHARE_GROUP_FIX: &str = "; it can be neither checkpointed nor judged, and after a failover its consumers start on the target where share.auto.offset.reset says (latest by default), skipping what was not acknowledged on the source; grant the flow's principal DESCRIBE on the group and on its topics (Kafka 4.1 or later answers DescribeShareGroupOffsets), or leave the group out with spec.groupsExclude";
 
 /// Per-group readiness, worst first (see [`states`]).
 pub fn group_readiness(obs: &Observation, limits: &FailoverReadinessSpec) -> Vec<GroupReadiness> {

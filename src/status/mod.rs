@@ -352,8 +352,9 @@ pub struct Observation {
     pub replication_lag: Option<i64>,
     /// Groups with committed offsets on the source (checkpointed or not).
     pub groups: Vec<GroupObservation>,
-    /// Share groups (KIP-932) `spec.groups` selects: their start offsets are not mirrored.
-    pub share_groups: Vec<String>,
+    /// Share groups (KIP-932) `spec.groups` selects whose start offsets (their position) the
+    /// source did not give, with why: they cannot be judged. The others are in [`Self::groups`].
+    pub share_groups: Vec<(String, String)>,
     /// Breaks in continuity the replicator recorded; `None` when they could not be read
     /// (then the previous status's list stands).
     pub gaps: Option<Vec<crate::kafka::positions::Gap>>,

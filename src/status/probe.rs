@@ -89,8 +89,9 @@ pub struct ClusterObservation {
     /// positions); `None` when the positions topic is absent (source loop off, or MM2).
     pub replication_lag: Option<i64>,
     pub groups: Vec<GroupObservation>,
-    /// Share groups the flow's selection matches ([`Observation::share_groups`]).
-    pub share_groups: Vec<String>,
+    /// Share groups the flow's selection matches whose start offsets could not be read, with
+    /// why ([`Observation::share_groups`]).
+    pub share_groups: Vec<(String, String)>,
     /// Breaks in continuity recorded in the positions topic; `None` when it was not read.
     pub gaps: Option<Vec<Gap>>,
     /// Topic ACL sync as the clusters show it, and the refresh interval; `None` when not

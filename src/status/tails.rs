@@ -146,6 +146,9 @@ impl TailRefusal {
     }
 }
 
+/// A share group's start offsets: (topic, partition) and offset.
+pub type ShareStarts = Vec<((String, i32), i64)>;
+
 /// Why a tail has nothing to give this time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TailError {
@@ -449,6 +452,33 @@ impl OwnTails {
             tracing::debug!(error = %e, "listing the cluster's groups by type failed");
             TailError::Unavailable
         })
+    }
+
+    /// A share group's start offsets (DescribeShareGroupOffsets to its coordinator), each
+    /// partition's as (topic, partition) -> offset; none for a group the coordinator does not
+    /// know. A refusal (not authorized, an API the broker lacks) is the error, in words.
+    pub(super) fn share_starts(&mut self, group: &str) -> Result<ShareStarts, String> {
+        if self.groups.is_none() {
+            self.groups = Some(
+                self.cluster()
+                    .map_err(|_| "the bootstrap addresses cannot be used".to_string())?,
+            );
+        }
+        let cluster = self.groups.as_mut().ok_or("no connection")?;
+        let answer = cluster.share_group_offsets(group).map_err(|e| {
+            self.groups = None;
+            e.to_string()
+        })?;
+        match answer.error.name() {
+            "NONE" => {}
+            "GROUP_ID_NOT_FOUND" => return Ok(Vec::new()),
+            _ if answer.message.is_empty() => return Err(answer.error.to_string()),
+            _ => return Err(format!("{}: {}", answer.error, answer.message)),
+        }
+        Ok((answer.partitions.into_iter())
+            .filter(|p| !p.error.is_error() && p.start_offset >= 0)
+            .map(|p| ((p.topic, p.partition), p.start_offset))
+            .collect())
     }
 
     /// Partition 0's first offset and the end a `read_committed` reader reaches.

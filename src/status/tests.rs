@@ -171,13 +171,16 @@ fn a_checkpoint_into_a_recreated_remote_log_blocks_failover() {
     );
 }
 
-/// A share group the selection matches cannot fail over with the flow (its start offsets are
-/// not mirrored): named, with the fix, and FailoverReady is False for it; a flow with only a
-/// share group is not "nothing to fail over".
+/// A share group the selection matches whose start offsets the source did not give cannot
+/// fail over with the flow: named, with why and the fix, and FailoverReady is False for it; a
+/// flow with only such a share group is not "nothing to fail over".
 #[test]
 fn a_selected_share_group_is_named_not_mirrored_and_blocks_failover() {
     let mut o = healthy();
-    o.share_groups = vec!["orders-queue".into()];
+    o.share_groups = vec![(
+        "orders-queue".into(),
+        "GROUP_AUTHORIZATION_FAILED (30)".into(),
+    )];
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let fresh = cond(&s, CHECKPOINTS_FRESH);
     assert_eq!(fresh.status, "False");

@@ -289,7 +289,33 @@ impl JavaConsumer {
         )
     }
 
-    fn start(class: &str, [bootstrap, group, topic]: [&str; 3], more: &[&str]) -> Result<Self> {
+    /// [`JavaConsumer::share`], each value it reads written as a line to `out`.
+    pub fn share_printing(
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        out: &std::path::Path,
+    ) -> Result<JavaConsumer> {
+        let file = std::fs::File::create(out)?;
+        Self::spawn(
+            "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            [bootstrap, group, topic],
+            &[],
+            Some(file),
+        )
+    }
+
+    fn start(class: &str, names: [&str; 3], more: &[&str]) -> Result<Self> {
+        Self::spawn(class, names, more, None)
+    }
+
+    /// Its standard output to `out`, or nowhere.
+    fn spawn(
+        class: &str,
+        [bootstrap, group, topic]: [&str; 3],
+        more: &[&str],
+        out: Option<std::fs::File>,
+    ) -> Result<Self> {
         let mut args = vec![
             "--bootstrap-server",
             bootstrap,
@@ -299,7 +325,11 @@ impl JavaConsumer {
             group,
         ];
         args.extend_from_slice(more);
-        let child = kafka_tool(class, &args)?
+        let mut command = kafka_tool(class, &args)?;
+        if let Some(out) = out {
+            command.stdout(out);
+        }
+        let child = command
             .spawn()
             .with_context(|| format!("starting {class}"))?;
         Ok(JavaConsumer { child })

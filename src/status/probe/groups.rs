@@ -6,7 +6,9 @@ use crate::kafka::groups::SHARE;
 
 /// `source` and `md` are the probe's own client and metadata of the source cluster. Also
 /// counts the groups whose offsets the source refused to the flow's principal, and names the
-/// selected share groups (not asked for offsets: theirs are not committed offsets).
+/// selected share groups whose start offsets could not be read, with why. A share group's
+/// start offsets stand for its committed offsets: the checkpoint loop checkpoints them and a
+/// failover sets them.
 pub(super) fn group_observations(
     flow: &Flow,
     source: &Cluster,
@@ -15,7 +17,7 @@ pub(super) fn group_observations(
     positions: Option<&Positions>,
     recreated: &Recreations,
     budget: Budget,
-) -> (Vec<GroupObservation>, usize, Vec<String>) {
+) -> (Vec<GroupObservation>, usize, Vec<(String, String)>) {
     let policy = flow.policy.as_ref();
     let Ok(list) = source.group_names(budget.next(TIMEOUT)) else {
         return (Vec::new(), 0, Vec::new());
@@ -67,7 +69,26 @@ pub(super) fn group_observations(
             ));
         }
     }
-    (out, forbidden, share)
+    let mut unread = Vec::new();
+    for group in share {
+        if budget.spent() {
+            break;
+        }
+        match source.share_starts(&group) {
+            Ok(starts) => {
+                let mut committed: Listed = (starts.into_iter())
+                    .map(|(partition, offset)| (partition, Offset::Offset(offset)))
+                    .collect();
+                committed.retain(|partition, _| mirrored.contains(partition));
+                let cps = checkpoints.get(&group);
+                out.extend(observe_group(
+                    flow, group, &committed, cps, positions, recreated, age,
+                ));
+            }
+            Err(why) => unread.push((group, why)),
+        }
+    }
+    (out, forbidden, unread)
 }
 
 /// The groups a probe asks about, in order: the flow's groups on the source (not the
