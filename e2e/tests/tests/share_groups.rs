@@ -134,7 +134,8 @@ struct Mirrored {
 type Starts = std::collections::BTreeMap<(String, i32), i64>;
 
 impl Mirrored {
-    async fn start(prefix: &str) -> Result<Mirrored> {
+    /// `checkpoints` is the flow's `spec.checkpoints`, as YAML flow style.
+    async fn start(prefix: &str, checkpoints: &str) -> Result<Mirrored> {
         let world = World::from_env()?;
         let topic = unique("queued");
         let alias = unique(prefix);
@@ -142,7 +143,7 @@ impl Mirrored {
         kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
         let port = free_port()?;
         let flow = format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {alias}, namespace: e2e}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: '{src}'}}\n  target: {{alias: {alias}-t, bootstrapServers: '{tgt}'}}\n  topics: ['{topic}']\n  groups: ['{group}']\n",
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {alias}, namespace: e2e}}\nspec:\n  source: {{alias: {alias}, bootstrapServers: '{src}'}}\n  target: {{alias: {alias}-t, bootstrapServers: '{tgt}'}}\n  topics: ['{topic}']\n  groups: ['{group}']\n  checkpoints: {checkpoints}\n",
             src = world.source_bootstrap,
             tgt = world.target_bootstrap,
         );
@@ -241,13 +242,30 @@ impl Mirrored {
 /// share coordinator keeps, as Kafka's own `kafka-share-groups.sh` reports it, translated to the
 /// remote topic. The coordinator's start offset may stay at the first offset of the last batch
 /// it acknowledged (Kafka 4.3 keeps that batch's state beside it): a failover to it delivers at
-/// most that batch again, and skips nothing.
+/// most that batch again, and skips nothing. With `syncGroupOffsets`, the group's start offsets
+/// on the target follow its checkpoints (the group made there, idle: no consumer of it runs on
+/// the target).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_share_groups_start_offsets_are_checkpointed() -> Result<()> {
-    let m = Mirrored::start("sgc").await?;
+async fn a_share_groups_start_offsets_are_checkpointed_and_synced() -> Result<()> {
+    let m = Mirrored::start("sgc", "{syncGroupOffsets: true}").await?;
     let moved = m.until_moved().await?;
     kafka::produce_values(&m.world.source_bootstrap, &m.topic, 20, 2).await?;
     m.checkpointed(&moved).await?;
+    let remote = format!("{}.{}", m.alias, m.topic);
+    eventually(
+        "the target group's start offsets at the checkpoints",
+        Duration::from_secs(60),
+        || async {
+            let (_, checkpoints) = m.checkpointed(&moved).await?;
+            let on_target = m.starts(&m.world.target_bootstrap)?;
+            let synced = (0..)
+                .zip(&checkpoints)
+                .all(|(p, cp)| on_target.get(&(remote.clone(), p)) == Some(&cp.downstream_offset));
+            Ok(synced.then_some(()))
+        },
+    )
+    .await?;
+    tokio::task::block_in_place(|| kafka::delete_share_group(&m.world.target_bootstrap, &m.group))?;
     m.clean_up().await
 }
 
@@ -257,7 +275,7 @@ async fn a_share_groups_start_offsets_are_checkpointed() -> Result<()> {
 /// consumer of the group on the target then reads every record from there on: 0 skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_group_fails_over_at_its_checkpoints_with_nothing_skipped() -> Result<()> {
-    let mut m = Mirrored::start("sgf").await?;
+    let mut m = Mirrored::start("sgf", "{}").await?;
     let moved = m.until_moved().await?;
     kafka::produce_values(&m.world.source_bootstrap, &m.topic, 20, 2).await?;
     // Checkpointed as it reads; then the consumer stops (acknowledging what it read).
@@ -410,6 +428,14 @@ async fn a_share_group_fails_over_at_its_checkpoints_with_nothing_skipped() -> R
         "failover of share group {}: source start offsets {starts:?}, {} records read on the target",
         m.group,
         read.len()
+    );
+    // Failback does not read start offsets backwards: refused, with the way that works.
+    let back = cli_json(&m.world, "failback", &m.flow_file, &["--group", &m.group])?;
+    assert_eq!(back["groups"][0]["action"], "refused", "{back}");
+    let message = back["groups"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("a share group") && message.contains("reverse flow"),
+        "{message}"
     );
     tokio::task::block_in_place(|| kafka::delete_share_group(&m.world.target_bootstrap, &m.group))?;
     m.clean_up().await

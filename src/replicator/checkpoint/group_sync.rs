@@ -6,7 +6,10 @@
 //! `groupsRefreshInterval` (a group that was active may have become idle). rdkafka has no
 //! safe AlterConsumerGroupOffsets, so the commit goes through a short-lived consumer whose
 //! `group.id` is that group and which never joins it: the coordinator accepts such a commit
-//! only while the group has no members, which backs up the state check.
+//! only while the group has no members, which backs up the state check. A share group's start
+//! offsets are set instead ([`share`]).
+
+mod share;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -32,6 +35,8 @@ pub enum GroupView {
         checkpoints: BTreeMap<TopicPartition, i64>,
         /// Committed source partitions without a translation.
         uncovered: usize,
+        /// A share group (KIP-932): its start offsets are set, not committed.
+        share: bool,
     },
     /// The group left this replica or has no commits any more.
     Forget(String),
@@ -42,6 +47,7 @@ pub enum GroupView {
 struct Tracked {
     checkpoints: BTreeMap<TopicPartition, i64>,
     uncovered: usize,
+    share: bool,
     /// Not yet synced with the current view (or the last attempt could not ask the target).
     due: bool,
     last_attempt: Option<Instant>,
@@ -54,6 +60,7 @@ impl Tracked {
         Tracked {
             checkpoints: BTreeMap::new(),
             uncovered: 0,
+            share: false,
             due: true,
             last_attempt: None,
             status: None,
@@ -61,10 +68,16 @@ impl Tracked {
     }
 
     /// Takes the loop's new view; due when it differs from the last one.
-    fn update(&mut self, checkpoints: BTreeMap<TopicPartition, i64>, uncovered: usize) {
+    fn update(
+        &mut self,
+        checkpoints: BTreeMap<TopicPartition, i64>,
+        uncovered: usize,
+        share: bool,
+    ) {
         self.due |= self.checkpoints != checkpoints || self.uncovered != uncovered;
         self.checkpoints = checkpoints;
         self.uncovered = uncovered;
+        self.share = share;
     }
 
     /// Whether the pass at `now` syncs the group: when its view changed or the target could
@@ -102,6 +115,15 @@ const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 type PassResults = Vec<(String, Option<GroupSyncStatus>)>;
 
+/// A group a pass syncs: its latest checkpoints, its partitions without a translation, and
+/// whether it is a share group.
+struct DueGroup {
+    group: String,
+    checkpoints: BTreeMap<TopicPartition, i64>,
+    uncovered: usize,
+    share: bool,
+}
+
 /// One pass's requests, on a thread of their own. librdkafka's synchronous commit can wait
 /// without end for a group's coordinator (a commit in flight while a broker restarted never
 /// returned, in the project's chaos test), so the loop never waits on a pass: it takes the
@@ -117,10 +139,8 @@ struct Pass {
 
 impl Pass {
     fn start(
-        due: Vec<(String, BTreeMap<TopicPartition, i64>, usize)>,
-        sync: impl Fn(&str, &BTreeMap<TopicPartition, i64>, usize) -> Option<GroupSyncStatus>
-        + Send
-        + 'static,
+        due: Vec<DueGroup>,
+        sync: impl Fn(&DueGroup) -> Option<GroupSyncStatus> + Send + 'static,
     ) -> std::io::Result<Pass> {
         let (tx, results) = oneshot::channel();
         let started = Instant::now();
@@ -131,11 +151,11 @@ impl Pass {
             .spawn(move || {
                 let results = due
                     .into_iter()
-                    .map(|(group, checkpoints, uncovered)| {
-                        let status = sync(&group, &checkpoints, uncovered);
+                    .map(|due| {
+                        let status = sync(&due);
                         let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                         done.store(ms, Ordering::Relaxed);
-                        (group, status)
+                        (due.group, status)
                     })
                     .collect();
                 let _ = tx.send(results);
@@ -164,8 +184,30 @@ async fn finished(pass: &mut Option<Pass>) -> PassResults {
     }
 }
 
+/// The target as the project's own connections reach it, for share groups (librdkafka has no
+/// call for their start offsets); `None` when they do not speak its security settings.
+#[derive(Debug, Clone)]
+pub struct ShareTarget {
+    pub bootstrap: String,
+    pub security: mirrorflow_conn::Security,
+    pub client_id: String,
+}
+
+impl ShareTarget {
+    /// `flow`'s target, with its principal.
+    pub fn of(flow: &crate::flow::Flow) -> Option<ShareTarget> {
+        let (_, security) = super::verify::own_security(flow)?;
+        Some(ShareTarget {
+            bootstrap: flow.spec.target.bootstrap_servers.clone(),
+            security,
+            client_id: format!("mirrorflow-{}-group-sync", flow.name.replace('/', ".")),
+        })
+    }
+}
+
 pub async fn run(
     target: ClientConfig,
+    share_target: Option<ShareTarget>,
     interval: Duration,
     refresh: Duration,
     reach: Arc<Reachability>,
@@ -181,11 +223,11 @@ pub async fn run(
             _ = shutdown.cancelled() => return,
             view = rx.recv() => match view {
                 None => return,
-                Some(GroupView::Update { group, checkpoints, uncovered }) => {
+                Some(GroupView::Update { group, checkpoints, uncovered, share }) => {
                     groups
                         .entry(group)
                         .or_insert_with(Tracked::new)
-                        .update(checkpoints, uncovered);
+                        .update(checkpoints, uncovered, share);
                 }
                 Some(GroupView::Forget(group)) => {
                     groups.remove(&group);
@@ -218,18 +260,28 @@ pub async fn run(
                     }
                     continue;
                 }
-                let due: Vec<(String, BTreeMap<TopicPartition, i64>, usize)> = groups
+                let due: Vec<DueGroup> = groups
                     .iter()
                     .filter(|(_, t)| t.is_due(now, refresh))
-                    .map(|(g, t)| (g.clone(), t.checkpoints.clone(), t.uncovered))
+                    .map(|(g, t)| DueGroup {
+                        group: g.clone(),
+                        checkpoints: t.checkpoints.clone(),
+                        uncovered: t.uncovered,
+                        share: t.share,
+                    })
                     .collect();
                 if due.is_empty() {
                     continue;
                 }
                 let client = target.clone();
+                let share_client = share_target.clone();
                 let reach_pass = reach.clone();
-                let sync = move |group: &str, checkpoints: &BTreeMap<TopicPartition, i64>, uncovered| {
-                    sync_one(&client, &reach_pass, group, checkpoints, uncovered)
+                let sync = move |due: &DueGroup| {
+                    if due.share {
+                        share::sync_one(share_client.as_ref(), &reach_pass, due)
+                    } else {
+                        sync_one(&client, &reach_pass, &due.group, &due.checkpoints, due.uncovered)
+                    }
                 };
                 match Pass::start(due, sync) {
                     Ok(p) => pass = Some(p),
@@ -474,25 +526,25 @@ mod tests {
         let t0 = Instant::now();
         let checkpoints = BTreeMap::from([(tp(0), 5)]);
         let mut t = Tracked::new();
-        t.update(checkpoints.clone(), 0);
+        t.update(checkpoints.clone(), 0, false);
         assert!(t.is_due(t0, refresh));
         assert!(t.attempted(t0, Some(synced())).is_some(), "a first state");
         assert!(!t.is_due(t0 + Duration::from_secs(1), refresh));
 
-        t.update(checkpoints.clone(), 0);
+        t.update(checkpoints.clone(), 0, false);
         assert!(
             !t.is_due(t0 + Duration::from_secs(1), refresh),
             "the same view again"
         );
         assert!(t.is_due(t0 + refresh, refresh), "refreshed");
 
-        t.update(checkpoints.clone(), 1);
+        t.update(checkpoints.clone(), 1, false);
         assert!(
             t.is_due(t0 + Duration::from_secs(1), refresh),
             "coverage changed"
         );
         assert!(t.attempted(t0, Some(synced())).is_none(), "same state");
-        t.update(BTreeMap::from([(tp(0), 6)]), 1);
+        t.update(BTreeMap::from([(tp(0), 6)]), 1, false);
         assert!(
             t.is_due(t0 + Duration::from_secs(1), refresh),
             "a new checkpoint"
@@ -504,7 +556,7 @@ mod tests {
         let refresh = Duration::from_secs(10);
         let t0 = Instant::now();
         let mut t = Tracked::new();
-        t.update(BTreeMap::from([(tp(0), 5)]), 0);
+        t.update(BTreeMap::from([(tp(0), 5)]), 0, false);
         assert!(t.attempted(t0, None).is_none());
         assert!(
             t.is_due(t0 + Duration::from_millis(500), refresh),
@@ -519,13 +571,15 @@ mod tests {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let wait = std::sync::Mutex::new(wait);
         let (entered, hanging) = std::sync::mpsc::channel::<()>();
-        let due = vec![
-            ("quick".to_string(), BTreeMap::from([(tp(0), 1)]), 0),
-            ("hangs".to_string(), BTreeMap::from([(tp(0), 1)]), 0),
-        ];
+        let due = ["quick", "hangs"].map(|group| DueGroup {
+            group: group.into(),
+            checkpoints: BTreeMap::from([(tp(0), 1)]),
+            uncovered: 0,
+            share: false,
+        });
         let mut pass = Some(
-            Pass::start(due, move |group, _, _| {
-                if group == "hangs" {
+            Pass::start(due.into(), move |due| {
+                if due.group == "hangs" {
                     let _ = entered.send(());
                     // Stands in for a commit librdkafka never answers, until released.
                     let _ = wait.lock().map(|w| w.recv());

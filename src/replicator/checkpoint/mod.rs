@@ -152,6 +152,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         let (views_tx, views_rx) = mpsc::channel(EVENT_BUFFER);
         tokio::spawn(group_sync::run(
             flow.target_client.clone(),
+            group_sync::ShareTarget::of(flow),
             spec.checkpoints.interval.as_duration(),
             spec.checkpoints.groups_refresh_interval.as_duration(),
             target_reach.clone(),
@@ -309,19 +310,7 @@ fn start_readers(
         events.clone(),
         readers.clone(),
     )?;
-    match verify::own_security(flow) {
-        Some((source, _)) => share_groups::Poller {
-            bootstrap: spec.source.bootstrap_servers.clone(),
-            security: source,
-            client_id: format!("mirrorflow-{}-share-groups", flow.name.replace('/', ".")),
-            groups: flow.groups.clone(),
-            metrics: ctx.metrics.clone(),
-        }
-        .spawn(events.clone(), readers.clone()),
-        None => tracing::info!(
-            "share groups are not checkpointed: the source's security mechanism is not one the project's own connections speak"
-        ),
-    }
+    share_groups::Poller::spawn_for(ctx, events.clone(), readers.clone());
     if spec.checkpoints.verify_interval.as_duration().is_zero() {
         tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
         return Ok(None);
@@ -424,9 +413,9 @@ struct Core<'a> {
     uncovered: HashMap<String, HashSet<TopicPartition>>,
     /// Groups whose checkpoints or coverage changed since the last group view was sent.
     changed_groups: HashSet<String>,
-    /// Share groups: their start offsets are not a consumer group's to commit on the target
-    /// (an OffsetCommit there would make a consumer group of the name, which its share
-    /// consumers could then not join).
+    /// Share groups: the group sync sets their start offsets, never commits (an OffsetCommit
+    /// on the target would make a consumer group of the name, which its share consumers could
+    /// then not join).
     share_groups: HashSet<String>,
     /// Groups forgotten since the shell last dropped their metrics.
     forgotten: Vec<String>,
@@ -750,9 +739,6 @@ impl Core<'_> {
             .map(GroupView::Forget)
             .collect();
         for group in std::mem::take(&mut self.changed_groups) {
-            if self.share_groups.contains(&group) {
-                continue;
-            }
             let Some(commits) = self.commits.group(&group) else {
                 continue;
             };
@@ -766,6 +752,7 @@ impl Core<'_> {
                 .collect();
             let uncovered = self.uncovered.get(&group).map_or(0, HashSet::len);
             views.push(GroupView::Update {
+                share: self.share_groups.contains(&group),
                 group,
                 checkpoints,
                 uncovered,

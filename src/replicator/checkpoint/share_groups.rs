@@ -147,6 +147,30 @@ pub struct Poller {
 }
 
 impl Poller {
+    /// Starts the poller of `ctx`'s flow, with its principal on the source; logged and not
+    /// started when the project's own connections do not speak the source's security.
+    pub fn spawn_for(
+        ctx: &crate::replicator::context::Context,
+        events: mpsc::Sender<Event>,
+        shutdown: CancellationToken,
+    ) {
+        let flow = &ctx.flow;
+        let Some((source, _)) = super::verify::own_security(flow) else {
+            tracing::info!(
+                "share groups are not checkpointed: the source's security mechanism is not one the project's own connections speak"
+            );
+            return;
+        };
+        Poller {
+            bootstrap: flow.spec.source.bootstrap_servers.clone(),
+            security: source,
+            client_id: format!("mirrorflow-{}-share-groups", flow.name.replace('/', ".")),
+            groups: flow.groups.clone(),
+            metrics: ctx.metrics.clone(),
+        }
+        .spawn(events, shutdown);
+    }
+
     /// Polls until `shutdown` or the loop is gone, on a thread of its own (the calls block).
     pub fn spawn(self, events: mpsc::Sender<Event>, shutdown: CancellationToken) {
         let span = tracing::Span::current();

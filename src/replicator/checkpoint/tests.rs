@@ -311,6 +311,7 @@ fn a_commit_no_sync_covers_is_uncovered_until_a_sync_for_its_partition_lands() {
             group: "g".into(),
             checkpoints: BTreeMap::new(),
             uncovered: 1,
+            share: false,
         }]
     );
     assert_eq!(
@@ -327,12 +328,13 @@ fn a_commit_no_sync_covers_is_uncovered_until_a_sync_for_its_partition_lands() {
             group: "g".into(),
             checkpoints: BTreeMap::from([(tp("A.t", 0), 101)]),
             uncovered: 0,
+            share: false,
         }]
     );
 }
 
 #[test]
-fn a_share_group_is_checkpointed_but_never_synced_into_the_target_as_a_consumer_group() {
+fn a_share_group_is_checkpointed_and_its_view_says_it_is_a_share_group() {
     let n = names();
     let mut c = loaded_core(&n);
     c.handle(Event::ShareGroups(HashSet::from(["q".to_string()])));
@@ -343,15 +345,15 @@ fn a_share_group_is_checkpointed_but_never_synced_into_the_target_as_a_consumer_
         offsets(&flush_acked(&mut c, at_ms(2))),
         [("g", 10, 101), ("q", 10, 101)]
     );
-    assert_eq!(
-        c.take_group_views(),
-        [GroupView::Update {
-            group: "g".into(),
-            checkpoints: BTreeMap::from([(tp("A.t", 0), 101)]),
-            uncovered: 0,
-        }],
-        "only the consumer group's view goes to the group sync"
-    );
+    let mut views = c.take_group_views();
+    views.sort_by_key(|v| format!("{v:?}"));
+    let view = |group: &str, share| GroupView::Update {
+        group: group.into(),
+        checkpoints: BTreeMap::from([(tp("A.t", 0), 101)]),
+        uncovered: 0,
+        share,
+    };
+    assert_eq!(views, [view("g", false), view("q", true)]);
 }
 
 #[test]

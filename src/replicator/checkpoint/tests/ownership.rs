@@ -26,6 +26,7 @@ fn a_deleted_commit_leaves_the_groups_view_and_the_last_one_forgets_the_group() 
             group: "g".into(),
             checkpoints: BTreeMap::from([(tp("A.t", 0), 100)]),
             uncovered: 0,
+            share: false,
         }]
     );
 
@@ -94,6 +95,7 @@ fn a_forgotten_group_is_told_before_its_next_view_even_when_the_channel_was_full
                 group: "g".into(),
                 checkpoints: BTreeMap::new(),
                 uncovered: 1,
+                share: false,
             }
         ]
     );

@@ -1,0 +1,114 @@
+//! A share group's sync: its start offsets on the target set to its latest checkpoints
+//! (AlterShareGroupOffsets on the project's own connections), by the same rules as a consumer
+//! group's commit (never backwards, never into a group in use). The coordinator refuses while
+//! the group has members (NON_EMPTY_GROUP): that refusal is the member check, atomic with the
+//! change, so no description is read first. One connection per group and pass: share groups
+//! are few, and a pass runs every `checkpoints.interval`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mirrorflow_conn::{Cluster, Options};
+
+use super::super::sync_state::{
+    GroupSyncStatus, TargetGroup, active_on_target, before_target, plan, unsupported,
+};
+use super::{DueGroup, ShareTarget};
+use crate::mm2::TopicPartition;
+use crate::replicator::kafka_io::Reachability;
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_FRAME: usize = 8 << 20;
+
+/// `None` when the target could not be asked (retried next pass).
+pub(super) fn sync_one(
+    target: Option<&ShareTarget>,
+    reach: &Reachability,
+    due: &DueGroup,
+) -> Option<GroupSyncStatus> {
+    if let Some(status) = before_target(true, &due.checkpoints, due.uncovered) {
+        return Some(status);
+    }
+    let Some(target) = target else {
+        return Some(unsupported(
+            "a share group's start offsets are set with the project's own connections, which do not speak the target's security settings",
+        ));
+    };
+    let options = Options {
+        client_id: target.client_id.clone(),
+        timeout: IO_TIMEOUT,
+        max_frame: MAX_FRAME,
+        // Replicators run in the flow's namespace; their egress is the NetworkPolicy's.
+        address_check: None,
+    };
+    let mut cluster = match Cluster::new(&target.bootstrap, target.security.clone(), options) {
+        Ok(c) => c,
+        Err(e) => {
+            reach.refused("connecting for a target share group", &e);
+            return None;
+        }
+    };
+    let group = due.group.as_str();
+    let committed = match cluster.share_group_offsets(group) {
+        Ok(answer) => match answer.error.name() {
+            "NONE" => (answer.partitions.into_iter())
+                .filter(|p| !p.error.is_error() && p.start_offset >= 0)
+                .map(|p| (TopicPartition::new(p.topic, p.partition), p.start_offset))
+                .collect(),
+            // Not there yet: setting its start offsets makes it.
+            "GROUP_ID_NOT_FOUND" => BTreeMap::new(),
+            _ => {
+                reach.refused(
+                    "reading a target share group's start offsets",
+                    &answer.error,
+                );
+                return None;
+            }
+        },
+        Err(e) => {
+            reach.refused("reading a target share group's start offsets", &e);
+            return None;
+        }
+    };
+    reach.ok();
+    let sync = plan(
+        &due.checkpoints,
+        &TargetGroup {
+            // Members are the coordinator's to check, with the change itself.
+            state: String::new(),
+            members: 0,
+            committed,
+        },
+    );
+    if sync.commit.is_empty() {
+        return Some(sync.status);
+    }
+    let starts: Vec<(&str, i32, i64)> = (sync.commit.iter())
+        .map(|(tp, &offset)| (tp.topic.as_str(), tp.partition, offset))
+        .collect();
+    let answer = match cluster.alter_share_group_offsets(group, &starts) {
+        Ok(answer) => answer,
+        Err(e) => {
+            reach.refused("setting a target share group's start offsets", &e);
+            return None;
+        }
+    };
+    if answer.error.name() == "NON_EMPTY_GROUP" {
+        return Some(active_on_target(
+            "the share coordinator refused: the group has members",
+        ));
+    }
+    let refused = std::iter::once(answer.error)
+        .chain(answer.partitions.iter().map(|p| p.error))
+        .find(|e| e.is_error());
+    if let Some(error) = refused {
+        reach.refused("setting a target share group's start offsets", &error);
+        return None;
+    }
+    tracing::debug!(
+        group,
+        partitions = starts.len(),
+        "set translated start offsets on the target share group"
+    );
+    Some(sync.status)
+}
