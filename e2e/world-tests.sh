@@ -22,9 +22,10 @@ mkdir -p "$LOGS"
 # These stop or restart the shared world's brokers, or (operator_switchover) write onto the
 # shared source what the other tests' flows would copy, or (node_loss) start a second node that
 # other tests' pods would be scheduled on and then crash it, or (operator_upgrade) change the
-# cluster-wide CRD every flow is served through, or (share_groups) make a share group every
-# flow selecting all groups (the default) would see: run alone, after the others.
-EXCLUSIVE=" share_groups world_kafka_restart operator_faults replicator_fidelity replicator_aligned operator_switchover node_loss operator_upgrade "
+# cluster-wide CRD every flow is served through, or (share_groups, streams_groups) make a share
+# or streams group every flow selecting all groups (the default) would see: run alone, after
+# the others.
+EXCLUSIVE=" share_groups streams_groups world_kafka_restart operator_faults replicator_fidelity replicator_aligned operator_switchover node_loss operator_upgrade "
 
 # name<TAB>executable for every test binary of the crate, built once.
 cargo test -p mirrorflow-e2e --no-run --message-format=json 2>/dev/null |

@@ -54,6 +54,7 @@ tools() {
   need go "install Go 1.26+"
   mkdir -p "$MF_CACHE"
   with_progress "fetching Kafka $KAFKA_VERSION, its tools and MirrorMaker 2 (Maven Central)" fetch_kafka
+  with_progress "fetching Kafka Streams $KAFKA_VERSION and compiling the test application" fetch_streams_app
   with_progress "building etcd $ETCD_VERSION (Go modules)" build_etcd
   with_progress "building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (Go modules; 10-25 min cold)" build_k8s
   with_progress "building kube-scheduler $K8S_VERSION (Go modules; a few minutes cold)" build_scheduler
@@ -85,6 +86,7 @@ write_env() {
 export MF_STATE='$MF_STATE'
 export MF_CACHE='$MF_CACHE'
 export KAFKA_HOME='$KAFKA_HOME'
+export MF_STREAMS_APP='$STREAMS_APP'
 export MF_SOURCE_BOOTSTRAP='$(kafka_bootstrap source)'
 export MF_TARGET_BOOTSTRAP='$(kafka_bootstrap target)'
 export MF_THIRD_BOOTSTRAP='$(kafka_bootstrap third)'

@@ -153,3 +153,16 @@ fetch_kafka() {
   cp "$MF_ROOT/e2e/kafka/log4j2.properties" "$KAFKA_HOME/log4j2.properties"
   touch "$KAFKA_HOME/.done"
 }
+
+# Kafka Streams from Maven Central and e2e/kafka/streams/PassThrough.java compiled against it.
+fetch_streams_app() {
+  [ -f "$STREAMS_APP/.done" ] && return 0
+  need javac "install a Java 17+ JDK (apt-get install openjdk-17-jdk-headless)"
+  mkdir -p "$STREAMS_APP"
+  sed "s/@KAFKA_VERSION@/$KAFKA_VERSION/" "$MF_ROOT/e2e/kafka/streams/pom.xml" >"$STREAMS_APP/pom.xml"
+  (cd "$STREAMS_APP" && mvn -B -q dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime) ||
+    die "fetching Kafka Streams $KAFKA_VERSION from Maven Central failed"
+  javac -cp "$STREAMS_APP/lib/*" -d "$STREAMS_APP/classes" "$MF_ROOT/e2e/kafka/streams/PassThrough.java" ||
+    die "compiling e2e/kafka/streams/PassThrough.java failed"
+  touch "$STREAMS_APP/.done"
+}

@@ -23,6 +23,8 @@ MF_CACHE="${MF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mirrorflow}"
 MF_STATE="${MF_STATE:-${TMPDIR:-/tmp}/mirrorflow-world}"
 
 KAFKA_HOME="$MF_CACHE/kafka-$KAFKA_VERSION"
+# A Kafka Streams application for the streams-group world tests, keyed by what builds it.
+STREAMS_APP="$MF_CACHE/streams-app-$KAFKA_VERSION-$(cat "$MF_ROOT"/e2e/kafka/streams/{pom.xml,PassThrough.java} | sha256sum | cut -c1-12)"
 K8S_BIN="$MF_CACHE/k8s-$K8S_VERSION"
 KUBELET_BIN="$MF_CACHE/kubelet-$KUBELET_VERSION"
 # A cache entry of its own: the k8s-$K8S_VERSION entry predates the real node and is never rebuilt.

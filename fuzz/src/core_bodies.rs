@@ -159,11 +159,13 @@ pub fn fetched_batches(data: &[u8]) {
 /// offsets are -1 or a real offset, fetched records are bytes of the answer itself, a group
 /// listing holds no more groups than its bytes could name.
 pub fn broker_answers(data: &[u8]) {
-    use mirrorflow_core::protocol::{self, list_groups, list_offsets, metadata, share_offsets};
+    use mirrorflow_core::protocol::{
+        self, list_groups, list_offsets, metadata, share_offsets, streams_groups,
+    };
     let Some((&kind, body)) = data.split_first() else {
         return;
     };
-    match kind % 10 {
+    match kind % 11 {
         0 => {
             if let Ok(m) = metadata::decode_metadata(body) {
                 assert!(m.brokers.iter().all(|b| (1..=65535).contains(&b.port)));
@@ -211,6 +213,12 @@ pub fn broker_answers(data: &[u8]) {
             if let Ok(altered) = share_offsets::decode_alter_share_group_offsets(body) {
                 // Each partition takes at least its index, error code, message and tags.
                 assert!(altered.partitions.len().saturating_mul(8) <= body.len());
+            }
+        }
+        10 => {
+            if let Ok(got) = streams_groups::decode_streams_group_describe(body) {
+                // The members are counted, never allocated: at most one per byte left.
+                assert!(got.members <= body.len());
             }
         }
         _ => {

@@ -122,17 +122,24 @@ pub fn committed(
 
 pub use crate::kafka::groups::Membership;
 
-/// A group's state and members as its coordinator reports them (both group protocols).
+/// A group's state and members as its coordinator reports them (both consumer group
+/// protocols, and streams groups).
 pub fn membership(
     client: &ClientConfig,
     cluster: &'static str,
     group: &str,
 ) -> Result<Membership, CliError> {
     let c = consumer(client, cluster, group)?;
-    crate::kafka::groups::describe(c.client(), group, TIMEOUT).map_err(|source| CliError::Kafka {
-        what: format!("describing group '{group}'"),
-        cluster,
-        source,
+    let mut own = super::share_groups::ShareSide::new(client, cluster).ok();
+    let own = own
+        .as_mut()
+        .map(super::share_groups::ShareSide::cluster_mut);
+    crate::kafka::groups::describe_any(c.client(), own, group, TIMEOUT).map_err(|source| {
+        CliError::Kafka {
+            what: format!("describing group '{group}'"),
+            cluster,
+            source,
+        }
     })
 }
 

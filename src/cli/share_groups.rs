@@ -60,6 +60,11 @@ impl ShareSide {
         Ok(ShareSide { cluster, name })
     }
 
+    /// The connection, for other calls of the project's own client.
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+
     fn failed(&self, what: String, e: &ConnError) -> CliError {
         CliError::Share {
             what,

@@ -2,7 +2,9 @@
 //! protocols: classic, and the consumer protocol of KIP-848 (`group.protocol=consumer`), which
 //! the classic DescribeGroups (rust-rdkafka's `fetch_group_list`) reports as `Dead` with no
 //! members while its consumers run. Through librdkafka's DescribeConsumerGroups
-//! ([`mirrorflow_rdkafka_ext`]).
+//! ([`mirrorflow_rdkafka_ext`]). A streams group (KIP-1071) is no consumer group to that call,
+//! which answers as for no group at all: [`describe_any`] asks the coordinator once more, with
+//! StreamsGroupDescribe on the project's own connections.
 
 use std::time::{Duration, Instant};
 
@@ -16,9 +18,11 @@ pub const SHARE: &str = "share";
 /// A group as its coordinator describes it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Membership {
-    /// `Empty`, `Stable`, `PreparingRebalance`, `CompletingRebalance`, `Dead` (no such group).
+    /// `Empty`, `Stable`, `PreparingRebalance`, `CompletingRebalance`, `Dead` (no such group);
+    /// a streams group's `NotReady`, `Assigning`, `Reconciling` too.
     pub state: String,
-    /// `classic` or `consumer` (KIP-848); `unknown` for a group that does not exist.
+    /// `classic`, `consumer` (KIP-848) or `streams` (KIP-1071, [`describe_any`]); `unknown`
+    /// for a group that does not exist.
     pub protocol: String,
     pub members: usize,
 }
@@ -75,5 +79,37 @@ pub fn describe<C: ClientContext>(
             return Err(KafkaError::AdminOp(code));
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// [`describe`], and when it finds no group of the name, whether a streams group has it,
+/// asked through `own` (the project's own connection to the same cluster): a Kafka Streams
+/// application running with `group.protocol=streams` must not be taken for an absent group
+/// and committed into. Without `own` (a security setting those connections do not speak) or
+/// on a broker without the API (no streams groups there), the group stays absent. Failing to
+/// ask is an error: the group is not known to be idle.
+pub fn describe_any<C: ClientContext>(
+    client: &Client<C>,
+    own: Option<&mut mirrorflow_conn::Cluster>,
+    group: &str,
+    timeout: Duration,
+) -> Result<Membership, KafkaError> {
+    let found = describe(client, group, timeout)?;
+    // A streams group is answered as a dead group (the classic description) or as no group.
+    let absent = found.state == "Dead" && found.members == 0;
+    let Some(own) = own.filter(|_| absent) else {
+        return Ok(found);
+    };
+    match own.describe_streams_group(group) {
+        Ok(s) if !s.error.is_error() => Ok(Membership {
+            state: s.state,
+            protocol: "streams".into(),
+            members: s.members,
+        }),
+        Ok(_) | Err(mirrorflow_conn::ConnError::Unsupported { .. }) => Ok(found),
+        Err(e) => {
+            tracing::debug!(group, error = %e, "asking whether a group is a streams group failed");
+            Err(KafkaError::AdminOp(RDKafkaErrorCode::Fail))
+        }
     }
 }

@@ -14,7 +14,7 @@ use mirrorflow_core::protocol::{self, ErrorCode, Isolation};
 
 use crate::{Conn, ConnError, Options, Security};
 
-mod share_groups;
+mod coordinated;
 
 /// At most this many bootstrap addresses are tried (a spec lists a handful).
 pub const MAX_BOOTSTRAP: usize = 32;

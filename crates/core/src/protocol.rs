@@ -4,7 +4,8 @@
 //! and SaslAuthenticate v1; and what the operator's probe asks besides: ListGroups v2
 //! ([`list_groups`]); and a share group's start offsets, found, read and set with
 //! FindCoordinator v2, DescribeShareGroupOffsets v0 and AlterShareGroupOffsets v0 (flexible
-//! versions: [`share_offsets`]). Requests are
+//! versions: [`share_offsets`]); and a streams group's members, with StreamsGroupDescribe v0
+//! ([`streams_groups`]). Requests are
 //! encoded into whole frames (size, header v1, body); answers are decoded from a frame's body
 //! after the correlation id ([`answer_body`]). Decoding is bounded by the answer's own bytes
 //! and never panics; every malformed field is a [`DecodeError`] naming it.
@@ -17,6 +18,7 @@ pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod share_offsets;
+pub mod streams_groups;
 
 pub const API_PRODUCE: i16 = 0;
 pub const API_FETCH: i16 = 1;
@@ -33,6 +35,8 @@ pub const API_ALTER_SHARE_GROUP_OFFSETS: i16 = 91;
 pub const FIND_COORDINATOR_VERSION: i16 = 2;
 pub const DESCRIBE_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
 pub const ALTER_SHARE_GROUP_OFFSETS_VERSION: i16 = 0;
+pub const API_STREAMS_GROUP_DESCRIBE: i16 = 89;
+pub const STREAMS_GROUP_DESCRIBE_VERSION: i16 = 0;
 pub const FETCH_VERSION: i16 = 11;
 pub const LIST_OFFSETS_VERSION: i16 = 4;
 pub const METADATA_VERSION: i16 = 8;

@@ -305,6 +305,27 @@ impl JavaConsumer {
         )
     }
 
+    /// The world's Kafka Streams application (`e2e/kafka/streams/PassThrough.java`) as
+    /// application (streams group) `app`, copying `input` to `output` on `bootstrap` until
+    /// stopped; a new group starts at the input's beginning.
+    pub fn streams(bootstrap: &str, app: &str, input: &str, output: &str) -> Result<JavaConsumer> {
+        let home = std::env::var("MF_STREAMS_APP").context(
+            "MF_STREAMS_APP (eval \"$(e2e/world.sh env)\" of a world set up by this version)",
+        )?;
+        let state = std::env::temp_dir().join(format!("mirrorflow-streams-{app}"));
+        let child = std::process::Command::new("java")
+            .arg("-Xmx256m")
+            .args(["-cp", &format!("{home}/classes:{home}/lib/*")])
+            .arg("PassThrough")
+            .args([bootstrap, app, input, output])
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting the Kafka Streams application")?;
+        Ok(JavaConsumer { child })
+    }
+
     fn start(class: &str, names: [&str; 3], more: &[&str]) -> Result<Self> {
         Self::spawn(class, names, more, None)
     }
@@ -364,6 +385,16 @@ impl Drop for JavaConsumer {
 /// Deletes share group `group`, asked again for up to 90 s while it is not empty (a member
 /// that did not leave stays until its session times out, 45 s by default).
 pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
+    delete_group_with("consumer.group.ShareGroupCommand", bootstrap, group)
+}
+
+/// [`delete_share_group`] for a streams group (KIP-1071).
+pub fn delete_streams_group(bootstrap: &str, group: &str) -> Result<()> {
+    delete_group_with("streams.StreamsGroupCommand", bootstrap, group)
+}
+
+/// Deletes `group` with Kafka's tool `org.apache.kafka.tools.<tool>`.
+fn delete_group_with(tool: &str, bootstrap: &str, group: &str) -> Result<()> {
     let args = [
         "--bootstrap-server",
         bootstrap,
@@ -371,26 +402,23 @@ pub fn delete_share_group(bootstrap: &str, group: &str) -> Result<()> {
         "--group",
         group,
     ];
+    let class = format!("org.apache.kafka.tools.{tool}");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let deleted = kafka_tool(
-            "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
-            &args,
-        )?
-        .status()
-        .context("running ShareGroupCommand")?
-        .success();
+        let deleted = kafka_tool(&class, &args)?
+            .status()
+            .with_context(|| format!("running {class}"))?
+            .success();
         if deleted && !group_listed(bootstrap, group)? {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            bail!("share group {group} still there after 90 s of deleting it");
+            bail!("group {group} still there after 90 s of deleting it");
         }
         std::thread::sleep(Duration::from_secs(2));
     }
 }
 
-/// Whether the cluster lists `group` (of any type).
 /// A share group's start offsets per (topic, partition) as Kafka's own tool reports them
 /// (`kafka-share-groups.sh --describe --offsets`): the independent view tests compare with.
 pub fn share_start_offsets(
@@ -427,6 +455,7 @@ pub fn share_start_offsets(
     Ok(starts)
 }
 
+/// Whether the cluster lists `group` (of any type).
 pub fn group_listed(bootstrap: &str, group: &str) -> Result<bool> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)

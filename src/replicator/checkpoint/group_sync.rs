@@ -194,6 +194,21 @@ pub struct ShareTarget {
 }
 
 impl ShareTarget {
+    /// A connection to the target (nothing is connected yet).
+    pub fn cluster(
+        &self,
+        timeout: Duration,
+    ) -> Result<mirrorflow_conn::Cluster, mirrorflow_conn::ConnError> {
+        let options = mirrorflow_conn::Options {
+            client_id: self.client_id.clone(),
+            timeout,
+            max_frame: 8 << 20,
+            // Replicators run in the flow's namespace; their egress is the NetworkPolicy's.
+            address_check: None,
+        };
+        mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)
+    }
+
     /// `flow`'s target, with its principal.
     pub fn of(flow: &crate::flow::Flow) -> Option<ShareTarget> {
         let (_, security) = super::verify::own_security(flow)?;
@@ -280,7 +295,7 @@ pub async fn run(
                     if due.share {
                         share::sync_one(share_client.as_ref(), &reach_pass, due)
                     } else {
-                        sync_one(&client, &reach_pass, &due.group, &due.checkpoints, due.uncovered)
+                        sync_one(&client, share_client.as_ref(), &reach_pass, &due.group, &due.checkpoints, due.uncovered)
                     }
                 };
                 match Pass::start(due, sync) {
@@ -295,6 +310,7 @@ pub async fn run(
 /// One group's sync; `None` when the target could not be asked (retried next pass).
 fn sync_one(
     target: &ClientConfig,
+    own: Option<&ShareTarget>,
     reach: &Reachability,
     group: &str,
     checkpoints: &BTreeMap<TopicPartition, i64>,
@@ -315,20 +331,26 @@ fn sync_one(
             return None;
         }
     };
-    // Both group protocols: the classic description alone calls a running KIP-848 group dead.
-    let (state, members) =
-        match crate::kafka::groups::describe(consumer.client(), group, REQUEST_TIMEOUT) {
-            Ok(m) => (m.state, m.members),
-            Err(e) if is_unreachable(&e) => {
-                reach.unreachable("describing a target group", &e);
-                return None;
-            }
-            // Not known to be idle: asked again next pass rather than committed into.
-            Err(e) => {
-                reach.failed("describing a target group", &e);
-                return None;
-            }
-        };
+    // Both group protocols: the classic description alone calls a running KIP-848 group dead;
+    // and streams groups, which neither description sees.
+    let mut own = own.and_then(|t| t.cluster(REQUEST_TIMEOUT).ok());
+    let (state, members) = match crate::kafka::groups::describe_any(
+        consumer.client(),
+        own.as_mut(),
+        group,
+        REQUEST_TIMEOUT,
+    ) {
+        Ok(m) => (m.state, m.members),
+        Err(e) if is_unreachable(&e) => {
+            reach.unreachable("describing a target group", &e);
+            return None;
+        }
+        // Not known to be idle: asked again next pass rather than committed into.
+        Err(e) => {
+            reach.failed("describing a target group", &e);
+            return None;
+        }
+    };
     let mut tpl = TopicPartitionList::new();
     for tp in checkpoints.keys() {
         tpl.add_partition(&tp.topic, tp.partition);

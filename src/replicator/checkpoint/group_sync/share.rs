@@ -8,8 +8,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mirrorflow_conn::{Cluster, Options};
-
 use super::super::sync_state::{
     GroupSyncStatus, TargetGroup, active_on_target, before_target, plan, unsupported,
 };
@@ -18,7 +16,6 @@ use crate::mm2::TopicPartition;
 use crate::replicator::kafka_io::Reachability;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_FRAME: usize = 8 << 20;
 
 /// `None` when the target could not be asked (retried next pass).
 pub(super) fn sync_one(
@@ -34,14 +31,7 @@ pub(super) fn sync_one(
             "a share group's start offsets are set with the project's own connections, which do not speak the target's security settings",
         ));
     };
-    let options = Options {
-        client_id: target.client_id.clone(),
-        timeout: IO_TIMEOUT,
-        max_frame: MAX_FRAME,
-        // Replicators run in the flow's namespace; their egress is the NetworkPolicy's.
-        address_check: None,
-    };
-    let mut cluster = match Cluster::new(&target.bootstrap, target.security.clone(), options) {
+    let mut cluster = match target.cluster(IO_TIMEOUT) {
         Ok(c) => c,
         Err(e) => {
             reach.refused("connecting for a target share group", &e);

@@ -1,7 +1,9 @@
-//! A share group's start offsets (KIP-932), read and set on the group's coordinator: what a
-//! share group's checkpoint is made of, and what a failover sets on the target.
+//! Requests to a group's coordinator: a share group's start offsets (KIP-932), read and set
+//! (what a share group's checkpoint is made of, and what a failover sets on the target), and a
+//! streams group's members (KIP-1071), which the consumer-group descriptions do not see.
 
 use mirrorflow_core::protocol::share_offsets::{self, AlteredShareGroupOffsets, ShareGroupOffsets};
+use mirrorflow_core::protocol::streams_groups::{self, StreamsGroup};
 use mirrorflow_core::protocol::{self};
 
 use super::{Cluster, MAX_BOOTSTRAP};
@@ -56,6 +58,22 @@ impl Cluster {
             conn.ask(
                 |id, client| share_offsets::describe_share_group_offsets_request(id, client, group),
                 share_offsets::decode_describe_share_group_offsets,
+            )
+        })
+    }
+
+    /// `group`'s state and member count as a streams group; GROUP_ID_NOT_FOUND in the answer
+    /// when no streams group has that name (also for a group of another type).
+    pub fn describe_streams_group(&mut self, group: &str) -> Result<StreamsGroup, ConnError> {
+        self.ask_coordinator(group, |conn| {
+            conn.require(
+                protocol::API_STREAMS_GROUP_DESCRIBE,
+                "StreamsGroupDescribe",
+                protocol::STREAMS_GROUP_DESCRIBE_VERSION,
+            )?;
+            conn.ask(
+                |id, client| streams_groups::streams_group_describe_request(id, client, group),
+                streams_groups::decode_streams_group_describe,
             )
         })
     }
