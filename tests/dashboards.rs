@@ -52,6 +52,7 @@ fn exported() -> BTreeSet<String> {
             invalidated_checkpoints: 0,
             conservative: Default::default(),
             verified: Default::default(),
+            kind: None,
         }],
         ..Observation::default()
     };

@@ -14,6 +14,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 /// The protocol type a share group (KIP-932) is listed with: its consumers' positions are the
 /// share coordinator's start offsets, not committed offsets.
 pub const SHARE: &str = "share";
+/// The protocol type a streams group (KIP-1071) is listed with: it commits offsets as a
+/// consumer group does.
+pub const STREAMS: &str = "streams";
 
 /// A group as its coordinator describes it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

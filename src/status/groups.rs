@@ -163,6 +163,10 @@ pub fn states(
                 ),
             };
             let age = g.checkpoint_age.unwrap_or(Duration::MAX);
+            let message = match g.kind {
+                Some(kind) => format!("a {kind} group: {message}"),
+                None => message,
+            };
             let row = GroupReadiness {
                 group: g.group.clone(),
                 checkpoint_age: g.checkpoint_age.map(secs).unwrap_or_else(|| "never".into()),
@@ -232,6 +236,7 @@ mod tests {
             invalidated_checkpoints: partitions,
             conservative: Conservative::default(),
             verified: Default::default(),
+            kind: None,
         }
     }
 
@@ -286,6 +291,7 @@ mod tests {
                 invalidated_checkpoints: 0,
                 conservative,
                 verified: Default::default(),
+                kind: None,
             }],
             ..Observation::default()
         }

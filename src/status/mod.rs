@@ -86,6 +86,9 @@ pub struct GroupObservation {
     pub conservative: Conservative,
     /// What the verifications on its checkpoint records say ([`verified`]).
     pub verified: verified::Verified,
+    /// `share` or `streams` for those group types (named in its row); `None` for classic and
+    /// consumer groups, and where types could not be listed.
+    pub kind: Option<&'static str>,
 }
 
 /// What the flow's topic and group selection was matched against on the source; `None` where

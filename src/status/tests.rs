@@ -26,6 +26,7 @@ fn healthy() -> Observation {
             invalidated_checkpoints: 0,
             conservative: Conservative::default(),
             verified: Default::default(),
+            kind: None,
         }],
         ..Observation::default()
     }
@@ -216,6 +217,32 @@ fn a_selected_share_group_is_named_not_mirrored_and_blocks_failover() {
     assert_eq!(cond(&s, FAILOVER_READY).status, "False");
 }
 
+/// Share and streams groups judged on their positions are rows like any group's, saying what
+/// they are; they count toward FailoverReady like the others.
+#[test]
+fn share_and_streams_groups_are_rows_that_say_their_type() {
+    let mut o = healthy();
+    for (name, kind) in [("queue", "share"), ("app", "streams")] {
+        let mut g = o.groups[0].clone();
+        g.group = name.into();
+        g.kind = Some(kind);
+        o.groups.push(g);
+    }
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(cond(&s, FAILOVER_READY).status, "True");
+    let rows: Vec<(&str, &str, &str)> = (s.least_ready_groups.iter())
+        .map(|g| (g.group.as_str(), g.reason.as_str(), g.message.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("app", "Ready", "a streams group: the group can fail over"),
+            ("g1", "Ready", "the group can fail over"),
+            ("queue", "Ready", "a share group: the group can fail over"),
+        ]
+    );
+}
+
 #[test]
 fn a_stale_group_is_listed_first_with_its_reason() {
     let mut o = healthy();
@@ -227,6 +254,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
         verified: Default::default(),
+        kind: None,
     });
     o.groups.push(GroupObservation {
         group: "new".into(),
@@ -236,6 +264,7 @@ fn a_stale_group_is_listed_first_with_its_reason() {
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
         verified: Default::default(),
+        kind: None,
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let names: Vec<_> = s
@@ -270,6 +299,7 @@ fn a_group_ahead_of_the_copy_is_blamed_on_replication_not_checkpoints() {
         invalidated_checkpoints: 0,
         conservative: Conservative::default(),
         verified: Default::default(),
+        kind: None,
     });
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     let row = &s.least_ready_groups[0];

@@ -331,6 +331,11 @@ async fn a_share_group_fails_over_at_its_checkpoints_with_nothing_skipped() -> R
         (Some(m.group.as_str()), Some("Ready")),
         "{status}"
     );
+    let says = row["message"].as_str().unwrap_or_default();
+    assert!(
+        says.starts_with("a share group: the group can fail over"),
+        "{says}"
+    );
 
     // A consumer of the group started on the target too early: the coordinator refuses to
     // move the group while it has a member (there is no --force for that).

@@ -130,6 +130,11 @@ async fn a_streams_group_fails_over_at_its_checkpoints_with_nothing_skipped() ->
         (Some(app.as_str()), Some("Ready")),
         "{status}"
     );
+    let says = row["message"].as_str().unwrap_or_default();
+    assert!(
+        says.starts_with("a streams group: the group can fail over"),
+        "{says}"
+    );
 
     // The application started on the target too early (reading the remote topic from its
     // beginning into another topic): its group is seen with its member, and the failover is

@@ -2,7 +2,7 @@
 //! offsets against its checkpoints and the copy's positions.
 
 use super::*;
-use crate::kafka::groups::SHARE;
+use crate::kafka::groups::{SHARE, STREAMS};
 
 /// `source` and `md` are the probe's own client and metadata of the source cluster. Also
 /// counts the groups whose offsets the source refused to the flow's principal, and names the
@@ -58,7 +58,7 @@ pub(super) fn group_observations(
             let mut committed = listed(&committed);
             committed.retain(|partition, _| mirrored.contains(partition));
             let cps = checkpoints.get(group);
-            out.extend(observe_group(
+            let observed = observe_group(
                 flow,
                 group.clone(),
                 &committed,
@@ -66,7 +66,10 @@ pub(super) fn group_observations(
                 positions,
                 recreated,
                 age,
-            ));
+            );
+            // Streams groups commit like consumer groups; their rows say what they are.
+            let kind = (kinds.get(group).map(String::as_str) == Some(STREAMS)).then_some(STREAMS);
+            out.extend(observed.map(|g| GroupObservation { kind, ..g }));
         }
     }
     let mut unread = Vec::new();
@@ -81,9 +84,12 @@ pub(super) fn group_observations(
                     .collect();
                 committed.retain(|partition, _| mirrored.contains(partition));
                 let cps = checkpoints.get(&group);
-                out.extend(observe_group(
-                    flow, group, &committed, cps, positions, recreated, age,
-                ));
+                let observed =
+                    observe_group(flow, group, &committed, cps, positions, recreated, age);
+                out.extend(observed.map(|g| GroupObservation {
+                    kind: Some(SHARE),
+                    ..g
+                }));
             }
             Err(why) => unread.push((group, why)),
         }
@@ -213,5 +219,6 @@ pub(super) fn observe_group(
             exact_age: exact_since.flatten().map(age),
             ..conservative
         },
+        kind: None,
     })
 }

@@ -174,6 +174,7 @@ fn a_group_whose_checkpoints_cover_its_commits_is_fresh_whatever_their_age() {
                 checkpointed: 2,
                 ..Default::default()
             },
+            kind: None,
         })
     );
 }
