@@ -317,3 +317,41 @@ async fn a_translation_broken_on_purpose_is_caught_within_two_periods() -> Resul
     within_two_periods(v.at_ms, written_ms)?;
     Ok(())
 }
+
+/// The remote topic deleted and written again by someone else, the same number of records at
+/// the same offsets but other ones: offsets alone still look right, the records do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_rewritten_on_the_target_are_caught_within_two_periods() -> Result<()> {
+    let m = mirrored("verify-rewritten").await?;
+    kafka::commit(&m.world.source_bootstrap, &m.group, &m.topic, &[(0, 60)])?;
+    let r = m.start(&[]).await?;
+    m.status_when(&r, "the group verified and ready", |row| {
+        row["reason"] == "Ready" && row["verifiedPartitions"] == "1/1"
+    })
+    .await?;
+
+    kafka::delete_topic(&m.world.target_bootstrap, &m.remote).await?;
+    kafka::create_topic(&m.world.target_bootstrap, &m.remote, 1).await?;
+    let fault_ms = now_ms();
+    for i in 0..RECORDS + SHIFT {
+        send_value(&m.target, &m.remote, &format!("rewritten-{i}")).await?;
+    }
+    let status = m
+        .status_when(&r, "the mismatch in the status", |row| {
+            row["reason"] == "RecordsMismatch"
+        })
+        .await?;
+    assert_not_ready(
+        &status,
+        &format!(
+            "partition {}-0 (source offset 60, target offset {})",
+            m.remote,
+            60 + SHIFT
+        ),
+    );
+    let (cp, v) = first_mismatch(&m)?;
+    assert_eq!((cp.upstream_offset, cp.downstream_offset), (60, 60 + SHIFT));
+    ensure!(v.at_ms >= fault_ms, "no mismatch before the fault: {v:?}");
+    within_two_periods(v.at_ms, fault_ms)?;
+    Ok(())
+}
