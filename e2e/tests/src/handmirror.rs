@@ -70,6 +70,34 @@ pub fn cli_json(
     })
 }
 
+/// Waits up to 60 s until `mirrorflow status` of `flow_file` says FailoverReady True, with
+/// `group` the least ready group, Ready, its message starting with `says`; returns the status.
+pub async fn ready_to_fail_over(
+    world: &World,
+    flow_file: &std::path::Path,
+    group: &str,
+    says: &str,
+) -> Result<serde_json::Value> {
+    let status = crate::eventually(
+        "FailoverReady True",
+        std::time::Duration::from_secs(60),
+        || async {
+            let status = cli_json(world, "status", flow_file, &[])?;
+            let ready = condition(&status, "FailoverReady")["status"] == "True";
+            Ok(ready.then_some(status))
+        },
+    )
+    .await?;
+    let row = &status["leastReadyGroups"][0];
+    anyhow::ensure!(
+        (row["group"].as_str(), row["reason"].as_str()) == (Some(group), Some("Ready")),
+        "{status}"
+    );
+    let message = row["message"].as_str().unwrap_or_default();
+    anyhow::ensure!(message.starts_with(says), "{message}");
+    Ok(status)
+}
+
 /// The condition `type_` of a status (`null` when absent).
 pub fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
     status["conditions"]

@@ -102,6 +102,29 @@ impl Mirrored {
         Ok(r)
     }
 
+    /// The status once the group is `RecordsMismatch`, naming its partition and the offsets
+    /// `upstream` and `downstream` (asserted).
+    async fn mismatch_named(
+        &self,
+        r: &Replicator,
+        upstream: i64,
+        downstream: i64,
+    ) -> Result<serde_json::Value> {
+        let status = self
+            .status_when(r, "the mismatch in the status", |row| {
+                row["reason"] == "RecordsMismatch"
+            })
+            .await?;
+        assert_not_ready(
+            &status,
+            &format!(
+                "partition {}-0 (source offset {upstream}, target offset {downstream})",
+                self.remote
+            ),
+        );
+        Ok(status)
+    }
+
     fn checkpoints_topic(&self) -> String {
         format!("{}.checkpoints.internal", self.source_alias)
     }
@@ -240,19 +263,7 @@ async fn a_record_another_producer_wrote_at_the_checkpoint_is_caught_within_two_
     let fault_ms = now_ms();
     let at = send_value(&m.target, &m.remote, "written-by-someone-else").await?;
     assert_eq!(at, RECORDS + SHIFT, "at the checkpoint's offset");
-    let status = m
-        .status_when(&r, "the mismatch in the status", |row| {
-            row["reason"] == "RecordsMismatch"
-        })
-        .await?;
-    assert_not_ready(
-        &status,
-        &format!(
-            "partition {}-0 (source offset {RECORDS}, target offset {})",
-            m.remote,
-            RECORDS + SHIFT
-        ),
-    );
+    let status = m.mismatch_named(&r, RECORDS, RECORDS + SHIFT).await?;
     assert_not_ready(&status, "another producer");
     let (cp, v) = first_mismatch(&m)?;
     ensure!(v.at_ms >= fault_ms, "no mismatch before the fault: {v:?}");
@@ -297,18 +308,7 @@ async fn a_translation_broken_on_purpose_is_caught_within_two_periods() -> Resul
     })
     .await
     .with_context(|| r.log_text())?;
-    let status = m
-        .status_when(&r, "the mismatch in the status", |row| {
-            row["reason"] == "RecordsMismatch"
-        })
-        .await?;
-    assert_not_ready(
-        &status,
-        &format!(
-            "partition {}-0 (source offset 60, target offset 70)",
-            m.remote
-        ),
-    );
+    let status = m.mismatch_named(&r, 60, 70).await?;
     assert_not_ready(&status, "skip 3 record(s)");
     // The checkpoint was written by `written_ms` (when the test saw it): its first verification
     // came within two periods of that.
@@ -336,19 +336,7 @@ async fn records_rewritten_on_the_target_are_caught_within_two_periods() -> Resu
     for i in 0..RECORDS + SHIFT {
         send_value(&m.target, &m.remote, &format!("rewritten-{i}")).await?;
     }
-    let status = m
-        .status_when(&r, "the mismatch in the status", |row| {
-            row["reason"] == "RecordsMismatch"
-        })
-        .await?;
-    assert_not_ready(
-        &status,
-        &format!(
-            "partition {}-0 (source offset 60, target offset {})",
-            m.remote,
-            60 + SHIFT
-        ),
-    );
+    m.mismatch_named(&r, 60, 60 + SHIFT).await?;
     let (cp, v) = first_mismatch(&m)?;
     assert_eq!((cp.upstream_offset, cp.downstream_offset), (60, 60 + SHIFT));
     ensure!(v.at_ms >= fault_ms, "no mismatch before the fault: {v:?}");

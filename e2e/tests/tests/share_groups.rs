@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use mirrorflow::mm2::Checkpoint;
 use mirrorflow_e2e::fidelity::free_port;
-use mirrorflow_e2e::handmirror::{cli_json, condition};
+use mirrorflow_e2e::handmirror::{cli_json, condition, ready_to_fail_over};
 use mirrorflow_e2e::kafka::{self, JavaConsumer};
 use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::steady::checkpoints_of;
@@ -319,23 +319,13 @@ async fn a_share_group_fails_over_at_its_checkpoints_with_nothing_skipped() -> R
     .await?;
 
     // The status says the group can fail over, on its checkpoints at its start offsets.
-    let status = eventually("FailoverReady True", Duration::from_secs(60), || async {
-        let status = cli_json(&m.world, "status", &m.flow_file, &[])?;
-        let ready = condition(&status, "FailoverReady")["status"] == "True";
-        Ok(ready.then_some(status))
-    })
+    ready_to_fail_over(
+        &m.world,
+        &m.flow_file,
+        &m.group,
+        "a share group: the group can fail over",
+    )
     .await?;
-    let row = &status["leastReadyGroups"][0];
-    assert_eq!(
-        (row["group"].as_str(), row["reason"].as_str()),
-        (Some(m.group.as_str()), Some("Ready")),
-        "{status}"
-    );
-    let says = row["message"].as_str().unwrap_or_default();
-    assert!(
-        says.starts_with("a share group: the group can fail over"),
-        "{says}"
-    );
 
     // A consumer of the group started on the target too early: the coordinator refuses to
     // move the group while it has a member (there is no --force for that).

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use mirrorflow_e2e::fidelity::free_port;
-use mirrorflow_e2e::handmirror::{cli_json, condition};
+use mirrorflow_e2e::handmirror::{cli_json, ready_to_fail_over};
 use mirrorflow_e2e::kafka::{self, JavaConsumer};
 use mirrorflow_e2e::replicator::Replicator;
 use mirrorflow_e2e::{World, eventually, unique};
@@ -118,23 +118,13 @@ async fn a_streams_group_fails_over_at_its_checkpoints_with_nothing_skipped() ->
     .await?;
 
     // The status says the group can fail over, on checkpoints at its commits.
-    let status = eventually("FailoverReady True", Duration::from_secs(60), || async {
-        let status = cli_json(&world, "status", &flow_file, &[])?;
-        let ready = condition(&status, "FailoverReady")["status"] == "True";
-        Ok(ready.then_some(status))
-    })
+    ready_to_fail_over(
+        &world,
+        &flow_file,
+        &app,
+        "a streams group: the group can fail over",
+    )
     .await?;
-    let row = &status["leastReadyGroups"][0];
-    assert_eq!(
-        (row["group"].as_str(), row["reason"].as_str()),
-        (Some(app.as_str()), Some("Ready")),
-        "{status}"
-    );
-    let says = row["message"].as_str().unwrap_or_default();
-    assert!(
-        says.starts_with("a streams group: the group can fail over"),
-        "{says}"
-    );
 
     // The application started on the target too early (reading the remote topic from its
     // beginning into another topic): its group is seen with its member, and the failover is
