@@ -11,9 +11,21 @@ use crate::{Conn, ConnError};
 
 impl Cluster {
     /// The node id of the broker coordinating `group`, found through the metadata
-    /// connection (read again first, so the node's address is known).
+    /// connection. Metadata is read first when there is no such connection yet, and again
+    /// when the coordinator is a broker it did not name, so a series of groups costs one
+    /// metadata request, not one each.
     fn coordinator(&mut self, group: &str) -> Result<i32, ConnError> {
-        self.metadata(&[])?;
+        if self.metadata_conn.is_none() || self.addresses.is_empty() {
+            self.metadata(&[])?;
+        }
+        let node = self.find_coordinator(group)?;
+        if !self.addresses.contains_key(&node) {
+            self.metadata(&[])?;
+        }
+        Ok(node)
+    }
+
+    fn find_coordinator(&mut self, group: &str) -> Result<i32, ConnError> {
         let conn = (self.metadata_conn.as_mut()).ok_or(ConnError::Bootstrap {
             count: 0,
             max: MAX_BOOTSTRAP,
@@ -23,10 +35,18 @@ impl Cluster {
             "FindCoordinator",
             protocol::FIND_COORDINATOR_VERSION,
         )?;
-        let found = conn.ask(
+        let found = match conn.ask(
             |id, client| share_offsets::find_coordinator_request(id, client, group),
             share_offsets::decode_find_coordinator,
-        )?;
+        ) {
+            Ok(found) => found,
+            Err(e) => {
+                // A connection that failed is not asked again: the next call reads metadata
+                // on a new one.
+                self.metadata_conn = None;
+                return Err(e);
+            }
+        };
         conn.check("FindCoordinator", found.error, &found.message)?;
         Ok(found.node_id)
     }
@@ -168,6 +188,26 @@ mod tests {
             ),
             ("o", 41)
         );
+    }
+
+    #[test]
+    fn a_metadata_connection_that_fails_a_find_coordinator_is_dropped() {
+        // The metadata connection answers metadata, then nothing: FindCoordinator fails.
+        let mut cluster = Cluster::new(
+            "127.0.0.1:1",
+            Security::default(),
+            super::super::tests::options(),
+        )
+        .expect("one address");
+        let mut metadata = scripted("m", answer(0, &metadata_body(1)));
+        metadata.serve(protocol::API_METADATA, protocol::METADATA_VERSION);
+        metadata.serve(
+            protocol::API_FIND_COORDINATOR,
+            protocol::FIND_COORDINATOR_VERSION,
+        );
+        cluster.adopt_metadata(metadata);
+        assert!(cluster.share_group_offsets("q").is_err());
+        assert!(cluster.metadata_conn.is_none(), "not asked again");
     }
 
     #[test]
