@@ -289,23 +289,7 @@ pub fn plan(
     let from_md = clusters::metadata(&from, "target")?;
     let to = clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")?;
     clusters::metadata(&to, "source")?;
-    let mut remote_parts: Vec<Partition> = Vec::new();
-    let mut other_parts: Vec<Partition> = Vec::new();
-    for t in from_md.topics() {
-        let name = t.name();
-        if policy.is_internal_topic(name) || policy.is_heartbeats_topic(name) {
-            continue;
-        }
-        let remote = policy.topic_source(name) == Some(flow.source_alias());
-        for p in t.partitions() {
-            let part = (name.to_string(), p.id());
-            if remote {
-                remote_parts.push(part);
-            } else {
-                other_parts.push(part);
-            }
-        }
-    }
+    let (remote_parts, other_parts) = remote_and_other_partitions(flow, &from_md);
     let names = group_names(selection, || {
         let list = from
             .fetch_group_list(None, TIMEOUT)
@@ -362,50 +346,39 @@ pub fn plan(
             clusters::membership(&flow.target_client, "target", &group),
             overrides,
         )?;
-        let mut partitions = Vec::new();
-        for ((remote_topic, p), c_b) in &remote {
-            let topic = upstream(remote_topic);
-            let tp = TopicPartition::new(topic.clone(), *p);
-            let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
-            let end = to
-                .fetch_watermarks(&topic, *p, TIMEOUT)
-                .ok()
-                .map(|(_, h)| h);
-            let c_a = committed.get(&(topic.clone(), *p)).copied();
-            let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
-            partitions.push(PartitionBack {
-                remote_topic: remote_topic.clone(),
-                partition: *p,
-                remote_committed: *c_b,
-                topic,
-                offset: translation.offset(),
-                exact: translation.is_exact(),
-                reread_max: translation.max_replay(),
-                committed: c_a,
-                action,
-                reason,
-            });
-        }
+        let partitions: Vec<PartitionBack> = (remote.iter())
+            .map(|((remote_topic, p), c_b)| {
+                let topic = upstream(remote_topic);
+                let tp = TopicPartition::new(topic.clone(), *p);
+                let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
+                let end = to
+                    .fetch_watermarks(&topic, *p, TIMEOUT)
+                    .ok()
+                    .map(|(_, h)| h);
+                let c_a = committed.get(&(topic.clone(), *p)).copied();
+                let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
+                PartitionBack {
+                    remote_topic: remote_topic.clone(),
+                    partition: *p,
+                    remote_committed: *c_b,
+                    topic,
+                    offset: translation.offset(),
+                    exact: translation.is_exact(),
+                    reread_max: translation.max_replay(),
+                    committed: c_a,
+                    action,
+                    reason,
+                }
+            })
+            .collect();
         let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let mut verdict = decide_group(to_group.as_ref(), &actions, args.apply, overrides);
-        if actions.is_empty() {
-            verdict.message = format!(
-                "no commit on a remote topic of this flow ({}.*) on {}",
-                flow.source_alias(),
-                flow.target_alias()
-            );
-        }
-        if verdict.write
-            && let Some(m) = blocking_members(from_group.as_ref(), overrides)
-        {
-            verdict = Verdict::refused(format!(
-                "{} member(s) still active on {} (state {}): their commits would move on after \
-                 this; stop them first (--force ignores them)",
-                m.members,
-                flow.target_alias(),
-                m.state
-            ));
-        }
+        let verdict = group_verdict(
+            flow,
+            decide_group(to_group.as_ref(), &actions, args.apply, overrides),
+            actions.is_empty(),
+            from_group.as_ref(),
+            overrides,
+        );
         Ok(Some(GroupBack {
             group,
             to_group,
@@ -421,6 +394,61 @@ pub fn plan(
         dry_run: !args.apply,
         groups,
     })
+}
+
+/// The target's partitions of this flow's remote topics, and of every other topic (whose
+/// commits failback leaves where they are), internal and heartbeats topics left out.
+fn remote_and_other_partitions(
+    flow: &Flow,
+    md: &rdkafka::metadata::Metadata,
+) -> (Vec<Partition>, Vec<Partition>) {
+    let policy = flow.policy.as_ref();
+    let mut remote_parts: Vec<Partition> = Vec::new();
+    let mut other_parts: Vec<Partition> = Vec::new();
+    for t in md.topics() {
+        let name = t.name();
+        if policy.is_internal_topic(name) || policy.is_heartbeats_topic(name) {
+            continue;
+        }
+        let remote = policy.topic_source(name) == Some(flow.source_alias());
+        let parts = if remote {
+            &mut remote_parts
+        } else {
+            &mut other_parts
+        };
+        parts.extend(t.partitions().iter().map(|p| (name.to_string(), p.id())));
+    }
+    (remote_parts, other_parts)
+}
+
+/// The group's verdict, said for a group with nothing to move back, and refused while its
+/// members on the target still commit (what they commit would move on after the failback).
+fn group_verdict(
+    flow: &Flow,
+    mut verdict: Verdict,
+    nothing_remote: bool,
+    from_group: Option<&Membership>,
+    overrides: Overrides,
+) -> Verdict {
+    if nothing_remote {
+        verdict.message = format!(
+            "no commit on a remote topic of this flow ({}.*) on {}",
+            flow.source_alias(),
+            flow.target_alias()
+        );
+    }
+    if verdict.write
+        && let Some(m) = blocking_members(from_group, overrides)
+    {
+        verdict = Verdict::refused(format!(
+            "{} member(s) still active on {} (state {}): their commits would move on after \
+             this; stop them first (--force ignores them)",
+            m.members,
+            flow.target_alias(),
+            m.state
+        ));
+    }
+    verdict
 }
 
 impl PlannedGroup for GroupBack {

@@ -93,14 +93,9 @@ impl ShareSide {
         let what = || format!("reading the start offsets of share group '{group}'");
         let answer =
             (self.cluster.share_group_offsets(group)).map_err(|e| self.failed(what(), &e))?;
-        match answer.error {
-            ErrorCode::NONE => {}
-            e if e.name() == "GROUP_ID_NOT_FOUND" => return Ok(BTreeMap::new()),
-            e => return Err(self.refused(what(), e, &answer.message)),
-        }
-        Ok((answer.partitions.into_iter())
-            .filter(|p| !p.error.is_error() && p.start_offset >= 0)
-            .map(|p| ((p.topic, p.partition), p.start_offset))
+        let starts = (answer.starts()).map_err(|r| self.refused(what(), r.error, &r.message))?;
+        Ok((starts.into_iter())
+            .map(|(topic, partition, start)| ((topic, partition), start))
             .collect())
     }
 
@@ -147,6 +142,22 @@ impl ShareSide {
             )),
             None => Ok(()),
         }
+    }
+}
+
+/// `group`'s positions on one cluster, whatever its kind: a share group's start offsets (of
+/// every partition it has them for), a consumer group's commits on `parts`.
+pub fn positions(
+    client: &ClientConfig,
+    cluster: &'static str,
+    group: &str,
+    parts: &[Partition],
+    share: bool,
+) -> Result<BTreeMap<Partition, i64>, CliError> {
+    if share {
+        ShareSide::new(client, cluster)?.starts(group)
+    } else {
+        super::clusters::committed(client, cluster, group, parts)
     }
 }
 

@@ -469,15 +469,12 @@ impl OwnTails {
             self.groups = None;
             e.to_string()
         })?;
-        match answer.error.name() {
-            "NONE" => {}
-            "GROUP_ID_NOT_FOUND" => return Ok(Vec::new()),
-            _ if answer.message.is_empty() => return Err(answer.error.to_string()),
-            _ => return Err(format!("{}: {}", answer.error, answer.message)),
-        }
-        Ok((answer.partitions.into_iter())
-            .filter(|p| !p.error.is_error() && p.start_offset >= 0)
-            .map(|p| ((p.topic, p.partition), p.start_offset))
+        let starts = answer.starts().map_err(|r| match r.message.is_empty() {
+            true => r.error.to_string(),
+            false => format!("{}: {}", r.error, r.message),
+        })?;
+        Ok((starts.into_iter())
+            .map(|(topic, partition, start)| ((topic, partition), start))
             .collect())
     }
 

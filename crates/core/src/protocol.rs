@@ -148,6 +148,19 @@ fn frame(
     Ok(w)
 }
 
+/// A flexible request's frame: header v2 is header v1 and its (empty) tagged fields.
+fn flexible_frame(
+    api: i16,
+    version: i16,
+    correlation_id: i32,
+    client_id: &str,
+    capacity: usize,
+) -> Result<Writer, EncodeError> {
+    let mut w = frame(api, version, correlation_id, client_id, capacity)?;
+    w.no_tagged_fields();
+    Ok(w)
+}
+
 fn finish_frame(mut w: Writer) -> Result<Vec<u8>, EncodeError> {
     let buf = w.buf_mut();
     let size = buf.len() - 4;

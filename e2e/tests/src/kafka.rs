@@ -455,6 +455,28 @@ pub fn share_start_offsets(
     Ok(starts)
 }
 
+/// `group`'s type as Kafka's own tool lists it (`kafka-groups.sh --list`: `Classic`,
+/// `Consumer`, `Share`, `Streams`); none when the cluster does not list the group.
+pub fn group_type(bootstrap: &str, group: &str) -> Result<Option<String>> {
+    let out = kafka_tool(
+        "org.apache.kafka.tools.GroupsCommand",
+        &["--bootstrap-server", bootstrap, "--list"],
+    )?
+    .stdout(std::process::Stdio::piped())
+    .output()
+    .context("running GroupsCommand")?;
+    ensure!(out.status.success(), "GroupsCommand --list failed");
+    // GROUP TYPE PROTOCOL, one line per group.
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+                [name, kind, ..] if *name == group => Some((*kind).to_string()),
+                _ => None,
+            },
+        ))
+}
+
 /// Whether the cluster lists `group` (of any type).
 pub fn group_listed(bootstrap: &str, group: &str) -> Result<bool> {
     let c: BaseConsumer = ClientConfig::new()

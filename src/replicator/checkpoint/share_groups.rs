@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use mirrorflow_conn::{Cluster, ListingBounds, Options, Security};
-use mirrorflow_core::protocol::ErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -124,20 +123,6 @@ impl Told {
 }
 
 /// The start offsets of an answer that are positions: no error, not -1 (none kept yet).
-fn starts_of(
-    answer: &mirrorflow_core::protocol::share_offsets::ShareGroupOffsets,
-) -> BTreeMap<TopicPartition, i64> {
-    (answer.partitions.iter())
-        .filter(|p| !p.error.is_error() && p.start_offset >= 0)
-        .map(|p| {
-            (
-                TopicPartition::new(p.topic.clone(), p.partition),
-                p.start_offset,
-            )
-        })
-        .collect()
-}
-
 pub struct Poller {
     pub bootstrap: String,
     pub security: Security,
@@ -266,12 +251,13 @@ impl Poller {
         let now_ms = crate::clock::now_ms();
         for group in &groups {
             let answer = c.share_group_offsets(group)?;
-            let starts = match answer.error {
-                ErrorCode::NONE => starts_of(&answer),
-                // Listed a moment ago, gone now: nothing to checkpoint.
-                e if e.name() == "GROUP_ID_NOT_FOUND" => BTreeMap::new(),
-                e => {
-                    tracing::debug!(group, error = %e, message = answer.message, "a share group's start offsets were refused");
+            // A group listed a moment ago and gone now has none: nothing to checkpoint.
+            let starts = match answer.starts() {
+                Ok(starts) => (starts.into_iter())
+                    .map(|(topic, partition, start)| (TopicPartition::new(topic, partition), start))
+                    .collect(),
+                Err(refused) => {
+                    tracing::debug!(group, error = %refused.error, message = refused.message, "a share group's start offsets were refused");
                     continue;
                 }
             };

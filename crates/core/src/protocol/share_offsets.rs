@@ -10,9 +10,9 @@
 use super::{
     ALTER_SHARE_GROUP_OFFSETS_VERSION, API_ALTER_SHARE_GROUP_OFFSETS,
     API_DESCRIBE_SHARE_GROUP_OFFSETS, API_FIND_COORDINATOR, DESCRIBE_SHARE_GROUP_OFFSETS_VERSION,
-    ErrorCode, FIND_COORDINATOR_VERSION, finish_frame, frame,
+    ErrorCode, FIND_COORDINATOR_VERSION, finish_frame, flexible_frame, frame,
 };
-use crate::wire::{DecodeError, EncodeError, Reader, Writer};
+use crate::wire::{DecodeError, EncodeError, Reader};
 
 /// FindCoordinator's key type for a group (of any type: share groups too).
 const GROUP_KEY: i8 = 0;
@@ -57,19 +57,6 @@ pub fn decode_find_coordinator(body: &[u8]) -> Result<Coordinator, DecodeError> 
     })
 }
 
-/// A flexible request's frame: header v2 is header v1 and its (empty) tagged fields.
-fn flexible_frame(
-    api: i16,
-    version: i16,
-    correlation_id: i32,
-    client_id: &str,
-    capacity: usize,
-) -> Result<Writer, EncodeError> {
-    let mut w = frame(api, version, correlation_id, client_id, capacity)?;
-    w.no_tagged_fields();
-    Ok(w)
-}
-
 /// Every share-partition of `group`, of every topic it consumed.
 pub fn describe_share_group_offsets_request(
     correlation_id: i32,
@@ -107,6 +94,36 @@ pub struct ShareGroupOffsets {
     pub error: ErrorCode,
     pub message: String,
     pub partitions: Vec<ShareStart>,
+}
+
+/// A group's answer that is an error: the coordinator's code and words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRefused {
+    pub error: ErrorCode,
+    pub message: String,
+}
+
+impl ShareGroupOffsets {
+    /// The start offsets the coordinator keeps, as `(topic, partition, start offset)`: a
+    /// partition without one (an error, or -1: nothing acknowledged yet) is left out, and a
+    /// group the coordinator does not know has none (it is made by the first share consumer or
+    /// by setting its start offsets). Any other error of the group is the caller's to name.
+    pub fn starts(self) -> Result<Vec<(String, i32, i64)>, GroupRefused> {
+        match self.error.name() {
+            "NONE" => {}
+            "GROUP_ID_NOT_FOUND" => return Ok(Vec::new()),
+            _ => {
+                return Err(GroupRefused {
+                    error: self.error,
+                    message: self.message,
+                });
+            }
+        }
+        Ok((self.partitions.into_iter())
+            .filter(|p| !p.error.is_error() && p.start_offset >= 0)
+            .map(|p| (p.topic, p.partition, p.start_offset))
+            .collect())
+    }
 }
 
 /// The answer for the one group asked (the first the answer names; none is an error).
@@ -328,6 +345,30 @@ mod tests {
                 ("orders", 1, -1, 0),
                 ("audit", 4, 0, 29)
             ]
+        );
+    }
+
+    #[test]
+    fn only_kept_start_offsets_are_starts_and_an_unknown_group_has_none() {
+        let got = decode_describe_share_group_offsets(&described().0).expect("well-formed");
+        // -1 (nothing acknowledged) and a partition's error are not start offsets.
+        assert_eq!(got.clone().starts(), Ok(vec![("orders".into(), 0, 41)]));
+        let unknown = ShareGroupOffsets {
+            error: ErrorCode(69),
+            ..got.clone()
+        };
+        assert_eq!(unknown.starts(), Ok(Vec::new()));
+        let refused = ShareGroupOffsets {
+            error: ErrorCode(30),
+            message: "no".into(),
+            ..got
+        };
+        assert_eq!(
+            refused.starts(),
+            Err(GroupRefused {
+                error: ErrorCode(30),
+                message: "no".into()
+            })
         );
     }
 

@@ -7,7 +7,8 @@
 //! members is read through and dropped, every count bounded by the answer's own bytes.
 
 use super::{
-    API_STREAMS_GROUP_DESCRIBE, ErrorCode, STREAMS_GROUP_DESCRIBE_VERSION, finish_frame, frame,
+    API_STREAMS_GROUP_DESCRIBE, ErrorCode, STREAMS_GROUP_DESCRIBE_VERSION, finish_frame,
+    flexible_frame,
 };
 use crate::wire::{DecodeError, EncodeError, Reader};
 
@@ -16,14 +17,13 @@ pub fn streams_group_describe_request(
     client_id: &str,
     group: &str,
 ) -> Result<Vec<u8>, EncodeError> {
-    let mut w = frame(
+    let mut w = flexible_frame(
         API_STREAMS_GROUP_DESCRIBE,
         STREAMS_GROUP_DESCRIBE_VERSION,
         correlation_id,
         client_id,
         group.len() + 8,
     )?;
-    w.no_tagged_fields();
     w.compact_len("group_ids", 1)?;
     w.compact_string("group_id", group)?;
     // No authorized operations asked for.

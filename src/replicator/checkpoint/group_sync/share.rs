@@ -5,7 +5,6 @@
 //! change, so no description is read first. One connection per group and pass: share groups
 //! are few, and a pass runs every `checkpoints.interval`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::super::sync_state::{
@@ -40,17 +39,15 @@ pub(super) fn sync_one(
     };
     let group = due.group.as_str();
     let committed = match cluster.share_group_offsets(group) {
-        Ok(answer) => match answer.error.name() {
-            "NONE" => (answer.partitions.into_iter())
-                .filter(|p| !p.error.is_error() && p.start_offset >= 0)
-                .map(|p| (TopicPartition::new(p.topic, p.partition), p.start_offset))
+        // A group not there yet has none: setting its start offsets makes it.
+        Ok(answer) => match answer.starts() {
+            Ok(starts) => (starts.into_iter())
+                .map(|(topic, partition, start)| (TopicPartition::new(topic, partition), start))
                 .collect(),
-            // Not there yet: setting its start offsets makes it.
-            "GROUP_ID_NOT_FOUND" => BTreeMap::new(),
-            _ => {
+            Err(refused) => {
                 reach.refused(
                     "reading a target share group's start offsets",
-                    &answer.error,
+                    &refused.error,
                 );
                 return None;
             }

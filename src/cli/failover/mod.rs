@@ -13,27 +13,28 @@
 //! checkpoint's own translation. Without offset syncs for the commit it falls back to source
 //! offsets (an upper bound: transaction markers take offsets but are no records).
 
+mod plan;
+
+use self::plan::Planner;
 use crate::clock::now_ms;
 use std::collections::BTreeMap;
 
 use clap::Args;
 use serde::Serialize;
 
-use super::aligned::{as_is, misaligned_partitions};
+use super::aligned::misaligned_partitions;
 use super::apply::{
     self, Overrides, PartitionAction, PlannedGroup, Report, Verdict, against_commit, commit_groups,
-    decide_group, group_names, membership_or_refuse, plan_groups, render, title,
+    decide_group, group_names, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
 use super::share_groups::{self, ShareSide};
-use super::stale::{stale_checkpoint, target_rewinds};
+use super::stale::target_rewinds;
 use super::table::{Table, age, serde_plain};
 use super::translate::read_flow_checkpoints;
 use super::{ApplyArgs, CliError, FlowArgs, GroupSelection};
 use crate::flow::Flow;
-use crate::kafka::checkpoints::StoredCheckpoint;
-use crate::mm2::{OffsetSyncStore, StoreConfig, TopicPartition, Translation};
-use rdkafka::consumer::Consumer;
+use crate::mm2::{OffsetSyncStore, StoreConfig, Translation};
 
 /// `mirrorflow failover`.
 #[derive(Args, Debug, Clone)]
@@ -396,7 +397,6 @@ pub fn plan(
     };
     let target = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
     clusters::metadata(&target, "target")?;
-    let rewinds = target_rewinds(flow);
     let names = group_names(selection, || {
         Ok(index
             .keys()
@@ -413,131 +413,34 @@ pub fn plan(
             ShareSide::new(&flow.source_client, "source"),
         ],
     );
-    let overrides = Overrides::from(args);
-    let now = now_ms();
+    let planner = Planner {
+        flow,
+        source: source.as_ref().ok(),
+        misaligned: misaligned.as_ref(),
+        target: &target,
+        rewinds: target_rewinds(flow),
+        overrides: Overrides::from(args),
+        now: now_ms(),
+    };
     let empty = BTreeMap::new();
     let groups = plan_groups(&names, |group| {
-        let group = group.clone();
-        let cps: &BTreeMap<TopicPartition, StoredCheckpoint> = index.get(&group).unwrap_or(&empty);
-        let target_parts: Vec<Partition> = cps
-            .keys()
-            .map(|tp| (tp.topic.clone(), tp.partition))
+        let cps = index.get(group).unwrap_or(&empty);
+        let is_share = share.contains(group);
+        let positions = planner.positions(group, cps, is_share)?;
+        let partitions: Vec<PartitionPlan> = (cps.iter())
+            .map(|(tp, stored)| planner.partition(tp, stored, &positions))
             .collect();
-        let upstream = |topic: &str| {
-            flow.policy
-                .upstream_topic(topic)
-                .unwrap_or(topic)
-                .to_string()
-        };
-        let source_parts: Vec<Partition> = cps
-            .keys()
-            .map(|tp| (upstream(&tp.topic), tp.partition))
-            .collect();
-        let is_share = share.contains(&group);
-        let (target_committed, membership, source_committed) = if is_share {
-            // The coordinator refuses a change while members are active: no membership read.
-            let source_starts = match &source {
-                Ok(_) => Some(ShareSide::new(&flow.source_client, "source")?.starts(&group)?),
-                Err(_) => None,
-            };
-            let target_starts = ShareSide::new(&flow.target_client, "target")?.starts(&group)?;
-            (target_starts, None, source_starts)
-        } else {
-            let target_committed =
-                clusters::committed(&flow.target_client, "target", &group, &target_parts)?;
-            let membership = membership_or_refuse(
-                clusters::membership(&flow.target_client, "target", &group),
-                overrides,
-            )?;
-            let source_committed = match &source {
-                Ok(_) => Some(clusters::committed(
-                    &flow.source_client,
-                    "source",
-                    &group,
-                    &source_parts,
-                )?),
-                Err(_) => None,
-            };
-            (target_committed, membership, source_committed)
-        };
-        let mut partitions = Vec::new();
-        for (tp, stored) in cps {
-            let cp = &stored.checkpoint;
-            let upstream_topic = upstream(&tp.topic);
-            let up_tp = TopicPartition::new(upstream_topic.clone(), tp.partition);
-            let est = match (&source, &source_committed) {
-                (Ok(view), Some(committed)) => {
-                    let sc = committed
-                        .get(&(upstream_topic.clone(), tp.partition))
-                        .copied();
-                    estimate(
-                        (cp.upstream_offset, cp.downstream_offset),
-                        sc,
-                        sc.map_or(
-                            Translation::Unknown(crate::mm2::UnknownReason::NegativeOffset),
-                            |c| view.syncs.translate(&up_tp, c),
-                        ),
-                        view.syncs.translate(&up_tp, cp.upstream_offset),
-                    )
-                }
-                _ => Estimate {
-                    reread: None,
-                    skips: None,
-                    note: None,
-                },
-            };
-            let tc = target_committed
-                .get(&(tp.topic.clone(), tp.partition))
-                .copied();
-            let sc = source_committed
-                .as_ref()
-                .and_then(|c| c.get(&(upstream_topic.clone(), tp.partition)).copied());
-            let (offset, est, refusal) = match &misaligned {
-                None => (cp.downstream_offset, est, None),
-                Some(broken) => as_is(sc, broken.contains(&(upstream_topic.clone(), tp.partition))),
-            };
-            let refusal = refusal.or_else(|| {
-                if misaligned.is_some() {
-                    return None;
-                }
-                let end = target
-                    .fetch_watermarks(&tp.topic, tp.partition, clusters::TIMEOUT)
-                    .ok()
-                    .map(|(_, high)| high);
-                let rewound = rewinds
-                    .get(&(upstream_topic.clone(), tp.partition))
-                    .copied();
-                stale_checkpoint(offset, stored.written_ms, end, rewound)
-            });
-            let (action, reason) = match refusal {
-                Some(why) => (PartitionAction::Refused, Some(why)),
-                None => decide_partition(offset, tc, est.skips, overrides),
-            };
-            partitions.push(PartitionPlan {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset,
-                upstream_topic,
-                upstream_offset: cp.upstream_offset,
-                metadata: cp.metadata.clone(),
-                checkpoint_age_ms: stored.written_ms.map(|w| (now - w).max(0)),
-                source_committed: source_committed
-                    .as_ref()
-                    .and_then(|c| c.get(&(up_tp.topic.clone(), tp.partition)).copied()),
-                target_committed: tc,
-                reread: est.reread,
-                skips: est.skips,
-                note: est.note,
-                action,
-                reason,
-            });
-        }
         let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
-        let verdict = decide_group(membership.as_ref(), &actions, args.apply, overrides);
+        let verdict = decide_group(
+            positions.membership.as_ref(),
+            &actions,
+            args.apply,
+            planner.overrides,
+        );
         Ok(Some(GroupPlan {
-            group,
+            group: group.clone(),
             share_group: is_share,
-            target_group: membership,
+            target_group: positions.membership,
             verdict,
             partitions,
         }))
