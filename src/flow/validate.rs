@@ -217,24 +217,15 @@ pub enum BatchesBlocker {
     ExactlyOnce,
     /// Whole batches keep their offsets apart: aligned offsets cannot be built on them.
     Aligned,
-    /// The batch copy's own connections do not speak OAUTHBEARER; the field says which side.
-    OAuthBearer(&'static str),
 }
 
 /// The one rule of whether `spec` can copy whole batches, for the refusal of a spec that asks
 /// for them and for the advice to a flow that copies records.
 pub fn batches_blocker(spec: &MirrorFlowSpec) -> Option<BatchesBlocker> {
-    let oauth = |c: &crate::api::ClusterSpec| {
-        (c.sasl.as_ref()).is_some_and(|s| s.mechanism == crate::api::SaslMechanism::OAuthBearer)
-    };
     if spec.exactly_once {
         Some(BatchesBlocker::ExactlyOnce)
     } else if spec.offsets == OffsetsMode::Aligned {
         Some(BatchesBlocker::Aligned)
-    } else if oauth(&spec.source) {
-        Some(BatchesBlocker::OAuthBearer("spec.source.sasl.mechanism"))
-    } else if oauth(&spec.target) {
-        Some(BatchesBlocker::OAuthBearer("spec.target.sasl.mechanism"))
     } else {
         None
     }
@@ -276,14 +267,6 @@ fn check_modes(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             }
             Some(BatchesBlocker::Aligned) => {
                 return refused("spec.sourceLoop.copy", combined("spec.offsets: Aligned"));
-            }
-            Some(BatchesBlocker::OAuthBearer(field)) => {
-                return refused(
-                    field,
-                    "OAUTHBEARER is not spoken by the batch copy's connections yet: use PLAIN \
-                     or SCRAM for this flow, or set spec.sourceLoop.copy to Records"
-                        .into(),
-                );
             }
         }
     }

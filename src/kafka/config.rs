@@ -353,8 +353,9 @@ fn sasl_password(
 
 /// The same cluster's TLS and SASL for the batch copy's own connections
 /// ([`mirrorflow_conn`]), read from the same Secrets as [`client_config`]'s. Brokers' host
-/// names are always checked (the spec cannot turn that off). OAUTHBEARER is refused: those
-/// connections do not speak it yet.
+/// names are always checked (the spec cannot turn that off). OAUTHBEARER tokens come from the
+/// project's bounded OAuth client ([`mirrorflow_conn::oauth`]) with the same client
+/// credentials librdkafka's `oidc` method gets.
 pub fn conn_security(
     cluster: &ClusterSpec,
     field: &str,
@@ -374,35 +375,66 @@ pub fn conn_security(
     };
     let sasl = match &cluster.sasl {
         None => None,
-        Some(sasl) => {
-            let refused = || ConfigError::InvalidSasl {
-                field: format!("{field}.sasl.mechanism"),
-                // The library's own guard: a validated spec never gets here
-                // (`flow::batches_blocker` refuses it first, with the same fix).
-                message: "OAUTHBEARER is not spoken by the batch copy's connections yet: use \
-                          PLAIN or SCRAM for this flow, or set spec.sourceLoop.copy to Records"
-                    .into(),
-            };
-            let Some((user, password)) = sasl_password(sasl, field, secrets)? else {
-                return Err(refused());
-            };
-            Some(match sasl.mechanism {
-                SaslMechanism::Plain => mirrorflow_conn::Sasl::Plain { user, password },
-                SaslMechanism::ScramSha256 => mirrorflow_conn::Sasl::Scram {
-                    hash: mirrorflow_conn::ScramHash::Sha256,
-                    user,
-                    password,
-                },
-                SaslMechanism::ScramSha512 => mirrorflow_conn::Sasl::Scram {
-                    hash: mirrorflow_conn::ScramHash::Sha512,
-                    user,
-                    password,
-                },
-                SaslMechanism::OAuthBearer => return Err(refused()),
-            })
-        }
+        Some(sasl) => Some(conn_sasl(sasl, field, secrets)?),
     };
     Ok(mirrorflow_conn::Security { tls, sasl })
+}
+
+/// One cluster's SASL for the project's own connections.
+fn conn_sasl(
+    sasl: &SaslSpec,
+    field: &str,
+    secrets: &SecretFiles,
+) -> Result<mirrorflow_conn::Sasl, ConfigError> {
+    if let Some(oauth) = &sasl.oauthbearer {
+        let secret = secrets.read(
+            &format!("{field}.sasl.oauthbearer.clientSecretSecretRef"),
+            &oauth.client_secret_secret_ref,
+        )?;
+        let extensions = (oauth.extensions.iter())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // As librdkafka's `oidc` client in the same pod does: the replicator runs with the
+        // flow's own identity in the flow's namespace, so its loopback is its own (the shared
+        // operator's probe is the one held off loopback).
+        return Ok(mirrorflow_conn::Sasl::OAuthBearer(
+            mirrorflow_conn::oauth::OAuth::new(
+                oauth.token_endpoint_url.clone(),
+                oauth.client_id.clone(),
+                secret,
+                oauth.scope.clone(),
+                extensions,
+                true,
+            ),
+        ));
+    }
+    // check_sasl refused every other combination without a username and password.
+    let Some((user, password)) = sasl_password(sasl, field, secrets)? else {
+        return Err(ConfigError::InvalidSasl {
+            field: format!("{field}.sasl"),
+            message: "mechanisms PLAIN and SCRAM-* need usernameSecretRef and passwordSecretRef"
+                .into(),
+        });
+    };
+    Ok(match sasl.mechanism {
+        SaslMechanism::Plain => mirrorflow_conn::Sasl::Plain { user, password },
+        SaslMechanism::ScramSha256 => mirrorflow_conn::Sasl::Scram {
+            hash: mirrorflow_conn::ScramHash::Sha256,
+            user,
+            password,
+        },
+        SaslMechanism::ScramSha512 => mirrorflow_conn::Sasl::Scram {
+            hash: mirrorflow_conn::ScramHash::Sha512,
+            user,
+            password,
+        },
+        SaslMechanism::OAuthBearer => {
+            return Err(ConfigError::InvalidSasl {
+                field: format!("{field}.sasl"),
+                message: "mechanism OAUTHBEARER needs oauthbearer (tokenEndpointUrl, clientId, clientSecretSecretRef)".into(),
+            });
+        }
+    })
 }
 
 /// librdkafka's own OIDC client (`sasl.oauthbearer.method=oidc`): it posts the client

@@ -347,7 +347,7 @@ pub enum CopyUnit {
     Records,
     /// The source's record batches are written to the target as they are: compressed records
     /// are neither decompressed nor compressed again, which costs a fraction of the CPU. Only
-    /// with at-least-once delivery and translated offsets, and not with OAUTHBEARER. A batch
+    /// with at-least-once delivery and translated offsets. A batch
     /// the target could not take as it is (records compacted away, log-append time, larger
     /// than the remote topic's max.message.bytes) is written anew by the replicator, one batch
     /// per run of offsets, with exact offset syncs. A record larger than the remote topic's
@@ -413,7 +413,7 @@ pub struct SourceLoopSpec {
     /// What is copied as a unit. `Records` (default): every record is read and written again by
     /// Kafka clients. `Batches`: the source's record batches are written whole, compressed
     /// records neither decompressed nor compressed again (a fraction of the CPU); at least once
-    /// with translated offsets only, not with OAUTHBEARER. A batch the target could not take as
+    /// with translated offsets only. A batch the target could not take as
     /// it is (compacted topics, log-append time, larger than the remote topic's
     /// max.message.bytes) is written anew, with exact offset syncs; a single record over the
     /// remote topic's max.message.bytes stops its partition, named in the `Replicating`

@@ -129,6 +129,18 @@ async fn copied(target: &str, remote: &str, n: i32) -> Result<()> {
 #[tokio::test]
 async fn a_flow_over_oauthbearer_keeps_replicating_across_token_expiries_and_is_failover_ready()
 -> Result<()> {
+    across_token_expiries("Records").await
+}
+
+/// The whole-batch copy's own connections (fetcher and writer) over OAUTHBEARER: tokens from
+/// the project's bounded OAuth client, a new connection with a new token once a broker ends a
+/// session whose token expired.
+#[tokio::test]
+async fn whole_batches_over_oauthbearer_keep_copying_across_token_expiries() -> Result<()> {
+    across_token_expiries("Batches").await
+}
+
+async fn across_token_expiries(copy: &str) -> Result<()> {
     let oauth = OAuthKafka::from_env()?;
     let (source_plain, target_plain) = (plaintext("SOURCE")?, plaintext("TARGET")?);
     let client_id = unique("mf-client");
@@ -141,7 +153,7 @@ async fn a_flow_over_oauthbearer_keeps_replicating_across_token_expiries_and_is_
     let token_url = oauth.token_url();
     let client = Some((token_url.as_str(), client_id.as_str()));
     let flow = format!(
-        "source: {}\ntarget: {}\ntopics: ['{topic}']\nsourceLoop: {{topicsRefreshInterval: 1s}}\n",
+        "source: {}\ntarget: {}\ntopics: ['{topic}']\nsourceLoop: {{topicsRefreshInterval: 1s, copy: {copy}}}\n",
         side(&src, &oauth.source_bootstrap, client),
         side(&tgt, &oauth.target_bootstrap, client),
     );
@@ -153,6 +165,13 @@ async fn a_flow_over_oauthbearer_keeps_replicating_across_token_expiries_and_is_
     copied(&target_plain, &remote, 20)
         .await
         .with_context(|| replicator.log_text())?;
+    if copy == "Batches" {
+        ensure!(
+            (replicator.log_text()).contains("source loop starting (whole record batches)"),
+            "the flow did not copy whole batches: {}",
+            replicator.log_text()
+        );
+    }
     let started = Instant::now();
     let first_tokens = oauth.issued(&client_id)?;
     ensure!(
@@ -200,7 +219,7 @@ async fn a_flow_over_oauthbearer_keeps_replicating_across_token_expiries_and_is_
     }
     replicator.stop(Duration::from_secs(10));
     println!(
-        "{n} records copied over {:?}; {tokens} tokens issued to the flow's clients",
+        "{copy}: {n} records copied over {:?}; {tokens} tokens issued to the flow's clients",
         started.elapsed()
     );
     Ok(())

@@ -107,12 +107,14 @@ fn sasl_credentials_come_from_files_and_a_missing_one_names_the_secret() {
 }
 
 #[test]
-fn the_batch_copys_connections_get_the_same_credentials_and_refuse_oauthbearer() {
+fn the_batch_copys_connections_get_the_same_credentials_oauthbearer_included() {
     let dir = std::env::temp_dir().join(format!("mf-conn-secrets-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("creds")).unwrap();
     std::fs::write(dir.join("creds/user"), "alice\n").unwrap();
     std::fs::write(dir.join("creds/password"), "s3cret").unwrap();
     std::fs::write(dir.join("creds/ca"), "-----BEGIN CERTIFICATE-----").unwrap();
+    std::fs::create_dir_all(dir.join("oauth")).unwrap();
+    std::fs::write(dir.join("oauth/client-secret"), "t0ken-secret").unwrap();
     let secrets = SecretFiles::new(&dir);
     let plain = conn_security(&cluster(), "spec.target", &secrets).unwrap();
     assert!(plain.tls.is_none() && plain.sasl.is_none());
@@ -150,11 +152,25 @@ fn the_batch_copys_connections_get_the_same_credentials_and_refuse_oauthbearer()
         "{err}"
     );
 
+    // OAUTHBEARER: the client credentials librdkafka's `oidc` method gets, the secret from
+    // the same Secret file.
+    match conn_security(&oauth_cluster(), "spec.target", &secrets).map(|s| s.sasl) {
+        Ok(Some(mirrorflow_conn::Sasl::OAuthBearer(o))) => {
+            assert_eq!(
+                (o.token_endpoint.as_str(), o.client_id.as_str()),
+                ("https://idp.example.com/realms/kafka/token", "mirrorflow")
+            );
+            assert_eq!(o.client_secret, "t0ken-secret");
+            assert_eq!(o.scope.as_deref(), Some("kafka openid"));
+            assert_eq!(o.extensions.len(), 2);
+        }
+        other => panic!("OAUTHBEARER expected, got {other:?}"),
+    }
+    std::fs::remove_file(dir.join("oauth/client-secret")).unwrap();
     let err = conn_security(&oauth_cluster(), "spec.target", &secrets).unwrap_err();
-    assert_eq!(err.reason(), "InvalidSpec");
+    assert_eq!(err.reason(), "SecretMissing");
     assert!(
-        err.to_string()
-            .starts_with("spec.target.sasl.mechanism: OAUTHBEARER"),
+        (err.to_string()).contains("spec.target.sasl.oauthbearer.clientSecretSecretRef"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
