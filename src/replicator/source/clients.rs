@@ -75,6 +75,14 @@ impl FetchWindow {
 pub struct SourceFetch {
     pub consumers: usize,
     pub window: FetchWindow,
+    /// The whole-batch copy's window for each of its fetching connections: the whole window
+    /// of the round trip, not a share. A batch fetch round pays the request's round trip once
+    /// and then the answer's transfer, so the more a round carries, the less of the link's
+    /// time goes to round trips: at 50 ms 7.5 MiB rounds moved about 38 MiB/s a connection,
+    /// 16 MiB rounds 45 MiB/s (bench/results/2026-12-05-batches-wan-trials). Without
+    /// librdkafka's prefetch queue beside it, what it holds is bounded by the copy's own
+    /// queues (a few rounds).
+    pub batch_window: FetchWindow,
 }
 
 impl SourceFetch {
@@ -99,6 +107,7 @@ impl SourceFetch {
         SourceFetch {
             consumers,
             window: total.shared_by(consumers),
+            batch_window: total,
         }
     }
 }
@@ -349,6 +358,13 @@ mod tests {
         assert_eq!(plan(100, None).consumers, 4);
         assert_eq!(plan(100, None).window.fetch_bytes, 4 * mib);
         assert_eq!(plan(100, None).window.partition_bytes, mib);
+        // Each whole-batch fetching connection takes the whole window of the round trip.
+        assert_eq!(near.batch_window, near.window);
+        assert_eq!(plan(50, None).batch_window.fetch_bytes, 16 * mib);
+        assert_eq!(
+            plan(100, None).batch_window,
+            FetchWindow::for_round_trip(Some(Duration::from_millis(100)))
+        );
         assert_eq!(SourceFetch::plan(Some(Duration::MAX), None).consumers, 4);
         // The spec wins either way; a share never drops under the base window.
         assert_eq!(plan(100, Some(1)).consumers, 1);

@@ -311,14 +311,14 @@ impl Plan<'_> {
             }
             CopyMode::Batches => {
                 let (producer, syncs) = self.plain_producers()?;
-                let (source, writer) = batch_connections(self.flow(), self.fetch.window)?;
+                let (source, writer) = batch_connections(self.flow(), self.fetch.batch_window)?;
                 let policy = batches::Batches::new(batches::Parts {
                     shared,
                     producer,
                     syncs,
                     writer,
                     source,
-                    limits: batch_fetch_limits(self.fetch.window),
+                    limits: batch_fetch_limits(self.fetch.batch_window),
                     stops: self.stops.clone(),
                     remote_limits: self.limits.clone(),
                 })
@@ -424,7 +424,7 @@ async fn discover(
     }
 }
 
-/// The batch copy's source fetch: the consumer's window ([`clients::SourceFetch`]).
+/// The batch copy's source fetch: its own window ([`clients::SourceFetch::batch_window`]).
 fn batch_fetch_limits(window: clients::FetchWindow) -> mirrorflow_conn::FetchLimits {
     let bytes = |b: usize| i32::try_from(b).unwrap_or(i32::MAX);
     mirrorflow_conn::FetchLimits {

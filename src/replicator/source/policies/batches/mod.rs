@@ -63,10 +63,12 @@ use crate::replicator::source::progress::{Frontier, Progress};
 /// How long one [`Delivery::service`] call moves batches before the consumer is polled again
 /// (rebalances wait at most that long).
 const SLICE: Duration = Duration::from_millis(50);
-/// Bytes of batches handed to the writer and not yet answered, in fetches: beyond them no
-/// fetched round is taken. With the rounds queued behind ([`fetch`]), what a copy holds is a
-/// few fetch answers, whatever the partition count.
-const PENDING_FETCHES: usize = 4;
+/// Bytes of batches handed to the writer and not yet answered: beyond them no fetched round is
+/// taken. What the target needs in flight does not grow with the source's distance, so this
+/// is a size of its own (four fetches near the source), at least one fetch of a far source's
+/// larger window. With the rounds queued behind ([`fetch`]), what a copy holds is a few fetch
+/// answers, whatever the partition count.
+const PENDING_BYTES: u64 = 16 << 20;
 /// How long a rebalance or shutdown waits for outstanding writes.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Backoff of a faulted partition: a stopped one is tried again at most this rarely.
@@ -178,7 +180,7 @@ impl Batches {
         let fetch_bytes = u64::try_from(p.limits.max_bytes.max(1)).unwrap_or(1);
         let pending = Pending {
             bytes: 0,
-            limit: fetch_bytes.saturating_mul(PENDING_FETCHES as u64),
+            limit: fetch_bytes.max(PENDING_BYTES),
         };
         let fetch = FetchThread::spawn(p.source, p.limits, name)?;
         let meters = CopyMeters::new(&p.shared.ctx.metrics);
