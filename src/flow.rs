@@ -83,13 +83,15 @@ pub struct Flow {
     /// Who this flow is in the internal topics it shares with other flows
     /// ([`kafka::writers`]).
     pub writer: Writer,
-    /// The batch copy's connections (`spec.sourceLoop.copy: Batches`).
-    pub batch_security: Option<BatchSecurity>,
+    /// The replicator's own connections (the batch copy's, verification's, share groups'):
+    /// always there for `spec.sourceLoop.copy: Batches`; for a Records flow none when they
+    /// cannot be made from its settings (those connections are then not used).
+    pub own_security: Option<OwnSecurity>,
 }
 
-/// The TLS and SASL of the batch copy's own connections to both clusters.
+/// The TLS and SASL of the replicator's own connections to both clusters.
 #[derive(Clone)]
-pub struct BatchSecurity {
+pub struct OwnSecurity {
     pub source: mirrorflow_conn::Security,
     pub target: mirrorflow_conn::Security,
 }
@@ -245,15 +247,18 @@ pub fn resolve(
     let target_client = client(target, "spec.target", ClientUse::Replicator)?;
     let source_probe_client = client(source, "spec.source", ClientUse::Probe)?;
     let target_probe_client = client(target, "spec.target", ClientUse::Probe)?;
-    let batch_security = match spec.source_loop.copy {
-        CopyUnit::Records => None,
-        CopyUnit::Batches => Some(BatchSecurity {
+    let own_security = || -> Result<OwnSecurity, kafka::ConfigError> {
+        Ok(OwnSecurity {
             source: kafka::config::conn_security(source, "spec.source", secrets)?,
             target: kafka::config::conn_security(target, "spec.target", secrets)?,
-        }),
+        })
+    };
+    let own_security = match spec.source_loop.copy {
+        CopyUnit::Records => own_security().ok(),
+        CopyUnit::Batches => Some(own_security()?),
     };
     Ok(Flow {
-        batch_security,
+        own_security,
         writer: Writer::unnamed(&name),
         name,
         spec,
@@ -450,8 +455,8 @@ mod tests {
         assert_eq!(crate::flow::batches_blocker(&spec(BASE)), None);
         let flow = test_flow("f", batches);
         assert_eq!(flow.spec.source_loop.copy, CopyUnit::Batches);
-        assert!(flow.batch_security.is_some());
-        assert!(test_flow("f", "").batch_security.is_none());
+        assert!(flow.own_security.is_some());
+        assert!(test_flow("f", "").own_security.is_some());
         let bad: Result<crate::api::MirrorFlowSpec, _> =
             serde_yaml::from_str(&format!("{BASE}sourceLoop: {{copy: Bytes}}\n"));
         assert!(bad.is_err(), "an unknown copy unit must not parse");

@@ -97,7 +97,8 @@ impl Cluster {
         };
         let mut last = None;
         let mut answer = None;
-        if let Some(mut conn) = self.metadata_conn.take() {
+        // A connection whose session is about to end is dropped for a new one.
+        if let Some(mut conn) = (self.metadata_conn.take()).filter(|c| !c.session_ending()) {
             match ask(&mut conn) {
                 Ok(m) => {
                     answer = Some(m);
@@ -173,6 +174,14 @@ impl Cluster {
         self.metadata_conn = Some(conn);
     }
 
+    /// Closes the connection to `node_id` when its authenticated session is about to end
+    /// ([`Conn::session_ending`]); for callers with nothing outstanding on it.
+    pub fn renew_ending(&mut self, node_id: i32) {
+        if self.conns.get(&node_id).is_some_and(Conn::session_ending) {
+            self.conns.remove(&node_id);
+        }
+    }
+
     /// Closes the connection to `node_id` (after it failed); the next use opens a new one.
     pub fn forget(&mut self, node_id: i32) {
         self.conns.remove(&node_id);
@@ -202,6 +211,7 @@ impl Cluster {
                     max: 0,
                 });
             }
+            self.renew_ending(broker.node_id);
             let answer = self.broker(broker.node_id).and_then(|conn| {
                 conn.require(
                     protocol::API_LIST_GROUPS,
@@ -271,6 +281,7 @@ impl Cluster {
             }
         }
         for (leader, asks) in by_leader {
+            self.renew_ending(leader);
             let answer = self.broker(leader).and_then(|conn| {
                 conn.ask(
                     |id, client| {
@@ -393,6 +404,27 @@ mod tests {
         match cluster.metadata(&["orders"]) {
             Err(ConnError::Io { peer, .. }) => assert_eq!(peer, addr),
             other => panic!("expected a connection error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_connection_whose_session_is_about_to_end_is_renewed_and_no_other() {
+        let mut cluster =
+            Cluster::new("127.0.0.1:1", Security::default(), options()).expect("one address");
+        // Broker 1 gave a session of 1 ms (renewed at once), broker 2 one of an hour, broker 3
+        // none (0: no end), a hostile -1 is none too.
+        let lifetimes = [(1, 1), (2, 3_600_000), (3, 0), (4, -1)];
+        for (node, lifetime) in lifetimes {
+            let mut conn = scripted(&format!("b{node}:9092"), Vec::new());
+            conn.session_lasts(lifetime);
+            cluster.adopt(node, conn);
+        }
+        for (node, _) in lifetimes {
+            cluster.renew_ending(node);
+        }
+        assert!(cluster.connected(1).is_none());
+        for node in [2, 3, 4] {
+            assert!(cluster.connected(node).is_some(), "{node}");
         }
     }
 

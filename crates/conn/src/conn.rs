@@ -71,6 +71,10 @@ pub struct Conn {
     timeout: Duration,
     next_correlation: i32,
     served: Vec<ApiRange>,
+    /// When to stop using the connection because its authenticated session ends (KIP-368:
+    /// the broker closes a connection whose session expired at its next request); none when
+    /// the broker set no end.
+    renew_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -136,6 +140,7 @@ impl Conn {
             timeout: options.timeout,
             next_correlation: 0,
             served: Vec::new(),
+            renew_at: None,
         }
     }
 
@@ -193,6 +198,27 @@ impl Conn {
 
     pub fn serial(&self) -> u64 {
         self.serial
+    }
+
+    /// Whether the authenticated session is close to its end: a caller with nothing
+    /// outstanding on the connection drops it for a new one (a new token), instead of a
+    /// request meeting the broker's close.
+    pub fn session_ending(&self) -> bool {
+        self.renew_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Notes the session lifetime the broker gave at authentication: renewed a tenth of it
+    /// (at least a second, at most a minute) before it ends.
+    pub(crate) fn session_lasts(&mut self, lifetime_ms: i64) {
+        let Ok(ms) = u64::try_from(lifetime_ms) else {
+            return;
+        };
+        if ms == 0 {
+            return;
+        }
+        let lifetime = Duration::from_millis(ms);
+        let margin = (lifetime / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        self.renew_at = Instant::now().checked_add(lifetime.saturating_sub(margin));
     }
 
     pub fn peer(&self) -> &str {
@@ -373,7 +399,8 @@ impl Conn {
         Ok(())
     }
 
-    /// One SaslAuthenticate round: the broker's answer bytes.
+    /// One SaslAuthenticate round: the broker's answer bytes (the last round's session
+    /// lifetime is the session's).
     fn sasl_step(&mut self, message: &[u8]) -> Result<Vec<u8>, ConnError> {
         let id = self.correlation();
         let frame = protocol::sasl_authenticate_request(id, &self.client_id, message)?;
@@ -384,6 +411,7 @@ impl Conn {
                 message: format!("{}: {} {}", self.peer, answer.error, answer.message),
             });
         }
+        self.session_lasts(answer.session_lifetime_ms);
         Ok(answer.auth_bytes.to_vec())
     }
 }

@@ -448,6 +448,9 @@ impl<T> Writer<T> {
         let Some(leader) = self.lanes.values().find_map(|l| l.leader) else {
             return;
         };
+        if self.outstanding.get(&leader).is_none_or(VecDeque::is_empty) {
+            self.cluster.renew_ending(leader);
+        }
         let answer = self.cluster.broker(leader).and_then(|conn| {
             conn.require(
                 protocol::API_INIT_PRODUCER_ID,
@@ -485,6 +488,14 @@ impl<T> Writer<T> {
     /// Once a batch has its sequence, the request is outstanding: if it cannot be sent, the
     /// connection's loss ([`Self::lost`]) has its lanes write again.
     fn send(&mut self, leader: i32, progress: &mut Progress<T>) -> Result<bool, ConnError> {
+        // A session about to end (KIP-368) takes no more requests: once its answers are in, the
+        // next request goes on a new connection (a new token), never into the broker's close.
+        if (self.cluster.connected(leader)).is_some_and(|c| c.session_ending()) {
+            if self.outstanding.get(&leader).is_some_and(|q| !q.is_empty()) {
+                return Ok(false);
+            }
+            self.cluster.renew_ending(leader);
+        }
         let conn = self.cluster.broker(leader)?;
         conn.require(protocol::API_PRODUCE, "Produce", protocol::PRODUCE_VERSION)?;
         let id = conn.correlation();

@@ -197,6 +197,16 @@ async fn across_token_expiries(copy: &str) -> Result<()> {
         "no token fetched after the first ones expired ({first_tokens} then {tokens})"
     );
     ensure!(replicator.running(), "{}", replicator.log_text());
+    // Token expiries are not outages: the project's own connections (the batch copy's, the
+    // share-group poller's) renew a session before the broker ends it, so no loop saw a
+    // cluster as unreachable and no poll failed.
+    let log = replicator.log_text();
+    for sign in [
+        "cluster unreachable",
+        "could not read the source's share groups",
+    ] {
+        ensure!(!log.contains(sign), "'{sign}' across token expiries: {log}");
+    }
 
     // The operator's probe over OAUTHBEARER on both clusters: heartbeats replicated, ready.
     let flow_file = run_dir(&name).join("flow.yaml");

@@ -142,7 +142,7 @@ impl Poller {
         let flow = &ctx.flow;
         let Some((source, _)) = super::verify::own_security(flow) else {
             tracing::info!(
-                "share groups are not checkpointed: the source's security mechanism is not one the project's own connections speak"
+                "share groups are not checkpointed: the project's own connections cannot be made from the flow's security settings"
             );
             return;
         };

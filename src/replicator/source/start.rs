@@ -435,7 +435,7 @@ fn batch_fetch_limits(window: clients::FetchWindow) -> mirrorflow_conn::FetchLim
 }
 
 /// The batch copy's connections: a source cluster for the fetching thread and the writer on
-/// the target, with the flow's TLS and SASL ([`crate::flow::BatchSecurity`]).
+/// the target, with the flow's TLS and SASL ([`crate::flow::OwnSecurity`]).
 fn batch_connections(
     flow: &Flow,
     window: clients::FetchWindow,
@@ -443,7 +443,7 @@ fn batch_connections(
     mirrorflow_conn::Cluster,
     mirrorflow_conn::Writer<batches::Token>,
 )> {
-    let security = (flow.batch_security.clone())
+    let security = (flow.own_security.clone())
         .context("spec.sourceLoop.copy: Batches without its connections' security")?;
     let options = |frame: usize| mirrorflow_conn::Options {
         client_id: format!("mirrorflow-{}", flow.name.replace('/', ".")),

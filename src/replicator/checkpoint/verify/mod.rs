@@ -106,18 +106,14 @@ fn replica_count(replicas: i32) -> u32 {
 }
 
 /// The source's and the target's settings for the project's own connections: the same
-/// principal as the loops', in the form those connections read; `None` for a mechanism they do
-/// not speak.
+/// principal as the loops', in the form those connections read, with the replicator's rules
+/// (a token endpoint on the pod's own loopback allowed, as librdkafka's client beside them
+/// allows it; the shared operator's probe has rules of its own); `None` when the flow's
+/// settings do not make them.
 pub(super) fn own_security(
     flow: &Flow,
 ) -> Option<(mirrorflow_conn::Security, mirrorflow_conn::Security)> {
-    Some(match &flow.batch_security {
-        Some(s) => (s.source.clone(), s.target.clone()),
-        None => (
-            crate::status::tails::conn_security(&flow.source_probe_client, false)?,
-            crate::status::tails::conn_security(&flow.target_probe_client, false)?,
-        ),
-    })
+    (flow.own_security.as_ref()).map(|s| (s.source.clone(), s.target.clone()))
 }
 
 /// Starts the verifier thread for `flow`; `None` (logged) when its connections cannot be made
