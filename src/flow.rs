@@ -84,9 +84,9 @@ pub struct Flow {
     /// ([`kafka::writers`]).
     pub writer: Writer,
     /// The replicator's own connections (the batch copy's, verification's, share groups'):
-    /// always there for `spec.sourceLoop.copy: Batches`; for a Records flow none when they
-    /// cannot be made from its settings (those connections are then not used).
-    pub own_security: Option<OwnSecurity>,
+    /// a flow whose settings cannot make them is refused, naming the field, like one whose
+    /// settings cannot make librdkafka's (they read the same fields and Secrets).
+    pub own_security: OwnSecurity,
 }
 
 /// The TLS and SASL of the replicator's own connections to both clusters.
@@ -247,15 +247,9 @@ pub fn resolve(
     let target_client = client(target, "spec.target", ClientUse::Replicator)?;
     let source_probe_client = client(source, "spec.source", ClientUse::Probe)?;
     let target_probe_client = client(target, "spec.target", ClientUse::Probe)?;
-    let own_security = || -> Result<OwnSecurity, kafka::ConfigError> {
-        Ok(OwnSecurity {
-            source: kafka::config::conn_security(source, "spec.source", secrets)?,
-            target: kafka::config::conn_security(target, "spec.target", secrets)?,
-        })
-    };
-    let own_security = match spec.source_loop.copy {
-        CopyUnit::Records => own_security().ok(),
-        CopyUnit::Batches => Some(own_security()?),
+    let own_security = OwnSecurity {
+        source: kafka::config::conn_security(source, "spec.source", secrets)?,
+        target: kafka::config::conn_security(target, "spec.target", secrets)?,
     };
     Ok(Flow {
         own_security,
@@ -455,8 +449,6 @@ mod tests {
         assert_eq!(crate::flow::batches_blocker(&spec(BASE)), None);
         let flow = test_flow("f", batches);
         assert_eq!(flow.spec.source_loop.copy, CopyUnit::Batches);
-        assert!(flow.own_security.is_some());
-        assert!(test_flow("f", "").own_security.is_some());
         let bad: Result<crate::api::MirrorFlowSpec, _> =
             serde_yaml::from_str(&format!("{BASE}sourceLoop: {{copy: Bytes}}\n"));
         assert!(bad.is_err(), "an unknown copy unit must not parse");

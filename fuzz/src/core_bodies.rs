@@ -5,7 +5,8 @@
 //! Each body panics only when an invariant is broken, which is what the fuzzer looks for.
 
 use mirrorflow_core::{
-    Checkpoint, Filters, Heartbeat, IdentityPolicy, OffsetSync, PrefixPolicy, ReplicationPolicy,
+    Checkpoint, CopyStart, Filters, Heartbeat, IdentityPolicy, OffsetSync, OffsetSyncStore,
+    PrefixPolicy, ReplicationPolicy, StoreConfig, SyncOrigin, Translation,
 };
 
 /// First byte chooses where the key ends; the rest is key then value.
@@ -41,9 +42,24 @@ pub fn decode_heartbeat(data: &[u8]) {
 
 pub fn decode_offset_sync(data: &[u8]) {
     let (key, value) = split_key_value(data);
-    if let Ok(sync) = OffsetSync::decode(key, value) {
+    if let Ok(mut sync) = OffsetSync::decode(key, value) {
         let record = sync.encode().expect("decoded offset sync must encode");
         assert_reencodes(key, value, (record.key, record.value));
+        // The bytes past the value as a `mirrorflow.sync.start` header: a start is only taken
+        // at or before its sync, and a store fed it still maps the sync's record to its offset.
+        let (up, down) = (sync.upstream_offset, sync.downstream_offset);
+        sync.start = CopyStart::from_header(value.get(16..).unwrap_or_default(), up, down);
+        if let Some(start) = sync.start {
+            assert!(start.upstream <= up && start.downstream <= down);
+        }
+        let mut store = OffsetSyncStore::new(StoreConfig::default());
+        store.finish_initial_load();
+        if store.update(&sync, SyncOrigin::Dense).is_ok() {
+            assert_eq!(
+                store.translate(&sync.topic_partition, up),
+                Translation::Exact(down)
+            );
+        }
     }
 }
 

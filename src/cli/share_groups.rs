@@ -9,6 +9,7 @@
 //! and `--force` cannot override it.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mirrorflow_conn::{Cluster, ConnError, ListingBounds, Options};
@@ -145,35 +146,69 @@ impl ShareSide {
     }
 }
 
-/// `group`'s positions on one cluster, whatever its kind: a share group's start offsets (of
-/// every partition it has them for), a consumer group's commits on `parts`.
-pub fn positions(
-    client: &ClientConfig,
-    cluster: &'static str,
-    group: &str,
-    parts: &[Partition],
-    share: bool,
-) -> Result<BTreeMap<Partition, i64>, CliError> {
-    if share {
-        ShareSide::new(client, cluster)?.starts(group)
-    } else {
-        super::clusters::committed(client, cluster, group, parts)
+/// One cluster of a plan, its connections for share-group calls opened once and reused by the
+/// groups planned after (several at a time: at most one connection per worker).
+pub struct Side<'a> {
+    pub client: &'a ClientConfig,
+    pub name: &'static str,
+    idle: Mutex<Vec<ShareSide>>,
+}
+
+impl<'a> Side<'a> {
+    pub fn new(client: &'a ClientConfig, name: &'static str) -> Self {
+        Side {
+            client,
+            name,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `call` on an idle connection, or a new one; a connection whose call failed is
+    /// closed (it may be broken), the others kept for the next group.
+    pub fn with<T>(
+        &self,
+        call: impl FnOnce(&mut ShareSide) -> Result<T, CliError>,
+    ) -> Result<T, CliError> {
+        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let mut side = match idle {
+            Some(side) => side,
+            None => ShareSide::new(self.client, self.name)?,
+        };
+        let answer = call(&mut side);
+        if answer.is_ok()
+            && let Ok(mut idle) = self.idle.lock()
+        {
+            idle.push(side);
+        }
+        answer
+    }
+
+    /// `group`'s positions on this cluster, whatever its kind: a share group's start offsets
+    /// (of every partition it has them for), a consumer group's commits on `parts`.
+    pub fn positions(
+        &self,
+        group: &str,
+        parts: &[Partition],
+        share: bool,
+    ) -> Result<BTreeMap<Partition, i64>, CliError> {
+        if share {
+            self.with(|side| side.starts(group))
+        } else {
+            super::clusters::committed(self.client, self.name, group, parts)
+        }
     }
 }
 
 /// The groups of `index` that are share groups: those whose checkpoints say so, and those
 /// either cluster lists as one (a cluster that cannot be listed adds none: the source may be
 /// down in a failover; the checkpoints' header still tells).
-pub fn share_groups(
-    index: &CheckpointIndex,
-    sides: &mut [Result<ShareSide, CliError>],
-) -> HashSet<String> {
+pub fn share_groups(index: &CheckpointIndex, sides: &[&Side<'_>]) -> HashSet<String> {
     let mut share: HashSet<String> = (index.iter())
         .filter(|(_, cps)| cps.values().any(|c| c.share))
         .map(|(g, _)| g.clone())
         .collect();
-    for side in sides.iter_mut().flatten() {
-        if let Ok(listed) = side.share_groups() {
+    for side in sides {
+        if let Ok(listed) = side.with(ShareSide::share_groups) {
             share.extend(listed.into_iter().filter(|g| index.contains_key(g)));
         }
     }

@@ -12,7 +12,10 @@ use rdkafka::{ClientConfig, Message};
 
 pub use super::reader::ReadError;
 use super::reader::{Isolation, PartitionReader};
-use crate::mm2::{Checkpoint, OffsetSync, SYNC_ORIGIN_HEADER, SyncOrigin, TopicPartition};
+use crate::mm2::{
+    Checkpoint, CopyStart, OffsetSync, SYNC_ORIGIN_HEADER, SYNC_START_HEADER, SyncOrigin,
+    TopicPartition,
+};
 use crate::verify::header::{VERIFICATION_HEADER, Verification};
 
 /// Group id the readers are configured with; they never join it nor commit.
@@ -21,13 +24,17 @@ const READER_GROUP: &str = "mirrorflow-cli-reader";
 /// The offset sync a record of an offset-syncs topic holds, with its origin
 /// ([`SYNC_ORIGIN_HEADER`]); `None` when it is not one.
 pub fn offset_sync(m: &impl Message) -> Option<(OffsetSync, SyncOrigin)> {
-    let sync = OffsetSync::decode(m.key()?, m.payload()?).ok()?;
-    let header = m.headers().and_then(|h| {
-        h.iter()
-            .find(|h| h.key == SYNC_ORIGIN_HEADER)
-            .map(|h| h.value.unwrap_or_default())
-    });
-    Some((sync, SyncOrigin::from_header(header)))
+    let mut sync = OffsetSync::decode(m.key()?, m.payload()?).ok()?;
+    let header = |key: &str| {
+        m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == key)
+                .map(|h| h.value.unwrap_or_default())
+        })
+    };
+    sync.start = header(SYNC_START_HEADER)
+        .and_then(|v| CopyStart::from_header(v, sync.upstream_offset, sync.downstream_offset));
+    Some((sync, SyncOrigin::from_header(header(SYNC_ORIGIN_HEADER))))
 }
 
 /// Header on every checkpoint the checkpoint loop writes: whether its translation was exact

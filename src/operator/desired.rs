@@ -279,7 +279,34 @@ fn pod_template(
     pod_labels.extend(selector_labels(flow));
     let mut annotations = overrides.annotations.clone();
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash);
+    let (volumes, mounts) = volumes(flow);
+    let image = (overrides.image.clone()).unwrap_or_else(|| inputs.image.clone());
+    let container = replicator_container(image, inputs.resources.clone(), mounts);
+    Ok(PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(volumes),
+            // Replicators never call the apiserver.
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(30),
+            node_selector: (!overrides.node_selector.is_empty())
+                .then_some(overrides.node_selector.clone()),
+            tolerations: (!overrides.tolerations.is_empty())
+                .then_some(overrides.tolerations.clone()),
+            topology_spread_constraints: Some(spread::constraints(flow, &selector_labels(flow))),
+            security_context: Some(pod_security()),
+            ..PodSpec::default()
+        }),
+    })
+}
 
+/// The flow's ConfigMap and every Secret it references, read-only, with their mounts.
+fn volumes(flow: &MirrorFlow) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![Volume {
         name: "flow".into(),
         config_map: Some(ConfigMapVolumeSource {
@@ -312,15 +339,17 @@ fn pod_template(
             ..Volume::default()
         });
     }
+    (volumes, mounts)
+}
 
-    let container = Container {
+fn replicator_container(
+    image: String,
+    resources: ResourceRequirements,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
         name: "replicator".into(),
-        image: Some(
-            overrides
-                .image
-                .clone()
-                .unwrap_or_else(|| inputs.image.clone()),
-        ),
+        image: Some(image),
         args: Some(vec![
             "replicate".into(),
             "--config".into(),
@@ -357,7 +386,7 @@ fn pod_template(
         }]),
         readiness_probe: Some(http_probe("/readyz", 2, 3)),
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
-        resources: Some(inputs.resources.clone()),
+        resources: Some(resources),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
@@ -371,40 +400,22 @@ fn pod_template(
             ..SecurityContext::default()
         }),
         ..Container::default()
-    };
-    Ok(PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(pod_labels),
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
+    }
+}
+
+fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(NONROOT_UID),
+        // Secret volumes are 0400 and root's; kubelet gives this group read access to them
+        // (0440), so the non-root replicator can read its credentials and no other uid can.
+        fs_group: Some(NONROOT_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
         }),
-        spec: Some(PodSpec {
-            containers: vec![container],
-            volumes: Some(volumes),
-            // Replicators never call the apiserver.
-            automount_service_account_token: Some(false),
-            termination_grace_period_seconds: Some(30),
-            node_selector: (!overrides.node_selector.is_empty())
-                .then_some(overrides.node_selector.clone()),
-            tolerations: (!overrides.tolerations.is_empty())
-                .then_some(overrides.tolerations.clone()),
-            topology_spread_constraints: Some(spread::constraints(flow, &selector_labels(flow))),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(NONROOT_UID),
-                // Secret volumes are 0400 and root's; kubelet gives this group read access to
-                // them (0440), so the non-root replicator can read its credentials and no
-                // other uid can.
-                fs_group: Some(NONROOT_UID),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    ..SeccompProfile::default()
-                }),
-                ..PodSecurityContext::default()
-            }),
-            ..PodSpec::default()
-        }),
-    })
+        ..PodSecurityContext::default()
+    }
 }
 
 #[cfg(test)]

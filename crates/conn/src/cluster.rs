@@ -174,9 +174,18 @@ impl Cluster {
         self.metadata_conn = Some(conn);
     }
 
-    /// Closes the connection to `node_id` when its authenticated session is about to end
-    /// ([`Conn::session_ending`]); for callers with nothing outstanding on it.
-    pub fn renew_ending(&mut self, node_id: i32) {
+    /// The connection to broker `node_id` for a caller with nothing outstanding on it (a
+    /// request and its answer, or a fetch round): one whose authenticated session is about to
+    /// end ([`Conn::session_ending`]) is replaced by a new one first, so the broker never
+    /// closes it under a request (KIP-368).
+    pub fn broker_at_rest(&mut self, node_id: i32) -> Result<&mut Conn, ConnError> {
+        self.renew_ending(node_id);
+        self.broker(node_id)
+    }
+
+    /// Closes the connection to `node_id` when its authenticated session is about to end;
+    /// for callers with nothing outstanding on it.
+    pub(crate) fn renew_ending(&mut self, node_id: i32) {
         if self.conns.get(&node_id).is_some_and(Conn::session_ending) {
             self.conns.remove(&node_id);
         }
@@ -211,8 +220,7 @@ impl Cluster {
                     max: 0,
                 });
             }
-            self.renew_ending(broker.node_id);
-            let answer = self.broker(broker.node_id).and_then(|conn| {
+            let answer = self.broker_at_rest(broker.node_id).and_then(|conn| {
                 conn.require(
                     protocol::API_LIST_GROUPS,
                     "ListGroups",
@@ -281,8 +289,7 @@ impl Cluster {
             }
         }
         for (leader, asks) in by_leader {
-            self.renew_ending(leader);
-            let answer = self.broker(leader).and_then(|conn| {
+            let answer = self.broker_at_rest(leader).and_then(|conn| {
                 conn.ask(
                     |id, client| {
                         list_offsets::list_offsets_request(
@@ -419,12 +426,19 @@ mod tests {
             conn.session_lasts(lifetime);
             cluster.adopt(node, conn);
         }
-        for (node, _) in lifetimes {
-            cluster.renew_ending(node);
-        }
+        let serials: Vec<u64> = (2..=4)
+            .filter_map(|node| cluster.connected(node).map(|c| c.serial()))
+            .collect();
+        // Broker 1's ending connection is dropped for a new one (none can be opened here: its
+        // address is unknown without metadata); the others are handed out as they are.
+        assert!(matches!(
+            cluster.broker_at_rest(1),
+            Err(ConnError::UnknownBroker { node_id: 1 })
+        ));
         assert!(cluster.connected(1).is_none());
-        for node in [2, 3, 4] {
-            assert!(cluster.connected(node).is_some(), "{node}");
+        for (node, serial) in (2..=4).zip(serials) {
+            let conn = cluster.broker_at_rest(node).expect("kept");
+            assert_eq!(conn.serial(), serial, "{node}");
         }
     }
 

@@ -339,9 +339,8 @@ impl Fetcher {
             isolation: Isolation::ReadCommitted,
             topics,
         };
-        // Nothing is outstanding between rounds: a session about to end is renewed here.
-        self.cluster.renew_ending(leader);
-        let conn = self.cluster.broker(leader)?;
+        // Nothing is outstanding between rounds.
+        let conn = self.cluster.broker_at_rest(leader)?;
         conn.require(protocol::API_FETCH, "Fetch", protocol::FETCH_VERSION)?;
         let id = conn.correlation();
         let frame = protocol::fetch_request(id, conn.client_id(), &request)?;

@@ -448,10 +448,13 @@ impl<T> Writer<T> {
         let Some(leader) = self.lanes.values().find_map(|l| l.leader) else {
             return;
         };
-        if self.outstanding.get(&leader).is_none_or(VecDeque::is_empty) {
-            self.cluster.renew_ending(leader);
-        }
-        let answer = self.cluster.broker(leader).and_then(|conn| {
+        let at_rest = self.outstanding.get(&leader).is_none_or(VecDeque::is_empty);
+        let conn = if at_rest {
+            self.cluster.broker_at_rest(leader)
+        } else {
+            self.cluster.broker(leader)
+        };
+        let answer = conn.and_then(|conn| {
             conn.require(
                 protocol::API_INIT_PRODUCER_ID,
                 "InitProducerId",

@@ -42,8 +42,8 @@ pub use policy::{
 };
 pub use records::{Checkpoint, EncodedRecord, Heartbeat, OffsetSync, TopicPartition};
 pub use sync::{
-    Coverage, DEFAULT_HISTORY_BYTES, DEFAULT_MAX_RUNS, InvalidSync, InverseSyncs, OffsetSyncStore,
-    PartitionSyncs, SYNC_ORIGIN_DENSE, SYNC_ORIGIN_HEADER, StoreConfig, SyncOrigin, SyncPolicy,
-    SyncPolicyConfig, SyncReason, Translation, UnknownReason,
+    CopyStart, Coverage, DEFAULT_HISTORY_BYTES, DEFAULT_MAX_RUNS, InvalidSync, InverseSyncs,
+    OffsetSyncStore, PartitionSyncs, SYNC_ORIGIN_DENSE, SYNC_ORIGIN_HEADER, SYNC_START_HEADER,
+    StoreConfig, SyncOrigin, SyncPolicy, SyncPolicyConfig, SyncReason, Translation, UnknownReason,
 };
 pub use wire::{DecodeError, EncodeError, MAX_OFFSET, MAX_STRING_LEN};

@@ -4,6 +4,7 @@
 //! partitions and timestamps, valid UTF-8), so anything that decodes re-encodes to the same
 //! bytes, minus any trailing bytes, which readers ignore as MM2 does.
 
+use super::sync::CopyStart;
 #[cfg(test)]
 use super::wire::MAX_OFFSET;
 use super::wire::{DecodeError, EncodeError, Reader, Writer};
@@ -133,6 +134,9 @@ pub struct OffsetSync {
     pub topic_partition: TopicPartition,
     pub upstream_offset: i64,
     pub downstream_offset: i64,
+    /// Where the copy started reading the partition, when below this sync's record: carried
+    /// in a header ([`crate::SYNC_START_HEADER`]), outside MM2's key and value.
+    pub start: Option<CopyStart>,
 }
 
 impl OffsetSync {
@@ -145,6 +149,7 @@ impl OffsetSync {
             topic_partition,
             upstream_offset,
             downstream_offset,
+            start: None,
         }
     }
 
@@ -171,6 +176,7 @@ impl OffsetSync {
             topic_partition: TopicPartition { topic, partition },
             upstream_offset,
             downstream_offset,
+            start: None,
         })
     }
 }

@@ -80,6 +80,7 @@ async fn history_copied(mode: &str) -> Result<()> {
     create_compacted_topic(&source, &topics.compacted).await?;
 
     let t = Instant::now();
+    aborted_head(&source, &topics.txn).await?;
     let before = std::env::var("MF_ALH_TXNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -213,6 +214,29 @@ async fn transactions(source: &str, topic: &str, tag: &str, count: u32) -> Resul
         anyhow::Ok(())
     };
     tokio::try_join!(one(0), one(1))?;
+    Ok(())
+}
+
+/// An aborted transaction at the start of every partition: the first records a
+/// `read_committed` copy reads lie past offset 0, so a group committed below them (`START`)
+/// is at a position no offset sync of a record covers, whatever the cleaner does.
+async fn aborted_head(source: &str, topic: &str) -> Result<()> {
+    let producer = transactional(source)?;
+    producer.begin_transaction()?;
+    let mut sends = Vec::new();
+    for p in 0..TXN_PARTITIONS {
+        for r in 0..3 {
+            sends.push(send(
+                &producer,
+                topic,
+                p,
+                "aborted",
+                &format!("head-p{p}-r{r}"),
+            )?);
+        }
+    }
+    delivered(sends).await?;
+    producer.abort_transaction(Duration::from_secs(30))?;
     Ok(())
 }
 
@@ -435,13 +459,17 @@ fn assert_aligned(
 
 /// The name of the groups committed inside compacted-away ranges.
 const HOLE: &str = "hole";
+/// The name of the groups committed inside the aborted transaction that starts every
+/// partition of the transactional topic ([`aborted_head`]).
+const START: &str = "start";
 
 /// (group, topic, [(partition, committed source offset)]).
 type Groups = Vec<(String, String, Vec<(i32, i64)>)>;
 
 /// Per topic: a group at the head, one in the middle, one rewound to ~2% of the history and
 /// one on two partitions only, each at a visible record's offset (or the end); on the
-/// compacted topic also one inside a range its cleaner removed.
+/// compacted topic also one inside a range its cleaner removed; on the transactional one also
+/// one inside the aborted records before the first visible one.
 fn commit_groups(source: &str, topics: &Topics, prefix: &str) -> Result<Groups> {
     let mut groups = Vec::new();
     for (topic, partitions) in topics.all() {
@@ -469,6 +497,9 @@ fn commit_groups(source: &str, topics: &Topics, prefix: &str) -> Result<Groups> 
         add("middle", all(&|p| at(p, 50)));
         add("rewound", all(&|p| at(p, 2)));
         add("few", vec![(0, at(0, 70)), (1, at(1, 30))]);
+        if topic == topics.txn {
+            add(START, all(&|_| 1));
+        }
         if topic == topics.compacted {
             // Committed inside a range the cleaner removed: the checkpoint must still say the
             // source offset on an aligned partition, and both readers the same.

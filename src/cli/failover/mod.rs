@@ -28,7 +28,7 @@ use super::apply::{
     decide_group, group_names, plan_groups, render, title,
 };
 use super::clusters::{self, Membership, Partition};
-use super::share_groups::{self, ShareSide};
+use super::share_groups;
 use super::stale::target_rewinds;
 use super::table::{Table, age, serde_plain};
 use super::translate::read_flow_checkpoints;
@@ -406,18 +406,17 @@ pub fn plan(
     })?;
     let source = read_source_view(flow);
     let source_error = source.as_ref().err().map(ToString::to_string);
-    let share = share_groups::share_groups(
-        &index,
-        &mut [
-            ShareSide::new(&flow.target_client, "target"),
-            ShareSide::new(&flow.source_client, "source"),
-        ],
+    let sides = (
+        share_groups::Side::new(&flow.target_client, "target"),
+        share_groups::Side::new(&flow.source_client, "source"),
     );
+    let share = share_groups::share_groups(&index, &[&sides.0, &sides.1]);
     let planner = Planner {
         flow,
         source: source.as_ref().ok(),
         misaligned: misaligned.as_ref(),
         target: &target,
+        sides: [&sides.0, &sides.1],
         rewinds: target_rewinds(flow),
         overrides: Overrides::from(args),
         now: now_ms(),
@@ -478,6 +477,7 @@ impl PlannedGroup for GroupPlan {
 
 /// Commits what the plan decided into the target groups; a share group's start offsets are set.
 pub fn apply(flow: &Flow, report: &mut FailoverReport) {
+    let side = share_groups::Side::new(&flow.target_client, "target");
     for g in report.groups.iter_mut().filter(|g| g.share_group) {
         let offsets: Vec<(Partition, i64)> = (g.commits().into_iter())
             .map(|(partition, offset, _)| (partition, offset))
@@ -485,8 +485,7 @@ pub fn apply(flow: &Flow, report: &mut FailoverReport) {
         if !g.verdict.write || offsets.is_empty() {
             continue;
         }
-        let set = ShareSide::new(&flow.target_client, "target")
-            .and_then(|mut side| side.alter(&g.group, &offsets));
+        let set = side.with(|side| side.alter(&g.group, &offsets));
         if let Err(e) = set {
             g.verdict.action = apply::GroupAction::Failed;
             g.verdict.message = format!("start offsets not set, nothing may have changed: {e}");

@@ -24,6 +24,8 @@ pub(super) struct Planner<'a> {
     /// Landing as they are: the partitions whose offsets are not aligned.
     pub misaligned: Option<&'a HashSet<Partition>>,
     pub target: &'a rdkafka::consumer::BaseConsumer,
+    /// Both clusters, for the groups' positions (connections kept across groups).
+    pub sides: [&'a share_groups::Side<'a>; 2],
     pub rewinds: HashMap<Partition, i64>,
     pub overrides: Overrides,
     pub now: i64,
@@ -59,8 +61,8 @@ impl Planner<'_> {
         let source_parts: Vec<Partition> = (cps.keys())
             .map(|tp| (self.upstream(&tp.topic), tp.partition))
             .collect();
-        let target =
-            share_groups::positions(&flow.target_client, "target", group, &target_parts, share)?;
+        let [target_side, source_side] = self.sides;
+        let target = target_side.positions(group, &target_parts, share)?;
         // A share group's coordinator refuses a change while members are active: that is the
         // membership check, made with the change.
         let membership = match share {
@@ -71,13 +73,7 @@ impl Planner<'_> {
             )?,
         };
         let source = match self.source {
-            Some(_) => Some(share_groups::positions(
-                &flow.source_client,
-                "source",
-                group,
-                &source_parts,
-                share,
-            )?),
+            Some(_) => Some(source_side.positions(group, &source_parts, share)?),
             None => None,
         };
         Ok(Positions {

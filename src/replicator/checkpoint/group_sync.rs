@@ -210,19 +210,18 @@ impl ShareTarget {
     }
 
     /// `flow`'s target, with its principal.
-    pub fn of(flow: &crate::flow::Flow) -> Option<ShareTarget> {
-        let (_, security) = super::verify::own_security(flow)?;
-        Some(ShareTarget {
+    pub fn of(flow: &crate::flow::Flow) -> ShareTarget {
+        ShareTarget {
             bootstrap: flow.spec.target.bootstrap_servers.clone(),
-            security,
+            security: flow.own_security.target.clone(),
             client_id: format!("mirrorflow-{}-group-sync", flow.name.replace('/', ".")),
-        })
+        }
     }
 }
 
 pub async fn run(
     target: ClientConfig,
-    share_target: Option<ShareTarget>,
+    share_target: ShareTarget,
     interval: Duration,
     refresh: Duration,
     reach: Arc<Reachability>,
@@ -293,9 +292,9 @@ pub async fn run(
                 let reach_pass = reach.clone();
                 let sync = move |due: &DueGroup| {
                     if due.share {
-                        share::sync_one(share_client.as_ref(), &reach_pass, due)
+                        share::sync_one(&share_client, &reach_pass, due)
                     } else {
-                        sync_one(&client, share_client.as_ref(), &reach_pass, &due.group, &due.checkpoints, due.uncovered)
+                        sync_one(&client, &share_client, &reach_pass, &due.group, &due.checkpoints, due.uncovered)
                     }
                 };
                 match Pass::start(due, sync) {
@@ -310,7 +309,7 @@ pub async fn run(
 /// One group's sync; `None` when the target could not be asked (retried next pass).
 fn sync_one(
     target: &ClientConfig,
-    own: Option<&ShareTarget>,
+    own: &ShareTarget,
     reach: &Reachability,
     group: &str,
     checkpoints: &BTreeMap<TopicPartition, i64>,
@@ -333,10 +332,16 @@ fn sync_one(
     };
     // Both group protocols: the classic description alone calls a running KIP-848 group dead;
     // and streams groups, which neither description sees.
-    let mut own = own.and_then(|t| t.cluster(REQUEST_TIMEOUT).ok());
+    let mut own = match own.cluster(REQUEST_TIMEOUT) {
+        Ok(c) => c,
+        Err(e) => {
+            reach.refused("connecting to describe a target group", &e);
+            return None;
+        }
+    };
     let (state, members) = match crate::kafka::groups::describe_any(
         consumer.client(),
-        own.as_mut(),
+        Some(&mut own),
         group,
         REQUEST_TIMEOUT,
     ) {

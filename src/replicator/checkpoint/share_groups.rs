@@ -132,23 +132,16 @@ pub struct Poller {
 }
 
 impl Poller {
-    /// Starts the poller of `ctx`'s flow, with its principal on the source; logged and not
-    /// started when the project's own connections do not speak the source's security.
+    /// Starts the poller of `ctx`'s flow, with its principal on the source.
     pub fn spawn_for(
         ctx: &crate::replicator::context::Context,
         events: mpsc::Sender<Event>,
         shutdown: CancellationToken,
     ) {
         let flow = &ctx.flow;
-        let Some((source, _)) = super::verify::own_security(flow) else {
-            tracing::info!(
-                "share groups are not checkpointed: the project's own connections cannot be made from the flow's security settings"
-            );
-            return;
-        };
         Poller {
             bootstrap: flow.spec.source.bootstrap_servers.clone(),
-            security: source,
+            security: flow.own_security.source.clone(),
             client_id: format!("mirrorflow-{}-share-groups", flow.name.replace('/', ".")),
             groups: flow.groups.clone(),
             metrics: ctx.metrics.clone(),

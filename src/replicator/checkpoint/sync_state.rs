@@ -24,9 +24,6 @@ pub enum GroupSyncState {
     TargetAhead,
     /// `spec.checkpoints.syncGroupOffsets` is off.
     Disabled,
-    /// The group cannot be synced by this replicator (a share group on a target whose security
-    /// settings the project's own connections do not speak).
-    Unsupported,
 }
 
 impl GroupSyncState {
@@ -39,7 +36,6 @@ impl GroupSyncState {
             GroupSyncState::NoOffsetSyncCovers => "NoOffsetSyncCovers",
             GroupSyncState::TargetAhead => "TargetAhead",
             GroupSyncState::Disabled => "Disabled",
-            GroupSyncState::Unsupported => "Unsupported",
         }
     }
 }
@@ -168,11 +164,6 @@ pub fn plan(checkpoints: &BTreeMap<TopicPartition, i64>, target: &TargetGroup) -
 
 /// The state when the target refused a commit because the group has members, or when its
 /// description says so.
-/// The group cannot be synced, and why.
-pub fn unsupported(why: &str) -> GroupSyncStatus {
-    GroupSyncStatus::new(GroupSyncState::Unsupported, why)
-}
-
 pub fn active_on_target(detail: &str) -> GroupSyncStatus {
     GroupSyncStatus::new(
         GroupSyncState::ActiveOnTarget,

@@ -35,13 +35,23 @@ pub struct Progress {
 impl Progress {
     /// `start` is the stored position the partition resumes from, if any.
     pub fn new(tp: TopicPartition, config: SyncPolicyConfig, start: Option<Frontier>) -> Self {
+        let mut policy = SyncPolicy::new(tp, config);
+        if let Some(start) = start {
+            policy.reading_from(start.next, None);
+        }
         Progress {
-            policy: SyncPolicy::new(tp, config),
+            policy,
             config,
             latest: start,
             pending_syncs: VecDeque::new(),
             stored: start,
         }
+    }
+
+    /// The copy reads the partition from source position `position` (a partition that starts
+    /// without a stored position: the source's log start). See [`SyncPolicy::reading_from`].
+    pub fn reading_from(&mut self, position: i64) {
+        self.policy.reading_from(position, None);
     }
 
     /// The target acknowledged the copy of source offset `upstream` at `downstream`. Returns
@@ -170,6 +180,9 @@ impl Progress {
         self.latest = to;
         self.pending_syncs.clear();
         self.policy = SyncPolicy::new(self.policy.topic_partition().clone(), self.config);
+        if let Some(to) = to {
+            self.policy.reading_from(to.next, None);
+        }
         to
     }
 }
@@ -203,6 +216,41 @@ mod tests {
         assert_eq!(p.committable(), None);
         p.sync_acknowledged();
         assert_eq!(p.committable(), at(2, 1));
+    }
+
+    #[test]
+    fn the_first_sync_past_where_the_copy_reads_from_says_where_that_was() {
+        use crate::mm2::CopyStart;
+        let start = |upstream, downstream| {
+            Some(CopyStart {
+                upstream,
+                downstream,
+            })
+        };
+        // Resumed at 21 (a stored position), the next record found at 30: 21..30 map to 11.
+        let mut p = progress(at(21, 10));
+        assert_eq!(
+            p.acknowledged(30, 11, T).and_then(|s| s.start),
+            start(21, 11)
+        );
+        p.sync_acknowledged();
+        // A fresh partition read from the source's log start.
+        let mut fresh = progress(None);
+        fresh.reading_from(0);
+        assert_eq!(
+            fresh.acknowledged(4, 0, T).and_then(|s| s.start),
+            start(0, 0)
+        );
+        // A rewind reads again from the committable point.
+        p.acknowledged(31, 12, T);
+        assert_eq!(p.rewind(), at(32, 12));
+        assert_eq!(
+            p.acknowledged(35, 13, T).and_then(|s| s.start),
+            start(32, 13)
+        );
+        // Nothing between: no start.
+        assert_eq!(p.rewind(), at(32, 12), "its sync is not acknowledged");
+        assert_eq!(p.acknowledged(32, 13, T).and_then(|s| s.start), None);
     }
 
     #[test]

@@ -443,8 +443,7 @@ fn batch_connections(
     mirrorflow_conn::Cluster,
     mirrorflow_conn::Writer<batches::Token>,
 )> {
-    let security = (flow.own_security.clone())
-        .context("spec.sourceLoop.copy: Batches without its connections' security")?;
+    let security = flow.own_security.clone();
     let options = |frame: usize| mirrorflow_conn::Options {
         client_id: format!("mirrorflow-{}", flow.name.replace('/', ".")),
         // Longer than a write the target may hold for its replicas.

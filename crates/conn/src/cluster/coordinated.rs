@@ -58,8 +58,7 @@ impl Cluster {
         ask: impl FnOnce(&mut Conn) -> Result<T, ConnError>,
     ) -> Result<T, ConnError> {
         let node = self.coordinator(group)?;
-        self.renew_ending(node);
-        let answer = self.broker(node).and_then(ask);
+        let answer = self.broker_at_rest(node).and_then(ask);
         if answer.is_err() {
             self.forget(node);
         }

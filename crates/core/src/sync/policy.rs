@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use super::CopyStart;
 use crate::records::{OffsetSync, TopicPartition};
 
 /// Periodic syncs on top of the change-driven ones.
@@ -89,6 +90,9 @@ pub struct SyncPolicy {
     config: SyncPolicyConfig,
     last: Option<Last>,
     last_reason: Option<SyncReason>,
+    /// Where the copy started reading, until the first record after it is observed:
+    /// (source position, its target position when known ahead: aligned offsets).
+    reading_from: Option<(i64, Option<i64>)>,
 }
 
 impl SyncPolicy {
@@ -99,7 +103,18 @@ impl SyncPolicy {
             config,
             last: None,
             last_reason: None,
+            reading_from: None,
         }
+    }
+
+    /// The copy (re)starts reading the source partition at `position`: the next record observed
+    /// is the first one at or after it, and gets a sync. When that record lies past `position`
+    /// (nothing readable between), its sync carries [`CopyStart`]: `position` maps to `target`,
+    /// or when `None` to where the record landed. See [`super::start`].
+    pub fn reading_from(&mut self, position: i64, target: Option<i64>) {
+        self.last = None;
+        self.reading_from =
+            (position >= 0 && target.is_none_or(|t| t >= 0)).then_some((position, target));
     }
 
     /// Observes one replicated record: `upstream` its source offset, `downstream` the offset
@@ -138,11 +153,16 @@ impl SyncPolicy {
         self.last = Some(last);
         let reason = reason?;
         self.last_reason = Some(reason);
-        Some(OffsetSync::new(
-            self.topic_partition.clone(),
-            upstream,
-            downstream,
-        ))
+        let mut sync = OffsetSync::new(self.topic_partition.clone(), upstream, downstream);
+        if let Some((position, target)) = self.reading_from.take() {
+            let start = CopyStart {
+                upstream: position,
+                downstream: target.unwrap_or(downstream),
+            };
+            sync.start =
+                (start.upstream < upstream && start.downstream <= downstream).then_some(start);
+        }
+        Some(sync)
     }
 
     /// Observes a run of `count` records copied together, their source offsets from `upstream`

@@ -46,6 +46,7 @@ use std::mem::size_of;
 
 use thiserror::Error;
 
+use super::CopyStart;
 use super::history::History;
 use super::policy::Coverage;
 use crate::records::{OffsetSync, TopicPartition};
@@ -267,6 +268,40 @@ impl PartitionSyncs {
         false
     }
 
+    /// A trusted sync whose record is the first the copy read from `start`: every position
+    /// from the start up to the record maps as the start says (a run of its own, exact, that
+    /// ends at the record), then the record's run. With aligned offsets both have one delta,
+    /// so they are one run.
+    fn update_after_start(
+        &mut self,
+        start: CopyStart,
+        up: i64,
+        down: i64,
+        config: StoreConfig,
+    ) -> bool {
+        let restarted = self.update(start.upstream, start.downstream, true, true, config);
+        let record = Run::at(up, down, true, true);
+        match self.runs.last_mut() {
+            Some(head) if (head.up, head.down) == (start.upstream, start.downstream) => {
+                head.end_up = up;
+                head.end_down = down;
+                head.exact = true;
+            }
+            _ => {
+                // The start was the end of a run already known: a run of its own after it.
+                let mut run = Run::at(start.upstream, start.downstream, true, true);
+                run.end_up = up;
+                run.end_down = down;
+                self.push(run, config);
+            }
+        }
+        self.last_sync = Some((up, down));
+        if record.delta() != start.downstream - start.upstream {
+            self.push(record, config);
+        }
+        restarted
+    }
+
     fn push(&mut self, run: Run, config: StoreConfig) {
         // The head is final once a run follows it (only the newest run ever changes).
         if let Some(head) = self.runs.last() {
@@ -456,14 +491,20 @@ impl OffsetSyncStore {
         // dense syncs read during the initial load are as consecutive as live ones.
         let trusted = dense;
         let config = self.config;
-        let restarted = match self.partitions.get_mut(&sync.topic_partition) {
-            Some(syncs) => syncs.update(up, down, dense, trusted, config),
-            None => {
-                let mut syncs = PartitionSyncs::default();
-                syncs.update(up, down, dense, trusted, config);
-                self.partitions.insert(sync.topic_partition.clone(), syncs);
-                false
-            }
+        // Only our own writer says where its copy started (a sparse writer's header is noise).
+        let start = sync.start.filter(|s| {
+            trusted && s.upstream >= 0 && s.upstream < up && (0..=down).contains(&s.downstream)
+        });
+        let syncs = match self.partitions.get_mut(&sync.topic_partition) {
+            Some(syncs) => syncs,
+            None => self
+                .partitions
+                .entry(sync.topic_partition.clone())
+                .or_default(),
+        };
+        let restarted = match start {
+            Some(start) => syncs.update_after_start(start, up, down, config),
+            None => syncs.update(up, down, dense, trusted, config),
         };
         Ok(restarted)
     }

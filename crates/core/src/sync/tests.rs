@@ -750,3 +750,110 @@ fn a_target_offset_going_back_is_a_new_remote_log_and_voids_history() {
     assert_eq!(store.translate(&tp(), 15), Translation::Exact(10));
     assert_eq!(store.partition(&tp()).unwrap().len(), 1);
 }
+
+// ---- where the copy started reading ([`CopyStart`]) ----
+
+/// A dense sync `(up, down)` whose record is the first the copy read from `start`.
+fn sync_after(store: &mut OffsetSyncStore, start: (i64, i64), up: i64, down: i64) {
+    let mut s = OffsetSync::new(tp(), up, down);
+    s.start = Some(CopyStart {
+        upstream: start.0,
+        downstream: start.1,
+    });
+    store.update(&s, SyncOrigin::Dense).unwrap();
+}
+
+#[test]
+fn positions_below_the_first_record_translate_from_where_the_copy_started() {
+    // Aligned: the cleaner left nothing below 360; the copy read from 0, target at 0.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync_after(&mut store, (0, 0), 360, 360);
+    sync(&mut store, 400, 400, SyncOrigin::Dense);
+    for c in [0, 1, 359, 360, 380, 400] {
+        assert_eq!(
+            store.translate(&tp(), c),
+            Translation::Exact(c),
+            "aligned {c}"
+        );
+    }
+    assert_eq!(store.partition(&tp()).map(PartitionSyncs::len), Some(1));
+
+    // Translated: the first record, 360, landed at 5; every position before it maps there.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync_after(&mut store, (0, 5), 360, 5);
+    sync(&mut store, 370, 15, SyncOrigin::Dense);
+    for c in [0, 200, 359, 360] {
+        assert_eq!(
+            store.translate(&tp(), c),
+            Translation::Exact(5),
+            "translated {c}"
+        );
+    }
+    assert_eq!(store.translate(&tp(), 365), Translation::Exact(10));
+
+    // Resumed from a stored position after records copied before: older runs stay.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync(&mut store, 10, 0, SyncOrigin::Dense);
+    sync(&mut store, 20, 10, SyncOrigin::Dense);
+    sync_after(&mut store, (21, 11), 30, 11);
+    assert_eq!(store.translate(&tp(), 15), Translation::Exact(5));
+    assert_eq!(store.translate(&tp(), 21), Translation::Exact(11));
+    assert_eq!(store.translate(&tp(), 25), Translation::Exact(11));
+    assert_eq!(store.translate(&tp(), 30), Translation::Exact(11));
+
+    // A start MM2's syncs carried (or a hostile header on them) says nothing.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    let mut s = OffsetSync::new(tp(), 360, 5);
+    s.start = Some(CopyStart {
+        upstream: 0,
+        downstream: 5,
+    });
+    store.update(&s, SyncOrigin::Sparse).unwrap();
+    assert_eq!(
+        store.translate(&tp(), 359),
+        Translation::Unknown(UnknownReason::OlderThanOldestSync { oldest: 360 })
+    );
+    // ... nor one past its record.
+    let mut store = loaded_store(DEFAULT_MAX_RUNS);
+    sync_after(&mut store, (361, 5), 360, 5);
+    assert_eq!(
+        store.translate(&tp(), 359),
+        Translation::Unknown(UnknownReason::OlderThanOldestSync { oldest: 360 })
+    );
+}
+
+#[test]
+fn the_policy_says_where_the_copy_started_on_the_first_sync_after_it_only() {
+    let config = SyncPolicyConfig {
+        max_records: 0,
+        max_interval: None,
+    };
+    let mut p = SyncPolicy::new(tp(), config);
+    p.reading_from(0, Some(0));
+    let first = p.observe(360, 360, Duration::ZERO).unwrap();
+    assert_eq!(
+        first.start,
+        Some(CopyStart {
+            upstream: 0,
+            downstream: 0
+        })
+    );
+    let gap = p.observe(370, 370, Duration::ZERO);
+    assert_eq!(gap.and_then(|s| s.start), None, "only the first");
+
+    // Translated: the start maps where the record landed; none when nothing lay between.
+    p.reading_from(371, None);
+    let s = p.observe(380, 9, Duration::ZERO).unwrap();
+    assert_eq!(
+        s.start,
+        Some(CopyStart {
+            upstream: 371,
+            downstream: 9
+        })
+    );
+    p.reading_from(381, None);
+    assert_eq!(p.observe(381, 10, Duration::ZERO).unwrap().start, None);
+    // A negative position (no concrete seek) is no start.
+    p.reading_from(-2, None);
+    assert_eq!(p.observe(390, 11, Duration::ZERO).unwrap().start, None);
+}

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::super::sync_state::{
-    GroupSyncStatus, TargetGroup, active_on_target, before_target, plan, unsupported,
+    GroupSyncStatus, TargetGroup, active_on_target, before_target, plan,
 };
 use super::{DueGroup, ShareTarget};
 use crate::mm2::TopicPartition;
@@ -18,18 +18,13 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `None` when the target could not be asked (retried next pass).
 pub(super) fn sync_one(
-    target: Option<&ShareTarget>,
+    target: &ShareTarget,
     reach: &Reachability,
     due: &DueGroup,
 ) -> Option<GroupSyncStatus> {
     if let Some(status) = before_target(true, &due.checkpoints, due.uncovered) {
         return Some(status);
     }
-    let Some(target) = target else {
-        return Some(unsupported(
-            "a share group's start offsets are set with the project's own connections, which do not speak the target's security settings",
-        ));
-    };
     let mut cluster = match target.cluster(IO_TIMEOUT) {
         Ok(c) => c,
         Err(e) => {

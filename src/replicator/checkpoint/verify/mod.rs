@@ -105,21 +105,14 @@ fn replica_count(replicas: i32) -> u32 {
     u32::try_from(replicas).unwrap_or(1).max(1)
 }
 
-/// The source's and the target's settings for the project's own connections: the same
-/// principal as the loops', in the form those connections read, with the replicator's rules
-/// (a token endpoint on the pod's own loopback allowed, as librdkafka's client beside them
-/// allows it; the shared operator's probe has rules of its own); `None` when the flow's
-/// settings do not make them.
-pub(super) fn own_security(
-    flow: &Flow,
-) -> Option<(mirrorflow_conn::Security, mirrorflow_conn::Security)> {
-    (flow.own_security.as_ref()).map(|s| (s.source.clone(), s.target.clone()))
-}
-
-/// Starts the verifier thread for `flow`; `None` (logged) when its connections cannot be made
-/// (a mechanism the project's connections do not speak).
+/// Starts the verifier thread for `flow`, on the project's own connections with the flow's
+/// principal ([`crate::flow::OwnSecurity`]: the replicator's rules, a token endpoint on the
+/// pod's own loopback allowed as librdkafka's client beside them allows it).
 pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
-    let (source, target) = own_security(flow)?;
+    let (source, target) = (
+        flow.own_security.source.clone(),
+        flow.own_security.target.clone(),
+    );
     let client_id = format!("mirrorflow-{}-verify", flow.name.replace('/', "."));
     let mut readers = (
         Reader::new(

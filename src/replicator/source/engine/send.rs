@@ -158,18 +158,25 @@ where
 }
 
 /// An offset sync record as the dense sync policy writes it: MM2's format, with the origin
-/// header that tells the checkpoint loop every delta change is in the topic.
+/// header that tells the checkpoint loop every delta change is in the topic, and where the
+/// copy started reading when its first sync says so ([`crate::mm2::CopyStart`]).
 pub fn offset_sync<'a>(
     topic: &'a str,
-    key: &'a [u8],
-    value: &'a [u8],
+    encoded: &'a crate::mm2::EncodedRecord,
+    start: Option<&str>,
     opaque: usize,
 ) -> Record<'a> {
-    let headers = OwnedHeaders::new().insert(rdkafka::message::Header {
+    let mut headers = OwnedHeaders::new().insert(rdkafka::message::Header {
         key: crate::mm2::SYNC_ORIGIN_HEADER,
         value: Some(crate::mm2::SYNC_ORIGIN_DENSE),
     });
-    internal(topic, key, value, opaque).headers(headers)
+    if let Some(start) = start {
+        headers = headers.insert(rdkafka::message::Header {
+            key: crate::mm2::SYNC_START_HEADER,
+            value: Some(start),
+        });
+    }
+    internal(topic, &encoded.key, &encoded.value, opaque).headers(headers)
 }
 
 /// Queues `sync` on `topic` in MM2's format, waiting for room: an offset sync is never dropped
@@ -182,7 +189,8 @@ pub fn send_sync(
     shutdown: &CancellationToken,
 ) -> Result<(), SendError> {
     let encoded = sync.encode().map_err(SendError::Encode)?;
-    let record = offset_sync(topic, &encoded.key, &encoded.value, opaque);
+    let start = sync.start.map(|s| s.header_value());
+    let record = offset_sync(topic, &encoded, start.as_deref(), opaque);
     send_waiting(producer, record, shutdown, None)
 }
 

@@ -94,11 +94,14 @@ pub fn assign<P: StoredPositions>(policy: &mut P, tpl: &mut TopicPartitionList) 
         let Resume { offset, start, .. } = r;
         set_offset(tpl, &topic, partition, offset);
         tracing::debug!(%topic, partition, ?offset, "partition assigned");
-        let progress = Progress::new(
+        let mut progress = Progress::new(
             TopicPartition::new(topic.clone(), partition),
             policy.shared().sync_config,
             start,
         );
+        if let Offset::Offset(position) = offset {
+            progress.reading_from(position);
+        }
         let generation = policy.table_mut().next_generation();
         let slot = policy.take(Taken {
             topic,

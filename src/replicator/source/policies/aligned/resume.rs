@@ -238,6 +238,9 @@ impl Aligned {
         });
         slot.stored = None;
         slot.sync = SyncPolicy::new(slot.tp(), config);
+        // Source `next` is target `next` by construction, so a group committed anywhere before
+        // the first record read (a compacted-away head) translates to its own number.
+        slot.sync.reading_from(next, Some(next));
         slot.backoff.reset();
         tracing::debug!(topic = %slot.topic, partition = slot.partition, next, "partition ready (aligned)");
         Some(Offset::Offset(next))
@@ -263,6 +266,9 @@ impl Aligned {
         slot.held = None;
         slot.latest = resume.start;
         slot.sync = SyncPolicy::new(slot.tp(), config);
+        if let Offset::Offset(position) = offset {
+            slot.sync.reading_from(position, None);
+        }
         Some(offset)
     }
 

@@ -241,6 +241,9 @@ fn aborted(slot: &mut TxPart, shared: &Shared, (topic, partition): (&str, i32), 
         TopicPartition::new(topic.to_string(), partition),
         shared.sync_config,
     );
+    if let Some(committed) = slot.committed {
+        slot.policy.reading_from(committed.next, None);
+    }
 }
 
 /// How long a partition whose producer is unusable waits before it is prepared again. A

@@ -437,6 +437,9 @@ impl ExactlyOnce {
             slot.committed = start;
             slot.latest = start;
             slot.policy = SyncPolicy::new(TopicPartition::new(topic.clone(), partition), config);
+            if let rdkafka::Offset::Offset(position) = r.offset {
+                slot.policy.reading_from(position, None);
+            }
             slot.phase = Phase::Ready;
             let offset = r.offset;
             tracing::debug!(%topic, partition, ?offset, "partition ready (exactly-once)");
