@@ -123,23 +123,20 @@ pub fn committed(
 pub use crate::kafka::groups::Membership;
 
 /// A group's state and members as its coordinator reports them (both consumer group
-/// protocols, and streams groups).
+/// protocols, and streams groups: the project's own connection of `side` is required, as the
+/// classic description alone calls a running KIP-848 group dead).
 pub fn membership(
-    client: &ClientConfig,
-    cluster: &'static str,
+    side: &super::share_groups::Side<'_>,
     group: &str,
 ) -> Result<Membership, CliError> {
-    let c = consumer(client, cluster, group)?;
-    let mut own = super::share_groups::ShareSide::new(client, cluster).ok();
-    let own = own
-        .as_mut()
-        .map(super::share_groups::ShareSide::cluster_mut);
-    crate::kafka::groups::describe_any(c.client(), own, group, TIMEOUT).map_err(|source| {
-        CliError::Kafka {
-            what: format!("describing group '{group}'"),
-            cluster,
-            source,
-        }
+    let c = consumer(side.client, side.name, group)?;
+    side.with(|own| {
+        crate::kafka::groups::describe_any(c.client(), Some(own.cluster_mut()), group, TIMEOUT)
+            .map_err(|source| CliError::Kafka {
+                what: format!("describing group '{group}'"),
+                cluster: side.name,
+                source,
+            })
     })
 }
 

@@ -312,10 +312,13 @@ pub fn plan(
     let empty = InverseSyncs::new();
     let overrides = Overrides::from(args);
     // Share groups are moved by their start offsets, which failback does not read backwards
-    // yet; an OffsetCommit would make a consumer group of the name on the old source.
-    let share = super::share_groups::ShareSide::new(&flow.target_client, "target")
-        .and_then(|mut side| side.share_groups())
-        .unwrap_or_default();
+    // yet; an OffsetCommit would make a consumer group of the name on the old source. So a
+    // target whose groups cannot be told apart fails the failback (never taken as "none").
+    let sides = (
+        super::share_groups::Side::new(&flow.source_client, "source"),
+        super::share_groups::Side::new(&flow.target_client, "target"),
+    );
+    let share = (sides.1).with(super::share_groups::ShareSide::share_groups)?;
     let groups = plan_groups(&names, |group| {
         let group = group.clone();
         if share.contains(&group) {
@@ -338,14 +341,8 @@ pub fn plan(
         let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
         let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
         let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
-        let to_group = membership_or_refuse(
-            clusters::membership(&flow.source_client, "source", &group),
-            overrides,
-        )?;
-        let from_group = membership_or_refuse(
-            clusters::membership(&flow.target_client, "target", &group),
-            overrides,
-        )?;
+        let to_group = membership_or_refuse(clusters::membership(&sides.0, &group), overrides)?;
+        let from_group = membership_or_refuse(clusters::membership(&sides.1, &group), overrides)?;
         let partitions: Vec<PartitionBack> = (remote.iter())
             .map(|((remote_topic, p), c_b)| {
                 let topic = upstream(remote_topic);

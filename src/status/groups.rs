@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Observation, reason, secs};
+use super::{GroupObservation, Observation, reason, secs};
 use crate::api::{FailoverReadinessSpec, GroupReadiness};
 
 /// A group's checkpoints that cover its commits only conservatively: no offset sync of the copy
@@ -80,88 +80,11 @@ pub fn states(
     obs: &Observation,
     limits: &FailoverReadinessSpec,
 ) -> Vec<(GroupState, GroupReadiness)> {
-    let max_age = limits.max_checkpoint_age.as_duration();
     let mut rows: Vec<(u8, Duration, GroupState, GroupReadiness)> = obs
         .groups
         .iter()
         .map(|g| {
-            let behind = |age: &str| {
-                format!(
-                    "the group committed {} records the replicator has not copied to the target yet, so no checkpoint can cover them (checkpoint age {age}): see Replicating and status.replicationLag",
-                    g.uncopied_records
-                )
-            };
-            let (rank, state, message) = match g.checkpoint_age {
-                _ if g.verified.mismatches > 0 => (
-                    0,
-                    GroupState::RecordsMismatch,
-                    g.verified.mismatch_message(),
-                ),
-                _ if g.invalidated_checkpoints > 0 => (
-                    0,
-                    GroupState::CheckpointInvalidated,
-                    format!(
-                        "the checkpoints of {} partition(s) were written before their remote partition was recreated (see status.gaps, TargetTopicRecreated): they point into a log that is gone, and a failover now would skip records; do not fail over this group until a checkpoint written after the recreation covers it (the checkpoint loop writes one from the new log as soon as its first offset sync is in)",
-                        g.invalidated_checkpoints
-                    ),
-                ),
-                None if g.uncopied_records > 0 => {
-                    (1, GroupState::ReplicationBehind, behind("never"))
-                }
-                Some(age) if age > max_age && g.uncopied_records > 0 => {
-                    (2, GroupState::ReplicationBehind, behind(&secs(age)))
-                }
-                None => (
-                    1,
-                    GroupState::NoCheckpoint,
-                    "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
-                ),
-                Some(age) if age > max_age => (
-                    2,
-                    GroupState::CheckpointStale,
-                    format!(
-                        "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
-                        secs(age),
-                        limits.max_checkpoint_age
-                    ),
-                ),
-                // Conservative at the commit, and not exact within the limit (or never): as
-                // stale as a checkpoint that stopped following the commits. A group exact a
-                // moment ago is only between a commit and the sync that covers it.
-                Some(_)
-                    if g.conservative.partitions > 0
-                        && g.conservative.exact_age.is_none_or(|a| a > max_age) =>
-                {
-                    (
-                        2,
-                        GroupState::CheckpointConservative,
-                        format!(
-                            "the checkpoint of {} partition(s) is conservative ({}): no offset sync of the copy reached the commit when it was translated, so a failover now would re-read up to {} records the group already processed; the checkpoint loop writes an exact one as soon as the copy's next offset sync covers the commit (within spec.sourceLoop.offsetSyncInterval of the copy reaching it; offset syncs another tool writes may never cover it)",
-                            g.conservative.partitions,
-                            match g.conservative.exact_age {
-                                Some(a) => format!("last exact {} ago", secs(a)),
-                                None => "never exact yet".to_string(),
-                            },
-                            g.conservative.max_replay
-                        ),
-                    )
-                }
-                Some(_) if g.conservative.partitions > 0 => (
-                    3,
-                    GroupState::Ready,
-                    format!(
-                        "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit{}",
-                        g.conservative.max_replay,
-                        g.conservative.partitions,
-                        g.verified.evidence()
-                    ),
-                ),
-                Some(_) => (
-                    3,
-                    GroupState::Ready,
-                    format!("the group can fail over{}", g.verified.evidence()),
-                ),
-            };
+            let (rank, state, message) = judge(g, limits);
             let age = g.checkpoint_age.unwrap_or(Duration::MAX);
             let message = match g.kind {
                 Some(kind) => format!("a {kind} group: {message}"),
@@ -202,6 +125,88 @@ pub fn states(
             .then(a.3.group.cmp(&b.3.group))
     });
     rows.into_iter().map(|(_, _, s, r)| (s, r)).collect()
+}
+
+/// One group's state, its rank in the list (0 worst) and the sentence that says why.
+fn judge(g: &GroupObservation, limits: &FailoverReadinessSpec) -> (u8, GroupState, String) {
+    let max_age = limits.max_checkpoint_age.as_duration();
+    let behind = |age: &str| {
+        format!(
+            "the group committed {} records the replicator has not copied to the target yet, so no checkpoint can cover them (checkpoint age {age}): see Replicating and status.replicationLag",
+            g.uncopied_records
+        )
+    };
+    match g.checkpoint_age {
+        _ if g.verified.mismatches > 0 => (
+            0,
+            GroupState::RecordsMismatch,
+            g.verified.mismatch_message(),
+        ),
+        _ if g.invalidated_checkpoints > 0 => (
+            0,
+            GroupState::CheckpointInvalidated,
+            format!(
+                "the checkpoints of {} partition(s) were written before their remote partition was recreated (see status.gaps, TargetTopicRecreated): they point into a log that is gone, and a failover now would skip records; do not fail over this group until a checkpoint written after the recreation covers it (the checkpoint loop writes one from the new log as soon as its first offset sync is in)",
+                g.invalidated_checkpoints
+            ),
+        ),
+        None if g.uncopied_records > 0 => {
+            (1, GroupState::ReplicationBehind, behind("never"))
+        }
+        Some(age) if age > max_age && g.uncopied_records > 0 => {
+            (2, GroupState::ReplicationBehind, behind(&secs(age)))
+        }
+        None => (
+            1,
+            GroupState::NoCheckpoint,
+            "the group has committed offsets on the source but no checkpoint on the target: its topics may not be mirrored yet, or no offset sync covers its position".to_string(),
+        ),
+        Some(age) if age > max_age => (
+            2,
+            GroupState::CheckpointStale,
+            format!(
+                "newest checkpoint is {} old (limit {}): check the replicator's checkpoint loop",
+                secs(age),
+                limits.max_checkpoint_age
+            ),
+        ),
+        // Conservative at the commit, and not exact within the limit (or never): as
+        // stale as a checkpoint that stopped following the commits. A group exact a
+        // moment ago is only between a commit and the sync that covers it.
+        Some(_)
+            if g.conservative.partitions > 0
+                && g.conservative.exact_age.is_none_or(|a| a > max_age) =>
+        {
+            (
+                2,
+                GroupState::CheckpointConservative,
+                format!(
+                    "the checkpoint of {} partition(s) is conservative ({}): no offset sync of the copy reached the commit when it was translated, so a failover now would re-read up to {} records the group already processed; the checkpoint loop writes an exact one as soon as the copy's next offset sync covers the commit (within spec.sourceLoop.offsetSyncInterval of the copy reaching it; offset syncs another tool writes may never cover it)",
+                    g.conservative.partitions,
+                    match g.conservative.exact_age {
+                        Some(a) => format!("last exact {} ago", secs(a)),
+                        None => "never exact yet".to_string(),
+                    },
+                    g.conservative.max_replay
+                ),
+            )
+        }
+        Some(_) if g.conservative.partitions > 0 => (
+            3,
+            GroupState::Ready,
+            format!(
+                "the group can fail over, re-reading up to {} records on {} partition(s) whose checkpoint is conservative until the copy's next offset sync covers the commit{}",
+                g.conservative.max_replay,
+                g.conservative.partitions,
+                g.verified.evidence()
+            ),
+        ),
+        Some(_) => (
+            3,
+            GroupState::Ready,
+            format!("the group can fail over{}", g.verified.evidence()),
+        ),
+    }
 }
 
 /// Why a share group cannot be judged (then its reason, then [`SHARE_GROUP_FIX`]).

@@ -310,7 +310,6 @@ fn observe_clusters(
     budget: Budget,
 ) -> ClusterObservation {
     let mut out = ClusterObservation::default();
-    let policy = flow.policy.as_ref();
     let Some(Connected {
         source,
         source_config,
@@ -327,22 +326,16 @@ fn observe_clusters(
         out.source_error = Some(f);
         return out;
     }
-    let mut mirrored = Vec::new();
-    match &source_md {
+    let mirrored = match &source_md {
         Ok(md) => {
             source.client().context().clear_cause();
-            mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
-            out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
-            out.selected = selected_topics(flow, md);
-            out.selected.topics_matched = Some(
-                mirrored
-                    .iter()
-                    .filter(|t| !policy.is_heartbeats_topic(t))
-                    .count(),
-            );
+            observe_selection(flow, md, &mut out)
         }
-        Err(e) => out.source_error = Some(fault(&source, e, &source_config, budget)),
-    }
+        Err(e) => {
+            out.source_error = Some(fault(&source, e, &source_config, budget));
+            Vec::new()
+        }
+    };
     let target_md = match target.metadata(budget.next(TIMEOUT)) {
         Ok(md) if let Some(f) = clients.brokers_refused(namespace, &target_config, &md) => {
             out.target_error = Some(f);
@@ -357,22 +350,79 @@ fn observe_clusters(
             return out;
         }
     };
-    // A topic the target does not have is not asked for: librdkafka waits out the whole
-    // timeout for the offsets of an unknown topic.
-    let on_target = |name: &str| {
-        let there = target_md
-            .topics()
-            .iter()
-            .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty());
-        if !there {
-            target.forget(name);
-        }
-        there
+    let positions = observe_copy(flow, &target, &target_md, &mirrored, budget, &mut out);
+    let copies = positions_are_the_flows(flow, positions.as_ref());
+    if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
+        out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
+    }
+    let checkpoints = observe_tails(flow, &target, &target_md, budget, &mut out);
+    let Ok(md) = &source_md else {
+        return out;
     };
+    if syncs_topic_acls(flow) && !budget.spent() {
+        out.topic_acls = Some(observe_acls(flow, &source, &target, budget));
+    }
+    let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
+    (out.groups, out.selected.groups_forbidden, out.share_groups) = group_observations(
+        flow,
+        &source,
+        md,
+        &checkpoints,
+        positions.as_ref().filter(|_| copies),
+        &recreated,
+        budget,
+    );
+    out.selected.groups = selected_groups(flow, &source, budget);
+    out.selected.groups_named = plain_names(&flow.spec.groups);
+    out
+}
+
+/// The source topics the flow copies, and what its selection matched, into `out`.
+fn observe_selection<'a>(
+    flow: &Flow,
+    md: &'a rdkafka::metadata::Metadata,
+    out: &mut ClusterObservation,
+) -> Vec<&'a str> {
+    let policy = flow.policy.as_ref();
+    let mirrored = mirrored_topics(flow, md.topics().iter().map(|t| t.name()));
+    out.topics = Some(i32::try_from(mirrored.len()).unwrap_or(i32::MAX));
+    out.selected = selected_topics(flow, md);
+    out.selected.topics_matched = Some(
+        mirrored
+            .iter()
+            .filter(|t| !policy.is_heartbeats_topic(t))
+            .count(),
+    );
+    mirrored
+}
+
+/// Whether the target has `name` with partitions. A topic it does not have is never asked
+/// for: librdkafka waits out the whole timeout for the offsets of an unknown topic.
+fn on_target(target: &Cluster, md: &rdkafka::metadata::Metadata, name: &str) -> bool {
+    let there = md
+        .topics()
+        .iter()
+        .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty());
+    if !there {
+        target.forget(name);
+    }
+    there
+}
+
+/// The copy as the target shows it: its stored positions (with their gaps and refusals), the
+/// replication factor it would be refused, and the remote topics it could not write.
+fn observe_copy(
+    flow: &Flow,
+    target: &Cluster,
+    target_md: &rdkafka::metadata::Metadata,
+    mirrored: &[&str],
+    budget: Budget,
+    out: &mut ClusterObservation,
+) -> Option<Positions> {
     let positions_topic = positions::positions_topic(flow.source_alias());
-    let positions_exist = on_target(&positions_topic);
+    let positions_exist = on_target(target, target_md, &positions_topic);
     let positions = if positions_exist {
-        follow_positions(flow, &target, &positions_topic, budget, &mut out)
+        follow_positions(flow, target, &positions_topic, budget, out)
     } else {
         // Nothing copied yet (or another tool replicates): nothing can have been skipped.
         out.gaps = Some(Vec::new());
@@ -383,60 +433,61 @@ fn observe_clusters(
     {
         out.refusals.get_or_insert_with(Vec::new).push(r);
     }
-    let written = super::writes::written_topics(flow, &mirrored);
+    let written = super::writes::written_topics(flow, mirrored);
     if !written.is_empty() && !budget.spent() {
-        let present = super::writes::present(&target_md);
+        let present = super::writes::present(target_md);
         let checked = super::writes::checked(written, |t| present.contains(t));
         let refused =
             super::writes::refused_writes(target.client().client(), &checked, budget.next(TIMEOUT));
         out.refusals.get_or_insert_with(Vec::new).extend(refused);
     }
-    let copies = positions_are_the_flows(flow, positions.as_ref());
-    if let (Ok(md), Some(copied), true) = (&source_md, &positions, copies) {
-        out.replication_lag = replication_lag(flow, source.client(), md, copied, budget);
-    }
+    positions
+}
 
+/// The newest replicated heartbeat into `out`, and the checkpoints (none when their topic is
+/// unreadable: absent, or the target just went away; the groups then say so).
+fn observe_tails(
+    flow: &Flow,
+    target: &Cluster,
+    target_md: &rdkafka::metadata::Metadata,
+    budget: Budget,
+    out: &mut ClusterObservation,
+) -> std::sync::Arc<CheckpointIndex> {
+    let policy = flow.policy.as_ref();
     let hb_topic = policy.format_remote_topic(flow.source_alias(), policy.heartbeats_topic());
-    out.heartbeat = on_target(&hb_topic)
-        .then(|| follow_heartbeat(&target, &hb_topic, budget, &mut out))
+    out.heartbeat = on_target(target, target_md, &hb_topic)
+        .then(|| follow_heartbeat(target, &hb_topic, budget, out))
         .flatten()
         .map(|ts| (age(ts), ts));
-    // Unreadable (absent, or the target just went away): no checkpoints, and the groups say so.
     let checkpoints_topic = policy.checkpoints_topic(flow.source_alias());
-    let checkpoints = on_target(&checkpoints_topic)
-        .then(|| follow_checkpoints(&target, &checkpoints_topic, budget, &mut out))
+    on_target(target, target_md, &checkpoints_topic)
+        .then(|| follow_checkpoints(target, &checkpoints_topic, budget, out))
         .flatten()
-        .unwrap_or_default();
-    if syncs_topic_acls(flow) && source_md.is_ok() && !budget.spent() {
-        let seen = super::acls::observe(
-            source.client().client(),
-            target.client().client(),
-            |topic| {
-                replicates(flow, policy, topic)
-                    .then(|| policy.format_remote_topic(flow.source_alias(), topic))
-            },
-            || budget.next(TIMEOUT),
-        );
-        out.topic_acls = Some((
-            seen,
-            flow.spec.source_loop.topics_refresh_interval.to_string(),
-        ));
-    }
-    let recreated = recreations(out.gaps.as_deref().unwrap_or_default());
-    if let Ok(md) = &source_md {
-        (out.groups, out.selected.groups_forbidden, out.share_groups) = group_observations(
-            flow,
-            &source,
-            md,
-            &checkpoints,
-            positions.as_ref().filter(|_| copies),
-            &recreated,
-            budget,
-        );
-        out.selected.groups = selected_groups(flow, &source, budget);
-        out.selected.groups_named = plain_names(&flow.spec.groups);
-    }
-    out
+        .unwrap_or_default()
+}
+
+/// The source's topic ACLs against the target's, and the refresh interval that bounds how
+/// long a difference may last.
+fn observe_acls(
+    flow: &Flow,
+    source: &Cluster,
+    target: &Cluster,
+    budget: Budget,
+) -> (TopicAcls, String) {
+    let policy = flow.policy.as_ref();
+    let seen = super::acls::observe(
+        source.client().client(),
+        target.client().client(),
+        |topic| {
+            replicates(flow, policy, topic)
+                .then(|| policy.format_remote_topic(flow.source_alias(), topic))
+        },
+        || budget.next(TIMEOUT),
+    );
+    (
+        seen,
+        flow.spec.source_loop.topics_refresh_interval.to_string(),
+    )
 }
 
 /// Both clusters' shared probe clients and their settings.

@@ -54,7 +54,6 @@ impl Planner<'_> {
         cps: &BTreeMap<TopicPartition, StoredCheckpoint>,
         share: bool,
     ) -> Result<Positions, CliError> {
-        let flow = self.flow;
         let target_parts: Vec<Partition> = (cps.keys())
             .map(|tp| (tp.topic.clone(), tp.partition))
             .collect();
@@ -67,10 +66,9 @@ impl Planner<'_> {
         // membership check, made with the change.
         let membership = match share {
             true => None,
-            false => membership_or_refuse(
-                clusters::membership(&flow.target_client, "target", group),
-                self.overrides,
-            )?,
+            false => {
+                membership_or_refuse(clusters::membership(target_side, group), self.overrides)?
+            }
         };
         let source = match self.source {
             Some(_) => Some(source_side.positions(group, &source_parts, share)?),
