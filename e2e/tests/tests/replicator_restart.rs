@@ -199,3 +199,87 @@ async fn a_restarted_static_replica_gets_its_partitions_back_and_moves_none() ->
     );
     Ok(())
 }
+
+/// A static member that comes back within its session gets its old partitions without a
+/// rebalance, whatever it subscribes to now. A topic created, and partitions added, while the
+/// replica was down must still be copied once it is back (the replica joins under a new name
+/// when what it copies changed: `engine::subscription`). Without that, the old assignment
+/// stayed for good (found intermittently by `operator_faults`).
+#[tokio::test]
+async fn a_static_replica_back_to_new_topics_and_partitions_copies_them() -> Result<()> {
+    use rdkafka::admin::{AdminOptions, NewPartitions};
+    let world = World::from_env()?;
+    let name = unique("rgrown");
+    let topic = unique("rgrown");
+    let added = format!("{topic}-added");
+    let (source_alias, target_alias) = (unique("src"), unique("tgt"));
+    kafka::create_topic(&world.source_bootstrap, &topic, 2).await?;
+    let flow = format!(
+        "source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n\
+         target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n\
+         topics: ['{topic}.*']\n\
+         checkpoints: {{enabled: false}}\n\
+         heartbeats: {{enabled: false}}\n\
+         sourceLoop: {{topicsRefreshInterval: 1s, offsetSyncInterval: 1s}}\n",
+        world.source_bootstrap, world.target_bootstrap
+    );
+    let start = || {
+        Replicator::start_as(
+            &world.repo_root,
+            &format!("{name}-a"),
+            &flow,
+            free_port()?,
+            Membership::Static,
+        )
+    };
+    let assigned = |r: &Replicator| r.metric("mirrorflow_assigned_partitions").unwrap_or(0.0);
+    let heartbeats = || partition_count(&world.source_bootstrap, "heartbeats");
+    let mut first = start()?;
+    eventually("the replica owns every partition", WAIT, || {
+        let (owned, all) = (assigned(&first), heartbeats().map(|h| h as f64 + 2.0));
+        async move { Ok((owned == all?).then_some(())) }
+    })
+    .await
+    .with_context(|| first.log_text())?;
+
+    first.stop(Duration::from_secs(30));
+    let admin = kafka::admin(&world.source_bootstrap)?;
+    let grown = admin
+        .create_partitions(&[NewPartitions::new(&topic, 4)], &AdminOptions::new())
+        .await?;
+    for result in grown {
+        result.map_err(|(t, e)| anyhow::anyhow!("adding partitions to {t}: {e}"))?;
+    }
+    kafka::create_topic(&world.source_bootstrap, &added, 1).await?;
+    eventually("the source shows the new partitions", WAIT, || {
+        let n = partition_count(&world.source_bootstrap, &topic);
+        async move { Ok((n? == 4).then_some(())) }
+    })
+    .await?;
+    kafka::produce_values(&world.source_bootstrap, &topic, 40, 4).await?;
+    kafka::produce_values(&world.source_bootstrap, &added, 10, 1).await?;
+    // Back well within the 20 s session of the old name.
+    let back = start()?;
+    eventually(
+        "the replica back owns the new topic's and the new partitions too",
+        WAIT,
+        || {
+            let (owned, all) = (assigned(&back), heartbeats().map(|h| h as f64 + 5.0));
+            async move { Ok((owned == all?).then_some(())) }
+        },
+    )
+    .await
+    .with_context(|| back.log_text())?;
+    for (source, partitions, records) in [(&topic, 4, 40), (&added, 1, 10)] {
+        let remote = format!("{source_alias}.{source}");
+        eventually(&format!("every record of {source} copied"), WAIT, || {
+            let n: i64 = end_offsets(&world.target_bootstrap, &remote, partitions)
+                .map(|e| e.iter().sum())
+                .unwrap_or(0);
+            async move { Ok((n >= records).then_some(())) }
+        })
+        .await
+        .with_context(|| back.log_text())?;
+    }
+    Ok(())
+}

@@ -30,6 +30,7 @@ pub const CONSUMER_OFFSETS: &str = "__consumer_offsets";
 /// Forwards assignment changes to the loop, in order with the records.
 struct RebalanceForwarder {
     tx: mpsc::Sender<Event>,
+    metrics: Metrics,
 }
 
 impl ClientContext for RebalanceForwarder {
@@ -42,8 +43,12 @@ impl ConsumerContext for RebalanceForwarder {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions = tpl.elements().iter().map(|e| e.partition()).collect();
-            // A closed channel means the loop is gone; the poll thread notices next.
-            let _ = self.tx.blocking_send(Event::Revoked(partitions));
+            if hand_over(&self.tx, partitions, HANDOVER_WAIT) == Handover::TimedOut {
+                self.metrics
+                    .errors
+                    .with_label_values(&["checkpoint", "handover_timeout"])
+                    .inc();
+            }
         }
     }
 
@@ -55,6 +60,54 @@ impl ConsumerContext for RebalanceForwarder {
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::warn!(error = %e, "__consumer_offsets rebalance error"),
+        }
+    }
+}
+
+/// The longest a revocation waits for the loop: its writes fail by
+/// [`super::CHECKPOINT_WRITE_TIMEOUT`]. Well under the rebalance timeout
+/// (`max.poll.interval.ms`, 300 s), within which the coordinator waits for this member.
+const HANDOVER_WAIT: Duration =
+    super::CHECKPOINT_WRITE_TIMEOUT.saturating_add(Duration::from_secs(30));
+
+/// How a revocation's hand-over ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Handover {
+    /// The loop forgot the revoked groups with none of its writes in flight.
+    Settled,
+    /// The loop is gone: nothing of it can be in flight.
+    LoopGone,
+    /// The loop did not answer within the wait (a write still in flight is possible).
+    TimedOut,
+}
+
+/// Tells the loop `partitions` are revoked and waits, at most `wait`, until it handled that.
+/// Run in the rebalance callback, before this member rejoins: the coordinator hands the
+/// partitions (their groups) to another replica only after that, so a checkpoint this
+/// replica decided while it owned a group can never land after the new owner's first one
+/// (it did, found by the chaos test: a write waiting out a target restart landed after the
+/// new owner, who had read the checkpoints to their end, wrote a later one: a checkpoint
+/// going backwards).
+fn hand_over(tx: &mpsc::Sender<Event>, partitions: Vec<i32>, wait: Duration) -> Handover {
+    let (settled, answer) = std::sync::mpsc::channel();
+    let sent = tx.blocking_send(Event::Revoked(partitions)).is_ok()
+        && tx.blocking_send(Event::Handover(settled)).is_ok();
+    if !sent {
+        return Handover::LoopGone;
+    }
+    let started = Instant::now();
+    match answer.recv_timeout(wait) {
+        Ok(()) => {
+            tracing::debug!(waited = ?started.elapsed(), "revocation handed over");
+            Handover::Settled
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Handover::LoopGone,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            tracing::warn!(
+                ?wait,
+                "the checkpoint loop did not settle its writes before a revocation; the new owner may write before them"
+            );
+            Handover::TimedOut
         }
     }
 }
@@ -79,7 +132,10 @@ pub fn follow(
         .set("enable.partition.eof", "true")
         // Freshness: the broker answers a fetch at most this late when nothing is new.
         .set("fetch.wait.max.ms", "100")
-        .create_with_context(RebalanceForwarder { tx: tx.clone() })?;
+        .create_with_context(RebalanceForwarder {
+            tx: tx.clone(),
+            metrics: metrics.clone(),
+        })?;
     consumer.subscribe(&[CONSUMER_OFFSETS])?;
     Ok(std::thread::spawn(move || {
         let mut last_probe = Instant::now();
@@ -234,5 +290,66 @@ mod tests {
         ] {
             assert!(commit_event(0, record, &filter()).is_none(), "{why}");
         }
+    }
+
+    #[test]
+    fn a_revocation_waits_until_the_loop_handled_it() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let the_loop = std::thread::spawn(move || {
+            let Some(Event::Revoked(partitions)) = rx.blocking_recv() else {
+                return None;
+            };
+            // A write still settling.
+            std::thread::sleep(Duration::from_millis(300));
+            let Some(Event::Handover(settled)) = rx.blocking_recv() else {
+                return None;
+            };
+            settled.send(()).ok()?;
+            Some(partitions)
+        });
+        let started = Instant::now();
+        assert_eq!(
+            hand_over(&tx, vec![3, 7], Duration::from_secs(10)),
+            Handover::Settled
+        );
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(the_loop.join().ok().flatten(), Some(vec![3, 7]));
+    }
+
+    #[test]
+    fn a_revocation_waits_no_longer_than_its_bound_nor_for_a_loop_that_is_gone() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let started = Instant::now();
+        assert_eq!(
+            hand_over(&tx, vec![1], Duration::from_millis(200)),
+            Handover::TimedOut,
+            "nobody answered"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(matches!(rx.try_recv(), Ok(Event::Revoked(_))));
+        // The loop received the hand-over and ended without answering.
+        let Ok(Event::Handover(settled)) = rx.try_recv() else {
+            panic!("no hand-over sent");
+        };
+        drop(settled);
+        let waiter = std::thread::spawn(move || {
+            let Some(Event::Handover(settled)) =
+                rx.blocking_recv().and_then(|_| rx.blocking_recv())
+            else {
+                return;
+            };
+            drop(settled);
+        });
+        assert_eq!(
+            hand_over(&tx, vec![2], Duration::from_secs(10)),
+            Handover::LoopGone
+        );
+        waiter.join().ok();
+        let (closed, rx) = mpsc::channel(1);
+        drop(rx);
+        assert_eq!(
+            hand_over(&closed, vec![1], Duration::from_secs(10)),
+            Handover::LoopGone
+        );
     }
 }

@@ -140,7 +140,7 @@ struct Pass {
 impl Pass {
     fn start(
         due: Vec<DueGroup>,
-        sync: impl Fn(&DueGroup) -> Option<GroupSyncStatus> + Send + 'static,
+        mut sync: impl FnMut(&DueGroup) -> Option<GroupSyncStatus> + Send + 'static,
     ) -> std::io::Result<Pass> {
         let (tx, results) = oneshot::channel();
         let started = Instant::now();
@@ -219,6 +219,40 @@ impl ShareTarget {
     }
 }
 
+/// The project's own connection to the target for one pass: made at its first use and kept
+/// for every group after (a handshake per group was one TLS and SASL exchange each).
+pub(super) struct OwnTarget {
+    target: ShareTarget,
+    cluster: Option<mirrorflow_conn::Cluster>,
+}
+
+impl OwnTarget {
+    fn new(target: ShareTarget) -> Self {
+        OwnTarget {
+            target,
+            cluster: None,
+        }
+    }
+
+    /// The pass's connection; `None` (reported as `what`) when it cannot be made.
+    pub(super) fn get(
+        &mut self,
+        reach: &Reachability,
+        what: &str,
+    ) -> Option<&mut mirrorflow_conn::Cluster> {
+        if self.cluster.is_none() {
+            match self.target.cluster(REQUEST_TIMEOUT) {
+                Ok(c) => self.cluster = Some(c),
+                Err(e) => {
+                    reach.refused(what, &e);
+                    return None;
+                }
+            }
+        }
+        self.cluster.as_mut()
+    }
+}
+
 pub async fn run(
     target: ClientConfig,
     share_target: ShareTarget,
@@ -288,13 +322,13 @@ pub async fn run(
                     continue;
                 }
                 let client = target.clone();
-                let share_client = share_target.clone();
+                let mut own = OwnTarget::new(share_target.clone());
                 let reach_pass = reach.clone();
                 let sync = move |due: &DueGroup| {
                     if due.share {
-                        share::sync_one(&share_client, &reach_pass, due)
+                        share::sync_one(&mut own, &reach_pass, due)
                     } else {
-                        sync_one(&client, &share_client, &reach_pass, &due.group, &due.checkpoints, due.uncovered)
+                        sync_one(&client, &mut own, &reach_pass, &due.group, &due.checkpoints, due.uncovered)
                     }
                 };
                 match Pass::start(due, sync) {
@@ -309,7 +343,7 @@ pub async fn run(
 /// One group's sync; `None` when the target could not be asked (retried next pass).
 fn sync_one(
     target: &ClientConfig,
-    own: &ShareTarget,
+    own: &mut OwnTarget,
     reach: &Reachability,
     group: &str,
     checkpoints: &BTreeMap<TopicPartition, i64>,
@@ -332,16 +366,10 @@ fn sync_one(
     };
     // Both group protocols: the classic description alone calls a running KIP-848 group dead;
     // and streams groups, which neither description sees.
-    let mut own = match own.cluster(REQUEST_TIMEOUT) {
-        Ok(c) => c,
-        Err(e) => {
-            reach.refused("connecting to describe a target group", &e);
-            return None;
-        }
-    };
+    let own = own.get(reach, "connecting to describe a target group")?;
     let (state, members) = match crate::kafka::groups::describe_any(
         consumer.client(),
-        Some(&mut own),
+        Some(own),
         group,
         REQUEST_TIMEOUT,
     ) {

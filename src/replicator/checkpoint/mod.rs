@@ -49,6 +49,11 @@
 /// ticks come every second.
 const FROZEN_AFTER: Duration = Duration::from_secs(5);
 
+/// How long a checkpoint write may wait for the target before it fails (and is evaluated
+/// again); a revocation waits for the loop's writes at most a little longer
+/// ([`commits::hand_over`]).
+const CHECKPOINT_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+
 mod commits;
 mod exactness;
 mod fault;
@@ -92,6 +97,12 @@ use crate::replicator::kafka_io::{
 pub enum Event {
     Assigned(Vec<i32>),
     Revoked(Vec<i32>),
+    /// Sent after a revocation; answered when the loop handles it. The loop handles events
+    /// only between its turns, once every checkpoint it decided is acknowledged or failed,
+    /// and it forgets the revoked groups first: the revocation (and so the group's move to
+    /// another replica) waits until none of its writes for them is in flight
+    /// ([`commits::hand_over`]).
+    Handover(std::sync::mpsc::Sender<()>),
     CaughtUp(i32),
     Commit {
         co_partition: i32,
@@ -328,7 +339,10 @@ fn checkpoints_producer(flow: &crate::flow::Flow) -> anyhow::Result<AckedProduce
             .set("linger.ms", "5")
             // A write to an unreachable target fails (and is retried with backoff) well before
             // liveness would call the loop wedged; librdkafka's default waits 300 s.
-            .set("message.timeout.ms", "120000"),
+            .set(
+                "message.timeout.ms",
+                CHECKPOINT_WRITE_TIMEOUT.as_millis().to_string(),
+            ),
     )?)
 }
 
@@ -620,6 +634,8 @@ impl Core<'_> {
             }
             Event::Verified(v) => self.verified.push(*v),
             Event::ShareGroups(groups) => self.share_groups = groups,
+            // The follower may be gone (shutdown): nobody waits then.
+            Event::Handover(settled) => _ = settled.send(()),
             Event::CheckpointsLoaded => {
                 self.checkpoints_loaded = true;
                 tracing::info!("last checkpoints loaded");

@@ -185,10 +185,14 @@ pub fn consumer(
 pub const STATIC_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Makes the source consumer number `worker` of `replica` a static member of its group
-/// (KIP-345): the same name after every restart, so the coordinator keeps its partitions for
-/// it while it restarts, and a second process under that name fences the first.
-pub fn static_member(config: &mut ClientConfig, replica: &str, worker: usize) {
-    config.set("group.instance.id", format!("{replica}-c{worker}"));
+/// (KIP-345): the same name after every restart that subscribes to the same topics (their
+/// `shape`, [`super::engine::subscription`]), so the coordinator keeps its partitions for it
+/// while it restarts, and a second process under that name fences the first.
+pub fn static_member(config: &mut ClientConfig, replica: &str, worker: usize, shape: u32) {
+    config.set(
+        "group.instance.id",
+        format!("{replica}-c{worker}-{shape:08x}"),
+    );
     default(
         config,
         "session.timeout.ms",
@@ -265,12 +269,12 @@ mod tests {
     #[test]
     fn each_consumer_of_a_replica_is_its_own_static_member_with_a_short_session_unless_set() {
         let mut c = ClientConfig::new();
-        static_member(&mut c, "flow-2", 1);
-        assert_eq!(c.get("group.instance.id"), Some("flow-2-c1"));
+        static_member(&mut c, "flow-2", 1, 0xab);
+        assert_eq!(c.get("group.instance.id"), Some("flow-2-c1-000000ab"));
         assert_eq!(c.get("session.timeout.ms"), Some("20000"));
         let mut own = ClientConfig::new();
         own.set("session.timeout.ms", "60000");
-        static_member(&mut own, "flow-0", 0);
+        static_member(&mut own, "flow-0", 0, 0);
         assert_eq!(own.get("session.timeout.ms"), Some("60000"));
     }
 

@@ -22,8 +22,8 @@ use crate::mm2::Filters;
 /// The outcome of one discovery round.
 #[derive(Debug, Default)]
 pub struct Round {
-    /// Source topics to subscribe to.
-    pub subscription: Vec<String>,
+    /// Source topics to subscribe to, with their partition counts.
+    pub subscription: Vec<(String, i32)>,
     /// Requests the clusters refused this round (logged and counted; retried next round).
     pub refused: Vec<AdminError>,
 }
@@ -110,7 +110,7 @@ impl Discovery {
         let remotes: Vec<&str> = plan.mirrored.iter().map(|m| m.remote.as_str()).collect();
         self.limits.update(&self.target.describe(&remotes).await?);
         let subscription = plan.subscription(&failed_creations(&plan, &refused));
-        for t in &subscription {
+        for (t, _) in &subscription {
             if self.known.insert(t.clone()) {
                 tracing::info!(topic = %t, remote = %self.flow.policy.format_remote_topic(self.flow.source_alias(), t),
                     "replicating topic");
@@ -213,6 +213,11 @@ fn failed_creations(plan: &Plan, refused: &[AdminError]) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The topics of a subscription, without their partition counts.
+    fn names(subscription: Vec<(String, i32)>) -> Vec<String> {
+        subscription.into_iter().map(|(t, _)| t).collect()
+    }
     use crate::mm2::{DEFAULT_TOPICS_EXCLUDE, Filters, PrefixPolicy};
     use proptest::prelude::*;
     use rdkafka::admin::ConfigSource;
@@ -301,7 +306,10 @@ mod tests {
         );
         assert!(undescribed.is_empty());
         assert!(existing(&plan).is_empty());
-        assert_eq!(plan.subscription(&failed_creations(&plan, &[])), ["orders"]);
+        assert_eq!(
+            names(plan.subscription(&failed_creations(&plan, &[]))),
+            ["orders"]
+        );
     }
 
     #[test]
@@ -321,7 +329,7 @@ mod tests {
         );
         assert!(message.contains("DescribeConfigs"), "{message}");
         assert_eq!(
-            plan.subscription(&failed_creations(&plan, &undescribed)),
+            names(plan.subscription(&failed_creations(&plan, &undescribed))),
             ["orders"]
         );
         let next_round = described(&[
@@ -372,7 +380,7 @@ mod tests {
             .collect();
         assert_eq!(created, ["A.C.heartbeats", "A.heartbeats", "A.orders"]);
         assert_eq!(
-            plan.subscription(&failed_creations(&plan, &[])),
+            names(plan.subscription(&failed_creations(&plan, &[]))),
             ["C.heartbeats", "heartbeats", "orders"]
         );
         assert_eq!(plan.cycles, ["A.heartbeats", "B.heartbeats", "B.orders"]);
@@ -391,7 +399,7 @@ mod tests {
         let refusals = [refused("A.orders", TopicChange::AddPartitions)];
         assert!(failed_creations(&plan, &refusals).is_empty());
         assert_eq!(
-            plan.subscription(&failed_creations(&plan, &refusals)),
+            names(plan.subscription(&failed_creations(&plan, &refusals))),
             ["orders", "small"]
         );
     }
@@ -410,14 +418,14 @@ mod tests {
         ];
         let failed = failed_creations(&plan, &refusals);
         assert_eq!(failed, BTreeSet::from(["A.orders".to_string()]));
-        assert_eq!(plan.subscription(&failed), ["payments", "refunds"]);
+        assert_eq!(names(plan.subscription(&failed)), ["payments", "refunds"]);
         let next_round = plan_for(
             &[".*"],
             &[("orders", 1), ("payments", 1), ("refunds", 1)],
             &[("A.orders", 1), ("A.payments", 1), ("A.refunds", 1)],
         );
         assert_eq!(
-            next_round.subscription(&failed_creations(&next_round, &[])),
+            names(next_round.subscription(&failed_creations(&next_round, &[]))),
             ["orders", "payments", "refunds"]
         );
     }
@@ -528,9 +536,10 @@ mod tests {
                 .map(|((remote, ..), _)| refused(remote, TopicChange::Create))
                 .collect();
             let subscription = plan.subscription(&failed_creations(&plan, &refusals));
-            for topic in &subscription {
+            for (topic, counted) in &subscription {
                 let remote = format!("A.{topic}");
                 let partitions = source[topic];
+                prop_assert_eq!(*counted, partitions, "the subscription carries the source's count");
                 let created = creates
                     .iter()
                     .any(|(r, p, _)| *r == remote && *p == partitions)

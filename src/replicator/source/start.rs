@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::discovery::Discovery;
 use super::engine::send::AckContext;
 use super::engine::stall::{self, Stops};
+use super::engine::subscription::Subscription;
 use super::engine::workers::Worker;
 use super::engine::{self, Delivery, Shared};
 use super::limits::{self, RemoteLimits};
@@ -303,11 +304,11 @@ impl Plan<'_> {
             CopyMode::ExactlyOnce => {
                 let policy =
                     ExactlyOnce::new(shared, self.producer_config.clone(), self.limits.clone());
-                engine::spawn(policy, consumer, health, copy, loops)
+                engine::spawn(policy, consumer, health, copy, loops);
             }
             CopyMode::Aligned => {
                 let policy = self.aligned(shared)?;
-                engine::spawn(policy, consumer, health, copy, loops)
+                engine::spawn(policy, consumer, health, copy, loops);
             }
             CopyMode::Batches => {
                 let (producer, syncs) = self.plain_producers()?;
@@ -323,7 +324,7 @@ impl Plan<'_> {
                     remote_limits: self.limits.clone(),
                 })
                 .context("starting the batch fetching thread")?;
-                engine::spawn(policy, consumer, health, copy, loops)
+                engine::spawn(policy, consumer, health, copy, loops);
             }
             CopyMode::AtLeastOnce => {
                 let (producer, syncs) = self.plain_producers()?;
@@ -338,9 +339,10 @@ impl Plan<'_> {
                     limits: self.limits.clone(),
                     batch_cap,
                 });
-                engine::spawn(policy, consumer, health, copy, loops)
+                engine::spawn(policy, consumer, health, copy, loops);
             }
         }
+        Ok(())
     }
 
     /// The aligned policy with its producers and watermark clients.
@@ -371,7 +373,7 @@ async fn discover(
     plan: &Plan<'_>,
     mut discovery: Discovery,
     mut recorder: RefusalRecorder,
-    subscribe: tokio::sync::watch::Sender<Option<Arc<Vec<String>>>>,
+    subscribe: tokio::sync::watch::Sender<Option<Arc<Subscription>>>,
 ) {
     let ctx = plan.ctx;
     let refresh = ctx
@@ -402,7 +404,7 @@ async fn discover(
                     count("refusal_record");
                     tracing::warn!(error = %e, "could not record the refused topic changes for the operator; retrying next round");
                 }
-                let topics = Arc::new(round.subscription);
+                let topics = Arc::new(Subscription::new(round.subscription));
                 subscribe.send_if_modified(|current| {
                     let changed = current.as_ref() != Some(&topics);
                     if changed {

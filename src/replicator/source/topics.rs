@@ -43,12 +43,13 @@ pub struct Plan {
 
 impl Plan {
     /// The source topics the consumer may read now: those whose remote topic exists, or is
-    /// about to, with at least as many partitions as the source once the actions succeeded.
-    pub fn subscription(&self, failed: &BTreeSet<String>) -> Vec<String> {
+    /// about to, with at least as many partitions as the source once the actions succeeded;
+    /// with their partition counts.
+    pub fn subscription(&self, failed: &BTreeSet<String>) -> Vec<(String, i32)> {
         self.mirrored
             .iter()
             .filter(|m| !failed.contains(&m.remote))
-            .map(|m| m.source.clone())
+            .map(|m| (m.source.clone(), m.partitions))
             .collect()
     }
 }
@@ -195,7 +196,11 @@ mod tests {
         assert_eq!(p.grow, [("A.payments".to_string(), 2)]);
         assert_eq!(p.cycles, ["B.orders"]);
         let failed = BTreeSet::from(["A.heartbeats".to_string()]);
-        assert_eq!(p.subscription(&failed), ["orders", "payments"]);
+        assert_eq!(
+            p.subscription(&failed),
+            [("orders".to_string(), 3), ("payments".to_string(), 2)],
+            "the source's partition counts, even where the remote has fewer"
+        );
     }
 
     #[test]

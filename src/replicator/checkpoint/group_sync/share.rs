@@ -2,36 +2,25 @@
 //! (AlterShareGroupOffsets on the project's own connections), by the same rules as a consumer
 //! group's commit (never backwards, never into a group in use). The coordinator refuses while
 //! the group has members (NON_EMPTY_GROUP): that refusal is the member check, atomic with the
-//! change, so no description is read first. One connection per group and pass: share groups
-//! are few, and a pass runs every `checkpoints.interval`.
-
-use std::time::Duration;
+//! change, so no description is read first. On the pass's own connection ([`OwnTarget`]).
 
 use super::super::sync_state::{
     GroupSyncStatus, TargetGroup, active_on_target, before_target, plan,
 };
-use super::{DueGroup, ShareTarget};
+use super::{DueGroup, OwnTarget};
 use crate::mm2::TopicPartition;
 use crate::replicator::kafka_io::Reachability;
 
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// `None` when the target could not be asked (retried next pass).
 pub(super) fn sync_one(
-    target: &ShareTarget,
+    own: &mut OwnTarget,
     reach: &Reachability,
     due: &DueGroup,
 ) -> Option<GroupSyncStatus> {
     if let Some(status) = before_target(true, &due.checkpoints, due.uncovered) {
         return Some(status);
     }
-    let mut cluster = match target.cluster(IO_TIMEOUT) {
-        Ok(c) => c,
-        Err(e) => {
-            reach.refused("connecting for a target share group", &e);
-            return None;
-        }
-    };
+    let cluster = own.get(reach, "connecting for a target share group")?;
     let group = due.group.as_str();
     let committed = match cluster.share_group_offsets(group) {
         // A group not there yet has none: setting its start offsets makes it.

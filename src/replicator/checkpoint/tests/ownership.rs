@@ -73,6 +73,32 @@ fn a_revoked_partition_forgets_its_groups_and_their_pending_work() {
     );
 }
 
+/// A revocation's hand-over is answered after the revoked groups are forgotten, a failed
+/// write waiting for its retry included: nothing decided for them is written after it.
+#[test]
+fn a_hand_over_is_answered_with_the_revoked_groups_and_their_retries_forgotten() {
+    let n = names();
+    let mut c = loaded_core(&n);
+    c.handle(sync(tp("t", 0), 0, 0, 1));
+    c.handle(commit(0, "g", tp("t", 0), 1));
+    c.handle(commit(1, "h", tp("t", 0), 1));
+    let due = c.due_checkpoints();
+    assert_eq!(due.len(), 2, "{due:?}");
+    for d in due {
+        c.write_failed(d.tp, d.checkpoint);
+    }
+    let (settled, answer) = std::sync::mpsc::channel();
+    c.handle(Event::Revoked(vec![0]));
+    c.handle(Event::Handover(settled));
+    assert_eq!(answer.try_recv(), Ok(()));
+    let retried: Vec<String> = c
+        .due_checkpoints()
+        .into_iter()
+        .map(|d| d.checkpoint.group)
+        .collect();
+    assert_eq!(retried, ["h"], "the revoked group's retry is dropped");
+}
+
 #[test]
 fn a_forgotten_group_is_told_before_its_next_view_even_when_the_channel_was_full() {
     let n = names();

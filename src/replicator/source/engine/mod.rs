@@ -23,6 +23,7 @@ pub mod send;
 pub mod slots;
 pub mod stall;
 pub mod stored;
+pub mod subscription;
 pub mod tracked;
 pub mod workers;
 
@@ -331,7 +332,7 @@ impl Chore {
 /// What the copy loop runs with, whatever the policy.
 pub struct CopyLoop {
     /// Discovery's topic list.
-    pub subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    pub subscriptions: subscription::Subscriptions,
     pub ctx: Arc<Context>,
     pub shutdown: CancellationToken,
 }
@@ -339,31 +340,36 @@ pub struct CopyLoop {
 /// The replica's running copy loops.
 pub type Loops = tokio::task::JoinSet<Result<(), KafkaError>>;
 
-/// Creates `policy`'s source consumer from `config` and runs the copy loop ([`run`]) on a
-/// blocking thread of its own, in `loops`.
+/// Runs `policy`'s copy loop ([`run`]) on a blocking thread of its own, in `loops`: the source
+/// consumer is created from `config` once discovery's first subscription is known (a static
+/// member's name depends on it, [`subscription`]).
 pub fn spawn<P: Delivery>(
     policy: P,
     config: &rdkafka::ClientConfig,
     health: &Arc<Reachability>,
     copy: CopyLoop,
     loops: &mut Loops,
-) -> anyhow::Result<()> {
-    use anyhow::Context as _;
+) {
     let worker = policy.shared().worker.index();
-    let ctx = &policy.shared().ctx;
     let mut config = config.clone();
-    if ctx.static_membership {
-        super::clients::static_member(&mut config, &ctx.replica, worker);
-    }
-    let consumer: Source<P> = config
-        .create_with_context(SourceContext::new(policy, health.clone()))
-        .context("creating the source consumer")?;
+    let health = health.clone();
     let span = tracing::info_span!("consumer", n = worker);
     loops.spawn_blocking(move || {
         let _in = span.enter();
-        run(consumer, copy.subscriptions, copy.ctx, copy.shutdown)
+        let CopyLoop {
+            mut subscriptions,
+            ctx,
+            shutdown,
+        } = copy;
+        let Some(first) = subscription::first(&mut subscriptions, &shutdown) else {
+            return Ok(());
+        };
+        if ctx.static_membership {
+            super::clients::static_member(&mut config, &ctx.replica, worker, first.shape());
+        }
+        let consumer: Source<P> = config.create_with_context(SourceContext::new(policy, health))?;
+        run(consumer, subscriptions, ctx, shutdown)
     });
-    Ok(())
 }
 
 /// The chores of the copy loop, each on its interval.
@@ -411,51 +417,22 @@ impl Chores {
     }
 }
 
-/// Follows discovery's subscription: (un)subscribes when the topic list changed. The first
-/// list received makes the source loop ready.
-fn follow_subscription<P: Delivery>(
-    consumer: &Source<P>,
-    subscriptions: &mut tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
-    subscribed: &mut Option<Arc<Vec<String>>>,
-    ctx: &Context,
-) -> Result<(), KafkaError> {
-    if !subscriptions.has_changed().unwrap_or(false) {
-        return Ok(());
-    }
-    let wanted = subscriptions.borrow_and_update().clone();
-    let Some(topics) = wanted.filter(|t| subscribed.as_ref() != Some(t)) else {
-        return Ok(());
-    };
-    if topics.is_empty() {
-        consumer.unsubscribe();
-    } else {
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&names)?;
-    }
-    tracing::debug!(topics = topics.len(), "subscribed");
-    *subscribed = Some(topics);
-    ctx.readiness
-        .source
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
-}
-
 /// Runs the copy loop until `shutdown`; `subscriptions` carries discovery's topic list.
 pub fn run<P: Delivery>(
     consumer: Source<P>,
-    mut subscriptions: tokio::sync::watch::Receiver<Option<Arc<Vec<String>>>>,
+    mut subscriptions: subscription::Subscriptions,
     ctx: Arc<Context>,
     shutdown: CancellationToken,
 ) -> Result<(), KafkaError> {
     let policy = consumer.context().policy.clone();
     let worker = lock(&policy).shared().worker.clone();
-    let mut subscribed: Option<Arc<Vec<String>>> = None;
+    let mut subscribed = None;
     let mut chores = Chores::new::<P>();
     let mut since_service = 0_u32;
     let stall_limit = session_timeout(&ctx.flow.source_client, ctx.static_membership) / 2;
     let mut last_turn = Instant::now();
     while !shutdown.is_cancelled() {
-        follow_subscription(&consumer, &mut subscriptions, &mut subscribed, &ctx)?;
+        subscription::follow(&consumer, &mut subscriptions, &mut subscribed, &ctx)?;
         let timeout = lock(&policy).poll_timeout();
         worker.turned(&ctx);
         let polled = consumer.poll(timeout);

@@ -47,13 +47,26 @@ pub trait Owner {
     /// The delivery mode, as log lines name it.
     const MODE: &str;
 
-    /// Publishes how many partitions this consumer, and its replica, copy now.
+    /// Publishes how many partitions this consumer, and its replica, copy now, and of which
+    /// topics (the first few: an assignment that misses a topic is seen in the log).
     fn report_assignment(&self) {
         let n = self.slots().len();
         let worker = &self.shared().worker;
         let replica = worker.assigned(self.context(), n);
+        let mut per_topic = std::collections::BTreeMap::<String, usize>::new();
+        for (topic, _) in self.slots().keys() {
+            *per_topic.entry(topic).or_default() += 1;
+        }
+        let more = per_topic.len().saturating_sub(ASSIGNMENT_TOPICS_LOGGED);
+        let topics: Vec<String> = per_topic
+            .iter()
+            .take(ASSIGNMENT_TOPICS_LOGGED)
+            .map(|(t, n)| format!("{t}:{n}"))
+            .collect();
         tracing::info!(
             partitions = n,
+            topics = %topics.join(","),
+            more_topics = more,
             consumer = worker.index(),
             replica_partitions = replica,
             mode = Self::MODE,
@@ -61,6 +74,9 @@ pub trait Owner {
         );
     }
 }
+
+/// How many topics an assignment's log line names.
+const ASSIGNMENT_TOPICS_LOGGED: usize = 8;
 
 pub fn rebalance<C: ConsumerContext, O: Owner>(
     owner: &Mutex<O>,
