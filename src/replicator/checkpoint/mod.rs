@@ -520,14 +520,7 @@ impl Core<'_> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Assigned(partitions) => {
-                tracing::info!(partitions = ?partitions, "assigned __consumer_offsets partitions; reading them from the beginning");
-                for p in partitions {
-                    self.commits.assign(p);
-                }
-                self.assigned_once = true;
-                self.await_checkpoints_mark();
-            }
+            Event::Assigned(partitions) => self.assigned(partitions),
             Event::Revoked(partitions) => {
                 tracing::info!(partitions = ?partitions, "revoked __consumer_offsets partitions");
                 for p in partitions {
@@ -552,46 +545,8 @@ impl Core<'_> {
                 group,
                 tp,
                 commit,
-            } => {
-                let deleted = commit.is_none();
-                if self.commits.apply(co_partition, &group, tp.clone(), commit) {
-                    if deleted {
-                        if let Some(u) = self.uncovered.get_mut(&group) {
-                            u.remove(&tp);
-                        }
-                        self.changed_groups.insert(group.clone());
-                        if self.commits.group(&group).is_none() {
-                            self.forget_group(&group);
-                        }
-                    } else {
-                        self.dirty.insert((group, tp));
-                    }
-                }
-            }
-            Event::Sync(sync, origin, timestamp_ms) => {
-                // A sync whose target offset went back (`Ok(true)`) voids the partition's
-                // mappings in the store, as in MM2; the checkpoints already written stay, by
-                // MM2's monotonic rule: a replay of the syncs topic from its start (a follower
-                // reset) or syncs of two writers interleaved look the same, and forgetting
-                // them there wrote checkpoints that went backwards (found by the chaos test).
-                // A recreated remote partition is told apart by the source loop's
-                // TargetTopicRecreated gap ([`recreated`]).
-                let tp = &sync.topic_partition;
-                let first = self.store.partition(tp).is_none();
-                match self.store.update(&sync, origin) {
-                    Ok(rewound) => {
-                        self.recreations
-                            .sync_applied(tp, first || rewound, timestamp_ms)
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "ignoring an invalid offset sync");
-                        return;
-                    }
-                }
-                if self.store.is_loaded() {
-                    self.dirty_partition(tp);
-                }
-            }
+            } => self.committed(co_partition, group, tp, commit),
+            Event::Sync(sync, origin, timestamp_ms) => self.synced(&sync, origin, timestamp_ms),
             Event::TargetRecreated { tp, detected_ms } => {
                 if self.recreations.recreated(&tp, detected_ms) && self.store.is_loaded() {
                     tracing::info!(partition = %tp, "the remote partition was recreated; its checkpoints are written again from its new log");
@@ -604,24 +559,7 @@ impl Core<'_> {
                 self.dirty.extend(self.commits.all_pairs());
             }
             Event::CheckpointRead(cp, timestamp_ms, exactness) => {
-                // Groups this replica owns are authoritative in memory: a read-back of its own
-                // older write must not roll the tracker back. Until the mark of an assignment,
-                // another owner's later writes may still come: taken when they advance.
-                let owned = self.checkpoints_loaded && self.commits.is_owned_group(&cp.group);
-                let advances = || {
-                    self.tracker
-                        .last(&cp.group, &cp.topic_partition)
-                        .is_none_or(|(_, down)| cp.downstream_offset > down)
-                };
-                if !owned || (self.awaited_mark.is_some() && advances()) {
-                    self.tracker.record_at(&cp, timestamp_ms);
-                    self.conservative.record(&cp, exactness);
-                    if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
-                        let at = UNIX_EPOCH + Duration::from_millis(ms);
-                        let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
-                        *last = (*last).max(at);
-                    }
-                }
+                self.checkpoint_read(&cp, timestamp_ms, exactness);
             }
             Event::CheckpointsMark(mark) => {
                 if self.awaited_mark == Some(mark) {
@@ -641,6 +579,90 @@ impl Core<'_> {
                 tracing::info!("last checkpoints loaded");
                 self.dirty.extend(self.commits.all_pairs());
             }
+        }
+    }
+
+    fn assigned(&mut self, partitions: Vec<i32>) {
+        tracing::info!(partitions = ?partitions, "assigned __consumer_offsets partitions; reading them from the beginning");
+        for p in partitions {
+            self.commits.assign(p);
+        }
+        self.assigned_once = true;
+        self.await_checkpoints_mark();
+    }
+
+    /// A commit (or its deletion: `None`) of `group` on `tp`, read in `co_partition`.
+    fn committed(
+        &mut self,
+        co_partition: i32,
+        group: String,
+        tp: TopicPartition,
+        commit: Option<Commit>,
+    ) {
+        let deleted = commit.is_none();
+        if !self.commits.apply(co_partition, &group, tp.clone(), commit) {
+            return;
+        }
+        if !deleted {
+            self.dirty.insert((group, tp));
+            return;
+        }
+        if let Some(u) = self.uncovered.get_mut(&group) {
+            u.remove(&tp);
+        }
+        self.changed_groups.insert(group.clone());
+        if self.commits.group(&group).is_none() {
+            self.forget_group(&group);
+        }
+    }
+
+    fn synced(&mut self, sync: &OffsetSync, origin: SyncOrigin, timestamp_ms: Option<i64>) {
+        // A sync whose target offset went back (`Ok(true)`) voids the partition's mappings in
+        // the store, as in MM2; the checkpoints already written stay, by MM2's monotonic rule:
+        // a replay of the syncs topic from its start (a follower reset) or syncs of two
+        // writers interleaved look the same, and forgetting them there wrote checkpoints that
+        // went backwards (found by the chaos test). A recreated remote partition is told apart
+        // by the source loop's TargetTopicRecreated gap ([`recreated`]).
+        let tp = &sync.topic_partition;
+        let first = self.store.partition(tp).is_none();
+        match self.store.update(sync, origin) {
+            Ok(rewound) => self
+                .recreations
+                .sync_applied(tp, first || rewound, timestamp_ms),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring an invalid offset sync");
+                return;
+            }
+        }
+        if self.store.is_loaded() {
+            self.dirty_partition(tp);
+        }
+    }
+
+    fn checkpoint_read(
+        &mut self,
+        cp: &Checkpoint,
+        timestamp_ms: Option<i64>,
+        exactness: Exactness,
+    ) {
+        // Groups this replica owns are authoritative in memory: a read-back of its own older
+        // write must not roll the tracker back. Until the mark of an assignment, another
+        // owner's later writes may still come: taken when they advance.
+        let owned = self.checkpoints_loaded && self.commits.is_owned_group(&cp.group);
+        let advances = || {
+            self.tracker
+                .last(&cp.group, &cp.topic_partition)
+                .is_none_or(|(_, down)| cp.downstream_offset > down)
+        };
+        if owned && (self.awaited_mark.is_none() || !advances()) {
+            return;
+        }
+        self.tracker.record_at(cp, timestamp_ms);
+        self.conservative.record(cp, exactness);
+        if let Some(ms) = timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
+            let at = UNIX_EPOCH + Duration::from_millis(ms);
+            let last = self.last_checkpoint.entry(cp.group.clone()).or_insert(at);
+            *last = (*last).max(at);
         }
     }
 
