@@ -147,4 +147,30 @@ mod tests {
         assert!(sub(&[("orders", 3)]).same_topics(&sub(&[("orders", 6)])));
         assert!(!sub(&[("orders", 3)]).same_topics(&sub(&[("orders", 3), ("b", 1)])));
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_subscription_is_waited_for_and_left_for_follow() {
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let waiting = tokio::task::spawn_blocking(move || {
+            let got = first(&mut rx, &shutdown);
+            (got, rx.has_changed().unwrap_or(false))
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "nothing published yet");
+        tx.send_replace(Some(Arc::new(sub(&[("orders", 3)]))));
+        let (got, unseen) = waiting.await.expect("the waiting thread");
+        assert_eq!(got.as_deref(), Some(&sub(&[("orders", 3)])));
+        assert!(unseen, "follow must still see it as new and subscribe");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_ends_the_wait_for_a_first_subscription() {
+        let (_tx, mut rx) = tokio::sync::watch::channel::<Option<Arc<Subscription>>>(None);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        let waiting = tokio::task::spawn_blocking(move || first(&mut rx, &shutdown));
+        stop.cancel();
+        assert_eq!(waiting.await.expect("the waiting thread"), None);
+    }
 }
