@@ -49,10 +49,35 @@
 /// ticks come every second.
 const FROZEN_AFTER: Duration = Duration::from_secs(5);
 
-/// How long a checkpoint write may wait for the target before it fails (and is evaluated
+/// The longest a checkpoint write may wait for the target before it fails (and is evaluated
 /// again); a revocation waits for the loop's writes at most a little longer
-/// ([`commits::hand_over`]).
+/// ([`commits::hand_over`]). Shorter with short sessions: [`write_deadline`].
 const CHECKPOINT_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a checkpoint may take from its decision to the target. A replica frozen (stopped,
+/// starved) past its session loses its groups to another replica, which writes theirs; a
+/// checkpoint this one decided or queued before the freeze must not land after those (one did,
+/// found by the chaos test: a checkpoint going backwards). The commits follower's group evicts
+/// a member that sent no heartbeat for its `session.timeout.ms` (librdkafka's 45 s unless the
+/// flow's source config sets it), at the earliest one `heartbeat.interval.ms` after the freeze
+/// began; half of that is the limit. A checkpoint older than it at a resume is not sent: the
+/// producer drops queued messages past `message.timeout.ms` before it sends them, and
+/// [`Core::frozen_after`] stops the loop before it queues one it decided earlier.
+fn write_deadline(source: &rdkafka::ClientConfig) -> Duration {
+    let ms = |key: &str, default: u64| {
+        source
+            .get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    let evicted_after =
+        ms("session.timeout.ms", 45_000).saturating_sub(ms("heartbeat.interval.ms", 3_000));
+    Duration::from_millis(evicted_after / 2).clamp(MIN_WRITE_DEADLINE, CHECKPOINT_WRITE_TIMEOUT)
+}
+
+/// Above a turn's normal length (a tick a second and a flush), so a loop that merely waited is
+/// never taken for frozen.
+const MIN_WRITE_DEADLINE: Duration = Duration::from_secs(2);
 
 mod commits;
 mod exactness;
@@ -180,10 +205,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         topics: flow.topics.clone(),
         groups: flow.groups.clone(),
     };
+    let deadline = write_deadline(&flow.source_client);
     let mut shell = shell::Shell {
         ctx: ctx.clone(),
         topic: checkpoints_topic,
-        producer: checkpoints_producer(flow)?,
+        producer: checkpoints_producer(flow, deadline)?,
         target_reach,
         group_views,
         core: Core::new(Naming {
@@ -191,7 +217,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             filters: &filters,
             source_alias: flow.source_alias(),
             target_alias: flow.target_alias(),
-        }),
+        })
+        .with_write_deadline(deadline),
         verification: verifier.map(|v| {
             let period = spec.checkpoints.verify_interval.as_duration();
             shell::Verification::new(
@@ -329,8 +356,11 @@ fn start_readers(
     Ok(verify::spawn(flow, events))
 }
 
-/// The producer of checkpoints on the target.
-fn checkpoints_producer(flow: &crate::flow::Flow) -> anyhow::Result<AckedProducer> {
+/// The producer of checkpoints on the target; a write fails after `deadline`.
+fn checkpoints_producer(
+    flow: &crate::flow::Flow,
+    deadline: Duration,
+) -> anyhow::Result<AckedProducer> {
     Ok(AckedProducer::new(
         flow.target_client
             .clone()
@@ -338,11 +368,9 @@ fn checkpoints_producer(flow: &crate::flow::Flow) -> anyhow::Result<AckedProduce
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             // A write to an unreachable target fails (and is retried with backoff) well before
-            // liveness would call the loop wedged; librdkafka's default waits 300 s.
-            .set(
-                "message.timeout.ms",
-                CHECKPOINT_WRITE_TIMEOUT.as_millis().to_string(),
-            ),
+            // liveness would call the loop wedged (librdkafka's default waits 300 s), and
+            // before a frozen replica's groups can have moved ([`write_deadline`]).
+            .set("message.timeout.ms", deadline.as_millis().to_string()),
     )?)
 }
 
@@ -438,6 +466,9 @@ struct Core<'a> {
     unsent_forgets: Vec<String>,
     /// Verifications back from the verifier thread, not written yet.
     verified: Vec<verify::Verified>,
+    /// A wait for the loop's next turn, or from a decision to its write, beyond which the
+    /// process counts as frozen ([`FROZEN_AFTER`], or less: [`write_deadline`]).
+    frozen_after: Duration,
 }
 
 /// A checkpoint [`Core`] decided to write.
@@ -473,7 +504,14 @@ impl<'a> Core<'a> {
             forgotten: Vec::new(),
             unsent_forgets: Vec::new(),
             verified: Vec::new(),
+            frozen_after: FROZEN_AFTER,
         }
+    }
+
+    /// Counts as frozen past the checkpoints' write deadline when that is shorter.
+    fn with_write_deadline(mut self, deadline: Duration) -> Self {
+        self.frozen_after = FROZEN_AFTER.min(deadline);
+        self
     }
 }
 
@@ -493,12 +531,12 @@ impl Core<'_> {
     }
 
     /// The loop waited `gap` for its next turn, while a tick comes every second: longer than
-    /// [`FROZEN_AFTER`], the process was frozen (stopped, starved) and other replicas may have
+    /// `frozen_after`, the process was frozen (stopped, starved) and other replicas may have
     /// taken its groups and checkpointed them meanwhile, which it has not read yet. Like after
     /// an assignment, nothing is written (no checkpoint, no verification stated on one) until
     /// the follower has read the checkpoints topic to its end.
     fn resumed_after(&mut self, gap: Duration) {
-        if gap > FROZEN_AFTER {
+        if gap > self.frozen_after {
             tracing::warn!(
                 ?gap,
                 "the checkpoint loop did not run for a while; reading the checkpoints topic to its end before writing"

@@ -112,8 +112,20 @@ impl Shell<'_> {
         if batch.is_empty() {
             return true;
         }
+        let decided = std::time::Instant::now();
         let mut pending = Vec::with_capacity(batch.len());
-        for mut due in batch {
+        let mut batch = batch.into_iter();
+        while let Some(mut due) = batch.next() {
+            if decided.elapsed() > self.core.frozen_after {
+                // Frozen between the decision and the write: another replica may own these
+                // groups by now and have written later checkpoints, not read here yet.
+                self.core.write_failed(due.tp, due.checkpoint);
+                for rest in batch.by_ref() {
+                    self.core.write_failed(rest.tp, rest.checkpoint);
+                }
+                self.core.resumed_after(decided.elapsed());
+                break;
+            }
             let skew = super::fault::skew();
             due.checkpoint.downstream_offset =
                 due.checkpoint.downstream_offset.saturating_add(skew);
@@ -263,7 +275,15 @@ impl Shell<'_> {
     /// checkpoint's own time (its age stays what it was). A checkpoint replaced meanwhile is
     /// left alone: the verification is about offsets no longer written.
     pub(super) async fn write_verified(&mut self) {
+        let started = std::time::Instant::now();
+        let mut frozen = false;
         for done in std::mem::take(&mut self.core.verified) {
+            // Each statement waits for its acknowledgement: frozen meanwhile, the next would
+            // restate a checkpoint another owner may have passed ([`super::write_deadline`]).
+            if !frozen && started.elapsed() > self.core.frozen_after {
+                self.core.resumed_after(started.elapsed());
+                frozen = true;
+            }
             let verify::Verified {
                 job,
                 verification,

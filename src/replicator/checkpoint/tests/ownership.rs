@@ -354,3 +354,65 @@ fn checkpoint_ages_cover_owned_groups_with_a_known_checkpoint_time() {
         "a clock that went back reads as no age"
     );
 }
+
+#[test]
+fn the_write_deadline_is_half_of_what_a_session_lets_a_frozen_member_keep_its_groups() {
+    let config = |pairs: &[(&str, &str)]| {
+        let mut c = rdkafka::ClientConfig::new();
+        for (k, v) in pairs {
+            c.set(*k, *v);
+        }
+        c
+    };
+    assert_eq!(
+        write_deadline(&config(&[])),
+        Duration::from_secs(21),
+        "librdkafka's 45 s session less its 3 s heartbeat, halved"
+    );
+    assert_eq!(
+        write_deadline(&config(&[
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "1000")
+        ])),
+        Duration::from_millis(2_500)
+    );
+    assert_eq!(
+        write_deadline(&config(&[("session.timeout.ms", "3000")])),
+        MIN_WRITE_DEADLINE,
+        "never below a turn's normal length"
+    );
+    assert_eq!(
+        write_deadline(&config(&[("session.timeout.ms", "1800000")])),
+        CHECKPOINT_WRITE_TIMEOUT
+    );
+    assert_eq!(
+        write_deadline(&config(&[("session.timeout.ms", "soon")])),
+        Duration::from_secs(21)
+    );
+}
+
+/// With a short session a shorter wait counts as a freeze: the groups may have moved sooner.
+#[test]
+fn a_short_write_deadline_counts_a_shorter_wait_as_frozen() {
+    let n = names();
+    let (marks, requests) = std::sync::mpsc::channel();
+    for (deadline, frozen) in [
+        (Duration::from_secs(21), false),
+        (Duration::from_millis(2_500), true),
+    ] {
+        let mut c = core(&n).with_write_deadline(deadline);
+        c.marks = Some(marks.clone());
+        for event in [
+            Event::CheckpointsLoaded,
+            Event::SyncsLoaded,
+            Event::Assigned(vec![0]),
+            Event::CaughtUp(0),
+            Event::CheckpointsMark(1),
+        ] {
+            c.handle(event);
+        }
+        while requests.try_recv().is_ok() {}
+        c.resumed_after(Duration::from_secs(3));
+        assert_eq!(!c.ready_to_evaluate(), frozen, "deadline {deadline:?}");
+    }
+}
