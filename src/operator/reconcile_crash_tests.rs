@@ -10,12 +10,21 @@ const IN_ORDER: [&str; 4] = [CM, SVC, STS, PDB];
 
 /// Every write of a child or the status (not Events) after the first `writes` is never
 /// answered: the operator dies there.
-fn dies_after(writes: usize) -> impl Fn(&Seen) -> Option<(StatusCode, Value)> + Send + 'static {
+/// The counter it returns is how many such writes were asked for: past `writes`, the operator
+/// waits where it died.
+fn dies_after(
+    writes: usize,
+) -> (
+    impl Fn(&Seen) -> Option<(StatusCode, Value)> + Send + 'static,
+    Arc<AtomicUsize>,
+) {
     let done = Arc::new(AtomicUsize::new(0));
-    move |r: &Seen| {
+    let asked = done.clone();
+    let die = move |r: &Seen| {
         let counted = r.method == "PATCH" && !r.path.starts_with("/apis/events.k8s.io/");
         (counted && done.fetch_add(1, Ordering::SeqCst) >= writes).then(fake_apiserver::no_answer)
-    }
+    };
+    (die, asked)
 }
 
 /// Paths of every child written (applied or deleted) in `seen`.
@@ -56,16 +65,24 @@ async fn an_operator_killed_between_any_two_writes_leaves_one_set_of_owned_child
     // 0-3: killed before the CM, SVC, STS or PDB; 4: after all four, before the status.
     for writes in 0..=IN_ORDER.len() {
         let children = Children::default();
-        let dying = Fixture::sharing(children.clone(), dies_after(writes), |_| {});
-        let killed = tokio::time::timeout(
-            Duration::from_millis(500),
-            reconcile(Arc::new(flow()), dying.ctx.clone()),
-        )
-        .await;
-        assert!(
-            killed.is_err(),
-            "{writes}: the reconcile waited where it died"
-        );
+        let (die, asked) = dies_after(writes);
+        let dying = Fixture::sharing(children.clone(), die, |_| {});
+        // Killed once it asked for the write it dies at (however long a loaded machine takes
+        // to get there); it must not have finished by then.
+        let died = async {
+            while asked.load(Ordering::SeqCst) <= writes {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            finished = reconcile(Arc::new(flow()), dying.ctx.clone()) => {
+                panic!("{writes}: the reconcile went on where it died: {finished:?}")
+            }
+            () = died => {}
+            () = tokio::time::sleep(Duration::from_secs(60)) => {
+                panic!("{writes}: the reconcile never reached the write it dies at")
+            }
+        }
         let before_kill = child_paths(&dying.requests());
         drop(dying);
         let mut left: Vec<String> = IN_ORDER[..writes].iter().map(|p| p.to_string()).collect();

@@ -393,15 +393,27 @@ fn compare(run: &Run) -> Result<Tally> {
             tally.source += end as u64;
             let mut seen = vec![0_u32; end];
             let mut last = vec![-1_i64; end];
+            // Where copies repeat (source offset, target offsets of the earlier and the later
+            // copy): the first few per partition, told when repeats fail the run (exactly
+            // once), so the failure shows which run was copied twice.
+            let mut repeats = Vec::new();
             for (t, v) in &target {
                 let ok = v.starts_with(&format!("{topic}/{p}/"));
                 match seq_of(v).and_then(|s| usize::try_from(s).ok()) {
                     Some(s) if ok && s < end => {
+                        if seen[s] > 0 && repeats.len() < 5 {
+                            repeats.push((s, last[s], *t));
+                        }
                         seen[s] += 1;
                         last[s] = *t;
                     }
                     _ => tally.foreign += 1,
                 }
+            }
+            if committed && !repeats.is_empty() {
+                eprintln!(
+                    "chaos: {remote}-{p} copied twice (source offset, first and second target offset): {repeats:?}"
+                );
             }
             for n in &seen {
                 match n {

@@ -135,7 +135,15 @@ pub fn give_up_locally<C: ConsumerContext, O: Owner>(owner: &Mutex<O>, consumer:
     let all = o.owned();
     o.revoked(&all, false);
     drop(o);
-    if let Err(e) = consumer.unassign() {
+    // Under the cooperative protocol librdkafka refuses a plain unassign ("Erroneous
+    // state"): the assignment is given up incrementally there.
+    let unassigned = match consumer.rebalance_protocol() {
+        RebalanceProtocol::Cooperative => consumer
+            .assignment()
+            .and_then(|held| consumer.incremental_unassign(&held)),
+        _ => consumer.unassign(),
+    };
+    if let Err(e) = unassigned {
         tracing::warn!(error = %e, "unassigning at shutdown failed");
     }
 }

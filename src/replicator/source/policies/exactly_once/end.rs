@@ -42,6 +42,10 @@ impl ExactlyOnce {
         producer.context().discard();
         match outcome {
             Ended::Committed => {
+                // Each committed range, so a record copied twice can be traced to the two
+                // transactions (and writers) that committed it.
+                tracing::debug!(%topic, partition, from = ?slot.committed, to = ?slot.latest,
+                    records = slot.records, "transaction committed");
                 committed(slot, shared, topic, rejected.is_some());
                 backoff.reset();
             }
