@@ -4,10 +4,10 @@
 //! See [`FAILBACK_HELP`] (the command's long help) and `docs/failover.md` for the procedure and
 //! its limits; the translation rules are [`crate::mm2::InverseSyncs`]'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use clap::Args;
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use super::apply::{
@@ -284,33 +284,12 @@ pub fn plan(
                 .into(),
         });
     }
-    let policy = flow.policy.as_ref();
     let from = clusters::consumer(&flow.target_client, "target", "mirrorflow-cli")?;
     let from_md = clusters::metadata(&from, "target")?;
     let to = clusters::consumer(&flow.source_client, "source", "mirrorflow-cli")?;
     clusters::metadata(&to, "source")?;
     let (remote_parts, other_parts) = remote_and_other_partitions(flow, &from_md);
-    let names = group_names(selection, || {
-        let list = from
-            .fetch_group_list(None, TIMEOUT)
-            .map_err(|source| CliError::Kafka {
-                what: "listing groups".into(),
-                cluster: "target",
-                source,
-            })?;
-        let mut names: Vec<String> = list
-            .groups()
-            .iter()
-            .map(|g| g.name().to_string())
-            .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow"))
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
-    })?;
-    let syncs = inverse_syncs(flow)?;
-    let empty = InverseSyncs::new();
-    let overrides = Overrides::from(args);
+    let names = group_names(selection, || target_groups(flow, &from))?;
     // Share groups are moved by their start offsets, which failback does not read backwards
     // yet; an OffsetCommit would make a consumer group of the name on the old source. So a
     // target whose groups cannot be told apart fails the failback (never taken as "none").
@@ -319,9 +298,65 @@ pub fn plan(
         super::share_groups::Side::new(&flow.target_client, "target"),
     );
     let share = (sides.1).with(super::share_groups::ShareSide::share_groups)?;
-    let groups = plan_groups(&names, |group| {
-        let group = group.clone();
-        if share.contains(&group) {
+    let planner = GroupPlanner {
+        flow,
+        all_groups: selection.all_groups,
+        args,
+        to: &to,
+        remote_parts: &remote_parts,
+        other_parts: &other_parts,
+        syncs: inverse_syncs(flow)?,
+        sides: &sides,
+        share: &share,
+    };
+    let groups = plan_groups(&names, |group| planner.group(group))?;
+    Ok(FailbackReport {
+        from: flow.target_alias().to_string(),
+        to: flow.source_alias().to_string(),
+        dry_run: !args.apply,
+        groups,
+    })
+}
+
+/// The target's groups the flow selects (its own left out), sorted once each.
+fn target_groups(flow: &Flow, from: &BaseConsumer) -> Result<Vec<String>, CliError> {
+    let list = from
+        .fetch_group_list(None, TIMEOUT)
+        .map_err(|source| CliError::Kafka {
+            what: "listing groups".into(),
+            cluster: "target",
+            source,
+        })?;
+    let mut names: Vec<String> = list
+        .groups()
+        .iter()
+        .map(|g| g.name().to_string())
+        .filter(|g| flow.groups.matches(g) && !g.starts_with("mirrorflow"))
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// What planning one group needs, gathered once per failback.
+struct GroupPlanner<'a> {
+    flow: &'a Flow,
+    /// Every group of the flow was asked for: one without commits on remote topics is left out.
+    all_groups: bool,
+    args: &'a ApplyArgs,
+    /// The old source, where the groups go back to.
+    to: &'a BaseConsumer,
+    remote_parts: &'a [Partition],
+    other_parts: &'a [Partition],
+    syncs: BTreeMap<TopicPartition, InverseSyncs>,
+    sides: &'a (super::share_groups::Side<'a>, super::share_groups::Side<'a>),
+    share: &'a HashSet<String>,
+}
+
+impl GroupPlanner<'_> {
+    fn group(&self, group: &str) -> Result<Option<GroupBack>, CliError> {
+        let group = group.to_owned();
+        if self.share.contains(&group) {
             return Ok(Some(GroupBack {
                 verdict: Verdict::refused(SHARE_GROUP_BACK.into()),
                 group,
@@ -331,47 +366,31 @@ pub fn plan(
                 other_topics: Vec::new(),
             }));
         }
-        let remote = clusters::committed(&flow.target_client, "target", &group, &remote_parts)?;
-        if remote.is_empty() && selection.all_groups {
+        let target = &self.flow.target_client;
+        let remote = clusters::committed(target, "target", &group, self.remote_parts)?;
+        if remote.is_empty() && self.all_groups {
             return Ok(None);
         }
-        let others = clusters::committed(&flow.target_client, "target", &group, &other_parts)?;
+        let others = clusters::committed(target, "target", &group, self.other_parts)?;
         let mut other_topics: Vec<String> = others.keys().map(|(t, _)| t.clone()).collect();
         other_topics.dedup();
-        let upstream = |t: &str| policy.upstream_topic(t).unwrap_or(t).to_string();
-        let source_parts: Vec<Partition> = remote.keys().map(|(t, p)| (upstream(t), *p)).collect();
-        let committed = clusters::committed(&flow.source_client, "source", &group, &source_parts)?;
-        let to_group = membership_or_refuse(clusters::membership(&sides.0, &group), overrides)?;
-        let from_group = membership_or_refuse(clusters::membership(&sides.1, &group), overrides)?;
+        let source_parts: Vec<Partition> = (remote.keys())
+            .map(|(t, p)| (self.upstream(t), *p))
+            .collect();
+        let committed =
+            clusters::committed(&self.flow.source_client, "source", &group, &source_parts)?;
+        let overrides = Overrides::from(self.args);
+        let to_group =
+            membership_or_refuse(clusters::membership(&self.sides.0, &group), overrides)?;
+        let from_group =
+            membership_or_refuse(clusters::membership(&self.sides.1, &group), overrides)?;
         let partitions: Vec<PartitionBack> = (remote.iter())
-            .map(|((remote_topic, p), c_b)| {
-                let topic = upstream(remote_topic);
-                let tp = TopicPartition::new(topic.clone(), *p);
-                let translation = syncs.get(&tp).unwrap_or(&empty).translate(*c_b);
-                let end = to
-                    .fetch_watermarks(&topic, *p, TIMEOUT)
-                    .ok()
-                    .map(|(_, h)| h);
-                let c_a = committed.get(&(topic.clone(), *p)).copied();
-                let (action, reason) = decide_back(*c_b, translation, c_a, end, overrides);
-                PartitionBack {
-                    remote_topic: remote_topic.clone(),
-                    partition: *p,
-                    remote_committed: *c_b,
-                    topic,
-                    offset: translation.offset(),
-                    exact: translation.is_exact(),
-                    reread_max: translation.max_replay(),
-                    committed: c_a,
-                    action,
-                    reason,
-                }
-            })
+            .map(|((remote_topic, p), c_b)| self.partition(remote_topic, *p, *c_b, &committed))
             .collect();
         let actions: Vec<PartitionAction> = partitions.iter().map(|p| p.action).collect();
         let verdict = group_verdict(
-            flow,
-            decide_group(to_group.as_ref(), &actions, args.apply, overrides),
+            self.flow,
+            decide_group(to_group.as_ref(), &actions, self.args.apply, overrides),
             actions.is_empty(),
             from_group.as_ref(),
             overrides,
@@ -384,13 +403,52 @@ pub fn plan(
             partitions,
             other_topics,
         }))
-    })?;
-    Ok(FailbackReport {
-        from: flow.target_alias().to_string(),
-        to: flow.source_alias().to_string(),
-        dry_run: !args.apply,
-        groups,
-    })
+    }
+
+    /// One remote partition the group committed `c_b` on: its commit on the source read
+    /// backwards through the syncs, and what to do with it given the source's own commit
+    /// (`committed`) and end.
+    fn partition(
+        &self,
+        remote_topic: &str,
+        partition: i32,
+        c_b: i64,
+        committed: &BTreeMap<Partition, i64>,
+    ) -> PartitionBack {
+        let topic = self.upstream(remote_topic);
+        let tp = TopicPartition::new(topic.clone(), partition);
+        let translation = match self.syncs.get(&tp) {
+            Some(syncs) => syncs.translate(c_b),
+            None => InverseSyncs::new().translate(c_b),
+        };
+        let end = (self.to)
+            .fetch_watermarks(&topic, partition, TIMEOUT)
+            .ok()
+            .map(|(_, h)| h);
+        let c_a = committed.get(&(topic.clone(), partition)).copied();
+        let overrides = Overrides::from(self.args);
+        let (action, reason) = decide_back(c_b, translation, c_a, end, overrides);
+        PartitionBack {
+            remote_topic: remote_topic.to_string(),
+            partition,
+            remote_committed: c_b,
+            topic,
+            offset: translation.offset(),
+            exact: translation.is_exact(),
+            reread_max: translation.max_replay(),
+            committed: c_a,
+            action,
+            reason,
+        }
+    }
+
+    fn upstream(&self, remote_topic: &str) -> String {
+        let policy = self.flow.policy.as_ref();
+        policy
+            .upstream_topic(remote_topic)
+            .unwrap_or(remote_topic)
+            .to_string()
+    }
 }
 
 /// The target's partitions of this flow's remote topics, and of every other topic (whose

@@ -22,6 +22,17 @@ use crate::replicator::backoff::Backoff;
 use crate::replicator::patience::Patience;
 pub use crate::replicator::reach::{Reachability, is_unreachable};
 
+/// librdkafka's `session.timeout.ms` and `heartbeat.interval.ms` for a config that sets none.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+
+/// A duration in milliseconds that a client config sets (`session.timeout.ms`, ...); `None`
+/// when it sets none or no number (the client then refuses it or takes its default).
+pub fn configured_ms(config: &ClientConfig, key: &str) -> Option<Duration> {
+    let ms = config.get(key)?.trim().parse::<u64>().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
 /// Creates a 1-partition compacted topic unless it exists, as MM2 creates its checkpoints,
 /// heartbeats and offset-syncs topics; retries until it succeeds or `shutdown` fires.
 /// Returns false on shutdown.

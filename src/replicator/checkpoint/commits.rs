@@ -65,10 +65,10 @@ impl ConsumerContext for RebalanceForwarder {
 }
 
 /// The longest a revocation waits for the loop: its writes fail by
-/// [`super::CHECKPOINT_WRITE_TIMEOUT`]. Well under the rebalance timeout
+/// [`super::freeze::CHECKPOINT_WRITE_TIMEOUT`]. Well under the rebalance timeout
 /// (`max.poll.interval.ms`, 300 s), within which the coordinator waits for this member.
 const HANDOVER_WAIT: Duration =
-    super::CHECKPOINT_WRITE_TIMEOUT.saturating_add(Duration::from_secs(30));
+    super::freeze::CHECKPOINT_WRITE_TIMEOUT.saturating_add(Duration::from_secs(30));
 
 /// How a revocation's hand-over ended.
 #[derive(Debug, PartialEq, Eq)]

@@ -45,44 +45,12 @@
 //! The checkpoints written are verified on the records themselves, sampled ([`verify`]); the
 //! outcome is written on the checkpoint record it is about ([`crate::verify::header`]).
 
-/// A wait for the loop's next turn beyond which it counts as frozen ([`Core::resumed_after`]):
-/// ticks come every second.
-const FROZEN_AFTER: Duration = Duration::from_secs(5);
-
-/// The longest a checkpoint write may wait for the target before it fails (and is evaluated
-/// again); a revocation waits for the loop's writes at most a little longer
-/// ([`commits::hand_over`]). Shorter with short sessions: [`write_deadline`].
-const CHECKPOINT_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How long a checkpoint may take from its decision to the target. A replica frozen (stopped,
-/// starved) past its session loses its groups to another replica, which writes theirs; a
-/// checkpoint this one decided or queued before the freeze must not land after those (one did,
-/// found by the chaos test: a checkpoint going backwards). The commits follower's group evicts
-/// a member that sent no heartbeat for its `session.timeout.ms` (librdkafka's 45 s unless the
-/// flow's source config sets it), at the earliest one `heartbeat.interval.ms` after the freeze
-/// began; half of that is the limit. A checkpoint older than it at a resume is not sent: the
-/// producer drops queued messages past `message.timeout.ms` before it sends them, and
-/// [`Core::frozen_after`] stops the loop before it queues one it decided earlier.
-fn write_deadline(source: &rdkafka::ClientConfig) -> Duration {
-    let ms = |key: &str, default: u64| {
-        source
-            .get(key)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(default)
-    };
-    let evicted_after =
-        ms("session.timeout.ms", 45_000).saturating_sub(ms("heartbeat.interval.ms", 3_000));
-    Duration::from_millis(evicted_after / 2).clamp(MIN_WRITE_DEADLINE, CHECKPOINT_WRITE_TIMEOUT)
-}
-
-/// Above a turn's normal length (a tick a second and a flush), so a loop that merely waited is
-/// never taken for frozen.
-const MIN_WRITE_DEADLINE: Duration = Duration::from_secs(2);
-
 mod commits;
 mod exactness;
 mod fault;
+mod freeze;
 pub mod group_sync;
+mod readers;
 mod recreated;
 pub mod share_groups;
 mod shell;
@@ -95,8 +63,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::Offset;
-use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -104,7 +70,6 @@ use self::exactness::Conservative;
 use self::group_sync::GroupView;
 use self::recreated::{Recreations, Verdict};
 use self::state::{Commit, Commits, Evaluation, Naming, evaluate};
-use crate::api::OffsetSyncsLocation;
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{
     Checkpoint, CheckpointTracker, Filters, OffsetSync, OffsetSyncStore, StoreConfig, SyncOrigin,
@@ -113,9 +78,7 @@ use crate::mm2::{
 use crate::replicator::backoff::Backoff;
 use crate::replicator::context::Context;
 use crate::replicator::kafka_io;
-use crate::replicator::kafka_io::{
-    AckedProducer, EndMarks, Reachability, assign_only_consumer, follow_partition,
-};
+use crate::replicator::kafka_io::{AckedProducer, Reachability};
 
 /// What the reader threads tell the loop.
 #[derive(Debug)]
@@ -183,7 +146,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     let _stop_readers = readers.clone().drop_guard();
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let (mark_sender, mark_requests) = std::sync::mpsc::channel();
-    let verifier = start_readers(&ctx, &checkpoints_topic, mark_requests, tx, &readers)?;
+    let verifier = readers::start(&ctx, &checkpoints_topic, mark_requests, tx, &readers)?;
     let group_views = if spec.checkpoints.sync_group_offsets {
         let (views_tx, views_rx) = mpsc::channel(EVENT_BUFFER);
         tokio::spawn(group_sync::run(
@@ -205,7 +168,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         topics: flow.topics.clone(),
         groups: flow.groups.clone(),
     };
-    let deadline = write_deadline(&flow.source_client);
+    let deadline = freeze::write_deadline(&flow.source_client);
     let mut shell = shell::Shell {
         ctx: ctx.clone(),
         topic: checkpoints_topic,
@@ -237,125 +200,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     turns(&mut shell, rx, &shutdown).await
 }
 
-/// Starts everything that feeds the loop `events`, each stopping with `readers`: the
-/// checkpoints, offset-syncs and positions topics' followers, the groups' commits and the
-/// verifier thread (returned; `None` when verification is off).
-fn start_readers(
-    ctx: &Context,
-    checkpoints_topic: &str,
-    mark_requests: std::sync::mpsc::Receiver<u64>,
-    events: mpsc::Sender<Event>,
-    readers: &CancellationToken,
-) -> anyhow::Result<Option<verify::Verifier>> {
-    let flow = &ctx.flow;
-    let spec = &flow.spec;
-    let source_reach = Reachability::new(&ctx.clusters.source, "checkpoint");
-    let target_reach = Reachability::new(&ctx.clusters.target, "checkpoint");
-    follow_partition(
-        "the checkpoints topic",
-        assign_only_consumer(&flow.target_client)?,
-        checkpoints_topic.to_string(),
-        Offset::Beginning,
-        target_reach.clone(),
-        events.clone(),
-        Some(Event::CheckpointsLoaded),
-        Some(EndMarks {
-            requests: mark_requests,
-            reached: Event::CheckpointsMark,
-        }),
-        |m| {
-            let cp = Checkpoint::decode(m.key()?, m.payload()?).ok()?;
-            Some(Event::CheckpointRead(
-                cp,
-                m.timestamp().to_millis(),
-                Exactness::of_record(m),
-            ))
-        },
-        readers.clone(),
-    );
-
-    let (syncs_client, syncs_topic, syncs_reach) = match spec.source_loop.offset_syncs_location {
-        OffsetSyncsLocation::Source => (
-            &flow.source_client,
-            flow.policy.offset_syncs_topic(flow.target_alias()),
-            source_reach.clone(),
-        ),
-        OffsetSyncsLocation::Target => (
-            &flow.target_client,
-            flow.policy.offset_syncs_topic(flow.source_alias()),
-            target_reach.clone(),
-        ),
-    };
-    let sync_errors = ctx
-        .metrics
-        .errors
-        .with_label_values(&["checkpoint", "bad_sync"]);
-    follow_partition(
-        "the offset-syncs topic",
-        assign_only_consumer(syncs_client)?,
-        syncs_topic,
-        Offset::Beginning,
-        syncs_reach,
-        events.clone(),
-        Some(Event::SyncsLoaded),
-        None,
-        move |m| {
-            let Some((sync, origin)) = crate::kafka::checkpoints::offset_sync(m) else {
-                sync_errors.inc();
-                return None;
-            };
-            Some(Event::Sync(sync, origin, m.timestamp().to_millis()))
-        },
-        readers.clone(),
-    );
-
-    // Not waited for (`loaded: None`): a gap only ever makes checkpoints be written, and flows
-    // whose records another replicator copies have no positions topic.
-    follow_partition(
-        "the positions topic",
-        assign_only_consumer(&flow.target_client)?,
-        crate::kafka::positions::positions_topic(flow.source_alias()),
-        Offset::Beginning,
-        target_reach,
-        events.clone(),
-        None,
-        None,
-        |m| {
-            let gap = crate::kafka::positions::Gap::decode(m.key()?, m.payload()?)?;
-            (gap.kind == crate::kafka::positions::GapKind::TargetRewound).then(|| {
-                Event::TargetRecreated {
-                    tp: TopicPartition::new(gap.topic, gap.partition),
-                    detected_ms: gap.detected_ms,
-                }
-            })
-        },
-        readers.clone(),
-    );
-
-    commits::follow(
-        &flow.source_client,
-        // The aliases too, as in the source loop's group: two standalone flows whose files
-        // have the same name must not split each other's `__consumer_offsets` partitions.
-        &format!(
-            "mirrorflow.{}.{}-{}.checkpoints",
-            flow.name,
-            flow.source_alias(),
-            flow.target_alias()
-        ),
-        flow.groups.clone(),
-        source_reach,
-        ctx.metrics.clone(),
-        events.clone(),
-        readers.clone(),
-    )?;
-    share_groups::Poller::spawn_for(ctx, events.clone(), readers.clone());
-    if spec.checkpoints.verify_interval.as_duration().is_zero() {
-        tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
-        return Ok(None);
-    }
-    Ok(verify::spawn(flow, events))
-}
-
 /// The producer of checkpoints on the target; a write fails after `deadline`.
 fn checkpoints_producer(
     flow: &crate::flow::Flow,
@@ -369,7 +213,7 @@ fn checkpoints_producer(
             .set("linger.ms", "5")
             // A write to an unreachable target fails (and is retried with backoff) well before
             // liveness would call the loop wedged (librdkafka's default waits 300 s), and
-            // before a frozen replica's groups can have moved ([`write_deadline`]).
+            // before a frozen replica's groups can have moved ([`freeze::write_deadline`]).
             .set("message.timeout.ms", deadline.as_millis().to_string()),
     )?)
 }
@@ -466,9 +310,8 @@ struct Core<'a> {
     unsent_forgets: Vec<String>,
     /// Verifications back from the verifier thread, not written yet.
     verified: Vec<verify::Verified>,
-    /// A wait for the loop's next turn, or from a decision to its write, beyond which the
-    /// process counts as frozen ([`FROZEN_AFTER`], or less: [`write_deadline`]).
-    frozen_after: Duration,
+    /// When a wait for the loop's next turn, or from a decision to its write, is a freeze.
+    freeze: freeze::FreezeLimit,
 }
 
 /// A checkpoint [`Core`] decided to write.
@@ -504,13 +347,13 @@ impl<'a> Core<'a> {
             forgotten: Vec::new(),
             unsent_forgets: Vec::new(),
             verified: Vec::new(),
-            frozen_after: FROZEN_AFTER,
+            freeze: freeze::FreezeLimit::default(),
         }
     }
 
     /// Counts as frozen past the checkpoints' write deadline when that is shorter.
     fn with_write_deadline(mut self, deadline: Duration) -> Self {
-        self.frozen_after = FROZEN_AFTER.min(deadline);
+        self.freeze = freeze::FreezeLimit::within(deadline);
         self
     }
 }
@@ -530,19 +373,27 @@ impl Core<'_> {
         self.inputs_loaded() && self.assigned_once && self.commits.all_caught_up()
     }
 
-    /// The loop waited `gap` for its next turn, while a tick comes every second: longer than
-    /// `frozen_after`, the process was frozen (stopped, starved) and other replicas may have
+    /// The loop waited `gap` for its next turn, while a tick comes every second: past the
+    /// freeze limit, the process was frozen (stopped, starved) and other replicas may have
     /// taken its groups and checkpointed them meanwhile, which it has not read yet. Like after
     /// an assignment, nothing is written (no checkpoint, no verification stated on one) until
-    /// the follower has read the checkpoints topic to its end.
-    fn resumed_after(&mut self, gap: Duration) {
-        if gap > self.frozen_after {
+    /// the follower has read the checkpoints topic to its end. Returns whether it was frozen.
+    fn resumed_after(&mut self, gap: Duration) -> bool {
+        let frozen = self.freeze.passed_by(gap);
+        if frozen {
             tracing::warn!(
                 ?gap,
                 "the checkpoint loop did not run for a while; reading the checkpoints topic to its end before writing"
             );
             self.await_checkpoints_mark();
         }
+        frozen
+    }
+
+    /// Whether the process was frozen since `started` (a decision, the start of a run of
+    /// writes): what was decided then may be passed by another owner's checkpoints by now.
+    fn frozen_since(&mut self, started: std::time::Instant) -> bool {
+        self.resumed_after(started.elapsed())
     }
 
     /// Asks the checkpoints follower for a mark; nothing is evaluated until it arrives.

@@ -116,14 +116,13 @@ impl Shell<'_> {
         let mut pending = Vec::with_capacity(batch.len());
         let mut batch = batch.into_iter();
         while let Some(mut due) = batch.next() {
-            if decided.elapsed() > self.core.frozen_after {
+            if self.core.frozen_since(decided) {
                 // Frozen between the decision and the write: another replica may own these
                 // groups by now and have written later checkpoints, not read here yet.
                 self.core.write_failed(due.tp, due.checkpoint);
                 for rest in batch.by_ref() {
                     self.core.write_failed(rest.tp, rest.checkpoint);
                 }
-                self.core.resumed_after(decided.elapsed());
                 break;
             }
             let skew = super::fault::skew();
@@ -279,11 +278,8 @@ impl Shell<'_> {
         let mut frozen = false;
         for done in std::mem::take(&mut self.core.verified) {
             // Each statement waits for its acknowledgement: frozen meanwhile, the next would
-            // restate a checkpoint another owner may have passed ([`super::write_deadline`]).
-            if !frozen && started.elapsed() > self.core.frozen_after {
-                self.core.resumed_after(started.elapsed());
-                frozen = true;
-            }
+            // restate a checkpoint another owner may have passed ([`super::freeze`]).
+            frozen = frozen || self.core.frozen_since(started);
             let verify::Verified {
                 job,
                 verification,

@@ -298,18 +298,8 @@ fn a_mark_of_an_older_assignment_does_not_end_the_wait_for_a_newer_one() {
 #[test]
 fn a_loop_that_was_frozen_writes_nothing_until_it_read_the_checkpoints_topic_again() {
     let n = names();
-    let mut c = core(&n);
     let (marks, requests) = std::sync::mpsc::channel();
-    c.marks = Some(marks);
-    for event in [
-        Event::CheckpointsLoaded,
-        Event::SyncsLoaded,
-        Event::Assigned(vec![0]),
-        Event::CaughtUp(0),
-        Event::CheckpointsMark(1),
-    ] {
-        c.handle(event);
-    }
+    let mut c = owning_core(core(&n), marks);
     assert_eq!(requests.try_recv().ok(), Some(1));
     assert!(c.ready_to_evaluate());
     c.resumed_after(Duration::from_millis(1_200));
@@ -355,42 +345,6 @@ fn checkpoint_ages_cover_owned_groups_with_a_known_checkpoint_time() {
     );
 }
 
-#[test]
-fn the_write_deadline_is_half_of_what_a_session_lets_a_frozen_member_keep_its_groups() {
-    let config = |pairs: &[(&str, &str)]| {
-        let mut c = rdkafka::ClientConfig::new();
-        for (k, v) in pairs {
-            c.set(*k, *v);
-        }
-        c
-    };
-    assert_eq!(
-        write_deadline(&config(&[])),
-        Duration::from_secs(21),
-        "librdkafka's 45 s session less its 3 s heartbeat, halved"
-    );
-    assert_eq!(
-        write_deadline(&config(&[
-            ("session.timeout.ms", "6000"),
-            ("heartbeat.interval.ms", "1000")
-        ])),
-        Duration::from_millis(2_500)
-    );
-    assert_eq!(
-        write_deadline(&config(&[("session.timeout.ms", "3000")])),
-        MIN_WRITE_DEADLINE,
-        "never below a turn's normal length"
-    );
-    assert_eq!(
-        write_deadline(&config(&[("session.timeout.ms", "1800000")])),
-        CHECKPOINT_WRITE_TIMEOUT
-    );
-    assert_eq!(
-        write_deadline(&config(&[("session.timeout.ms", "soon")])),
-        Duration::from_secs(21)
-    );
-}
-
 /// With a short session a shorter wait counts as a freeze: the groups may have moved sooner.
 #[test]
 fn a_short_write_deadline_counts_a_shorter_wait_as_frozen() {
@@ -400,19 +354,25 @@ fn a_short_write_deadline_counts_a_shorter_wait_as_frozen() {
         (Duration::from_secs(21), false),
         (Duration::from_millis(2_500), true),
     ] {
-        let mut c = core(&n).with_write_deadline(deadline);
-        c.marks = Some(marks.clone());
-        for event in [
-            Event::CheckpointsLoaded,
-            Event::SyncsLoaded,
-            Event::Assigned(vec![0]),
-            Event::CaughtUp(0),
-            Event::CheckpointsMark(1),
-        ] {
-            c.handle(event);
-        }
+        let mut c = owning_core(core(&n).with_write_deadline(deadline), marks.clone());
         while requests.try_recv().is_ok() {}
         c.resumed_after(Duration::from_secs(3));
         assert_eq!(!c.ready_to_evaluate(), frozen, "deadline {deadline:?}");
     }
+}
+
+/// `c` with its inputs loaded, `__consumer_offsets` partition 0 assigned and caught up, and the
+/// assignment's mark (1, asked through `marks`) reached: ready to write.
+fn owning_core<'a>(mut c: Core<'a>, marks: std::sync::mpsc::Sender<u64>) -> Core<'a> {
+    c.marks = Some(marks);
+    for event in [
+        Event::CheckpointsLoaded,
+        Event::SyncsLoaded,
+        Event::Assigned(vec![0]),
+        Event::CaughtUp(0),
+        Event::CheckpointsMark(1),
+    ] {
+        c.handle(event);
+    }
+    c
 }

@@ -47,6 +47,7 @@ use crate::kafka::positions::{self, Frontier, Gap, PositionReader};
 use crate::kafka::reader::ReadError;
 use crate::mm2::{OffsetSync, SyncPolicyConfig};
 use crate::replicator::context::Context;
+use crate::replicator::kafka_io;
 use crate::replicator::reach::Reachability;
 
 /// How long recording a break waits for the target ([`Shared::record_gap`]): a flush, or a
@@ -298,12 +299,9 @@ impl Shared {
 fn session_timeout(source: &rdkafka::ClientConfig, static_member: bool) -> Duration {
     let default = match static_member {
         true => super::clients::STATIC_SESSION_TIMEOUT,
-        false => Duration::from_secs(45),
+        false => kafka_io::DEFAULT_SESSION_TIMEOUT,
     };
-    source
-        .get("session.timeout.ms")
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(default, Duration::from_millis)
+    kafka_io::configured_ms(source, "session.timeout.ms").unwrap_or(default)
 }
 
 /// When each chore of the loop is due.

@@ -84,20 +84,11 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
     err: RDKafkaRespErr,
     tpl: &mut TopicPartitionList,
 ) {
-    let cooperative = matches!(
-        consumer.rebalance_protocol(),
-        RebalanceProtocol::Cooperative
-    );
     let outcome = match err {
         RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
             lock(owner).assigned(tpl);
-            let assigned = if cooperative {
-                consumer.incremental_assign(tpl)
-            } else {
-                consumer.assign(tpl)
-            };
             // Before `poll` returns: no fetch of them has started yet.
-            match assigned {
+            match take(consumer, tpl) {
                 Ok(()) if O::PAUSE_ASSIGNED => consumer.pause(tpl),
                 other => other,
             }
@@ -105,11 +96,7 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
         RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
             let lost = consumer.assignment_lost();
             lock(owner).revoked(tpl, lost);
-            if cooperative {
-                consumer.incremental_unassign(tpl)
-            } else {
-                consumer.unassign()
-            }
+            release(consumer, Some(tpl))
         }
         other => {
             tracing::error!(error = ?other, "rebalance failed; giving up the assignment");
@@ -118,7 +105,7 @@ pub fn rebalance<C: ConsumerContext, O: Owner>(
             let all = o.owned();
             o.revoked(&all, O::FAILED_REBALANCE_IS_LOST);
             drop(o);
-            consumer.unassign()
+            release(consumer, None)
         }
     };
     if let Err(e) = outcome {
@@ -135,16 +122,43 @@ pub fn give_up_locally<C: ConsumerContext, O: Owner>(owner: &Mutex<O>, consumer:
     let all = o.owned();
     o.revoked(&all, false);
     drop(o);
-    // Under the cooperative protocol librdkafka refuses a plain unassign ("Erroneous
-    // state"): the assignment is given up incrementally there.
-    let unassigned = match consumer.rebalance_protocol() {
-        RebalanceProtocol::Cooperative => consumer
-            .assignment()
-            .and_then(|held| consumer.incremental_unassign(&held)),
-        _ => consumer.unassign(),
-    };
-    if let Err(e) = unassigned {
+    if let Err(e) = release(consumer, None) {
         tracing::warn!(error = %e, "unassigning at shutdown failed");
+    }
+}
+
+fn cooperative<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> bool {
+    matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    )
+}
+
+/// Adds `tpl` to this consumer's assignment: incrementally under the cooperative protocol,
+/// as the whole assignment under the eager one.
+fn take<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+) -> KafkaResult<()> {
+    match cooperative(consumer) {
+        true => consumer.incremental_assign(tpl),
+        false => consumer.assign(tpl),
+    }
+}
+
+/// Gives `tpl` up in this consumer (`None`: everything it holds). Under the cooperative
+/// protocol librdkafka refuses a plain unassign ("Erroneous state"), so the partitions are
+/// given up incrementally there; under the eager one a revocation is always of everything.
+fn release<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: Option<&TopicPartitionList>,
+) -> KafkaResult<()> {
+    if !cooperative(consumer) {
+        return consumer.unassign();
+    }
+    match tpl {
+        Some(tpl) => consumer.incremental_unassign(tpl),
+        None => consumer.incremental_unassign(&consumer.assignment()?),
     }
 }
 

@@ -10,6 +10,7 @@ use rdkafka::error::KafkaError;
 use crate::flow::Flow;
 use crate::kafka::positions::Frontier;
 use crate::mm2::{OffsetSync, SyncPolicy};
+use crate::replicator::kafka_io::configured_ms;
 use crate::replicator::source::engine::send::{Ack, SendError};
 use crate::replicator::source::limits;
 
@@ -41,14 +42,14 @@ pub fn producer_config(
             .max(1);
         c.set("batch.size", cap.to_string());
     }
-    let timeout = c
-        .get("transaction.timeout.ms")
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(TRANSACTION_TIMEOUT.as_millis() as u64);
+    let timeout = configured_ms(&c, "transaction.timeout.ms")
+        .unwrap_or(TRANSACTION_TIMEOUT)
+        .as_millis()
+        .to_string();
     c.set("transactional.id", transactional_id)
-        .set("transaction.timeout.ms", timeout.to_string())
+        .set("transaction.timeout.ms", &timeout)
         // librdkafka requires it not to exceed the transaction timeout.
-        .set("message.timeout.ms", timeout.to_string());
+        .set("message.timeout.ms", &timeout);
     c
 }
 
