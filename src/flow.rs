@@ -520,6 +520,21 @@ mod tests {
     }
 
     #[test]
+    fn a_separator_that_cannot_be_in_a_topic_name_is_refused_naming_it() {
+        for separator in ["/", "' '", "'::'", "é", "'a b'"] {
+            let s = spec(&format!(
+                "source: {{alias: a, bootstrapServers: 'x:1'}}\ntarget: {{alias: b, bootstrapServers: 'y:1'}}\nreplicationPolicy: {{separator: {separator}}}\n"
+            ));
+            let err = validate(&s).unwrap_err().to_string();
+            assert!(
+                err.starts_with("spec.replicationPolicy.separator:")
+                    && err.contains("cannot be part of a topic name"),
+                "{separator}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn flow_files_get_the_crd_rules_on_addresses_and_secret_refs() {
         let s = spec(
             "source: {alias: a, bootstrapServers: 'kafka'}\ntarget: {alias: b, bootstrapServers: 'y:1'}\n",

@@ -13,7 +13,7 @@
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
 use super::FlowError;
-use crate::api::MirrorFlowSpec;
+use crate::api::{MirrorFlowSpec, PolicyKind};
 
 /// The most names a pattern is expanded to; a pattern naming more is treated as unbounded.
 pub const MAX_NAMES: usize = 64;
@@ -53,12 +53,41 @@ pub fn check(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
         ("spec.topics", &spec.topics),
         ("spec.topicsExclude", &spec.topics_exclude),
     )?;
+    check_remote_names(spec)?;
     if spec.checkpoints.enabled {
         check_lists(
             Names::Groups,
             ("spec.groups", &spec.groups),
             ("spec.groupsExclude", &spec.groups_exclude),
         )?;
+    }
+    Ok(())
+}
+
+/// Under `Prefix` a remote topic is named `<source alias><separator><topic>`, which Kafka
+/// refuses past 249 characters: a pattern whose every name is too long for that can never be
+/// copied (a pattern with shorter names too is left to the run, which reports each topic the
+/// target refuses).
+fn check_remote_names(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
+    if spec.replication_policy.kind != PolicyKind::Prefix {
+        return Ok(());
+    }
+    let separator = spec.replication_policy.separator.as_deref().unwrap_or(".");
+    let prefix = spec.source.alias.len().saturating_add(separator.len());
+    let longest_source_name = MAX_TOPIC_NAME.saturating_sub(prefix);
+    for pattern in &spec.topics {
+        let Some(shortest) = parse(pattern).and_then(|hir| hir.properties().minimum_len()) else {
+            continue;
+        };
+        if shortest > longest_source_name {
+            return Err(invalid(
+                "spec.topics",
+                format!(
+                    "'{pattern}' matches only names of {shortest} or more characters, and their remote names ('{}{separator}' and the name) would pass Kafka's {MAX_TOPIC_NAME}: with this alias and separator a source topic name can have at most {longest_source_name}; use a shorter spec.source.alias or spec.replicationPolicy.separator, or type Identity",
+                    spec.source.alias
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -137,7 +137,7 @@ fn patterns_that_cannot_match_a_topic_name_are_refused() {
         "orders.*",
         "orders*",
         "orders/*",
-        "x{249}",
+        "x{247}",
         "a(b c|d)",
         "[#a]+",
         "(?i)Orders",
@@ -183,4 +183,27 @@ fn finite_names_are_expanded_exactly_and_bounded() {
     assert_eq!(names("orders.*"), None);
     assert_eq!(names("[a-z]{3}"), None, "26^3 names");
     assert_eq!(names("x+"), None);
+}
+
+#[test]
+fn patterns_whose_remote_names_are_too_long_for_kafka_are_refused() {
+    // Alias `a` and separator `.`: a source name has at most 247 characters.
+    for pattern in ["x{248}", "x{249}", "orders-[a-z]{241}"] {
+        let err = refusal(&format!("topics: ['{pattern}']\n"));
+        assert!(
+            err.starts_with("spec.topics:") && err.contains("at most 247"),
+            "{pattern:?}: {err}"
+        );
+    }
+    let err = refusal("topics: ['x{246}']\nreplicationPolicy: {type: Prefix, separator: '---'}\n");
+    assert!(err.contains("at most 245"), "{err}");
+    for accepted in [
+        "topics: ['x{247}']\n",
+        // Some names are short enough: the run reports the ones the target refuses.
+        "topics: ['x{200,300}']\n",
+        // Identity keeps the source's names.
+        "topics: ['x{249}']\nreplicationPolicy: {type: Identity}\n",
+    ] {
+        assert!(check(&spec(accepted)).is_ok(), "{accepted:?}");
+    }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::api::rules::alias_contains_separator;
+use crate::api::rules::{alias_contains_separator, separator_problem};
 
 /// The first `spec.topics` pattern that matches internal topics and no ordinary name: a
 /// filter that can never copy anything, almost always a mistake (MirrorMaker 2 accepts it
@@ -77,6 +77,14 @@ fn check_aliases(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
             field: "spec.target.alias",
             message: "source and target aliases must differ: they name the clusters in topic names"
                 .into(),
+        });
+    }
+    if let Some(separator) = &spec.replication_policy.separator
+        && let Some(problem) = separator_problem(separator)
+    {
+        return Err(FlowError::Invalid {
+            field: "spec.replicationPolicy.separator",
+            message: problem,
         });
     }
     if spec.replication_policy.kind == PolicyKind::Prefix

@@ -115,32 +115,35 @@ pub fn client_certificate(
     }
 }
 
+/// A self-signed certificate for tests, valid for a day.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::SecretKeyRef;
+pub(crate) fn self_signed(cn: &str) -> (X509, PKey<openssl::pkey::Private>) {
     use openssl::asn1::Asn1Time;
     use openssl::hash::MessageDigest;
     use openssl::rsa::Rsa;
     use openssl::x509::X509NameBuilder;
 
-    fn self_signed(cn: &str) -> (X509, PKey<openssl::pkey::Private>) {
-        let key = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
-        let mut name = X509NameBuilder::new().unwrap();
-        name.append_entry_by_text("CN", cn).unwrap();
-        let name = name.build();
-        let mut b = X509::builder().unwrap();
-        b.set_version(2).unwrap();
-        b.set_subject_name(&name).unwrap();
-        b.set_issuer_name(&name).unwrap();
-        b.set_pubkey(&key).unwrap();
-        b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
-            .unwrap();
-        b.set_not_after(&Asn1Time::days_from_now(1).unwrap())
-            .unwrap();
-        b.sign(&key, MessageDigest::sha256()).unwrap();
-        (b.build(), key)
-    }
+    let key = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", cn).unwrap();
+    let name = name.build();
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_issuer_name(&name).unwrap();
+    b.set_pubkey(&key).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(1).unwrap())
+        .unwrap();
+    b.sign(&key, MessageDigest::sha256()).unwrap();
+    (b.build(), key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::SecretKeyRef;
 
     fn r(key: &str) -> Option<SecretKeyRef> {
         Some(SecretKeyRef {

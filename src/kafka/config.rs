@@ -327,10 +327,29 @@ fn tls_material(
     secrets: &SecretFiles,
 ) -> Result<(Option<String>, Option<ClientIdentity>), ConfigError> {
     let ca_pem = match &tls.ca_secret_ref {
-        Some(ca) => Some(secrets.read(&format!("{field}.tls.caSecretRef"), ca)?),
+        Some(ca) => Some(ca_certificates(
+            secrets.read(&format!("{field}.tls.caSecretRef"), ca)?,
+            ca,
+            field,
+        )?),
         None => None,
     };
     Ok((ca_pem, client_certificate(tls, field, secrets)?))
+}
+
+/// The CA certificates of `pem`, checked: a value with no PEM certificate (a key, DER bytes, a
+/// path, base64 of base64) would fail every connection with a TLS error that names nothing.
+fn ca_certificates(pem: String, ca: &SecretKeyRef, field: &str) -> Result<String, ConfigError> {
+    match openssl::x509::X509::stack_from_pem(pem.as_bytes()) {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        _ => Err(ConfigError::ClientCertificate {
+            field: format!("{field}.tls.caSecretRef"),
+            message: format!(
+                "Secret '{}' key '{}' holds no PEM certificate: give the certificate of the CA that signed the brokers' certificates ('-----BEGIN CERTIFICATE-----'), or remove caSecretRef to trust the system's CAs",
+                ca.name, ca.key
+            ),
+        }),
+    }
 }
 
 /// The SASL user name and password, for the mechanisms that take them.

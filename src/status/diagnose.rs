@@ -223,10 +223,15 @@ fn behind_tls(peer: &Peer) -> Option<Answer> {
     match tls_connect(peer, &TlsMaterial::default(), false) {
         Ok(mut stream) => {
             let (answer, error) = exchange(&mut stream.stream, api_versions(), API_VERSIONS_ID);
-            let refused = error.is_some_and(|t| tls_failure(0, &t) == TlsEnd::CertificateRefused);
+            let refused = error.is_some_and(|t| {
+                matches!(
+                    tls_failure(0, &t),
+                    TlsEnd::CertificateRefused | TlsEnd::ClientCertificateExpired
+                )
+            });
             Some(if refused { Answer::Kafka } else { answer })
         }
-        Err(TlsEnd::CertificateRefused) => Some(Answer::Kafka),
+        Err(TlsEnd::CertificateRefused | TlsEnd::ClientCertificateExpired) => Some(Answer::Kafka),
         Err(_) => None,
     }
 }
@@ -235,24 +240,26 @@ fn over_tls(peer: &Peer, tls: &TlsMaterial, expected: &Expected) -> Class {
     let mut stream = match tls_connect(peer, tls, true) {
         Ok(s) => s,
         // An HTTPS server's certificate is as foreign as the server: that is the fix to name.
-        Err(end @ (TlsEnd::Untrusted | TlsEnd::HostnameMismatch)) => {
-            return match behind_tls(peer) {
-                Some(Answer::Foreign(f)) => Class::NotKafka(f),
-                _ if end == TlsEnd::Untrusted => Class::CertificateUntrusted,
+        Err(end @ (TlsEnd::Untrusted | TlsEnd::HostnameMismatch | TlsEnd::OutOfDate(_))) => {
+            return match (behind_tls(peer), end) {
+                (Some(Answer::Foreign(f)), _) => Class::NotKafka(f),
+                (_, TlsEnd::OutOfDate(expired)) => Class::CertificateOutOfDate { expired },
+                (_, TlsEnd::Untrusted) => Class::CertificateUntrusted,
                 _ => Class::HostnameMismatch,
             };
         }
         Err(TlsEnd::CertificateRefused) => return Class::CertificateRefused,
+        Err(TlsEnd::ClientCertificateExpired) => return Class::ClientCertificateExpired,
         Err(TlsEnd::Deadline) => return silent(peer),
         Err(TlsEnd::NotTls | TlsEnd::Closed | TlsEnd::Other) => return not_tls(peer),
     };
     let (answer, error) = exchange(&mut stream.stream, api_versions(), API_VERSIONS_ID);
     // TLS 1.3: the broker checks the client certificate after the client's handshake ended,
     // so its refusal arrives as the first read's alert.
-    if let Some(text) = error
-        && tls_failure(0, &text) == TlsEnd::CertificateRefused
-    {
-        return Class::CertificateRefused;
+    match error.map(|text| tls_failure(0, &text)) {
+        Some(TlsEnd::CertificateRefused) => return Class::CertificateRefused,
+        Some(TlsEnd::ClientCertificateExpired) => return Class::ClientCertificateExpired,
+        _ => {}
     }
     match answer {
         Answer::Kafka => sasl_check(peer, expected),

@@ -164,6 +164,24 @@ fn tls_failures_are_classified_by_cause() {
             TlsEnd::Deadline,
         ),
         ("other", 0, "no shared cipher suites here", TlsEnd::Other),
+        (
+            "broker certificate expired",
+            10,
+            "error:0A000086:SSL routines::certificate verify failed",
+            TlsEnd::OutOfDate(true),
+        ),
+        (
+            "broker certificate not yet valid",
+            9,
+            "certificate verify failed",
+            TlsEnd::OutOfDate(false),
+        ),
+        (
+            "client certificate expired",
+            0,
+            "error:0A000415:SSL routines::sslv3 alert certificate expired",
+            TlsEnd::ClientCertificateExpired,
+        ),
     ];
     for (case, verify, text, want) in table {
         assert_eq!(tls_failure(verify, text), want, "{case}");
@@ -266,6 +284,9 @@ fn every_class_names_a_field_and_a_fix_and_no_bytes() {
         Class::CertificateUntrusted,
         Class::HostnameMismatch,
         Class::CertificateRefused,
+        Class::CertificateOutOfDate { expired: true },
+        Class::CertificateOutOfDate { expired: false },
+        Class::ClientCertificateExpired,
         Class::SaslExpected(vec!["SCRAM-SHA-512".into()]),
         Class::SaslNotEnabled,
         Class::MechanismNotEnabled {
@@ -456,5 +477,157 @@ fn a_silent_or_trickling_listener_ends_by_the_deadline() {
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A certificate for `cn` valid from `days.0` to `days.1` days from now, signed by `issuer`
+/// (self-signed when `None`), naming 127.0.0.1.
+fn certificate(
+    cn: &str,
+    days: (i64, i64),
+    issuer: Option<&(
+        openssl::x509::X509,
+        openssl::pkey::PKey<openssl::pkey::Private>,
+    )>,
+) -> (
+    openssl::x509::X509,
+    openssl::pkey::PKey<openssl::pkey::Private>,
+) {
+    use openssl::asn1::Asn1Time;
+    use openssl::x509::extension::{BasicConstraints, SubjectAlternativeName};
+    let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+    let mut name = openssl::x509::X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", cn).unwrap();
+    let name = name.build();
+    let mut b = openssl::x509::X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))
+        .unwrap();
+    b.set_pubkey(&key).unwrap();
+    let at = |d: i64| Asn1Time::from_unix(crate::clock::now_ms() / 1000 + d * 86_400).unwrap();
+    b.set_not_before(&at(days.0)).unwrap();
+    b.set_not_after(&at(days.1)).unwrap();
+    if issuer.is_none() {
+        b.append_extension(BasicConstraints::new().ca().build().unwrap())
+            .unwrap();
+    } else {
+        let san = SubjectAlternativeName::new()
+            .ip("127.0.0.1")
+            .build(&b.x509v3_context(issuer.map(|(c, _)| c.as_ref()), None))
+            .unwrap();
+        b.append_extension(san).unwrap();
+    }
+    let signer = issuer.map_or(&key, |(_, k)| k);
+    b.sign(signer, openssl::hash::MessageDigest::sha256())
+        .unwrap();
+    (b.build(), key)
+}
+
+fn pem(cert: &openssl::x509::X509) -> String {
+    String::from_utf8(cert.to_pem().unwrap()).unwrap()
+}
+
+/// A TLS listener on 127.0.0.1 with `server`'s certificate that, given `client_ca`, requires
+/// a client certificate it signed; each connection reads until the peer goes, answering its
+/// first read with `answer` when there is one (an HTTPS server's).
+fn tls_listener(
+    server: &(
+        openssl::x509::X509,
+        openssl::pkey::PKey<openssl::pkey::Private>,
+    ),
+    client_ca: Option<&openssl::x509::X509>,
+    answer: Option<&'static [u8]>,
+) -> String {
+    use openssl::ssl::{SslAcceptor, SslMethod, SslVerifyMode};
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+    b.set_certificate(&server.0).unwrap();
+    b.set_private_key(&server.1).unwrap();
+    if let Some(ca) = client_ca {
+        let mut store = openssl::x509::store::X509StoreBuilder::new().unwrap();
+        store.add_cert(ca.clone()).unwrap();
+        b.set_verify_cert_store(store.build()).unwrap();
+        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+    }
+    let acceptor = std::sync::Arc::new(b.build());
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let acceptor = acceptor.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                match acceptor.accept(s) {
+                    Ok(mut tls) => {
+                        let mut first = true;
+                        while matches!(tls.read(&mut buf), Ok(n) if n > 0) {
+                            if let Some(answer) = answer.filter(|_| first) {
+                                let _ = tls.write_all(answer);
+                            }
+                            first = false;
+                        }
+                    }
+                    // Refused: the alert is sent; reading what the client sent before closing
+                    // keeps the close from being a reset that could overtake the alert.
+                    Err(openssl::ssl::HandshakeError::Failure(mut mid)) => {
+                        let tcp = mid.get_mut();
+                        let _ = tcp.set_read_timeout(Some(Duration::from_secs(2)));
+                        while matches!(tcp.read(&mut buf), Ok(n) if n > 0) {}
+                    }
+                    Err(_) => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn certificates_outside_their_validity_are_told_as_such() {
+    let ca = certificate("test-ca", (-30, 30), None);
+    let tls_to = |addr: &str, client: Option<(String, String)>| Expected {
+        addresses: vec![addr.to_string()],
+        tls: Some(TlsMaterial {
+            ca_pem: Some(pem(&ca.0)),
+            client,
+        }),
+        sasl: None,
+    };
+    let expired = tls_listener(&certificate("broker", (-30, -1), Some(&ca)), None, None);
+    assert_eq!(
+        class_at(&tls_to(&expired, None)),
+        Some(Class::CertificateOutOfDate { expired: true })
+    );
+    let early = tls_listener(&certificate("broker", (2, 30), Some(&ca)), None, None);
+    assert_eq!(
+        class_at(&tls_to(&early, None)),
+        Some(Class::CertificateOutOfDate { expired: false })
+    );
+    // A broker that takes client certificates the CA signed, and an expired one of those.
+    let mtls = tls_listener(
+        &certificate("broker", (-1, 30), Some(&ca)),
+        Some(&ca.0),
+        None,
+    );
+    let old_client = certificate("client", (-30, -1), Some(&ca));
+    let key = String::from_utf8(old_client.1.private_key_to_pem_pkcs8().unwrap()).unwrap();
+    assert_eq!(
+        class_at(&tls_to(&mtls, Some((pem(&old_client.0), key)))),
+        Some(Class::ClientCertificateExpired)
+    );
+    assert_eq!(
+        class_at(&tls_to(&mtls, None)),
+        Some(Class::CertificateRefused)
+    );
+    // An HTTPS server whose certificate expired: the address is the fix to name, not the
+    // certificate.
+    let https = tls_listener(
+        &certificate("web", (-30, -1), Some(&ca)),
+        None,
+        Some(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"),
+    );
+    assert_eq!(
+        class_at(&tls_to(&https, None)),
+        Some(Class::NotKafka(Foreign::Http))
     );
 }

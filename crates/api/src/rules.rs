@@ -318,6 +318,21 @@ pub fn extension_problem(key: &str, value: &str) -> Option<String> {
     None
 }
 
+/// The `Prefix` policy's separator: it becomes part of every remote topic name, so it has only
+/// the characters Kafka allows in one.
+pub const SEPARATOR_PATTERN: &str = r"^[A-Za-z0-9._-]{1,8}$";
+
+/// What is wrong with a separator, or `None` when it matches [`SEPARATOR_PATTERN`].
+pub fn separator_problem(separator: &str) -> Option<String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if (1..=8).contains(&separator.len()) && separator.chars().all(legal) {
+        return None;
+    }
+    Some(format!(
+        "'{separator}' cannot be part of a topic name: use 1 to 8 of a-z, A-Z, 0-9, '.', '_' and '-' (MirrorMaker 2's default is '.')"
+    ))
+}
+
 /// Whether an alias contains the `Prefix` policy's separator, which makes remote topic names
 /// ambiguous: with alias `us-east` and separator `-`, `us-east-orders` reads both as topic
 /// `east-orders` from `us` and as `orders` from `us-east`.
@@ -522,6 +537,19 @@ mod tests {
             ("a", "x y"),
         ] {
             assert!(extension_problem(k, v).is_some(), "{k}={v} accepted");
+        }
+    }
+
+    #[test]
+    fn a_separator_has_only_topic_name_characters() {
+        let pattern = regex::Regex::new(SEPARATOR_PATTERN).expect("the pattern compiles");
+        for ok in [".", "_", "-", "__", "to", ".x-"] {
+            assert_eq!(separator_problem(ok), None, "{ok:?}");
+            assert!(pattern.is_match(ok), "{ok:?}");
+        }
+        for bad in ["", "/", " ", "::", "a b", "é", "123456789", ".\n"] {
+            assert!(separator_problem(bad).is_some(), "{bad:?}");
+            assert!(!pattern.is_match(bad), "{bad:?}");
         }
     }
 

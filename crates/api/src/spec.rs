@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::duration::SpecDuration;
 use super::rules::{
     BOOTSTRAP_PATTERN, CLIENT_ID_PATTERN, SCOPE_PATTERN, SECRET_KEY_PATTERN, SECRET_NAME_PATTERN,
-    TOKEN_ENDPOINT_PATTERN,
+    SEPARATOR_PATTERN, TOKEN_ENDPOINT_PATTERN,
 };
 use super::status::MirrorFlowStatus;
 
@@ -302,7 +302,7 @@ pub struct ReplicationPolicySpec {
     pub kind: PolicyKind,
     /// The separator between alias and topic for `Prefix`. Default `.`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 8))]
+    #[schemars(length(min = 1, max = 8), regex(pattern = SEPARATOR_PATTERN))]
     pub separator: Option<String>,
 }
 

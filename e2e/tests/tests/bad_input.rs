@@ -182,6 +182,11 @@ fn refused_cases() -> Vec<(&'static str, &'static str, &'static str)> {
             "REPLACE:  source: {alias: a, bootstrapServers: \"a:1\"}\n  target: {alias: eu_west, bootstrapServers: \"b:1\"}\n  replicationPolicy: {separator: _}\n",
             "replicationPolicy.separator",
         ),
+        (
+            "separator that cannot be in a topic name",
+            "  replicationPolicy: {separator: \"/\"}\n",
+            "spec.replicationPolicy.separator",
+        ),
     ]
 }
 
@@ -192,6 +197,12 @@ fn condition_cases() -> Vec<(&'static str, String, &'static str, &'static str)> 
         (
             "bad-topic-regex",
             "  topics: [\"orders[\"]\n".into(),
+            "InvalidSpec",
+            "spec.topics",
+        ),
+        (
+            "remote-names-too-long",
+            "  topics: [\"events-[a-z]{240}\"]\n".into(),
             "InvalidSpec",
             "spec.topics",
         ),

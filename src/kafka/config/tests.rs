@@ -112,7 +112,9 @@ fn the_batch_copys_connections_get_the_same_credentials_oauthbearer_included() {
     std::fs::create_dir_all(dir.join("creds")).unwrap();
     std::fs::write(dir.join("creds/user"), "alice\n").unwrap();
     std::fs::write(dir.join("creds/password"), "s3cret").unwrap();
-    std::fs::write(dir.join("creds/ca"), "-----BEGIN CERTIFICATE-----").unwrap();
+    let (ca, _) = super::super::client_cert::self_signed("ca");
+    let ca_pem = String::from_utf8(ca.to_pem().unwrap()).unwrap();
+    std::fs::write(dir.join("creds/ca"), &ca_pem).unwrap();
     std::fs::create_dir_all(dir.join("oauth")).unwrap();
     std::fs::write(dir.join("oauth/client-secret"), "t0ken-secret").unwrap();
     let secrets = SecretFiles::new(&dir);
@@ -130,7 +132,7 @@ fn the_batch_copys_connections_get_the_same_credentials_oauthbearer_included() {
     c.sasl = Some(password_sasl(SaslMechanism::ScramSha256));
     let security = conn_security(&c, "spec.target", &secrets).unwrap();
     let tls = security.tls.expect("TLS");
-    assert_eq!(tls.ca_pem.as_deref(), Some("-----BEGIN CERTIFICATE-----"));
+    assert_eq!(tls.ca_pem.as_deref(), Some(ca_pem.trim_end()));
     assert!(tls.verify_hostname && tls.client.is_none());
     match security.sasl {
         Some(mirrorflow_conn::Sasl::Scram {
@@ -494,5 +496,44 @@ fn every_reason_is_listed() {
     ];
     for e in errors {
         assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+    }
+}
+
+#[test]
+fn a_ca_secret_without_a_pem_certificate_is_refused_naming_it() {
+    let (ca, key) = super::super::client_cert::self_signed("ca");
+    let key_pem = key.private_key_to_pem_pkcs8().unwrap();
+    let der = ca.to_der().unwrap();
+    let mut c = cluster();
+    c.tls = Some(TlsSpec {
+        ca_secret_ref: Some(SecretKeyRef {
+            name: "tls".into(),
+            key: "ca.crt".into(),
+        }),
+        ..TlsSpec::default()
+    });
+    for (what, value) in [
+        ("a private key", key_pem),
+        ("DER bytes", der),
+        ("a path", b"/etc/ssl/certs/ca.pem".to_vec()),
+        (
+            "a PEM header alone",
+            b"-----BEGIN CERTIFICATE-----".to_vec(),
+        ),
+    ] {
+        let secrets =
+            SecretFiles::from_values([(("tls".to_string(), "ca.crt".to_string()), value)].into());
+        for err in [
+            client_config(&c, "spec.source", &secrets, ClientUse::Probe).map(|_| ()),
+            conn_security(&c, "spec.source", &secrets).map(|_| ()),
+        ] {
+            let err = err.expect_err(what);
+            assert_eq!(err.reason(), "InvalidSpec", "{what}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("spec.source.tls.caSecretRef: Secret 'tls' key 'ca.crt' holds no PEM certificate"),
+                "{what}: {text}"
+            );
+        }
     }
 }

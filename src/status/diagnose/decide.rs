@@ -25,6 +25,11 @@ pub enum Class {
     CertificateUntrusted,
     /// The broker's certificate does not name the host connected to.
     HostnameMismatch,
+    /// The broker's certificate, or a CA certificate of its chain, is outside its validity
+    /// period (`expired`: past it; otherwise not valid yet, a clock that is wrong).
+    CertificateOutOfDate { expired: bool },
+    /// The broker refused the client certificate because it expired.
+    ClientCertificateExpired,
     /// The broker refused the client certificate, or wants one and none was given.
     CertificateRefused,
     /// The listener requires SASL (it enables these mechanisms); the spec has none.
@@ -141,8 +146,12 @@ pub enum TlsEnd {
     NotTls,
     Untrusted,
     HostnameMismatch,
+    /// A certificate of the broker's chain is past (`true`) or before its validity period.
+    OutOfDate(bool),
     /// The broker refused the client certificate (a TLS alert).
     CertificateRefused,
+    /// The broker refused the client certificate as expired (a TLS alert).
+    ClientCertificateExpired,
     Closed,
     Deadline,
     Other,
@@ -151,6 +160,9 @@ pub enum TlsEnd {
 /// OpenSSL's verify result for a certificate that does not name the host.
 const X509_V_ERR_HOSTNAME_MISMATCH: i32 = 62;
 const X509_V_ERR_IP_ADDRESS_MISMATCH: i32 = 64;
+/// OpenSSL's verify results for a certificate outside its validity period.
+const X509_V_ERR_CERT_NOT_YET_VALID: i32 = 9;
+const X509_V_ERR_CERT_HAS_EXPIRED: i32 = 10;
 
 /// Classifies a failed TLS handshake from OpenSSL's verify result (`verify`, 0 when the
 /// certificate was accepted or not yet seen) and its error text.
@@ -163,14 +175,19 @@ pub fn tls_failure(verify: i32, text: &str) -> TlsEnd {
     ) || has(&["hostname mismatch", "ip address mismatch"])
     {
         TlsEnd::HostnameMismatch
+    } else if verify == X509_V_ERR_CERT_HAS_EXPIRED || has(&["certificate has expired"]) {
+        TlsEnd::OutOfDate(true)
+    } else if verify == X509_V_ERR_CERT_NOT_YET_VALID || has(&["certificate is not yet valid"]) {
+        TlsEnd::OutOfDate(false)
     } else if verify != 0 || has(&["certificate verify failed"]) {
         TlsEnd::Untrusted
+    } else if has(&["alert certificate expired"]) {
+        TlsEnd::ClientCertificateExpired
     } else if has(&[
         "alert bad certificate",
         "alert certificate required",
         "alert unknown ca",
         "alert certificate unknown",
-        "alert certificate expired",
         "alert handshake failure",
     ]) {
         TlsEnd::CertificateRefused
@@ -255,10 +272,12 @@ pub fn describe(d: &Diagnosis, side: &str) -> (&'static str, String) {
             reason::SOURCE_SASL_MECHANISM_NOT_ENABLED,
             reason::TARGET_SASL_MECHANISM_NOT_ENABLED,
         ),
-        Class::CertificateUntrusted | Class::HostnameMismatch => {
+        Class::CertificateUntrusted
+        | Class::HostnameMismatch
+        | Class::CertificateOutOfDate { .. } => {
             pick(reason::SOURCE_TLS_FAILED, reason::TARGET_TLS_FAILED)
         }
-        Class::CertificateRefused => pick(
+        Class::CertificateRefused | Class::ClientCertificateExpired => pick(
             reason::SOURCE_CERTIFICATE_REFUSED,
             reason::TARGET_CERTIFICATE_REFUSED,
         ),
@@ -332,6 +351,15 @@ fn certificate_message(class: &Class, field: &str, addr: &str) -> Option<String>
         ),
         Class::CertificateRefused => format!(
             "{field}.tls.certSecretRef: the broker at '{addr}' refused the client certificate, or requires one and none was given; set {field}.tls.certSecretRef and keySecretRef (or pkcs12SecretRef) to a certificate signed by the CA the brokers trust for clients"
+        ),
+        Class::CertificateOutOfDate { expired: true } => format!(
+            "{field}.bootstrapServers: the certificate of the broker at '{addr}', or of a CA in its chain or in {field}.tls.caSecretRef, has expired; renew the brokers' certificates (or put the renewed CA in the Secret caSecretRef names)"
+        ),
+        Class::CertificateOutOfDate { expired: false } => format!(
+            "{field}.bootstrapServers: the certificate of the broker at '{addr}', or of a CA in its chain, is not valid yet; check the clocks of the operator's node and of the CA that issued it, or wait until its validity starts"
+        ),
+        Class::ClientCertificateExpired => format!(
+            "{field}.tls.certSecretRef: the broker at '{addr}' refused the client certificate because it expired; renew it and update the Secret {field}.tls.certSecretRef (or pkcs12SecretRef) names"
         ),
         _ => return None,
     })
