@@ -72,7 +72,11 @@ fn check_remote_names(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
     if spec.replication_policy.kind != PolicyKind::Prefix {
         return Ok(());
     }
-    let separator = spec.replication_policy.separator.as_deref().unwrap_or(".");
+    let separator = spec
+        .replication_policy
+        .separator
+        .as_deref()
+        .unwrap_or(mirrorflow_core::DEFAULT_SEPARATOR);
     let prefix = spec.source.alias.len().saturating_add(separator.len());
     let longest_source_name = MAX_TOPIC_NAME.saturating_sub(prefix);
     for pattern in &spec.topics {

@@ -79,17 +79,21 @@ fn check_aliases(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 .into(),
         });
     }
-    if let Some(separator) = &spec.replication_policy.separator
-        && let Some(problem) = separator_problem(separator)
-    {
+    if let Some(separator) = &spec.replication_policy.separator {
+        check_separator(spec, separator)?;
+    }
+    Ok(())
+}
+
+/// A separator a topic name can hold, and (under `Prefix`) in neither alias.
+fn check_separator(spec: &MirrorFlowSpec, separator: &str) -> Result<(), FlowError> {
+    if let Some(problem) = separator_problem(separator) {
         return Err(FlowError::Invalid {
             field: "spec.replicationPolicy.separator",
             message: problem,
         });
     }
-    if spec.replication_policy.kind == PolicyKind::Prefix
-        && let Some(separator) = &spec.replication_policy.separator
-    {
+    if spec.replication_policy.kind == PolicyKind::Prefix {
         for (field, alias) in [
             ("spec.source.alias", &spec.source.alias),
             ("spec.target.alias", &spec.target.alias),

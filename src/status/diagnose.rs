@@ -223,15 +223,10 @@ fn behind_tls(peer: &Peer) -> Option<Answer> {
     match tls_connect(peer, &TlsMaterial::default(), false) {
         Ok(mut stream) => {
             let (answer, error) = exchange(&mut stream.stream, api_versions(), API_VERSIONS_ID);
-            let refused = error.is_some_and(|t| {
-                matches!(
-                    tls_failure(0, &t),
-                    TlsEnd::CertificateRefused | TlsEnd::ClientCertificateExpired
-                )
-            });
+            let refused = error.is_some_and(|t| tls_failure(0, &t).client_refusal().is_some());
             Some(if refused { Answer::Kafka } else { answer })
         }
-        Err(TlsEnd::CertificateRefused | TlsEnd::ClientCertificateExpired) => Some(Answer::Kafka),
+        Err(end) if end.client_refusal().is_some() => Some(Answer::Kafka),
         Err(_) => None,
     }
 }
@@ -256,10 +251,8 @@ fn over_tls(peer: &Peer, tls: &TlsMaterial, expected: &Expected) -> Class {
     let (answer, error) = exchange(&mut stream.stream, api_versions(), API_VERSIONS_ID);
     // TLS 1.3: the broker checks the client certificate after the client's handshake ended,
     // so its refusal arrives as the first read's alert.
-    match error.map(|text| tls_failure(0, &text)) {
-        Some(TlsEnd::CertificateRefused) => return Class::CertificateRefused,
-        Some(TlsEnd::ClientCertificateExpired) => return Class::ClientCertificateExpired,
-        _ => {}
+    if let Some(refusal) = error.and_then(|text| tls_failure(0, &text).client_refusal()) {
+        return refusal;
     }
     match answer {
         Answer::Kafka => sasl_check(peer, expected),

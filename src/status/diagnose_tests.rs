@@ -189,6 +189,33 @@ fn tls_failures_are_classified_by_cause() {
 }
 
 #[test]
+fn only_a_refused_client_certificate_is_a_client_refusal() {
+    let refusals = [
+        (TlsEnd::CertificateRefused, Some(Class::CertificateRefused)),
+        (
+            TlsEnd::ClientCertificateExpired,
+            Some(Class::ClientCertificateExpired),
+        ),
+    ];
+    for (end, want) in refusals {
+        assert_eq!(end.client_refusal(), want, "{end:?}");
+    }
+    let others = [
+        TlsEnd::NotTls,
+        TlsEnd::Untrusted,
+        TlsEnd::HostnameMismatch,
+        TlsEnd::OutOfDate(true),
+        TlsEnd::OutOfDate(false),
+        TlsEnd::Closed,
+        TlsEnd::Deadline,
+        TlsEnd::Other,
+    ];
+    for end in others {
+        assert_eq!(end.client_refusal(), None, "{end:?}");
+    }
+}
+
+#[test]
 fn sasl_answers_name_the_mechanisms_or_the_mismatch() {
     let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let table = [
@@ -449,11 +476,15 @@ fn a_silent_or_trickling_listener_ends_by_the_deadline() {
         std::thread::sleep(Duration::from_secs(20));
         drop(s);
     });
+    // The listeners hold a connection 20 s (silent) and 30 s (trickling): ending well before
+    // that shows the 2 s deadline held. The bound leaves room for a loaded machine (a CI run
+    // building beside it took 6.5 s here), not for a diagnosis that waits for the peer.
+    let ended_by_the_deadline = Duration::from_secs(10);
     let started = Instant::now();
     let found = diagnose(&plain(&silent), Instant::now() + Duration::from_secs(2));
     assert_eq!(found.map(|d| d.class), Some(Class::Silent));
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < ended_by_the_deadline,
         "{:?}",
         started.elapsed()
     );
@@ -474,7 +505,7 @@ fn a_silent_or_trickling_listener_ends_by_the_deadline() {
     let started = Instant::now();
     let _ = diagnose(&tls, Instant::now() + Duration::from_secs(2));
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < ended_by_the_deadline,
         "{:?}",
         started.elapsed()
     );

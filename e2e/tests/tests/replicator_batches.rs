@@ -5,7 +5,8 @@
 //! translate onto the record they read next; a graceful restart neither repeats nor skips; and
 //! batches the target could not take as they are (records compacted away, log-append time,
 //! over the remote topic's limit) are written anew with exact translation; a batch larger than
-//! the copy fetches stops its partition with a `Replicating` condition that names the fix.
+//! the copy fetches stops its partition with a `Replicating` condition that names the fix; a
+//! partition written a record at a time is written as few batches, exactly.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -352,6 +353,75 @@ async fn batches_the_target_could_not_take_as_they_are_are_written_anew_exactly(
             r.log_text()
         );
     }
+    Ok(())
+}
+
+/// A partition written one record at a time (each record a zstd batch of its own, what a
+/// producer's linger gives a partition with little traffic) is written as few batches: the
+/// target holds every record in order, still zstd, in fewer batches than the source; a group
+/// committed inside the run translates onto the record it reads next; the merges are counted.
+#[tokio::test]
+async fn small_batches_are_merged_exactly_and_keep_their_codec() -> Result<()> {
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("batches-merged")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let topic = unique("batches-small");
+    let remote = format!("{}.{topic}", s.a);
+    kafka::create_topic(&source, &topic, 1).await?;
+    let producer = zstd_producer(&source, false)?;
+    for i in 0..60 {
+        // One at a time: each send is its own batch.
+        send_together(&producer, &topic, 0, None, &[format!("small-{i:02}")]).await?;
+    }
+    let source_batches = stored_codecs(&source, &topic, 0)?.len();
+    ensure!(
+        source_batches == 60,
+        "the source holds {source_batches} batches"
+    );
+
+    let group = unique("batches-merged-app");
+    let flow = batches_flow(&s, &[&topic], &[&group]);
+    let r = s.start("r", &flow).await?;
+    let visible = wait_copied(&source, &topic, &target, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    let copied = read_visible(&target, &remote, 0)?;
+    ensure!(
+        values(&copied) == values(&visible),
+        "the target holds\n{:?}\nnot\n{:?}",
+        values(&copied),
+        values(&visible)
+    );
+    let codecs = stored_codecs(&target, &remote, 0)?;
+    println!(
+        "{} records: {source_batches} batches on the source, {} on the target",
+        copied.len(),
+        codecs.len()
+    );
+    ensure!(
+        codecs.len() < source_batches / 4 && codecs.iter().all(|c| *c == Codec::Zstd),
+        "the target stored {codecs:?}"
+    );
+    let merged = r.metric("mirrorflow_batches_rewritten_total{reason=\"merged\"}");
+    ensure!(merged.is_some_and(|n| n > 0.0), "merged {merged:?}");
+
+    let cps_topic = format!("{}.checkpoints.internal", s.a);
+    let n = 23;
+    let (read, c) = consume_and_commit(&source, &group, &topic, 0, n)?;
+    ensure!(read.as_slice() == &visible[..n], "the group read {read:?}");
+    let cp = checkpoint_for(&target, &cps_topic, &group, &remote, 0, c, true)
+        .await
+        .with_context(|| r.log_text())?;
+    let first = first_from(&target, &remote, 0, cp.downstream_offset)?;
+    let l = landing(&visible, n, first.as_ref())?;
+    println!(
+        "committed {c} -> checkpoint {}->{}: skipped {}, re-read {}",
+        cp.upstream_offset, cp.downstream_offset, l.skipped, l.reread
+    );
+    ensure!(l.skipped == 0 && l.reread == 0, "{l:?}");
     Ok(())
 }
 

@@ -157,6 +157,18 @@ pub enum TlsEnd {
     Other,
 }
 
+impl TlsEnd {
+    /// The class of a broker's refusal of the client certificate, `None` for any other end:
+    /// such a refusal also tells that the listener is Kafka's (mTLS) and wants a certificate.
+    pub fn client_refusal(self) -> Option<Class> {
+        match self {
+            TlsEnd::CertificateRefused => Some(Class::CertificateRefused),
+            TlsEnd::ClientCertificateExpired => Some(Class::ClientCertificateExpired),
+            _ => None,
+        }
+    }
+}
+
 /// OpenSSL's verify result for a certificate that does not name the host.
 const X509_V_ERR_HOSTNAME_MISMATCH: i32 = 62;
 const X509_V_ERR_IP_ADDRESS_MISMATCH: i32 = 64;

@@ -141,35 +141,90 @@ pub fn rewrite(
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Vec<Rewritten>, RewriteError> {
-    let h = &batch.header;
-    if h.is_control() {
-        return Err(RewriteError::Control {
-            base_offset: h.base_offset,
-        });
-    }
-    let opened = records::open(batch, inflate_limit)?;
-    let codec = h.codec().map_err(RecordsError::from)?;
-    let mut writer = Writer {
-        source_base: h.base_offset,
-        codec,
-        max: max_batch_bytes.min(MAX_BATCH),
-        pending: Pending::default(),
-        scratch: Vec::new(),
-        out: Vec::new(),
-    };
-    let mut previous: Option<i64> = None;
-    for record in opened.records() {
-        let record = record?;
-        check_offset(h, previous, record.offset)?;
-        let follows = previous.is_some_and(|p| p.saturating_add(1) == record.offset);
-        writer.push(&record, follows)?;
-        previous = Some(record.offset);
-    }
-    writer.finish()
+    let anew = write_anew(
+        std::slice::from_ref(batch),
+        inflate_limit,
+        max_batch_bytes,
+        false,
+    );
+    anew.map(|m| m.batches)
 }
 
-/// Record offsets rise within a batch and end at its last offset at the latest (compaction
-/// keeps a batch's last offset delta): anything else would map source offsets twice.
+/// What [`merge`] wrote, and the bytes its input's records inflated to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub batches: Vec<Rewritten>,
+    pub inflated: usize,
+}
+
+/// Consecutive batches of one partition, in offset order, written as few batches as the
+/// target takes: their records go into one output batch while their source offsets follow each
+/// other and it fits `max_batch_bytes`, exactly as [`rewrite`] writes one batch's records
+/// (which is this with one batch). Many small batches (a partition written a record or two at
+/// a time) become one, so a copy writes one batch per request where it would have written
+/// each of them in a request of its own (a produce request carries one batch per partition).
+///
+/// The records of all of them inflate to at most `inflate_limit` bytes together. The output
+/// keeps the first batch's codec wherever the compressed batch fits the limit (a copy of whole
+/// batches keeps the producer's codec; only a merged batch of a few tiny records may grow by
+/// it). Errors as [`rewrite`]'s, for any of the batches, and [`RewriteError::Offsets`] when a
+/// batch's records do not come after the one before it.
+pub fn merge(
+    batches: &[Batch<'_>],
+    inflate_limit: usize,
+    max_batch_bytes: usize,
+) -> Result<Merged, RewriteError> {
+    write_anew(batches, inflate_limit, max_batch_bytes, true)
+}
+
+/// [`merge`], and with one batch [`rewrite`]; `keep_codec` as [`Writer::keep_codec`].
+fn write_anew(
+    batches: &[Batch<'_>],
+    inflate_limit: usize,
+    max_batch_bytes: usize,
+    keep_codec: bool,
+) -> Result<Merged, RewriteError> {
+    let mut writer: Option<Writer> = None;
+    let mut inflated = 0_usize;
+    let mut previous: Option<i64> = None;
+    for batch in batches {
+        let h = &batch.header;
+        if h.is_control() {
+            return Err(RewriteError::Control {
+                base_offset: h.base_offset,
+            });
+        }
+        let opened = records::open(batch, inflate_limit.saturating_sub(inflated))?;
+        inflated = inflated.saturating_add(opened.inflated_len());
+        let writer = match &mut writer {
+            Some(w) => w,
+            None => writer.insert(Writer {
+                source_base: h.base_offset,
+                codec: h.codec().map_err(RecordsError::from)?,
+                keep_codec,
+                max: max_batch_bytes.min(MAX_BATCH),
+                pending: Pending::default(),
+                scratch: Vec::new(),
+                out: Vec::new(),
+            }),
+        };
+        for record in opened.records() {
+            let record = record?;
+            check_offset(h, previous, record.offset)?;
+            let follows = previous.is_some_and(|p| p.saturating_add(1) == record.offset);
+            writer.push(&record, follows)?;
+            previous = Some(record.offset);
+        }
+    }
+    Ok(Merged {
+        batches: writer.map_or(Ok(Vec::new()), Writer::finish)?,
+        inflated,
+    })
+}
+
+/// Record offsets rise within a batch (and from one merged batch to the next) and end at its
+/// last offset at the latest (compaction keeps a batch's last offset delta): anything else
+/// would map source offsets twice.
 fn check_offset(h: &BatchHeader, previous: Option<i64>, offset: i64) -> Result<(), RewriteError> {
     let rises = previous.is_none_or(|p| offset > p);
     if rises && offset <= h.last_offset() {
@@ -185,6 +240,9 @@ fn check_offset(h: &BatchHeader, previous: Option<i64>, offset: i64) -> Result<(
 struct Writer {
     source_base: i64,
     codec: Codec,
+    /// Compressed with `codec` wherever that fits `max`, smaller or not; otherwise only when
+    /// smaller, and never below [`COMPRESS_FROM`] bytes.
+    keep_codec: bool,
     max: usize,
     pending: Pending,
     /// One record's body, before its length prefix.
@@ -268,16 +326,18 @@ impl Writer {
         Ok(())
     }
 
-    /// `plain` compressed with the source's codec, or as it is when that is not smaller.
+    /// `plain` compressed with the source's codec, or as it is when that is not smaller (see
+    /// [`Self::keep_codec`]).
     fn smaller(&self, plain: Vec<u8>) -> Result<(Codec, Vec<u8>), RewriteError> {
-        if self.codec == Codec::None || plain.len() < COMPRESS_FROM {
+        if self.codec == Codec::None || (!self.keep_codec && plain.len() < COMPRESS_FROM) {
             return Ok((Codec::None, plain));
         }
         let compressed = compress(self.codec, &plain).ok_or(RewriteError::Compress {
             base_offset: self.source_base,
             codec: self.codec.name(),
         })?;
-        if compressed.len() < plain.len() {
+        let fits = HEADER_LEN.saturating_add(compressed.len()) <= self.max;
+        if compressed.len() < plain.len() || (self.keep_codec && fits) {
             Ok((self.codec, compressed))
         } else {
             Ok((Codec::None, plain))

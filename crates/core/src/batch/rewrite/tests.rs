@@ -587,3 +587,5 @@ fn cpu_ns() -> u64 {
     let ns = stat.split_whitespace().next().expect("run time");
     ns.parse().expect("nanoseconds")
 }
+
+mod merge;

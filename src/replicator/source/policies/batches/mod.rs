@@ -7,7 +7,7 @@
 //! leaders ([`mirrorflow_conn::Fetcher`]: aborted transactions and markers left out), and the
 //! copy thread hands them to a [`Writer`], which restamps each one for its own idempotent
 //! producer and writes it to the remote partition's leader. Compressed records are never
-//! decompressed: that is the CPU this mode saves.
+//! decompressed but in small or unwritable batches: that is the CPU this mode saves.
 //!
 //! Everything else is the at-least-once bookkeeping ([`Progress`]): a written batch of `n`
 //! records at target offset `t` acknowledges the run of its source offsets at `t..t+n`, offset
@@ -23,15 +23,19 @@
 //! at all (a record alone over the limit, records that do not decode) and what the target
 //! refuses stops its partition ([`Stop`]): it is named to the operator, which shows it in
 //! `Replicating`, and tried again with a growing backoff, so a fixed cause (a larger
-//! `max.message.bytes`) resumes it.
+//! `max.message.bytes`) resumes it. Runs of small batches are merged ([`merge`]): a produce
+//! request carries one batch per partition, so a partition written a record at a time would
+//! otherwise cost a request per record.
 
 pub mod fetch;
+mod merge;
 mod ownership;
 mod prepare;
 mod settle;
 mod timing;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -44,7 +48,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use self::fetch::{Command, FetchThread, Tagged};
-use self::prepare::{Prepared, Ready, Target};
+use self::prepare::{Prepared, Ready, Reason, Target};
 use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
 use crate::kafka::refusals::Refusal;
@@ -338,6 +342,7 @@ impl Batches {
             self.out_of_range(&out_of_range);
         }
         let read_at = Instant::now();
+        let mut budget = merge::ROUND_INFLATE_LIMIT;
         for (generation, f) in round.fetched {
             let Some(idx) = self.slots.index(&f.topic, f.partition) else {
                 continue;
@@ -362,30 +367,59 @@ impl Batches {
                 max_timestamp: -1,
                 read_at,
             };
-            let mut stop = None;
-            let mut ready = Vec::new();
-            for range in f.batches.iter().cloned() {
-                match prepare::prepare(&f.body, range, &target, like) {
-                    Prepared::Write(batches, reason) => {
-                        if let Some(reason) = reason {
-                            let m = &self.shared.ctx.metrics;
-                            m.batches_rewritten
-                                .with_label_values(&[reason.label()])
-                                .inc();
-                        }
-                        ready.extend(batches);
-                    }
-                    Prepared::Stop(s) => {
-                        stop = Some(s);
-                        break;
-                    }
-                }
-            }
+            let (ready, stop) = self.prepare(&f.body, &f.batches, &target, like, &mut budget);
             let stop = self.hand_to_writer(&remote, f.partition, ready).or(stop);
             if let Some(stop) = stop {
                 self.stop(idx, stop);
             }
         }
+    }
+
+    /// A partition's fetched batches as the writer takes them, in order ([`merge::plan`]): runs
+    /// of small batches merged (within the round's inflate `budget`), every other batch
+    /// [`prepare::prepare`]d; up to the first batch that stops the partition.
+    fn prepare(
+        &self,
+        body: &Arc<Vec<u8>>,
+        ranges: &[Range<usize>],
+        target: &Target<'_>,
+        like: Token,
+        budget: &mut usize,
+    ) -> (Vec<Ready>, Option<Stop>) {
+        let mut ready = Vec::new();
+        let rewritten = |reason: Reason| {
+            let m = &self.shared.ctx.metrics;
+            m.batches_rewritten
+                .with_label_values(&[reason.label()])
+                .inc();
+        };
+        for unit in merge::plan(body, ranges, target.position) {
+            let ones = match unit {
+                merge::Unit::Run(run) => {
+                    if let Some(merged) = merge::merge_run(body, &run, target, like, budget) {
+                        for _ in &run {
+                            rewritten(Reason::Merged);
+                        }
+                        ready.extend(merged);
+                        continue;
+                    }
+                    run
+                }
+                merge::Unit::One(range) => vec![range],
+            };
+            for range in ones {
+                match prepare::prepare(body, range, target, like) {
+                    Prepared::Write(batches, reason) => {
+                        if let Some(reason) = reason {
+                            rewritten(reason);
+                        }
+                        ready.extend(batches);
+                    }
+                    Prepared::Stop(s) => return (ready, Some(s)),
+                }
+            }
+        }
+        (ready, None)
     }
 
     /// Hands a partition's prepared batches to the writer, in order; a remote topic name the

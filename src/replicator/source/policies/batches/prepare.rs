@@ -33,6 +33,8 @@ pub enum Reason {
     Compacted,
     LogAppendTime,
     TooLarge,
+    /// One of a run of small batches merged ([`super::merge`]).
+    Merged,
 }
 
 impl Reason {
@@ -41,6 +43,7 @@ impl Reason {
             Reason::Compacted => "compacted",
             Reason::LogAppendTime => "log_append_time",
             Reason::TooLarge => "too_large",
+            Reason::Merged => "merged",
         }
     }
 }
@@ -166,7 +169,7 @@ fn cannot_rewrite(b: &Batch<'_>, target: &Target<'_>, reason: Reason, e: &Rewrit
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Instant;
 
     use super::*;
@@ -185,7 +188,12 @@ mod tests {
     /// An uncompressed record batch (magic 2) at `base` holding `records` as (offset delta,
     /// value), whose last offset delta is `last_delta` (more than the last record's when
     /// compaction removed records at its end).
-    fn batch(base: i64, records: &[(i32, Vec<u8>)], last_delta: i32, attributes: i16) -> Vec<u8> {
+    pub(in super::super) fn batch(
+        base: i64,
+        records: &[(i32, Vec<u8>)],
+        last_delta: i32,
+        attributes: i16,
+    ) -> Vec<u8> {
         let mut body = Vec::new();
         for (delta, value) in records {
             let mut r = vec![0u8];
@@ -218,7 +226,7 @@ mod tests {
         b
     }
 
-    fn like() -> Token {
+    pub(in super::super) fn like() -> Token {
         Token {
             idx: 3,
             generation: 7,
@@ -230,7 +238,7 @@ mod tests {
         }
     }
 
-    fn target(max_bytes: Option<usize>, position: i64) -> Target<'static> {
+    pub(in super::super) fn target(max_bytes: Option<usize>, position: i64) -> Target<'static> {
         Target {
             topic: "t",
             partition: 0,
@@ -261,7 +269,7 @@ mod tests {
         }
     }
 
-    fn values(n: usize, len: usize) -> Vec<(i32, Vec<u8>)> {
+    pub(in super::super) fn values(n: usize, len: usize) -> Vec<(i32, Vec<u8>)> {
         (0..n)
             .map(|i| (i32::try_from(i).unwrap(), vec![b'v'; len]))
             .collect()
