@@ -22,6 +22,7 @@
 #                   over 8, 200 and 2,000 source partitions (1 topic x 8, 20 and 200 topics x
 #                   10), copied by each arm (throughput, peak RSS); then, with our replicator
 #                   still running, 500 groups committing every 5 s (checkpoint freshness)
+#   BENCH_PARTS_COUNTS="2000"  the partition counts --partitions runs instead (8 200 2000)
 #   --brokers3      the three-broker scenario instead: both clusters of 3 KRaft nodes, topics
 #                   with replication factor 3 and min.insync.replicas 2; 300 k JSON-like 1 KiB
 #                   records (lz4) over 8 partitions copied by each arm while, on each side, the
@@ -117,7 +118,7 @@ PIPE_STEP_S=8 PIPE_MAX_CLIENTS=4
 WAN_LINKS="${BENCH_WAN_LINKS:-0 25 50 100 50c50 100c50}" WAN_N="${BENCH_WAN_N:-300000}" WAN_LIMIT_S="${BENCH_WAN_LIMIT_S:-60}"
 # Many partitions: source partition counts, records over them, groups committing, how often
 # each commits (Kafka's auto-commit default), for how long.
-PARTS_COUNTS="8 200 2000" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60
+PARTS_COUNTS="${BENCH_PARTS_COUNTS:-8 200 2000}" PARTS_N=300000 PARTS_GROUPS=500 PARTS_COMMIT_MS=5000 PARTS_FRESH_S=60
 # Three brokers: records of the data set; the share of them on the target when each side's
 # leader is stopped (percent); how long a copy may stand still before it counts as stalled.
 # B3_RESTART=false (smoke): the stopped nodes stay down, which saves the minute they take to
