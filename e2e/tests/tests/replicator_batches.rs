@@ -16,7 +16,7 @@ use mirrorflow_conn::{Conn, Options, Security};
 use mirrorflow_core::batch::{self, Admission, Codec};
 use mirrorflow_e2e::batches::committed_batches;
 use mirrorflow_e2e::fidelity::*;
-use mirrorflow_e2e::replicator::measured_condition;
+use mirrorflow_e2e::replicator::{Replicator, measured_condition};
 use mirrorflow_e2e::{eventually, kafka, unique};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -328,21 +328,7 @@ async fn batches_the_target_could_not_take_as_they_are_are_written_anew_exactly(
 
     // A group that read part of the compacted topic (its next record is past a gap):
     // the checkpoint lands on the record it reads next.
-    let remote = format!("{}.{compact}", s.a);
-    let cps_topic = format!("{}.checkpoints.internal", s.a);
-    let n = kept.len() / 2;
-    let (read, c) = consume_and_commit(&source, &group, &compact, 0, n)?;
-    ensure!(read.as_slice() == &kept[..n], "the group read {read:?}");
-    let cp = checkpoint_for(&target, &cps_topic, &group, &remote, 0, c, true)
-        .await
-        .with_context(|| r.log_text())?;
-    let first = first_from(&target, &remote, 0, cp.downstream_offset)?;
-    let l = landing(&kept, n, first.as_ref())?;
-    println!(
-        "committed {c} -> checkpoint {}->{}: skipped {}, re-read {}",
-        cp.upstream_offset, cp.downstream_offset, l.skipped, l.reread
-    );
-    ensure!(l.skipped == 0 && l.reread == 0, "{l:?}");
+    translates_exactly(&s, &r, (&compact, &group), &kept, kept.len() / 2).await?;
 
     for reason in ["compacted", "log_append_time", "too_large"] {
         let series = format!("mirrorflow_batches_rewritten_total{{reason=\"{reason}\"}}");
@@ -408,15 +394,28 @@ async fn small_batches_are_merged_exactly_and_keep_their_codec() -> Result<()> {
     let merged = r.metric("mirrorflow_batches_rewritten_total{reason=\"merged\"}");
     ensure!(merged.is_some_and(|n| n > 0.0), "merged {merged:?}");
 
+    translates_exactly(&s, &r, (&topic, &group), &visible, 23).await
+}
+
+/// `group` reads the first `n` of `visible` (partition 0 of `topic`) and commits: its
+/// checkpoint lands on the record it reads next, on the remote topic.
+async fn translates_exactly(
+    s: &Setup,
+    r: &Replicator,
+    (topic, group): (&str, &str),
+    visible: &[Rec],
+    n: usize,
+) -> Result<()> {
+    let (source, target) = (&s.world.source_bootstrap, &s.world.target_bootstrap);
+    let remote = format!("{}.{topic}", s.a);
     let cps_topic = format!("{}.checkpoints.internal", s.a);
-    let n = 23;
-    let (read, c) = consume_and_commit(&source, &group, &topic, 0, n)?;
+    let (read, c) = consume_and_commit(source, group, topic, 0, n)?;
     ensure!(read.as_slice() == &visible[..n], "the group read {read:?}");
-    let cp = checkpoint_for(&target, &cps_topic, &group, &remote, 0, c, true)
+    let cp = checkpoint_for(target, &cps_topic, group, &remote, 0, c, true)
         .await
         .with_context(|| r.log_text())?;
-    let first = first_from(&target, &remote, 0, cp.downstream_offset)?;
-    let l = landing(&visible, n, first.as_ref())?;
+    let first = first_from(target, &remote, 0, cp.downstream_offset)?;
+    let l = landing(visible, n, first.as_ref())?;
     println!(
         "committed {c} -> checkpoint {}->{}: skipped {}, re-read {}",
         cp.upstream_offset, cp.downstream_offset, l.skipped, l.reread

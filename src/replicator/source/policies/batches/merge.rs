@@ -25,7 +25,7 @@ use mirrorflow_core::batch::rewrite::merge;
 use mirrorflow_core::batch::{self, Batch};
 
 use super::Token;
-use super::prepare::{DEFAULT_MAX_MESSAGE_BYTES, Ready, Target};
+use super::prepare::{DEFAULT_MAX_MESSAGE_BYTES, Ready, Target, written_anew};
 
 /// A batch smaller than this on the wire is merged with the small batches that follow it: a
 /// fraction of any producer's default batch size (16 KiB before compression), so a batch this
@@ -137,21 +137,7 @@ pub fn merge_run(
         .max()
         .unwrap_or(-1);
     let ready = (merged.batches.into_iter())
-        .map(|r| {
-            let token = Token {
-                base: r.base_offset,
-                records: i64::from(r.record_count),
-                bytes: u64::try_from(r.bytes.len()).unwrap_or(u64::MAX),
-                max_timestamp,
-                ..like
-            };
-            let range = 0..r.bytes.len();
-            Ready {
-                body: Arc::new(r.bytes),
-                range,
-                token,
-            }
-        })
+        .map(|r| written_anew(r, max_timestamp, like))
         .collect();
     Some(ready)
 }

@@ -129,22 +129,25 @@ pub fn prepare(
 fn rewritten(b: &Batch<'_>, batches: Vec<Rewritten>, position: i64, like: Token) -> Vec<Ready> {
     (batches.into_iter())
         .filter(|r| r.next_offset() > position)
-        .map(|r| {
-            let token = Token {
-                base: r.base_offset,
-                records: i64::from(r.record_count),
-                bytes: u64::try_from(r.bytes.len()).unwrap_or(u64::MAX),
-                max_timestamp: b.header.max_timestamp,
-                ..like
-            };
-            let range = 0..r.bytes.len();
-            Ready {
-                body: Arc::new(r.bytes),
-                range,
-                token,
-            }
-        })
+        .map(|r| written_anew(r, b.header.max_timestamp, like))
         .collect()
+}
+
+/// A batch written anew, its token like `like` standing for its source offsets.
+pub fn written_anew(r: Rewritten, max_timestamp: i64, like: Token) -> Ready {
+    let token = Token {
+        base: r.base_offset,
+        records: i64::from(r.record_count),
+        bytes: u64::try_from(r.bytes.len()).unwrap_or(u64::MAX),
+        max_timestamp,
+        ..like
+    };
+    let range = 0..r.bytes.len();
+    Ready {
+        body: Arc::new(r.bytes),
+        range,
+        token,
+    }
 }
 
 /// The stop of a batch that cannot be written, with what the flow's owner can do.
