@@ -5,10 +5,10 @@
 //! with little traffic (many partitions, each producer's linger ending before its batch fills)
 //! holds many small batches, and a copy that writes them as they are costs the target a
 //! request slot and an append for each. Over 2,000 partitions whose batches were about 11 KB
-//! (33 JSON records in lz4), whole batches copied at a third of the rate of copying records,
-//! held back by the target's answers; merged, the same copy took 8.7 s from start to the last
-//! record where copying records took 14.8 s, at no measurable CPU
-//! (`bench/results/2026-12-07-partitions-merge64k`). So a fetched partition's run of small
+//! (33 JSON records in lz4), whole batches copied at a quarter to a half of the rate of copying records,
+//! held back by the target's answers; merged, the same copy took 9.1 s from start to the last
+//! record where copying records took 16.1 s, at half its CPU
+//! (`bench/results/2026-12-07-batches-merging`). So a fetched partition's run of small
 //! batches whose offsets follow each other is written as few batches as the target takes
 //! ([`batch::rewrite::merge`]): their records inflated, once, and compressed again in the
 //! first batch's codec. Offset syncs stay exact: a merged batch of `n` records written at
@@ -30,12 +30,18 @@ use mirrorflow_core::batch::{self, Batch};
 use super::Token;
 use super::prepare::{DEFAULT_MAX_MESSAGE_BYTES, Ready, Target, written_anew};
 
-/// A batch smaller than this on the wire is merged with the small batches that follow it. At
-/// 4 KiB the 2,000-partition copy above stayed where it was (its 11 KB batches were not
-/// merged); at 64 KiB it went from a third of the records copy's rate to faster than it. A
-/// Java producer's full batch (16 KiB before compression) is below it, and merging costs about
-/// what copying the records would (150-270 MB/s of records per core; the rewrite_speed test).
+/// A batch is small, and merged with the small batches that follow it, when it holds fewer
+/// than [`SMALL_BATCH_RECORDS`] records in fewer than [`SMALL_BATCH`] bytes on the wire: its
+/// producer sent it because its linger ended, not because it filled. Both bounds, because
+/// merging costs what re-encoding the records costs: a zstd batch of 300 records in 60 KB
+/// (what a busy producer writes) is large, and merging such batches raised the zstd copy's CPU
+/// from 0.8 to 5.9 s per GB (the project's zstd encoder is slower than the producer's and
+/// compresses less); over 2,000 partitions of 11 KB batches of 33 records, merging took the
+/// copy from a third of the records copy's rate to faster than it, at no measurable CPU
+/// (`bench/results/2026-12-07-batches-merging`).
 pub const SMALL_BATCH: usize = 64 << 10;
+/// See [`SMALL_BATCH`].
+pub const SMALL_BATCH_RECORDS: i32 = 128;
 /// The most records' bytes (uncompressed) one merged batch holds, under the remote topic's
 /// `max.message.bytes` too: large enough that a request per batch costs nothing that matters.
 const MERGED_BATCH: usize = 1 << 20;
@@ -73,6 +79,7 @@ pub fn plan(body: &[u8], ranges: &[Range<usize>], position: i64) -> Vec<Unit> {
             .map(|b| b.header)
             .filter(|h| {
                 range.len() < SMALL_BATCH
+                    && h.record_count < SMALL_BATCH_RECORDS
                     && h.whole().is_ok()
                     && !h.is_control()
                     && h.base_offset >= position

@@ -47,6 +47,10 @@ fn small_batches_that_follow_each_other_are_one_run() {
 fn what_cannot_join_a_run_ends_it() {
     let large = batch(4, &values(1, SMALL_BATCH), 0, 0);
     assert!(large.len() >= SMALL_BATCH);
+    let many = usize::try_from(SMALL_BATCH_RECORDS).expect("positive");
+    let full = batch(14, &values(many, 1), SMALL_BATCH_RECORDS - 1, 0);
+    assert!(full.len() < SMALL_BATCH, "few bytes, many records");
+    let after_full = 14 + i64::from(SMALL_BATCH_RECORDS);
     let compacted = batch(8, &[(0, b"a".to_vec()), (2, b"c".to_vec())], 2, 0);
     let append_time = batch(13, &values(1, 10), 0, LOG_APPEND_TIME);
     let (body, ranges) = answer(&[
@@ -57,13 +61,15 @@ fn what_cannot_join_a_run_ends_it() {
         compacted,    // offsets 8 and 10: not a producer's batch
         small(11, 1), // follows 10, but after a batch written alone
         small(12, 1),
-        append_time,  // written anew whole
-        small(20, 1), // a gap after 13 (a marker, aborted records)
-        small(21, 1),
+        append_time,          // written anew whole
+        full,                 // a producer's full batch: many records in few bytes
+        small(after_full, 1), // alone after it
+        small(300, 1),        // a gap (a marker, aborted records)
+        small(301, 1),
     ]);
     assert_eq!(
         kinds(&plan(&body, &ranges, 0)),
-        [20, 1, 1, 1, 20, 1, 20],
+        [20, 1, 1, 1, 20, 1, 1, 1, 20],
         "{:?}",
         plan(&body, &ranges, 0)
     );
