@@ -141,11 +141,28 @@ pub fn rewrite(
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Vec<Rewritten>, RewriteError> {
+    rewrite_from(batch, i64::MIN, inflate_limit, max_batch_bytes)
+}
+
+/// [`rewrite`] of the batch's records at or after offset `from` only: a copy resuming inside
+/// a batch (from a position another copy stored after a record of it) writes the records it
+/// has not copied yet, and the output still stands exactly for their offsets. Every record is
+/// read and checked; those before `from` are left out. `from` past the batch's records gives
+/// no batch.
+pub fn rewrite_from(
+    batch: &Batch<'_>,
+    from: i64,
+    inflate_limit: usize,
+    max_batch_bytes: usize,
+) -> Result<Vec<Rewritten>, RewriteError> {
     let anew = write_anew(
         std::slice::from_ref(batch),
-        inflate_limit,
-        max_batch_bytes,
-        false,
+        Options {
+            from,
+            inflate_limit,
+            max_batch_bytes,
+            keep_codec: false,
+        },
     );
     anew.map(|m| m.batches)
 }
@@ -174,16 +191,32 @@ pub fn merge(
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Merged, RewriteError> {
-    write_anew(batches, inflate_limit, max_batch_bytes, true)
+    let options = Options {
+        from: i64::MIN,
+        inflate_limit,
+        max_batch_bytes,
+        keep_codec: true,
+    };
+    write_anew(batches, options)
 }
 
-/// [`merge`], and with one batch [`rewrite`]; `keep_codec` as [`Writer::keep_codec`].
-fn write_anew(
-    batches: &[Batch<'_>],
+/// How [`write_anew`] writes: records before `from` are left out; `keep_codec` as
+/// [`Writer::keep_codec`].
+struct Options {
+    from: i64,
     inflate_limit: usize,
     max_batch_bytes: usize,
     keep_codec: bool,
-) -> Result<Merged, RewriteError> {
+}
+
+/// [`merge`], and with one batch [`rewrite_from`].
+fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError> {
+    let Options {
+        from,
+        inflate_limit,
+        max_batch_bytes,
+        keep_codec,
+    } = o;
     let mut writer: Option<Writer> = None;
     let mut inflated = 0_usize;
     let mut previous: Option<i64> = None;
@@ -212,7 +245,9 @@ fn write_anew(
             let record = record?;
             check_offset(h, previous, record.offset)?;
             let follows = previous.is_some_and(|p| p.saturating_add(1) == record.offset);
-            writer.push(&record, follows)?;
+            if record.offset >= from {
+                writer.push(&record, follows)?;
+            }
             previous = Some(record.offset);
         }
     }

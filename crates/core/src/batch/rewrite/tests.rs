@@ -168,6 +168,38 @@ fn a_compacted_batch_gives_one_batch_per_contiguous_run() {
 }
 
 #[test]
+fn rewritten_from_an_offset_inside_it_a_batch_keeps_exactly_the_records_from_there() {
+    for codec in CODECS {
+        let records: Vec<Owned> = (40..50)
+            .map(|o| Owned::new(o, 1_000 + o, &[9; 80]))
+            .collect();
+        let bytes = source(40, codec, 0, 9, &records);
+        let b = one(&bytes);
+        let out = rewrite_from(&b, 47, LIMIT, LIMIT).expect("rewritten");
+        assert_eq!(runs(&out), [(47, 3)], "{codec:?}");
+        assert_eq!(checked(&out, LIMIT), records[7..], "{codec:?}");
+        // From its first record or before: all of it; past its last: nothing.
+        let all = rewrite_from(&b, 12, LIMIT, LIMIT).expect("rewritten");
+        assert_eq!(checked(&all, LIMIT), records, "{codec:?}");
+        assert!(rewrite_from(&b, 50, LIMIT, LIMIT).expect("read").is_empty());
+    }
+    // Compaction gaps before and after the cut: runs start at the first record kept.
+    let records: Vec<Owned> = [100, 101, 104, 105, 106, 109]
+        .iter()
+        .map(|&o| Owned::new(o, 1_000, b"value"))
+        .collect();
+    let bytes = source(100, Codec::Zstd, 0, 9, &records);
+    let out = rewrite_from(&one(&bytes), 102, LIMIT, LIMIT).expect("rewritten");
+    assert_eq!(runs(&out), [(104, 3), (109, 1)]);
+    assert_eq!(checked(&out, LIMIT), records[2..]);
+    // Records before the cut are still read and checked: a bomb there is refused.
+    let bomb: Vec<Owned> = (0..3).map(|o| Owned::new(o, 1_000, &[0; 4_000])).collect();
+    let bytes = source(0, Codec::Gzip, 0, 2, &bomb);
+    let err = rewrite_from(&one(&bytes), 2, 1_000, LIMIT).expect_err("over the inflate limit");
+    assert!(matches!(err, RewriteError::Records(_)), "{err:?}");
+}
+
+#[test]
 fn log_append_time_becomes_create_time_with_the_append_time_on_every_record() {
     let records: Vec<Owned> = (0..4).map(|o| Owned::new(o, 1_000 + o * 7, b"v")).collect();
     let bytes = source(0, Codec::Gzip, LOG_APPEND_TIME, 3, &records);

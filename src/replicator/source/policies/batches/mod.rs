@@ -25,7 +25,7 @@
 //! `Replicating`, and tried again with a growing backoff, so a fixed cause (a larger
 //! `max.message.bytes`) resumes it. Runs of small batches are merged ([`merge`]): a produce
 //! request carries one batch per partition, so a partition written a record at a time would
-//! otherwise cost a request per record.
+//! otherwise cost a request (and an append on the target) per small batch.
 
 pub mod fetch;
 mod merge;
@@ -387,19 +387,17 @@ impl Batches {
         budget: &mut usize,
     ) -> (Vec<Ready>, Option<Stop>) {
         let mut ready = Vec::new();
-        let rewritten = |reason: Reason| {
+        let rewritten = |reason: Reason, batches: usize| {
             let m = &self.shared.ctx.metrics;
             m.batches_rewritten
                 .with_label_values(&[reason.label()])
-                .inc();
+                .inc_by(u64::try_from(batches).unwrap_or(u64::MAX));
         };
         for unit in merge::plan(body, ranges, target.position) {
             let ones = match unit {
                 merge::Unit::Run(run) => {
                     if let Some(merged) = merge::merge_run(body, &run, target, like, budget) {
-                        for _ in &run {
-                            rewritten(Reason::Merged);
-                        }
+                        rewritten(Reason::Merged, run.len());
                         ready.extend(merged);
                         continue;
                     }
@@ -411,7 +409,7 @@ impl Batches {
                 match prepare::prepare(body, range, target, like) {
                     Prepared::Write(batches, reason) => {
                         if let Some(reason) = reason {
-                            rewritten(reason);
+                            rewritten(reason, 1);
                         }
                         ready.extend(batches);
                     }

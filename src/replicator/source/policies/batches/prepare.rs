@@ -7,7 +7,10 @@
 //!   exact (a jump between runs changes the delta, and the sync policy writes a sync there);
 //! - the source broker stamped it with its append time: the same records, each with that time,
 //!   as CreateTime (what the source's readers saw);
-//! - it is larger than the remote topic's `max.message.bytes`: split under it.
+//! - it is larger than the remote topic's `max.message.bytes`: split under it;
+//! - it holds the partition's position past its first record (a position stored by a copy of
+//!   records, or by a MirrorMaker 2 taken over): its records from the position on, so a copy
+//!   resuming there copies none of them twice.
 //!
 //! A batch whose records cannot be written at all (one record alone over the limit, records
 //! that do not decode or inflate past [`REWRITE_INFLATE_LIMIT`]) stops its partition with the
@@ -16,7 +19,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite};
+use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite_from};
 use mirrorflow_core::batch::{self, Batch, NotWhole};
 
 use super::{Stop, Token};
@@ -35,6 +38,8 @@ pub enum Reason {
     TooLarge,
     /// One of a run of small batches merged ([`super::merge`]).
     Merged,
+    /// The partition's position is inside it: the records before it are on the target.
+    Resumed,
 }
 
 impl Reason {
@@ -44,6 +49,7 @@ impl Reason {
             Reason::LogAppendTime => "log_append_time",
             Reason::TooLarge => "too_large",
             Reason::Merged => "merged",
+            Reason::Resumed => "resumed",
         }
     }
 }
@@ -60,7 +66,7 @@ pub struct Ready {
 #[derive(Debug)]
 pub enum Prepared {
     /// Written as fetched, or as the batches it was rewritten into (`Some(reason)`), in
-    /// offset order; those wholly before `position` are left out (copied before a restart).
+    /// offset order, of its records at or after `position` (copied before a restart).
     Write(Vec<Ready>, Option<Reason>),
     Stop(Stop),
 }
@@ -98,10 +104,13 @@ pub fn prepare(
         });
     };
     let max_bytes = target.max_bytes.unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
-    let reason = match b.header.whole() {
+    let h = &b.header;
+    let holds_position = h.base_offset < target.position && target.position <= h.last_offset();
+    let reason = match h.whole() {
         Err(NotWhole::OffsetGaps) => Some(Reason::Compacted),
         Err(NotWhole::LogAppendTime) => Some(Reason::LogAppendTime),
         Ok(()) if range.len() > max_bytes => Some(Reason::TooLarge),
+        Ok(()) if holds_position => Some(Reason::Resumed),
         Ok(()) => None,
     };
     let Some(reason) = reason else {
@@ -119,16 +128,15 @@ pub fn prepare(
         };
         return Prepared::Write(vec![ready], None);
     };
-    match rewrite(&b, REWRITE_INFLATE_LIMIT, max_bytes) {
-        Ok(batches) => Prepared::Write(rewritten(&b, batches, target.position, like), Some(reason)),
+    match rewrite_from(&b, target.position, REWRITE_INFLATE_LIMIT, max_bytes) {
+        Ok(batches) => Prepared::Write(rewritten(&b, batches, like), Some(reason)),
         Err(e) => Prepared::Stop(cannot_rewrite(&b, target, reason, &e)),
     }
 }
 
-/// The rewritten batches not wholly before `position`, each its own token.
-fn rewritten(b: &Batch<'_>, batches: Vec<Rewritten>, position: i64, like: Token) -> Vec<Ready> {
+/// The rewritten batches, each its own token.
+fn rewritten(b: &Batch<'_>, batches: Vec<Rewritten>, like: Token) -> Vec<Ready> {
     (batches.into_iter())
-        .filter(|r| r.next_offset() > position)
         .map(|r| written_anew(r, b.header.max_timestamp, like))
         .collect()
 }
@@ -319,6 +327,27 @@ pub(super) mod tests {
         let body = Arc::new(batch(100, &kept, 4, 0));
         let p = prepare(&body, 0..body.len(), &target(None, 102), like());
         assert_eq!(written(p), (vec![(104, 1)], Some(Reason::Compacted)));
+    }
+
+    #[test]
+    fn a_batch_holding_the_position_is_written_from_it() {
+        let body = Arc::new(batch(200, &values(6, 10), 5, 0));
+        let p = prepare(&body, 0..body.len(), &target(None, 203), like());
+        assert_eq!(written(p), (vec![(203, 3)], Some(Reason::Resumed)));
+        // At its first record, or before it: as it is.
+        for position in [200, 150] {
+            let p = prepare(&body, 0..body.len(), &target(None, position), like());
+            assert_eq!(written(p), (vec![(200, 6)], None), "position {position}");
+        }
+        // Any other reason to write it anew also starts at the position.
+        let body = Arc::new(batch(200, &values(6, 60), 5, 0));
+        let limit = 200;
+        assert!(body.len() > limit);
+        let p = prepare(&body, 0..body.len(), &target(Some(limit), 201), like());
+        let (runs, reason) = written(p);
+        assert_eq!(reason, Some(Reason::TooLarge));
+        assert_eq!(runs.first().map(|r| r.0), Some(201));
+        assert_eq!(runs.iter().map(|r| r.1).sum::<i64>(), 5);
     }
 
     #[test]
