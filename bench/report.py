@@ -15,6 +15,7 @@ MIB = 1024 * 1024
 GB = 1e9
 NAMES = {
     "ours": "MirrorFlow",
+    "oursr": "MirrorFlow, records (copy: Records)",
     "oursn": "MirrorFlow, uncompressed writes (before)",
     "oursf": "MirrorFlow, fetch 16 MiB, queue 16 MiB (trial)",
     "oursq": "MirrorFlow, producer queue 32 MiB (trial)",
@@ -24,8 +25,8 @@ NAMES = {
     "mm2": "MirrorMaker 2 (defaults)",
     "mm2t": "MirrorMaker 2 (tuned)",
 }
-ARM_ORDER = ["ours", "oursn", "oursf", "oursq", "ours2", "oursb", "oursp", "mm2", "mm2t"]
-COLORS = {"ours": "#2b7bba", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "ours2": "#4292c6", "oursb": "#08306b", "oursp": "#c6dbef", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
+ARM_ORDER = ["ours", "oursr", "oursn", "oursf", "oursq", "ours2", "oursb", "oursp", "mm2", "mm2t"]
+COLORS = {"ours": "#2b7bba", "oursr": "#74a9cf", "oursn": "#9ecae1", "oursf": "#08519c", "oursq": "#6baed6", "ours2": "#4292c6", "oursb": "#08306b", "oursp": "#c6dbef", "mm2": "#d95f02", "mm2t": "#7570b3", "pipe": "#999999"}
 
 
 def load(path):
@@ -259,8 +260,9 @@ def targets(summary):
                     rows.append((f"{rtt} ms RTT: throughput >= {want:g}x {name}", fmt(r, 2, "x"),
                                  verdict(None if r is None else r >= want)))
         else:
-            # Both ways the product copies: records (the default) and whole batches.
-            for mine, how in (("ours", ""), ("oursb", ", whole batches")):
+            # Every way the product copies: its default (whole batches since 2026-12-07),
+            # records, and whole batches named.
+            for mine, how in (("ours", ""), ("oursr", ", records"), ("oursb", ", whole batches")):
                 p = arms.get(mine)
                 if not p:
                     continue
@@ -441,7 +443,7 @@ def markdown(summary):
                          f"{fmt(a['cpu_per_m'], 1)} | {fmt(a['cpu_per_gb'], 1)} | {fmt(a['rss_mib'], 0)} | "
                          f"{fmt(a['startup_s'], 1)} | {a['codec']}, {fmt(stored, 1)} | {a['load']} |")
             label = ""
-        pairs = [("ours", b) for b in ("oursn", "oursf", "mm2", "mm2t")] + [("ours2", "mm2t"), ("oursb", "mm2"), ("oursb", "mm2t"), ("oursp", "mm2t")]
+        pairs = [("ours", b) for b in ("oursn", "oursf", "mm2", "mm2t")] + [("ours2", "mm2t"), ("oursr", "mm2"), ("oursr", "mm2t"), ("oursb", "mm2"), ("oursb", "mm2t"), ("oursp", "mm2t")]
         for mine, base in pairs:
             o, b = e["arms"].get(mine), e["arms"].get(base)
             if not o or not b:

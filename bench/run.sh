@@ -48,8 +48,9 @@
 #                   recorded)
 #   --quick         100 k records of 1 KiB and 200 k of 100 B (compressed: 100 k), 20 s steady
 #   BENCH_ARMS="ours oursn ..."  the arms to run instead of the scenario's (ours, oursn, oursf,
-#                   oursq, ours2, oursb, oursp, mm2, mm2t); oursb: the product copying whole
-#                   record batches (spec.sourceLoop.copy: Batches); oursp (compressed data: --compressed,
+#                   oursq, ours2, oursb, oursr, oursp, mm2, mm2t); ours: the product's default
+#                   (whole record batches since 2026-12-07); oursb: whole batches named
+#                   (spec.sourceLoop.copy: Batches); oursr: records (copy: Records); oursp (compressed data: --compressed,
 #                   --brokers3): the driver's batch-passthrough copy, a measurement of a copy
 #                   without re-encoding, not the product
 #   --smoke         every phase of every scenario (with a scenario flag: of that one) with a few
@@ -225,7 +226,7 @@ mm2_tuned() {
 # single nodes (e2e/lib/mm2.sh), 3 on three (b3_clusters).
 MM2_CLUSTER=()
 # The one-letter alias prefix of each arm (remote topics and offset-syncs never shared).
-declare -A ARM_LETTER=([ours]=o [oursu]=u [oursv]=v [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursb]=b [oursp]=p [mm2]=m [mm2t]=t)
+declare -A ARM_LETTER=([ours]=o [oursr]=c [oursu]=u [oursv]=v [oursn]=n [oursf]=f [oursq]=q [ours2]=r [oursb]=b [oursp]=p [mm2]=m [mm2t]=t)
 # Tuned MirrorMaker runs a task per partition of the base data set (8); with 200 or 2,000
 # partitions too, since more tasks than that only compete for this machine's 2 cores.
 MM2_TASKS=$PARTITIONS
@@ -270,19 +271,21 @@ cleanup() {
 # connection carries one window per round trip; copies only); oursp: `mirrorflow-bench
 # passthrough`, the source's record batches written to the target as they are (what a copy costs
 # without decoding and compressing every record again; no offset syncs or checkpoints: copies
-# only); oursb: ours copying whole record batches (`sourceLoop: {copy: Batches}`); oursu: ours
+# only); oursb: ours copying whole record batches (`sourceLoop: {copy: Batches}`, the default
+# since 2026-12-07, named); oursr: ours copying records (`sourceLoop: {copy: Records}`); oursu: ours
 # with the checkpoints' verification off (`checkpoints: {verifyInterval: 0s}`); oursv: ours
 # verifying every 5 s (the flow's cap still holds); mm2t: MirrorMaker 2 tuned.
 arm_start() {
   ARM_KIND="$1" ARM_ALIAS="$2"
   local topic="$3" group="$4"
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2 | oursb | oursu | oursv)
+    ours | oursr | oursn | oursf | oursq | ours2 | oursb | oursu | oursv)
       local dir="$MF_STATE/ours/$ARM_ALIAS" target_config="" source_config="" replicas=(bench) r
       local copy_unit="" checkpoints=""
       [ "$ARM_KIND" = oursu ] && checkpoints="checkpoints: {verifyInterval: 0s}"
       [ "$ARM_KIND" = oursv ] && checkpoints="checkpoints: {verifyInterval: 5s}"
       [ "$ARM_KIND" = oursb ] && copy_unit="sourceLoop: {copy: Batches${BENCH_OURSB_LOOP:+, $BENCH_OURSB_LOOP}}"
+      [ "$ARM_KIND" = oursr ] && copy_unit="sourceLoop: {copy: Records}"
       [ "$ARM_KIND" = oursn ] && target_config=", config: {compression.type: none}"
       [ "$ARM_KIND" = oursq ] && target_config=", config: {queue.buffering.max.kbytes: '32768', queue.buffering.max.messages: '100000'}"
       [ "$ARM_KIND" = oursf ] && source_config=", config: {fetch.max.bytes: '16777216', queued.max.messages.kbytes: '16384'}"
@@ -300,6 +303,8 @@ ${BENCH_OURS_FLOW:-}
 EOF
       [ "$ARM_KIND" = ours2 ] && replicas=(bench-0 bench-1)
       for r in "${!replicas[@]}"; do
+        # The allocator's environment of replicator pods (src/operator/desired.rs: ALLOCATOR_ENV).
+        MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072 \
         RUST_LOG="${BENCH_RUST_LOG:-info,mirrorflow::replicator::checkpoint=debug}" \
           "${ARM_WRAP[@]}" "$MF_BIN" replicate --config "$dir/flow.yaml" --listen "127.0.0.1:$((METRICS_PORT + r))" \
           --replica "${replicas[$r]}" --secrets-dir "$dir/secrets" >"$LOGS/ours-$ARM_ALIAS${r/#0/}.log" 2>&1 &
@@ -324,7 +329,7 @@ EOF
 arm_stop() {
   [ -n "$ARM_PID" ] || return 0
   case "$ARM_KIND" in
-    ours | oursn | oursf | oursq | ours2 | oursb | oursp | oursu | oursv)
+    ours | oursr | oursn | oursf | oursq | ours2 | oursb | oursp | oursu | oursv)
       local pid
       for pid in "$ARM_PID" "${ARM_MORE_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
@@ -509,7 +514,7 @@ compressed() {
   [ -n "${BENCH_ARMS:-}" ] && read -r -a arms <<<"$BENCH_ARMS"
   # Smoke: the whole-batch copy and the passthrough measurement too, so they keep working
   # (seconds: no JVM to start).
-  if $SMOKE; then arms=(ours oursb oursp mm2t); fi
+  if $SMOKE; then arms=(ours oursr oursp mm2t); fi
   "$DRIVER" create-topics --bootstrap "$SRC" --partitions "$PARTITIONS" bench-lz4 bench-zstd
   blog "loading the compressed data sets: $JSON_N x $JSON_SIZE B JSON-like, lz4 and zstd batches"
   load_json bench-lz4 "$JSON_N" lz4

@@ -239,6 +239,38 @@ pub fn build(flow: &MirrorFlow, inputs: &BuildInputs) -> Result<Desired, BuildEr
     })
 }
 
+/// glibc's allocator in the replicator, as the chart sets it for the operator: two arenas, and
+/// blocks of 128 KiB and more mapped apart and given back when freed. Whole batches allocate a
+/// fetch answer of megabytes at a time from several threads, which glibc otherwise keeps per
+/// thread arena after they are freed: over 2,000 partitions the replicator's peak RSS was 179
+/// MiB without and 127 MiB with these (bench/results/2026-12-07-side-by-side/findings.md;
+/// `bench/run.sh` runs its arms of ours with them too).
+pub const ALLOCATOR_ENV: [(&str, &str); 3] = [
+    ("MALLOC_ARENA_MAX", "2"),
+    ("MALLOC_MMAP_THRESHOLD_", "131072"),
+    ("MALLOC_TRIM_THRESHOLD_", "131072"),
+];
+
+/// The replicator container's environment: its pod's identity, its log format, where its last
+/// words go, and [`ALLOCATOR_ENV`].
+fn replicator_env() -> Vec<EnvVar> {
+    let value = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    };
+    let mut env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_IP", "status.podIP"),
+        value("MIRRORFLOW_LOG_FORMAT", "json"),
+        // Its fatal error becomes the pod's termination message, which the operator names in
+        // the flow's status (`operator::unready`).
+        value(crate::replicator::last_words::ENV, TERMINATION_LOG),
+    ];
+    env.extend(ALLOCATOR_ENV.iter().map(|(name, v)| value(name, v)));
+    env
+}
+
 fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -359,22 +391,7 @@ fn replicator_container(
             "--replica".into(),
             "$(POD_NAME)".into(),
         ]),
-        env: Some(vec![
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_IP", "status.podIP"),
-            EnvVar {
-                name: "MIRRORFLOW_LOG_FORMAT".into(),
-                value: Some("json".into()),
-                ..EnvVar::default()
-            },
-            // Its fatal error becomes the pod's termination message, which the operator
-            // names in the flow's status (`operator::unready`).
-            EnvVar {
-                name: crate::replicator::last_words::ENV.into(),
-                value: Some(TERMINATION_LOG.into()),
-                ..EnvVar::default()
-            },
-        ]),
+        env: Some(replicator_env()),
         termination_message_path: Some(TERMINATION_LOG.into()),
         // A crash before the replicator could write (an abort in a native library) still
         // leaves its log's tail there.
@@ -532,6 +549,13 @@ mod tests {
                 .unwrap()
                 .contains(&format!("$(POD_IP):{REPLICATOR_PORT}"))
         );
+        // The allocator gives freed fetch answers back (ALLOCATOR_ENV).
+        let env: Vec<(&str, Option<&str>)> = (c.env.iter().flatten())
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        for (name, value) in ALLOCATOR_ENV {
+            assert!(env.contains(&(name, Some(value))), "{name} in {env:?}");
+        }
     }
 
     #[test]
