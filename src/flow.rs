@@ -10,7 +10,7 @@ pub mod placement;
 mod selection;
 mod validate;
 
-pub use self::validate::{BatchesBlocker, batches_blocker, validate};
+pub use self::validate::{BatchesBlocker, batches_blocker, copy_unit, validate};
 
 use crate::api::{CopyUnit, MirrorFlowSpec, OffsetSyncsLocation, OffsetsMode, PolicyKind};
 use crate::kafka::writers::Writer;
@@ -448,10 +448,32 @@ mod tests {
         assert!(validate(&spec(&format!("{target_oauth}{batches}"))).is_ok());
         assert_eq!(crate::flow::batches_blocker(&spec(BASE)), None);
         let flow = test_flow("f", batches);
-        assert_eq!(flow.spec.source_loop.copy, CopyUnit::Batches);
+        assert_eq!(flow.spec.source_loop.copy, Some(CopyUnit::Batches));
         let bad: Result<crate::api::MirrorFlowSpec, _> =
             serde_yaml::from_str(&format!("{BASE}sourceLoop: {{copy: Bytes}}\n"));
         assert!(bad.is_err(), "an unknown copy unit must not parse");
+    }
+
+    #[test]
+    fn unset_the_copy_is_whole_batches_where_they_can_carry_the_spec_and_records_elsewhere() {
+        let unit = |extra: &str| {
+            let s = spec(&format!("{BASE}{extra}"));
+            assert!(validate(&s).is_ok(), "{extra}: {:?}", validate(&s));
+            crate::flow::copy_unit(&s)
+        };
+        assert_eq!(unit(""), CopyUnit::Batches);
+        let eos = "exactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target}\n";
+        assert_eq!(unit(eos), CopyUnit::Records);
+        assert_eq!(unit("offsets: Aligned\n"), CopyUnit::Records);
+        // What a spec names is what it copies.
+        assert_eq!(unit("sourceLoop: {copy: Records}\n"), CopyUnit::Records);
+        assert_eq!(unit("sourceLoop: {copy: Batches}\n"), CopyUnit::Batches);
+        let eos_records =
+            "exactlyOnce: true\nsourceLoop: {offsetSyncsLocation: Target, copy: Records}\n";
+        assert_eq!(unit(eos_records), CopyUnit::Records);
+        // Unset is not written back: a spec read and served again keeps choosing.
+        let served = serde_json::to_value(spec(BASE)).expect("serialises");
+        assert!(served["sourceLoop"].get("copy").is_none(), "{served}");
     }
 
     #[test]

@@ -243,6 +243,16 @@ pub fn batches_blocker(spec: &MirrorFlowSpec) -> Option<BatchesBlocker> {
     }
 }
 
+/// The unit `spec` copies: the one it names, else whole batches wherever they can carry what
+/// the spec asks for, and records where only records can ([`batches_blocker`]).
+pub fn copy_unit(spec: &MirrorFlowSpec) -> CopyUnit {
+    match (spec.source_loop.copy, batches_blocker(spec)) {
+        (Some(unit), _) => unit,
+        (None, Some(_)) => CopyUnit::Records,
+        (None, None) => CopyUnit::Batches,
+    }
+}
+
 /// Delivery, offsets and copy modes that can be combined.
 fn check_modes(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
     if spec.exactly_once && spec.source_loop.offset_syncs_location != OffsetSyncsLocation::Target {
@@ -265,11 +275,12 @@ fn check_modes(spec: &MirrorFlowSpec) -> Result<(), FlowError> {
                 .into(),
         });
     }
-    if spec.source_loop.copy == CopyUnit::Batches {
+    // Only a spec that names whole batches is refused: unset, the copy is records there.
+    if spec.source_loop.copy == Some(CopyUnit::Batches) {
         let refused = |field, message| Err(FlowError::Invalid { field, message });
         let combined = |other: &str| {
             format!(
-                "Batches copies at least once with translated offsets and cannot be combined with {other}: set copy to Records, or turn {other} off"
+                "Batches copies at least once with translated offsets and cannot be combined with {other}: remove copy (unset, a flow with {other} copies records), or turn {other} off"
             )
         };
         match batches_blocker(spec) {

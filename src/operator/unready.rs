@@ -216,9 +216,11 @@ pub fn not_looked_at(
     )
 }
 
-/// Whether `spec` copies records where it could copy whole batches (which never decompress).
+/// Whether `spec` copies records where it could copy whole batches (which never decompress):
+/// it names `Records` where the default would copy batches.
 fn batches_possible(spec: &MirrorFlowSpec) -> bool {
-    spec.source_loop.copy == CopyUnit::Records && crate::flow::batches_blocker(spec).is_none()
+    crate::flow::copy_unit(spec) == CopyUnit::Records
+        && crate::flow::batches_blocker(spec).is_none()
 }
 
 fn times(n: i32) -> String {
@@ -246,7 +248,8 @@ pub fn message(u: &Unready, spec: &MirrorFlowSpec, ns: &str) -> String {
             let records = if batches_possible(spec) {
                 "; spec.sourceLoop.copy: Records decompresses every batch it reads, so a topic \
                  with batches that inflate far (a compression bomb) needs the memory: \
-                 spec.sourceLoop.copy: Batches copies them without decompressing"
+                 spec.sourceLoop.copy: Batches (the default when unset) copies them without \
+                 decompressing"
             } else {
                 ""
             };
@@ -365,7 +368,7 @@ mod tests {
         );
         let u = diagnose(&p).expect("diagnosed");
         assert_eq!(u.class, Class::OutOfMemory { restarts: 3 });
-        let s = spec("resources: {limits: {memory: 96Mi}}");
+        let s = spec("resources: {limits: {memory: 96Mi}}\nsourceLoop: {copy: Records}");
         let m = message(&u, &s, "ns");
         assert!(
             m.contains("96Mi") && m.contains("spec.resources.limits.memory"),
@@ -373,6 +376,9 @@ mod tests {
         );
         assert!(m.contains("3 times"), "{m}");
         assert!(m.contains("spec.sourceLoop.copy: Batches"), "{m}");
+        // The default already copies batches: nothing to offer.
+        let m = message(&u, &spec("resources: {limits: {memory: 96Mi}}"), "ns");
+        assert!(!m.contains("Batches") && m.contains("96Mi"), "{m}");
         // Exactly-once cannot copy batches: not offered.
         let m = message(&u, &spec("exactlyOnce: true"), "ns");
         assert!(

@@ -339,11 +339,21 @@ pub enum PolicyKind {
     Identity,
 }
 
-/// What the source loop copies as a unit (`spec.sourceLoop.copy`).
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What is copied as a unit. Unset (the default): `Batches`, or `Records` when `exactlyOnce`
+/// or `offsets: Aligned` is set. `Batches`: the source's record batches are written whole,
+/// compressed records neither decompressed nor compressed again (a fraction of the CPU); at
+/// least once with translated offsets only. A batch the target could not take as it is
+/// (compacted topics, log-append time, larger than the remote topic's max.message.bytes) is
+/// written anew, with exact offset syncs; a single record over the remote topic's
+/// max.message.bytes stops its partition, named in the `Replicating` condition. `Records`:
+/// every record is read and written again by Kafka clients (every mode; a record over the
+/// remote limit is skipped and recorded as a gap).
+// The schema shows this text for `spec.sourceLoop.copy` (the field is an Option of it); unset,
+// the replicator chooses with `mirrorflow::flow::copy_unit`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyUnit {
-    /// Each record is read and written again by Kafka clients: every mode and codec.
-    #[default]
+    /// Each record is read and written again by Kafka clients: every delivery and offsets
+    /// mode, at the CPU of decompressing and compressing every record.
     Records,
     /// The source's record batches are written to the target as they are: compressed records
     /// are neither decompressed nor compressed again, which costs a fraction of the CPU. Only
@@ -410,16 +420,10 @@ pub struct SourceLoopSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 8))]
     pub consumers: Option<u8>,
-    /// What is copied as a unit. `Records` (default): every record is read and written again by
-    /// Kafka clients. `Batches`: the source's record batches are written whole, compressed
-    /// records neither decompressed nor compressed again (a fraction of the CPU); at least once
-    /// with translated offsets only. A batch the target could not take as
-    /// it is (compacted topics, log-append time, larger than the remote topic's
-    /// max.message.bytes) is written anew, with exact offset syncs; a single record over the
-    /// remote topic's max.message.bytes stops its partition, named in the `Replicating`
-    /// condition.
-    #[serde(default)]
-    pub copy: CopyUnit,
+    /// What is copied as a unit ([`CopyUnit`]); unset, whole batches where they can carry the
+    /// spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyUnit>,
 }
 
 /// Settings of the checkpoint loop.

@@ -1,13 +1,16 @@
 //! Records the target refuses (Kafka only, replicators started standalone): a remote topic with
 //! a smaller `max.message.bytes` than its source must neither refuse batches of records that fit
-//! one by one, nor stall its partition on one record that can never fit. That record is
-//! skipped, counted and recorded as a `RecordRejected` gap; every other record arrives.
+//! one by one, nor stall its partition silently on one record that can never fit. Copying
+//! records, that record is skipped, counted and recorded as a `RecordRejected` gap and every
+//! other record arrives; copying whole batches (the default), the batches are split under the
+//! limit up to that record, where the partition stops with a `Replicating` condition that
+//! names it and the fix.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use mirrorflow::kafka::positions::{GapKind, PositionReader, positions_topic};
-use mirrorflow_e2e::replicator::Replicator;
+use mirrorflow_e2e::replicator::{Replicator, measured_condition};
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::ClientConfig;
 use rdkafka::Message;
@@ -65,7 +68,8 @@ fn read_keys(bootstrap: &str, topic: &str) -> Result<Vec<String>> {
     }
 }
 
-async fn refused_record_is_skipped_and_recorded(exactly_once: bool) -> Result<()> {
+/// Writes the case: [`BEFORE`] normal records, one of [`HUGE`] bytes, [`AFTER`] more.
+async fn huge_record_case() -> Result<Case> {
     let world = World::from_env()?;
     let (source_alias, target_alias) = (unique("src"), unique("tgt"));
     let topic = unique("limits");
@@ -114,34 +118,76 @@ async fn refused_record_is_skipped_and_recorded(exactly_once: bool) -> Result<()
     }
     let huge_offset = i64::try_from(BEFORE)?;
 
+    Ok(Case {
+        world,
+        source_alias,
+        target_alias,
+        topic,
+        remote,
+        huge_offset,
+    })
+}
+
+/// A source topic holding [`BEFORE`] normal records, the huge one, and [`AFTER`] more, and its
+/// remote topic made with [`REMOTE_LIMIT`] before a replicator starts.
+struct Case {
+    world: World,
+    source_alias: String,
+    target_alias: String,
+    topic: String,
+    remote: String,
+    huge_offset: i64,
+}
+
+impl Case {
+    /// The flow copying the case's topic, with `mode`'s lines.
+    fn flow(&self, mode: &str) -> String {
+        format!(
+            "source: {{alias: {}, bootstrapServers: '{}'}}\n\
+             target: {{alias: {}, bootstrapServers: '{}'}}\n\
+             topics: ['{}']\n\
+             checkpoints: {{enabled: false}}\n\
+             heartbeats: {{enabled: false}}\n{mode}",
+            self.source_alias,
+            self.world.source_bootstrap,
+            self.target_alias,
+            self.world.target_bootstrap,
+            self.topic
+        )
+    }
+
+    /// Waits until the remote topic holds at least `want` records and returns their keys.
+    async fn keys_once(&self, want: usize, replicator: &Replicator) -> Result<Vec<String>> {
+        let (target, remote) = (&self.world.target_bootstrap, &self.remote);
+        eventually(
+            &format!("{want} records in {remote}"),
+            WAIT,
+            || async move {
+                let keys = read_keys(target, remote)?;
+                Ok((keys.len() >= want).then_some(keys))
+            },
+        )
+        .await
+        .with_context(|| format!("replicator log:\n{}", tail(&replicator.log_text())))
+    }
+}
+
+async fn refused_record_is_skipped_and_recorded(exactly_once: bool) -> Result<()> {
+    let c = huge_record_case().await?;
     let mode = if exactly_once {
         "exactlyOnce: true\nsourceLoop: {topicsRefreshInterval: 1s, syncTopicConfigs: false, offsetSyncsLocation: Target}\n"
     } else {
-        "sourceLoop: {topicsRefreshInterval: 1s, syncTopicConfigs: false}\n"
+        // Records skip such a record; whole batches (the default) stop the partition instead
+        // (below).
+        "sourceLoop: {topicsRefreshInterval: 1s, syncTopicConfigs: false, copy: Records}\n"
     };
-    let flow = format!(
-        "source: {{alias: {source_alias}, bootstrapServers: '{}'}}\n\
-         target: {{alias: {target_alias}, bootstrapServers: '{}'}}\n\
-         topics: ['{topic}']\n\
-         checkpoints: {{enabled: false}}\n\
-         heartbeats: {{enabled: false}}\n{mode}",
-        world.source_bootstrap, world.target_bootstrap
-    );
+    let (world, topic, huge_offset) = (&c.world, &c.topic, c.huge_offset);
     let name = unique(if exactly_once { "limits-eos" } else { "limits" });
-    let replicator = Replicator::start(&world.repo_root, &name, &flow, free_port()?)?;
+    let replicator = Replicator::start(&world.repo_root, &name, &c.flow(mode), free_port()?)?;
 
     // Every record but the huge one arrives, the ones after it included.
     let want = BEFORE + AFTER;
-    let target = world.target_bootstrap.clone();
-    let keys = eventually(&format!("{want} records in {remote}"), WAIT, || {
-        let (target, remote) = (target.clone(), remote.clone());
-        async move {
-            let keys = read_keys(&target, &remote)?;
-            Ok((keys.len() >= want).then_some(keys))
-        }
-    })
-    .await
-    .with_context(|| format!("replicator log:\n{}", tail(&replicator.log_text())))?;
+    let keys = c.keys_once(want, &replicator).await?;
     let expected: Vec<String> = (0..BEFORE + 1 + AFTER)
         .filter(|i| *i != BEFORE)
         .map(|i| i.to_string())
@@ -169,14 +215,14 @@ async fn refused_record_is_skipped_and_recorded(exactly_once: bool) -> Result<()
         .set("isolation.level", "read_committed");
     let mut reader = PositionReader::new(
         &client,
-        positions_topic(&source_alias),
+        positions_topic(&c.source_alias),
         &unique("limits-check"),
     )?;
     reader.read_to_end(Duration::from_secs(10))?;
     let gaps: Vec<_> = reader
         .gaps()
         .iter()
-        .filter(|g| g.topic == topic)
+        .filter(|g| &g.topic == topic)
         .cloned()
         .collect();
     anyhow::ensure!(gaps.len() == 1, "gaps recorded: {gaps:?}");
@@ -224,4 +270,61 @@ async fn a_record_over_the_remote_limit_is_skipped_and_recorded() -> Result<()> 
 #[tokio::test]
 async fn a_record_over_the_remote_limit_is_skipped_and_recorded_exactly_once() -> Result<()> {
     refused_record_is_skipped_and_recorded(true).await
+}
+
+/// Whole batches, the default: the source's batches of normal records (up to 1 MB each, ten
+/// times the remote limit) are split under it, every record before the huge one arrives in
+/// order, and the partition stops there, named in `Replicating` with the limit's fix, instead
+/// of skipping a record the flow did not say it may lose.
+#[tokio::test]
+async fn by_default_a_record_over_the_remote_limit_stops_its_partition_named() -> Result<()> {
+    let c = huge_record_case().await?;
+    let flow = c.flow("sourceLoop: {topicsRefreshInterval: 1s, syncTopicConfigs: false}\n");
+    let dir = std::env::temp_dir()
+        .join("mirrorflow-e2e")
+        .join(unique("limits-batches"));
+    std::fs::create_dir_all(&dir)?;
+    let flow_file = dir.join("flow.yaml");
+    std::fs::write(&flow_file, &flow)?;
+    let name = unique("limits-batches");
+    let replicator = Replicator::start(&c.world.repo_root, &name, &flow, free_port()?)?;
+    let keys = c.keys_once(BEFORE, &replicator).await?;
+    let expected: Vec<String> = (0..BEFORE).map(|i| i.to_string()).collect();
+    anyhow::ensure!(
+        keys == expected,
+        "the remote topic holds {} records ({:?}..), not exactly the {BEFORE} before the huge one",
+        keys.len(),
+        &keys[..keys.len().min(5)]
+    );
+    let partition = format!("{}-0", c.topic);
+    let stopped = eventually("Replicating False naming the partition", WAIT, || {
+        let (root, file, partition) = (&c.world.repo_root, &flow_file, &partition);
+        async move {
+            let cond = measured_condition(root, file, "Replicating")?;
+            Ok((cond["status"] == "False"
+                && cond["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(partition.as_str())))
+            .then_some(cond))
+        }
+    })
+    .await
+    .with_context(|| format!("replicator log:\n{}", tail(&replicator.log_text())))?;
+    let message = stopped["message"].as_str().unwrap_or_default();
+    for part in ["max.message.bytes", "spec.sourceLoop.copy: Records"] {
+        anyhow::ensure!(message.contains(part), "{part} not in {message:?}");
+    }
+    // Stopped, not skipped: nothing past the huge record arrives while it stands.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = read_keys(&c.world.target_bootstrap, &c.remote)?;
+    anyhow::ensure!(
+        later.len() == BEFORE,
+        "{} records after the stop",
+        later.len()
+    );
+    println!(
+        "limits[batches]: {BEFORE} records copied, the partition stopped at offset {}: {message}",
+        c.huge_offset
+    );
+    Ok(())
 }

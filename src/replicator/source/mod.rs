@@ -102,13 +102,14 @@ enum CopyMode {
     /// `spec.offsets: Aligned` (exactly-once wins when both are set).
     Aligned,
     ExactlyOnce,
-    /// `spec.sourceLoop.copy: Batches` (at least once; validation refuses the other modes).
+    /// Whole batches (`spec.sourceLoop.copy: Batches`, or unset without `exactlyOnce` and
+    /// `offsets: Aligned`, which validation refuses with it).
     Batches,
 }
 
 impl CopyMode {
     fn of(flow: &Flow) -> Self {
-        if flow.spec.source_loop.copy == CopyUnit::Batches {
+        if crate::flow::copy_unit(&flow.spec) == CopyUnit::Batches {
             CopyMode::Batches
         } else if flow.spec.exactly_once {
             CopyMode::ExactlyOnce

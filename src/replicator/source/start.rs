@@ -555,7 +555,9 @@ mod tests {
 
     #[test]
     fn the_copy_mode_follows_the_spec_and_exactly_once_wins() {
-        assert_eq!(CopyMode::of(&flow("")), CopyMode::AtLeastOnce);
+        assert_eq!(CopyMode::of(&flow("")), CopyMode::Batches);
+        let records = flow("sourceLoop: {copy: Records}\n");
+        assert_eq!(CopyMode::of(&records), CopyMode::AtLeastOnce);
         assert_eq!(CopyMode::of(&flow("offsets: Aligned\n")), CopyMode::Aligned);
         assert_eq!(
             CopyMode::of(&flow(
