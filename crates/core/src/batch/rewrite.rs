@@ -141,24 +141,25 @@ pub fn rewrite(
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Vec<Rewritten>, RewriteError> {
-    rewrite_from(batch, i64::MIN, inflate_limit, max_batch_bytes)
+    rewrite_range(batch, i64::MIN..i64::MAX, inflate_limit, max_batch_bytes)
 }
 
-/// [`rewrite`] of the batch's records at or after offset `from` only: a copy resuming inside
-/// a batch (from a position another copy stored after a record of it) writes the records it
-/// has not copied yet, and the output still stands exactly for their offsets. Every record is
-/// read and checked; those before `from` are left out. `from` past the batch's records gives
-/// no batch.
-pub fn rewrite_from(
+/// [`rewrite`] of the batch's records with offsets in `offsets` only: a copy resuming inside a
+/// batch (from a position another copy stored after a record of it) writes the records it
+/// has not copied yet, and one that cannot write a record of it ([`RewriteError::RecordTooLarge`])
+/// writes the records before that one. The output still stands exactly for their offsets.
+/// Every record is read and checked; the others are left out. A range that holds none of the
+/// batch's records gives no batch.
+pub fn rewrite_range(
     batch: &Batch<'_>,
-    from: i64,
+    offsets: std::ops::Range<i64>,
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Vec<Rewritten>, RewriteError> {
     let anew = write_anew(
         std::slice::from_ref(batch),
         Options {
-            from,
+            offsets,
             inflate_limit,
             max_batch_bytes,
             keep_codec: false,
@@ -192,7 +193,7 @@ pub fn merge(
     max_batch_bytes: usize,
 ) -> Result<Merged, RewriteError> {
     let options = Options {
-        from: i64::MIN,
+        offsets: i64::MIN..i64::MAX,
         inflate_limit,
         max_batch_bytes,
         keep_codec: true,
@@ -200,10 +201,10 @@ pub fn merge(
     write_anew(batches, options)
 }
 
-/// How [`write_anew`] writes: records before `from` are left out; `keep_codec` as
+/// How [`write_anew`] writes: records outside `offsets` are left out; `keep_codec` as
 /// [`Writer::keep_codec`].
 struct Options {
-    from: i64,
+    offsets: std::ops::Range<i64>,
     inflate_limit: usize,
     max_batch_bytes: usize,
     keep_codec: bool,
@@ -212,7 +213,7 @@ struct Options {
 /// [`merge`], and with one batch [`rewrite_from`].
 fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError> {
     let Options {
-        from,
+        offsets,
         inflate_limit,
         max_batch_bytes,
         keep_codec,
@@ -245,7 +246,7 @@ fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError>
             let record = record?;
             check_offset(h, previous, record.offset)?;
             let follows = previous.is_some_and(|p| p.saturating_add(1) == record.offset);
-            if record.offset >= from {
+            if offsets.contains(&record.offset) {
                 writer.push(&record, follows)?;
             }
             previous = Some(record.offset);

@@ -168,20 +168,29 @@ fn a_compacted_batch_gives_one_batch_per_contiguous_run() {
 }
 
 #[test]
-fn rewritten_from_an_offset_inside_it_a_batch_keeps_exactly_the_records_from_there() {
+fn rewritten_over_a_range_of_offsets_a_batch_keeps_exactly_those_records() {
     for codec in CODECS {
         let records: Vec<Owned> = (40..50)
             .map(|o| Owned::new(o, 1_000 + o, &[9; 80]))
             .collect();
         let bytes = source(40, codec, 0, 9, &records);
         let b = one(&bytes);
-        let out = rewrite_from(&b, 47, LIMIT, LIMIT).expect("rewritten");
+        let out = rewrite_range(&b, 47..i64::MAX, LIMIT, LIMIT).expect("rewritten");
         assert_eq!(runs(&out), [(47, 3)], "{codec:?}");
         assert_eq!(checked(&out, LIMIT), records[7..], "{codec:?}");
         // From its first record or before: all of it; past its last: nothing.
-        let all = rewrite_from(&b, 12, LIMIT, LIMIT).expect("rewritten");
+        let all = rewrite_range(&b, 12..i64::MAX, LIMIT, LIMIT).expect("rewritten");
         assert_eq!(checked(&all, LIMIT), records, "{codec:?}");
-        assert!(rewrite_from(&b, 50, LIMIT, LIMIT).expect("read").is_empty());
+        assert!(
+            rewrite_range(&b, 50..i64::MAX, LIMIT, LIMIT)
+                .expect("read")
+                .is_empty()
+        );
+        // Up to an offset inside it: the records before that one.
+        let head = rewrite_range(&b, 40..43, LIMIT, LIMIT).expect("rewritten");
+        assert_eq!(checked(&head, LIMIT), records[..3], "{codec:?}");
+        let middle = rewrite_range(&b, 44..46, LIMIT, LIMIT).expect("rewritten");
+        assert_eq!(runs(&middle), [(44, 2)], "{codec:?}");
     }
     // Compaction gaps before and after the cut: runs start at the first record kept.
     let records: Vec<Owned> = [100, 101, 104, 105, 106, 109]
@@ -189,13 +198,13 @@ fn rewritten_from_an_offset_inside_it_a_batch_keeps_exactly_the_records_from_the
         .map(|&o| Owned::new(o, 1_000, b"value"))
         .collect();
     let bytes = source(100, Codec::Zstd, 0, 9, &records);
-    let out = rewrite_from(&one(&bytes), 102, LIMIT, LIMIT).expect("rewritten");
+    let out = rewrite_range(&one(&bytes), 102..i64::MAX, LIMIT, LIMIT).expect("rewritten");
     assert_eq!(runs(&out), [(104, 3), (109, 1)]);
     assert_eq!(checked(&out, LIMIT), records[2..]);
     // Records before the cut are still read and checked: a bomb there is refused.
     let bomb: Vec<Owned> = (0..3).map(|o| Owned::new(o, 1_000, &[0; 4_000])).collect();
     let bytes = source(0, Codec::Gzip, 0, 2, &bomb);
-    let err = rewrite_from(&one(&bytes), 2, 1_000, LIMIT).expect_err("over the inflate limit");
+    let err = rewrite_range(&one(&bytes), 2..3, 1_000, LIMIT).expect_err("over the inflate limit");
     assert!(matches!(err, RewriteError::Records(_)), "{err:?}");
 }
 

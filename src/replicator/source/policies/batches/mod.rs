@@ -120,8 +120,12 @@ struct Stop {
 /// What this policy keeps of an owned partition besides the engine's and the tracking's parts.
 #[derive(Debug, Default)]
 pub struct Part {
-    /// Stopped, and named in the stops, until a batch of it is written.
-    stopped: bool,
+    /// Stopped at this source offset, and named in the stops, until a batch reaching it is
+    /// written.
+    stopped: Option<i64>,
+    /// Stopped, and since when it waits for the batches before the stop to be acknowledged
+    /// before it faults ([`Batches::settle_stops`]).
+    stop_waits_since: Option<Instant>,
     /// Since when the fetcher has answered only part of the batch at this offset: a batch
     /// larger than a fetch may bring, which no later round brings either.
     too_large_since: Option<(i64, Instant)>,
@@ -264,6 +268,7 @@ impl Delivery for Batches {
                 }
             }
         }
+        self.settle_stops();
         self.retry_faults();
         self.meters.flush();
     }
@@ -350,6 +355,10 @@ impl Batches {
             let Some(slot) = self.slots.get_mut(idx).filter(|s| s.live(generation)) else {
                 continue;
             };
+            if slot.stop_waits_since.is_some() {
+                // Fetched before the stop: what follows the stopped batch waits for it.
+                continue;
+            }
             slot.too_large_since = None;
             let remote = slot.remote.clone();
             let target = Target {
@@ -413,7 +422,10 @@ impl Batches {
                         }
                         ready.extend(batches);
                     }
-                    Prepared::Stop(s) => return (ready, Some(s)),
+                    Prepared::Stop(before, s) => {
+                        ready.extend(before);
+                        return (ready, Some(s));
+                    }
                 }
             }
         }
@@ -559,6 +571,7 @@ impl Batches {
         }
         slot.generation = generation;
         slot.last_fault = Some(reason.to_string());
+        slot.stop_waits_since = None;
         let resume_from = slot.progress.rewind();
         slot.fault = Some(Fault {
             retry_at: Instant::now() + slot.backoff.next_delay(),
@@ -569,16 +582,46 @@ impl Batches {
     }
 
     /// A fault the flow's owner has to hear of: named in the refusal record, tried again
-    /// after the backoff like any fault.
+    /// after the backoff like any fault. Nothing at or after the stop was handed to the
+    /// writer, so the batches handed before it are let finish first ([`Self::settle_stops`]):
+    /// faulting at once would forget their acknowledgements, and every retry would copy them
+    /// again.
     fn stop(&mut self, idx: usize, stop: Stop) {
+        if !self.named_stopped(idx, &stop) {
+            return;
+        }
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
         };
-        if !slot.stopped {
+        if before_stop_settled(slot, Instant::now()) {
+            self.fault(idx, "batch_stopped", &stop.message);
+            return;
+        }
+        slot.stop_waits_since.get_or_insert_with(Instant::now);
+        let (topic, partition) = (slot.topic.clone(), slot.partition);
+        self.fetch.send(Command::Drop { topic, partition });
+    }
+
+    /// A batch the target refused: the batches handed after it fail or are left out by the
+    /// fault's new generation, so the partition faults at once.
+    fn stop_refused(&mut self, idx: usize, stop: Stop) {
+        if self.named_stopped(idx, &stop) {
+            self.fault(idx, "batch_stopped", &stop.message);
+        }
+    }
+
+    /// Marks the slot stopped at `stop` and names it in the refusal record; false for a slot
+    /// no longer owned.
+    fn named_stopped(&mut self, idx: usize, stop: &Stop) -> bool {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return false;
+        };
+        if slot.stopped.is_none() {
             tracing::warn!(topic = %slot.topic, partition = slot.partition, offset = stop.offset,
                 reason = %stop.message, "partition stopped");
         }
-        slot.stopped = true;
+        slot.stopped = Some(stop.offset);
+        slot.last_fault = Some(stop.message.clone());
         let remote = slot.remote.to_string();
         lock(&self.stops)
             .entry((remote.clone(), slot.partition))
@@ -587,7 +630,20 @@ impl Batches {
                 detected_ms: crate::clock::now_ms(),
                 message: crate::kafka::refusals::truncated(stop.message.clone()),
             });
-        self.fault(idx, "batch_stopped", &stop.message);
+        true
+    }
+
+    /// Faults every stopped partition whose batches before the stop are all acknowledged, or
+    /// that waited for them longer than a write may take.
+    fn settle_stops(&mut self) {
+        let now = Instant::now();
+        let settled: Vec<(usize, String)> = (self.slots.iter())
+            .filter(|(_, s)| s.stop_waits_since.is_some() && before_stop_settled(s, now))
+            .map(|(idx, s)| (idx, s.last_fault.clone().unwrap_or_default()))
+            .collect();
+        for (idx, message) in settled {
+            self.fault(idx, "batch_stopped", &message);
+        }
     }
 
     /// Records a break and copies the partition again from `start` at once.
@@ -693,6 +749,22 @@ impl Batches {
     fn count_error(&self, kind: &str) {
         crate::replicator::source::engine::count_error(&self.shared.ctx, kind);
     }
+}
+
+/// How long a stopped partition waits for the batches before the stop: longer than the writer
+/// lets a write go unanswered, after which that write faults on its own.
+const STOP_WAITS_AT_MOST: Duration = Duration::from_secs(90);
+
+/// Whether `slot`, stopped, may fault now: everything before the stop is committable (written
+/// with its offset syncs), or it waited [`STOP_WAITS_AT_MOST`].
+fn before_stop_settled(slot: &Slot, now: Instant) -> bool {
+    let Some(at) = slot.stopped else {
+        return true;
+    };
+    let committed = slot.progress.committable().is_some_and(|f| f.next >= at);
+    let waited = (slot.stop_waits_since)
+        .is_some_and(|since| now.saturating_duration_since(since) >= STOP_WAITS_AT_MOST);
+    committed || waited
 }
 
 #[cfg(test)]

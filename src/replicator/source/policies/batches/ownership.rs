@@ -58,7 +58,7 @@ impl StoredPositions for Batches {
     }
 
     fn released(&mut self, slot: Slot) {
-        if slot.stopped {
+        if slot.stopped.is_some() {
             lock(&self.stops).remove(&(slot.remote.to_string(), slot.partition));
         }
         self.fetch.send(Command::Drop {

@@ -19,7 +19,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite_from};
+use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite_range};
 use mirrorflow_core::batch::{self, Batch, NotWhole};
 
 use super::{Stop, Token};
@@ -68,7 +68,9 @@ pub enum Prepared {
     /// Written as fetched, or as the batches it was rewritten into (`Some(reason)`), in
     /// offset order, of its records at or after `position` (copied before a restart).
     Write(Vec<Ready>, Option<Reason>),
-    Stop(Stop),
+    /// The batches of its records before the one that stops the partition (written anew), and
+    /// the stop.
+    Stop(Vec<Ready>, Stop),
 }
 
 /// The partition a batch is prepared for.
@@ -95,13 +97,16 @@ pub fn prepare(
     else {
         // The fetcher parsed it already, so this is not expected; skipping it would carry the
         // position over its records.
-        return Prepared::Stop(Stop {
-            offset: target.position,
-            message: format!(
-                "a batch of {}-{} after offset {} could not be read again after it was fetched; the partition is stopped rather than skip it",
-                target.topic, target.partition, target.position
-            ),
-        });
+        return Prepared::Stop(
+            Vec::new(),
+            Stop {
+                offset: target.position,
+                message: format!(
+                    "a batch of {}-{} after offset {} could not be read again after it was fetched; the partition is stopped rather than skip it",
+                    target.topic, target.partition, target.position
+                ),
+            },
+        );
     };
     let max_bytes = target.max_bytes.unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
     let h = &b.header;
@@ -128,9 +133,22 @@ pub fn prepare(
         };
         return Prepared::Write(vec![ready], None);
     };
-    match rewrite_from(&b, target.position, REWRITE_INFLATE_LIMIT, max_bytes) {
+    let from = target.position;
+    match rewrite_range(&b, from..i64::MAX, REWRITE_INFLATE_LIMIT, max_bytes) {
         Ok(batches) => Prepared::Write(rewritten(&b, batches, like), Some(reason)),
-        Err(e) => Prepared::Stop(cannot_rewrite(&b, target, reason, &e)),
+        // The records before the one no batch can hold are written: the partition stops at
+        // that record, not at its batch.
+        Err(e @ RewriteError::RecordTooLarge { offset, .. }) if offset > from => {
+            let before = rewrite_range(&b, from..offset, REWRITE_INFLATE_LIMIT, max_bytes)
+                .map(|batches| rewritten(&b, batches, like));
+            match before {
+                Ok(before) => {
+                    Prepared::Stop(before, cannot_rewrite(&b, offset, target, reason, &e))
+                }
+                Err(e) => Prepared::Stop(Vec::new(), cannot_rewrite(&b, from, target, reason, &e)),
+            }
+        }
+        Err(e) => Prepared::Stop(Vec::new(), cannot_rewrite(&b, from, target, reason, &e)),
     }
 }
 
@@ -158,8 +176,15 @@ pub fn written_anew(r: Rewritten, max_timestamp: i64, like: Token) -> Ready {
     }
 }
 
-/// The stop of a batch that cannot be written, with what the flow's owner can do.
-fn cannot_rewrite(b: &Batch<'_>, target: &Target<'_>, reason: Reason, e: &RewriteError) -> Stop {
+/// The stop at `offset` (the record no batch holds, or where the batch's copy resumes) of a
+/// batch that cannot be written, with what the flow's owner can do.
+fn cannot_rewrite(
+    b: &Batch<'_>,
+    offset: i64,
+    target: &Target<'_>,
+    reason: Reason,
+    e: &RewriteError,
+) -> Stop {
     let at = format!(
         "the batch at offset {} of {}-{}",
         b.header.base_offset, target.topic, target.partition
@@ -174,7 +199,7 @@ fn cannot_rewrite(b: &Batch<'_>, target: &Target<'_>, reason: Reason, e: &Rewrit
         ),
     };
     Stop {
-        offset: b.header.base_offset,
+        offset: offset.max(b.header.base_offset),
         message,
     }
 }
@@ -276,7 +301,7 @@ pub(super) mod tests {
                     .collect();
                 (runs, reason)
             }
-            Prepared::Stop(s) => panic!("stopped: {}", s.message),
+            Prepared::Stop(_, s) => panic!("stopped: {}", s.message),
         }
     }
 
@@ -384,22 +409,38 @@ pub(super) mod tests {
     fn a_record_no_batch_of_the_target_can_hold_stops_the_partition_with_the_fix() {
         let body = Arc::new(batch(50, &values(2, 2_000), 1, 0));
         let p = prepare(&body, 0..body.len(), &target(Some(1_000), 50), like());
-        let Prepared::Stop(stop) = p else {
+        let Prepared::Stop(before, stop) = p else {
             panic!("not stopped: {p:?}");
         };
+        assert!(before.is_empty(), "the first record is the one");
         assert_eq!(stop.offset, 50);
         assert!(
             stop.message.contains("t-0") && stop.message.contains("max.message.bytes"),
             "{}",
             stop.message
         );
+        // Records before that one in its batch are written; the stop is at the record.
+        let mut records = values(3, 100);
+        records.push((3, vec![b'x'; 2_000]));
+        records.extend(values(2, 100).into_iter().map(|(d, v)| (d + 4, v)));
+        let body = Arc::new(batch(60, &records, 5, 0));
+        let p = prepare(&body, 0..body.len(), &target(Some(1_000), 61), like());
+        let Prepared::Stop(before, stop) = p else {
+            panic!("not stopped: {p:?}");
+        };
+        let runs: Vec<(i64, i64)> = before
+            .iter()
+            .map(|r| (r.token.base, r.token.records))
+            .collect();
+        assert_eq!(runs, [(61, 2)], "from the position to the record");
+        assert_eq!(stop.offset, 63);
     }
 
     #[test]
     fn bytes_that_are_no_batch_stop_the_partition_rather_than_skip() {
         let body = Arc::new(vec![0u8; 10]);
         let p = prepare(&body, 0..10, &target(None, 77), like());
-        let Prepared::Stop(stop) = p else {
+        let Prepared::Stop(_, stop) = p else {
             panic!("not stopped: {p:?}");
         };
         assert_eq!(stop.offset, 77);

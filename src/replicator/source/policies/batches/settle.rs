@@ -38,7 +38,7 @@ impl Batches {
         }
         for (idx, failed) in settled.failed {
             match failed {
-                Failed::Stop(stop) => self.stop(idx, stop),
+                Failed::Stop(stop) => self.stop_refused(idx, stop),
                 Failed::Fault(message) => self.fault(idx, "produce", &message),
             }
         }
@@ -185,8 +185,12 @@ pub(super) fn settle(
                 None
             }
         };
-        if slot.stopped {
-            slot.stopped = false;
+        // Batches before the stop, written after it was found, do not lift it.
+        if slot
+            .stopped
+            .is_some_and(|at| t.base.saturating_add(t.records) > at)
+        {
+            slot.stopped = None;
             settled
                 .resumed
                 .push((slot.remote.to_string(), slot.partition));
@@ -306,12 +310,53 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_waits_for_the_batches_before_it_and_no_longer_than_a_write_may_take() {
+        let (mut slots, idx, generation) = table();
+        let now = Instant::now();
+        let slot = slots.get_mut(idx).expect("owned");
+        slot.stopped = Some(5);
+        assert!(
+            !super::super::before_stop_settled(slot, now),
+            "0..5 still in flight"
+        );
+        slot.stop_waits_since = Some(now);
+        let got = settle(
+            &mut slots,
+            &answers(
+                vec![written(token(idx, generation, 0, 5), Some(100))],
+                vec![],
+            ),
+            Duration::ZERO,
+            2_000,
+        );
+        assert!(got.resumed.is_empty(), "still stopped at 5");
+        let slot = slots.get_mut(idx).expect("owned");
+        assert!(
+            !super::super::before_stop_settled(slot, now),
+            "written, its offset sync not yet"
+        );
+        slot.progress.sync_acknowledged();
+        assert!(
+            super::super::before_stop_settled(slot, now),
+            "all of 0..5 committable"
+        );
+        // A write before the stop that is never answered: the stop goes on after the wait.
+        let (mut slots, idx, _) = table();
+        let slot = slots.get_mut(idx).expect("owned");
+        slot.stopped = Some(5);
+        slot.stop_waits_since = Some(now);
+        assert!(!super::super::before_stop_settled(slot, now));
+        let later = now + super::super::STOP_WAITS_AT_MOST;
+        assert!(super::super::before_stop_settled(slot, later));
+    }
+
+    #[test]
     fn the_writers_answers_move_sync_stop_or_rewind_each_partition() {
         struct Case {
             name: &'static str,
             answers: fn(usize, u32) -> Written<Token>,
-            /// The slot was stopped before the answers.
-            stopped: bool,
+            /// Where the slot was stopped before the answers.
+            stopped: Option<i64>,
             syncs: Vec<(i64, i64)>,
             next: Option<i64>,
             resumed: bool,
@@ -322,7 +367,7 @@ mod tests {
             Case {
                 name: "a written batch acknowledges its run and asks for the first sync",
                 answers: |i, g| answers(vec![written(token(i, g, 0, 5), Some(100))], vec![]),
-                stopped: false,
+                stopped: None,
                 syncs: vec![(0, 100)],
                 next: Some(5),
                 resumed: false,
@@ -332,7 +377,7 @@ mod tests {
             Case {
                 name: "a batch the broker had already moves the position, with no sync",
                 answers: |i, g| answers(vec![written(token(i, g, 0, 5), None)], vec![]),
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: Some(5),
                 resumed: false,
@@ -342,7 +387,7 @@ mod tests {
             Case {
                 name: "an answer for an older generation of the slot moves nothing",
                 answers: |i, g| answers(vec![written(token(i, g + 1, 0, 5), Some(100))], vec![]),
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: None,
                 resumed: false,
@@ -352,10 +397,20 @@ mod tests {
             Case {
                 name: "a stopped partition that writes again has its stop lifted",
                 answers: |i, g| answers(vec![written(token(i, g, 0, 1), Some(7))], vec![]),
-                stopped: true,
+                stopped: Some(0),
                 syncs: vec![(0, 7)],
                 next: Some(1),
                 resumed: true,
+                copied: 1,
+                failed: None,
+            },
+            Case {
+                name: "a batch before the stop, written after it was found, leaves it stopped",
+                answers: |i, g| answers(vec![written(token(i, g, 0, 5), Some(100))], vec![]),
+                stopped: Some(5),
+                syncs: vec![(0, 100)],
+                next: Some(5),
+                resumed: false,
                 copied: 1,
                 failed: None,
             },
@@ -367,7 +422,7 @@ mod tests {
                         vec![failed(token(i, g, 40, 3), MESSAGE_TOO_LARGE, None)],
                     )
                 },
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: None,
                 resumed: false,
@@ -382,7 +437,7 @@ mod tests {
                         vec![failed(token(i, g, 40, 3), CORRUPT_MESSAGE, None)],
                     )
                 },
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: None,
                 resumed: false,
@@ -398,7 +453,7 @@ mod tests {
                         vec![failed(token(i, g, 40, 3), MESSAGE_TOO_LARGE, waited)],
                     )
                 },
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: None,
                 resumed: false,
@@ -413,7 +468,7 @@ mod tests {
                         vec![failed(token(i, g + 1, 40, 3), MESSAGE_TOO_LARGE, None)],
                     )
                 },
-                stopped: false,
+                stopped: None,
                 syncs: vec![],
                 next: None,
                 resumed: false,
@@ -444,7 +499,8 @@ mod tests {
                 case.name
             );
             assert_eq!(!got.resumed.is_empty(), case.resumed, "{}", case.name);
-            assert_eq!(slot.stopped, case.stopped && !case.resumed, "{}", case.name);
+            let stopped = if case.resumed { None } else { case.stopped };
+            assert_eq!(slot.stopped, stopped, "{}", case.name);
             assert_eq!(got.copied.len(), case.copied, "{}", case.name);
             if let Some(c) = got.copied.first() {
                 assert_eq!(c.age_ms, 1_000, "{}", case.name);
