@@ -26,8 +26,9 @@ pub const DUPLICATES_WITHIN: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Mode {
-    /// The default, no mode named: 0.1.0 copies records, this version whole batches, so the
-    /// upgrade switches the copy under traffic (from positions a copy of records stored).
+    /// The default, no mode named: 0.1.0 copies records, this version whole batches, so an
+    /// upgrade from 0.1.0 (the nightly set) switches the copy under traffic (from positions a
+    /// copy of records stored).
     AtLeastOnce,
     ExactlyOnce,
     Aligned,
