@@ -234,6 +234,9 @@ fn replicate(
 }
 
 fn main() -> anyhow::Result<()> {
+    // librdkafka's reads of gzip batches go to the bounded inflater: this reference is what
+    // makes the linker take it over librdkafka's own.
+    std::hint::black_box(mirrorflow_rdkafka_ext::gzip::linked());
     // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
     // `kubectl mirrorflow`.
     let mut command = Cli::command();

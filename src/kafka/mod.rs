@@ -44,6 +44,20 @@ impl std::fmt::Display for Side {
     }
 }
 
+/// A consumer's error for a batch it cannot read (one that does not decode, or a gzip batch
+/// past the binary's inflate bound): librdkafka reports it without its partition and tries
+/// the batch again, so the partition's reading stops there.
+pub fn is_unreadable_batch(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::BadCompression
+                | RDKafkaErrorCode::BadMessage
+                | RDKafkaErrorCode::NotImplemented
+        )
+    )
+}
+
 /// Errors that mean the cluster cannot be reached (as opposed to a refused request).
 pub fn is_unreachable(e: &KafkaError) -> bool {
     matches!(

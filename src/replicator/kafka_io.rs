@@ -310,6 +310,14 @@ where
                     // reached by what is read from here on, not by the old log's offsets.
                     next_offset = 0;
                 }
+                Some(Err(e)) if crate::kafka::is_unreadable_batch(&e) => {
+                    // librdkafka tries the batch again: following stops here until it can be
+                    // read (a gzip bomb is refused at every try, without inflating again).
+                    reach.refused(
+                        &format!("{what}: reading a batch of {topic} (the follower waits at it)"),
+                        &e,
+                    );
+                }
                 Some(Err(e)) => {
                     tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
                 }

@@ -27,6 +27,9 @@ pub enum InflateError {
         codec: &'static str,
         what: &'static str,
     },
+    /// Only from [`gunzip_into`], whose sink may run out of memory.
+    #[error("{codec} records: no memory to inflate them into")]
+    NoMemory { codec: &'static str },
 }
 
 /// Bytes read from a decoder at a time: what the output grows by at most beyond the cap.
@@ -83,23 +86,57 @@ fn read_capped(
 }
 
 fn append_capped(
-    mut reader: impl Read,
+    reader: impl Read,
     codec: &'static str,
     limit: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), InflateError> {
+    stream_capped(reader, codec, limit, &mut |bytes| {
+        out.extend_from_slice(bytes);
+        true
+    })
+    .map(|_| ())
+}
+
+/// Gzip records (every member, as Kafka's own reader takes them) handed to `sink` a chunk at a
+/// time as they come out, refused once they pass `limit`: for a reader that keeps them in
+/// memory of its own (the binary's gzip inflater for librdkafka grows one `malloc`ed block).
+/// `sink` answers false when it cannot take a chunk (no memory). Returns the bytes inflated.
+pub fn gunzip_into(
+    compressed: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
+    stream_capped(
+        flate2::read::MultiGzDecoder::new(compressed),
+        "gzip",
+        limit,
+        sink,
+    )
+}
+
+fn stream_capped(
+    mut reader: impl Read,
+    codec: &'static str,
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
     let mut chunk = vec![0u8; CHUNK];
+    let mut total = 0usize;
     loop {
         let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return Ok(total),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return Err(corrupt(codec, "the compressed stream does not decode")),
         };
-        if out.len().saturating_add(n) > limit {
+        if total.saturating_add(n) > limit {
             return Err(too_large(codec, limit));
         }
-        out.extend_from_slice(&chunk[..n]);
+        if !sink(&chunk[..n]) {
+            return Err(InflateError::NoMemory { codec });
+        }
+        total += n;
     }
 }
 

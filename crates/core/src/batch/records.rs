@@ -92,6 +92,12 @@ pub fn open<'a>(batch: &Batch<'a>, limit: usize) -> Result<Opened<'a>, RecordsEr
             codec,
             what,
         },
+        // A Vec takes every chunk: only a sink of the caller's own refuses one.
+        InflateError::NoMemory { codec } => RecordsError::CorruptCompression {
+            base_offset: h.base_offset,
+            codec,
+            what: "no memory to inflate them into",
+        },
     })?;
     Ok(Opened {
         batch: *batch,

@@ -377,6 +377,7 @@ struct Chores {
     targets: Chore,
     stalls: Chore,
     stall_watch: stall::StallWatch,
+    refused: stall::Refused,
 }
 
 impl Chores {
@@ -387,6 +388,7 @@ impl Chores {
             targets: Chore::new(TARGET_CHECK_EVERY),
             stalls: Chore::new(stall::CHECK_EVERY),
             stall_watch: stall::StallWatch::default(),
+            refused: stall::Refused::default(),
         }
     }
 
@@ -408,7 +410,14 @@ impl Chores {
             let read = stall::read_positions(consumer);
             let p = lock(policy);
             let stops = p.shared().stops.clone();
-            stall::check(&mut self.stall_watch, &*p, &stops, &read);
+            let refused = self.refused.reason(Instant::now());
+            stall::check(
+                &mut self.stall_watch,
+                &*p,
+                &stops,
+                &read,
+                refused.as_deref(),
+            );
             drop(p);
             self.stalls.last = Instant::now();
         }
@@ -454,6 +463,13 @@ pub fn run<P: Delivery>(
             }
             Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => {
                 lock(&policy).offsets_out_of_range(&consumer);
+            }
+            Some(Err(e)) if crate::kafka::is_unreadable_batch(&e) => {
+                // librdkafka tries the batch again: its partition stops there, and the stall
+                // watch names it with this reason.
+                count_error(&ctx, "refused_batch");
+                tracing::warn!(error = %e, "the source consumer cannot read a batch");
+                chores.refused.note(&e, Instant::now());
             }
             Some(Err(e)) => {
                 count_error(&ctx, "consume");

@@ -87,6 +87,17 @@ impl StallWatch {
         ends: &HashMap<(String, i32), i64>,
         now: Instant,
     ) -> Vec<Change> {
+        self.observe_within(copied, ends, now, STALL_AFTER)
+    }
+
+    /// [`Self::observe`], naming a partition once it has not moved for `after`.
+    pub fn observe_within(
+        &mut self,
+        copied: &[Copied],
+        ends: &HashMap<(String, i32), i64>,
+        now: Instant,
+        after: Duration,
+    ) -> Vec<Change> {
         let mut changes = Vec::new();
         let owned: std::collections::HashSet<(String, i32)> = copied
             .iter()
@@ -124,7 +135,7 @@ impl StallWatch {
                 continue;
             }
             let since = now.saturating_duration_since(w.since);
-            if since >= STALL_AFTER && w.stalled.is_none() {
+            if since >= after && w.stalled.is_none() {
                 w.stalled = Some(c.remote.clone());
                 changes.push(Change::Stalled {
                     copied: c.clone(),
@@ -156,16 +167,73 @@ pub fn message(copied: &Copied, source_end: i64, since: Duration) -> String {
     )
 }
 
+/// How soon a partition is named while the source consumer is refused batches
+/// ([`Refused`]): it cannot move past such a batch, and the refusal says why.
+pub const REFUSED_STALL_AFTER: Duration = Duration::from_secs(15);
+/// How long a refused batch explains a partition that does not move: librdkafka tries the
+/// batch again every half second or so while its partition is read.
+const REFUSED_EXPLAINS_FOR: Duration = Duration::from_secs(60);
+
+/// The last batch the source consumer reported it could not read (librdkafka's error names
+/// neither the partition nor, but for the binary's gzip inflater, why): librdkafka tries such
+/// a batch again and again, so its partition stops there, and the stall watch, which finds
+/// the partition, gives it this reason, sooner.
+#[derive(Debug, Default)]
+pub struct Refused {
+    last: Option<(Instant, String)>,
+}
+
+impl Refused {
+    /// The consumer reported `error`, a batch it cannot read ([`crate::kafka::is_unreadable_batch`]).
+    pub fn note(&mut self, error: &rdkafka::error::KafkaError, now: Instant) {
+        let inflater = mirrorflow_rdkafka_ext::gzip::refused().1;
+        let why = match (error.rdkafka_error_code(), inflater) {
+            (Some(rdkafka::types::RDKafkaErrorCode::BadCompression), Some(gzip)) => {
+                gzip.to_string()
+            }
+            _ => format!("the source consumer reports '{error}'"),
+        };
+        self.last = Some((now, why));
+    }
+
+    /// The reason a partition that does not move is given, while a refusal is recent.
+    pub fn reason(&self, now: Instant) -> Option<String> {
+        let (at, why) = self.last.as_ref()?;
+        (now.saturating_duration_since(*at) < REFUSED_EXPLAINS_FOR).then(|| {
+            format!(
+                "the source consumer is refused a batch again and again: {why}; librdkafka, which reads records for this copy, holds the partition at it rather than skip its records. Whole batches copy such a batch without inflating it: remove spec.sourceLoop.copy (not with exactlyOnce or offsets: Aligned); or delete the source's records up to past it (kafka-delete-records)"
+            )
+        })
+    }
+}
+
+/// `copied` with `refused` as the reason of the partitions whose policy knows none.
+pub fn explained(mut copied: Vec<Copied>, refused: Option<&str>) -> Vec<Copied> {
+    if let Some(why) = refused {
+        for c in copied.iter_mut().filter(|c| c.reason.is_none()) {
+            c.reason = Some(why.to_string());
+        }
+    }
+    copied
+}
+
 /// One look: the policy's positions against the source's ends; stalls are logged, counted,
 /// shown in the metrics and put in `stops` (the refusal record the discovery loop writes),
-/// and taken out again when the partition moves.
+/// and taken out again when the partition moves. While the source consumer is refused
+/// batches (`refused`), a partition is named sooner, with that reason.
 pub fn check<P: Delivery>(
     watch: &mut StallWatch,
     policy: &P,
     stops: &Stops,
     read: &HashMap<(String, i32), i64>,
+    refused: Option<&str>,
 ) {
-    let copied = caught_up_by_reading(policy.copied(), read);
+    let copied = explained(caught_up_by_reading(policy.copied(), read), refused);
+    let after = if refused.is_some() {
+        REFUSED_STALL_AFTER
+    } else {
+        STALL_AFTER
+    };
     if copied.is_empty() && watch.seen.is_empty() {
         return;
     }
@@ -185,7 +253,7 @@ pub fn check<P: Delivery>(
             .collect()
     };
     let metrics = &shared.ctx.metrics;
-    for change in watch.observe(&copied, &ends, Instant::now()) {
+    for change in watch.observe_within(&copied, &ends, Instant::now(), after) {
         match change {
             Change::Stalled {
                 copied,
@@ -422,5 +490,86 @@ mod tests {
                 partition: 1
             }]
         );
+    }
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    fn held(reason: Option<&str>) -> Copied {
+        Copied {
+            topic: "t".into(),
+            partition: 2,
+            remote: "a.t".into(),
+            next: 40,
+            reason: reason.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_batch_the_consumer_cannot_read_names_the_partition_it_holds_sooner_and_why() {
+        let t0 = Instant::now();
+        let mut refused = Refused::default();
+        assert_eq!(refused.reason(t0), None);
+        let undecodable = KafkaError::MessageConsumption(RDKafkaErrorCode::BadCompression);
+        assert!(crate::kafka::is_unreadable_batch(&undecodable));
+        assert!(crate::kafka::is_unreadable_batch(
+            &KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)
+        ));
+        assert!(!crate::kafka::is_unreadable_batch(
+            &KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure)
+        ));
+        refused.note(&undecodable, t0);
+        let why = refused.reason(t0 + Duration::from_secs(5)).expect("recent");
+        for part in [
+            "refused a batch",
+            "spec.sourceLoop.copy",
+            "kafka-delete-records",
+        ] {
+            assert!(why.contains(part), "{part} not in {why}");
+        }
+        // Only as long as the consumer keeps being refused (it tries every half second).
+        assert_eq!(refused.reason(t0 + REFUSED_EXPLAINS_FOR), None);
+
+        // The policy's own reason stands; a partition without one gets the refusal.
+        let copied = explained(vec![held(None), held(Some("a write failed"))], Some(&why));
+        assert_eq!(copied[0].reason.as_deref(), Some(why.as_str()));
+        assert_eq!(copied[1].reason.as_deref(), Some("a write failed"));
+        assert_eq!(explained(vec![held(None)], None)[0].reason, None);
+
+        // Named after the shorter window, with the reason in the message.
+        let mut watch = StallWatch::default();
+        let ends: HashMap<(String, i32), i64> = [(("t".to_string(), 2), 90)].into();
+        let copied = explained(vec![held(None)], Some(&why));
+        assert!(
+            watch
+                .observe_within(&copied, &ends, t0, REFUSED_STALL_AFTER)
+                .is_empty()
+        );
+        let changes = watch.observe_within(
+            &copied,
+            &ends,
+            t0 + REFUSED_STALL_AFTER,
+            REFUSED_STALL_AFTER,
+        );
+        let [
+            Change::Stalled {
+                copied,
+                source_end,
+                since,
+            },
+        ] = changes.as_slice()
+        else {
+            panic!("{changes:?}");
+        };
+        let text = message(copied, *source_end, *since);
+        assert!(
+            text.contains("partition 2 of t copies nothing: stalled at source offset 40"),
+            "{text}"
+        );
+        assert!(text.contains("refused a batch"), "{text}");
     }
 }

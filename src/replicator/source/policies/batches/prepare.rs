@@ -25,8 +25,9 @@ use mirrorflow_core::batch::{self, Batch, NotWhole};
 use super::{Stop, Token};
 
 /// How far one batch's records may inflate to be written anew: one batch at a time is, so a
-/// replica holds at most about twice this for it.
-pub const REWRITE_INFLATE_LIMIT: usize = 32 << 20;
+/// replica holds at most about twice this for it. The same bound as librdkafka's reads of
+/// records have in this process.
+pub const REWRITE_INFLATE_LIMIT: usize = mirrorflow_rdkafka_ext::gzip::INFLATE_LIMIT;
 /// A remote topic's `max.message.bytes` before discovery has read it: Kafka's default.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
 
