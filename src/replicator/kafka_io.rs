@@ -292,34 +292,12 @@ where
                         return;
                     }
                 }
-                Some(Err(e)) if is_unreachable(&e) => reach.unreachable(what, &e),
-                Some(Err(e))
-                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) =>
-                {
-                    reach.position_lost(&topic);
-                    let mut again = TopicPartitionList::new();
-                    // `seek` is refused once the reset error stopped the partition: assign anew.
-                    if let Err(e) = again
-                        .add_partition_offset(&topic, 0, Offset::Beginning)
-                        .and_then(|()| consumer.assign(&again))
-                    {
-                        tracing::error!(topic = %topic, error = %e, "cannot assign {what} again; not following it");
+                Some(Err(e)) => {
+                    let go_on =
+                        on_follow_error(&e, what, &consumer, &topic, &reach, &mut next_offset);
+                    if !go_on {
                         return;
                     }
-                    // Reading starts over in a log that may now be shorter: a mark's end is
-                    // reached by what is read from here on, not by the old log's offsets.
-                    next_offset = 0;
-                }
-                Some(Err(e)) if crate::kafka::is_unreadable_batch(&e) => {
-                    // librdkafka tries the batch again: following stops here until it can be
-                    // read (a gzip bomb is refused at every try, without inflating again).
-                    reach.refused(
-                        &format!("{what}: reading a batch of {topic} (the follower waits at it)"),
-                        &e,
-                    );
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
                 }
                 None => {}
             }
@@ -335,6 +313,44 @@ where
             }
         }
     })
+}
+
+/// A follower's consumer error handled; false when following cannot go on.
+fn on_follow_error(
+    e: &KafkaError,
+    what: &'static str,
+    consumer: &BaseConsumer<QuietEof>,
+    topic: &str,
+    reach: &Reachability,
+    next_offset: &mut i64,
+) -> bool {
+    if is_unreachable(e) {
+        reach.unreachable(what, e);
+    } else if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+        reach.position_lost(topic);
+        let mut again = TopicPartitionList::new();
+        // `seek` is refused once the reset error stopped the partition: assign anew.
+        if let Err(e) = again
+            .add_partition_offset(topic, 0, Offset::Beginning)
+            .and_then(|()| consumer.assign(&again))
+        {
+            tracing::error!(topic = %topic, error = %e, "cannot assign {what} again; not following it");
+            return false;
+        }
+        // Reading starts over in a log that may now be shorter: a mark's end is reached by
+        // what is read from here on, not by the old log's offsets.
+        *next_offset = 0;
+    } else if crate::kafka::is_unreadable_batch(e) {
+        // librdkafka tries the batch again: following stops here until it can be read (a
+        // gzip bomb is refused at every try, without inflating again).
+        reach.refused(
+            &format!("{what}: reading a batch of {topic} (the follower waits at it)"),
+            e,
+        );
+    } else {
+        tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
+    }
+    true
 }
 
 /// The longest a follower's look-up of its partition's bounds may wait ([`Patience`]): the

@@ -156,6 +156,28 @@ pub fn rewrite_range(
     inflate_limit: usize,
     max_batch_bytes: usize,
 ) -> Result<Vec<Rewritten>, RewriteError> {
+    rewrite_range_before_refusal(batch, offsets, inflate_limit, max_batch_bytes)
+        .map_err(|r| r.error)
+}
+
+/// Why [`rewrite_range_before_refusal`] could not write all the records, and what it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub error: RewriteError,
+    /// For [`RewriteError::RecordTooLarge`]: the records before the one no batch can hold, as
+    /// [`rewrite_range`] writes them (`offsets` cut at that record). Empty for any other error.
+    pub before: Vec<Rewritten>,
+}
+
+/// [`rewrite_range`], with the records before a record no batch can hold written in the same
+/// pass: a copy that writes what it can and stops at that record would otherwise inflate the
+/// batch a second time for them.
+pub fn rewrite_range_before_refusal(
+    batch: &Batch<'_>,
+    offsets: std::ops::Range<i64>,
+    inflate_limit: usize,
+    max_batch_bytes: usize,
+) -> Result<Vec<Rewritten>, Refused> {
     let anew = write_anew(
         std::slice::from_ref(batch),
         Options {
@@ -198,7 +220,7 @@ pub fn merge(
         max_batch_bytes,
         keep_codec: true,
     };
-    write_anew(batches, options)
+    write_anew(batches, options).map_err(|r| r.error)
 }
 
 /// How [`write_anew`] writes: records outside `offsets` are left out; `keep_codec` as
@@ -210,8 +232,23 @@ struct Options {
     keep_codec: bool,
 }
 
-/// [`merge`], and with one batch [`rewrite_from`].
-fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError> {
+impl From<RewriteError> for Refused {
+    fn from(error: RewriteError) -> Self {
+        Refused {
+            error,
+            before: Vec::new(),
+        }
+    }
+}
+
+impl From<RecordsError> for Refused {
+    fn from(error: RecordsError) -> Self {
+        RewriteError::from(error).into()
+    }
+}
+
+/// [`merge`], and with one batch [`rewrite_range_before_refusal`].
+fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, Refused> {
     let Options {
         offsets,
         inflate_limit,
@@ -226,7 +263,8 @@ fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError>
         if h.is_control() {
             return Err(RewriteError::Control {
                 base_offset: h.base_offset,
-            });
+            }
+            .into());
         }
         let opened = records::open(batch, inflate_limit.saturating_sub(inflated))?;
         inflated = inflated.saturating_add(opened.inflated_len());
@@ -246,16 +284,22 @@ fn write_anew(batches: &[Batch<'_>], o: Options) -> Result<Merged, RewriteError>
             let record = record?;
             check_offset(h, previous, record.offset)?;
             let follows = previous.is_some_and(|p| p.saturating_add(1) == record.offset);
-            if offsets.contains(&record.offset) {
-                writer.push(&record, follows)?;
+            if offsets.contains(&record.offset)
+                && let Err(error) = writer.push(&record, follows)
+            {
+                return Err(writer.refused(error));
             }
             previous = Some(record.offset);
         }
     }
-    Ok(Merged {
-        batches: writer.map_or(Ok(Vec::new()), Writer::finish)?,
-        inflated,
-    })
+    let batches = match writer {
+        Some(mut w) => match w.seal() {
+            Ok(()) => w.out,
+            Err(error) => return Err(w.refused(error)),
+        },
+        None => Vec::new(),
+    };
+    Ok(Merged { batches, inflated })
 }
 
 /// Record offsets rise within a batch (and from one merged batch to the next) and end at its
@@ -380,9 +424,14 @@ impl Writer {
         }
     }
 
-    fn finish(mut self) -> Result<Vec<Rewritten>, RewriteError> {
-        self.seal()?;
-        Ok(self.out)
+    /// `error`, with the batches written before it when it is a record no batch can hold
+    /// (they are complete: [`Self::seal`] refuses only a batch of that one record).
+    fn refused(&mut self, error: RewriteError) -> Refused {
+        let before = match error {
+            RewriteError::RecordTooLarge { .. } => std::mem::take(&mut self.out),
+            _ => Vec::new(),
+        };
+        Refused { error, before }
     }
 }
 

@@ -238,68 +238,95 @@ pub fn check<P: Delivery>(
         return;
     }
     let shared = policy.shared();
-    let keys: Vec<(String, i32)> = copied
-        .iter()
-        .map(|c| (c.topic.clone(), c.partition))
-        .collect();
-    let ends: HashMap<(String, i32), i64> = if keys.is_empty() {
-        HashMap::new()
-    } else {
-        shared
-            .probe
-            .source_quick(&keys)
-            .into_iter()
-            .map(|(k, b)| (k, b.end))
-            .collect()
-    };
-    let metrics = &shared.ctx.metrics;
+    let ends = source_ends(shared, &copied);
     for change in watch.observe_within(&copied, &ends, Instant::now(), after) {
         match change {
             Change::Stalled {
                 copied,
                 source_end,
                 since,
-            } => {
-                let text = message(&copied, source_end, since);
-                tracing::error!(topic = %copied.topic, partition = copied.partition,
-                    offset = copied.next, source_end, "{text}");
-                metrics
-                    .partition_stalled
-                    .with_label_values(&[&copied.topic, &copied.partition.to_string()])
-                    .set(copied.next);
-                metrics.partition_stalls.inc();
-                lock(stops)
-                    .entry((copied.remote.clone(), copied.partition))
-                    .or_insert_with(|| Refusal {
-                        topic: copied.remote.clone(),
-                        detected_ms: crate::clock::now_ms(),
-                        message: truncated(text),
-                    });
-            }
+            } => name_stall(shared, stops, &copied, source_end, since),
             Change::Cleared { remote, partition } => {
-                let mut stops = lock(stops);
-                // Only a stall's own entry: a batch stop of the same partition stays.
-                if stops
-                    .get(&(remote.clone(), partition))
-                    .is_some_and(|r| r.message.contains(STALLED_MARK))
-                {
-                    stops.remove(&(remote.clone(), partition));
-                }
-                drop(stops);
-                tracing::info!(%remote, partition, "the stalled partition moves again");
-                let topic = copied
-                    .iter()
-                    .find(|c| c.remote == remote && c.partition == partition)
-                    .map(|c| c.topic.clone());
-                if let Some(topic) = topic {
-                    let _ = metrics
-                        .partition_stalled
-                        .remove_label_values(&[&topic, &partition.to_string()]);
-                } else {
-                    clear_metric_of_remote(metrics, &remote, partition, shared);
-                }
+                clear_stall(shared, stops, &copied, &remote, partition)
             }
         }
+    }
+}
+
+/// Where the source ends for each of `copied`'s partitions, as far as a quick look tells.
+fn source_ends(shared: &super::Shared, copied: &[Copied]) -> HashMap<(String, i32), i64> {
+    if copied.is_empty() {
+        return HashMap::new();
+    }
+    let keys: Vec<(String, i32)> = copied
+        .iter()
+        .map(|c| (c.topic.clone(), c.partition))
+        .collect();
+    shared
+        .probe
+        .source_quick(&keys)
+        .into_iter()
+        .map(|(k, b)| (k, b.end))
+        .collect()
+}
+
+/// A stalled partition logged, counted, shown in the metrics and recorded in `stops`, unless a
+/// stop of the policy's own already stands for it.
+fn name_stall(
+    shared: &super::Shared,
+    stops: &Stops,
+    copied: &Copied,
+    source_end: i64,
+    since: Duration,
+) {
+    let metrics = &shared.ctx.metrics;
+    let text = message(copied, source_end, since);
+    tracing::error!(topic = %copied.topic, partition = copied.partition,
+        offset = copied.next, source_end, "{text}");
+    metrics
+        .partition_stalled
+        .with_label_values(&[&copied.topic, &copied.partition.to_string()])
+        .set(copied.next);
+    metrics.partition_stalls.inc();
+    lock(stops)
+        .entry((copied.remote.clone(), copied.partition))
+        .or_insert_with(|| Refusal {
+            topic: copied.remote.clone(),
+            detected_ms: crate::clock::now_ms(),
+            message: truncated(text),
+        });
+}
+
+/// A partition moving again (or no longer owned): its stall's own entry and metric removed.
+fn clear_stall(
+    shared: &super::Shared,
+    stops: &Stops,
+    copied: &[Copied],
+    remote: &str,
+    partition: i32,
+) {
+    let metrics = &shared.ctx.metrics;
+    let key = (remote.to_string(), partition);
+    let mut stops = lock(stops);
+    // Only a stall's own entry: a batch stop of the same partition stays.
+    if stops
+        .get(&key)
+        .is_some_and(|r| r.message.contains(STALLED_MARK))
+    {
+        stops.remove(&key);
+    }
+    drop(stops);
+    tracing::info!(%remote, partition, "the stalled partition moves again");
+    let topic = copied
+        .iter()
+        .find(|c| c.remote == remote && c.partition == partition)
+        .map(|c| c.topic.clone());
+    if let Some(topic) = topic {
+        let _ = metrics
+            .partition_stalled
+            .remove_label_values(&[&topic, &partition.to_string()]);
+    } else {
+        clear_metric_of_remote(metrics, remote, partition, shared);
     }
 }
 

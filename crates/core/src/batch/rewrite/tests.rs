@@ -289,6 +289,55 @@ fn a_record_that_fits_no_batch_alone_is_the_error_naming_it() {
 }
 
 #[test]
+fn the_records_before_one_no_batch_can_hold_are_written_in_the_same_pass() {
+    let noise = noise(1_000);
+    let records = [
+        Owned::new(20, 1_000, b"first"),
+        Owned::new(21, 1_000, b"second"),
+        // 22 compacted away; 23 fits no batch; 24 after it.
+        Owned::new(23, 1_000, &noise),
+        Owned::new(24, 1_000, b"after"),
+    ];
+    let max = HEADER_LEN + 500;
+    for codec in CODECS {
+        let bytes = source(20, codec, 0, 4, &records);
+        let b = one(&bytes);
+        let refused = rewrite_range_before_refusal(&b, 21..i64::MAX, LIMIT, max)
+            .expect_err("23 fits no batch");
+        assert!(
+            matches!(
+                refused.error,
+                RewriteError::RecordTooLarge { offset: 23, .. }
+            ),
+            "{codec:?}: {}",
+            refused.error
+        );
+        // Exactly what a second pass over the offsets before it writes.
+        let cut = rewrite_range(&b, 21..23, LIMIT, max).expect("fits");
+        assert_eq!(refused.before, cut, "{codec:?}");
+        assert_eq!(checked(&refused.before, max), records[1..2].to_vec());
+        assert_eq!(
+            rewrite_range(&b, 21..i64::MAX, LIMIT, max),
+            Err(refused.error.clone())
+        );
+        // Refused at the range's first record: nothing before it.
+        let at = rewrite_range_before_refusal(&b, 23..i64::MAX, LIMIT, max).expect_err("23");
+        assert_eq!(at.before, Vec::new(), "{codec:?}");
+    }
+    // Any other error writes nothing.
+    let mut corrupt = source(20, Codec::Lz4, 0, 4, &records);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let refused = rewrite_range_before_refusal(&one(&corrupt), 20..i64::MAX, LIMIT, max)
+        .expect_err("the CRC");
+    assert_eq!(refused.before, Vec::new());
+    assert!(!matches!(
+        refused.error,
+        RewriteError::RecordTooLarge { .. }
+    ));
+}
+
+#[test]
 fn a_batch_whose_records_were_all_compacted_away_gives_nothing() {
     for codec in [Codec::None, Codec::Zstd] {
         let bytes = source(20, codec, 0, 4, &[]);

@@ -19,7 +19,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use mirrorflow_core::batch::rewrite::{RewriteError, Rewritten, rewrite_range};
+use mirrorflow_core::batch::rewrite::{
+    Refused, RewriteError, Rewritten, rewrite_range_before_refusal,
+};
 use mirrorflow_core::batch::{self, Batch, NotWhole};
 
 use super::{Stop, Token};
@@ -135,21 +137,20 @@ pub fn prepare(
         return Prepared::Write(vec![ready], None);
     };
     let from = target.position;
-    match rewrite_range(&b, from..i64::MAX, REWRITE_INFLATE_LIMIT, max_bytes) {
+    match rewrite_range_before_refusal(&b, from..i64::MAX, REWRITE_INFLATE_LIMIT, max_bytes) {
         Ok(batches) => Prepared::Write(rewritten(&b, batches, like), Some(reason)),
         // The records before the one no batch can hold are written: the partition stops at
         // that record, not at its batch.
-        Err(e @ RewriteError::RecordTooLarge { offset, .. }) if offset > from => {
-            let before = rewrite_range(&b, from..offset, REWRITE_INFLATE_LIMIT, max_bytes)
-                .map(|batches| rewritten(&b, batches, like));
-            match before {
-                Ok(before) => {
-                    Prepared::Stop(before, cannot_rewrite(&b, offset, target, reason, &e))
-                }
-                Err(e) => Prepared::Stop(Vec::new(), cannot_rewrite(&b, from, target, reason, &e)),
-            }
+        Err(Refused {
+            error: e @ RewriteError::RecordTooLarge { offset, .. },
+            before,
+        }) => Prepared::Stop(
+            rewritten(&b, before, like),
+            cannot_rewrite(&b, offset.max(from), target, reason, &e),
+        ),
+        Err(Refused { error, .. }) => {
+            Prepared::Stop(Vec::new(), cannot_rewrite(&b, from, target, reason, &error))
         }
-        Err(e) => Prepared::Stop(Vec::new(), cannot_rewrite(&b, from, target, reason, &e)),
     }
 }
 
