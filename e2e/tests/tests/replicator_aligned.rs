@@ -564,6 +564,81 @@ async fn an_open_transaction_at_the_remote_end_is_recorded_not_waited_for() -> R
     Ok(())
 }
 
+/// A remote partition that ends in the marker of a transaction that holds no record, where the
+/// source has a record: what a writer fenced after its transaction wrapping that record took
+/// the partition, before the record reached it, leaves (seen in runs of the kill test above:
+/// the record was lost, the copy resuming after the marker as if aligned). Made here with a
+/// transaction whose only record the target refuses (too large), then aborted. The replica
+/// copies that source record again after the marker, translated, with the break recorded; every
+/// source record is on the target.
+#[tokio::test]
+async fn a_marker_where_the_source_has_a_record_is_a_break_and_the_record_is_copied() -> Result<()>
+{
+    let _brokers = BROKERS.read().await;
+    let s = Setup::new("fid-alm")?;
+    let (source, target) = (
+        s.world.source_bootstrap.clone(),
+        s.world.target_bootstrap.clone(),
+    );
+    let topic = unique("alignedm");
+    let remote = format!("{}.{topic}", s.a);
+    kafka::create_topic(&source, &topic, 1).await?;
+    let plain = kafka::producer(&source, Duration::from_secs(30))?;
+    let before: Vec<String> = (0..3).map(|i| format!("before-{i}")).collect();
+    send_in(&plain, &topic, 0, &before).await?;
+    let flow = s.flow(false, &[&topic], &["none"], "offsets: Aligned\n");
+    let mut r = s.start("r", &flow).await?;
+    wait_copied(&source, &topic, &target, &remote, 0)
+        .await
+        .with_context(|| r.log_text())?;
+    r.stop(Duration::from_secs(15));
+
+    // A transaction on the remote partition whose only record the target refuses: aborted, it
+    // leaves its marker alone at the end.
+    let (_, marker_at) = reader(&target)?.fetch_watermarks(&remote, 0, Duration::from_secs(10))?;
+    let empty: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &target)
+        .set("transactional.id", unique("fid-alm-txid"))
+        .set("message.max.bytes", "5000000")
+        .create()?;
+    empty.init_transactions(Duration::from_secs(30))?;
+    empty.begin_transaction()?;
+    let too_large = "x".repeat(2_000_000);
+    let refused = send_in(&empty, &remote, 0, &[too_large]).await;
+    ensure!(refused.is_err(), "the target took a record over its limit");
+    empty.abort_transaction(Duration::from_secs(30))?;
+    let (_, end) = reader(&target)?.fetch_watermarks(&remote, 0, Duration::from_secs(10))?;
+    ensure!(
+        end == marker_at + 1,
+        "one marker at {marker_at} (the remote partition ends at {end})"
+    );
+    let after: Vec<String> = (0..3).map(|i| format!("after-{i}")).collect();
+    send_in(&plain, &topic, 0, &after).await?;
+
+    let r = s.start("r2", &flow).await?;
+    let expected: Vec<String> = before.iter().chain(&after).cloned().collect();
+    eventually(
+        "every source record on the target, after-0 included",
+        Duration::from_secs(60),
+        || async {
+            let values: Vec<String> = read_visible(&target, &remote, 0)?
+                .into_iter()
+                .map(|c| c.value)
+                .collect();
+            Ok((values == expected).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| r.log_text())?;
+    let breaks = misalignments(&target, &s.a, &topic)?;
+    ensure!(
+        breaks == vec![(0, marker_at, marker_at + 1)],
+        "the break at the marker recorded: {breaks:?}"
+    );
+    println!("marker at {marker_at}: source record {marker_at} copied after it, break {breaks:?}");
+    Ok(())
+}
+
 /// `offsets: Aligned` on a compacted topic, compacted before the flow starts (holes the copy
 /// must reproduce) and again while it runs: every record visible on the source is at the same
 /// offset on the target (which compacts on its own, with the copied configs).

@@ -15,6 +15,9 @@ struct Ends {
     open: HashMap<(String, i32), i64>,
     /// Remote partitions whose last transaction wrapping a record was aborted.
     aborted: HashSet<(String, i32)>,
+    /// Remote partitions whose last transaction wrapping a record ended before its record
+    /// reached them ([`tail::unwritten_wraps`]).
+    unwritten: HashSet<(String, i32)>,
 }
 
 impl Aligned {
@@ -116,7 +119,13 @@ impl Aligned {
         let sources = self.shared.probe.source(fenced);
         let ends = self.shared.probe.target_ends(&remotes);
         let tails: Vec<((String, i32), i64)> = ends.iter().map(|(k, e)| (k.clone(), *e)).collect();
-        let target = &self.shared.ctx.flow.target_client;
+        let flow = &self.shared.ctx.flow;
+        let (target, source) = (&flow.target_client, &flow.source_client);
+        let copies: HashMap<(String, i32), (String, i32)> = remotes
+            .iter()
+            .cloned()
+            .zip(fenced.iter().cloned())
+            .collect();
         let settled =
             tail::open_transactions((&self.target_watermarks, &self.target_patience), &tails)
                 .and_then(|open| {
@@ -125,14 +134,22 @@ impl Aligned {
                         .filter(|(k, _)| !open.contains_key(k))
                         .cloned()
                         .collect();
-                    Ok((open, tail::aborted_wraps(target, &closed)?))
+                    let aborted = tail::aborted_wraps(target, &closed)?;
+                    let unsure: Vec<tail::Copy> = closed
+                        .iter()
+                        .filter(|(k, _)| !aborted.contains(k))
+                        .filter_map(|(k, end)| Some((k.clone(), copies.get(k)?.clone(), *end)))
+                        .collect();
+                    let unwritten = tail::unwritten_wraps((target, source), &unsure)?;
+                    Ok((open, aborted, unwritten))
                 });
         match settled {
-            Ok((open, aborted)) => Some(Ends {
+            Ok((open, aborted, unwritten)) => Some(Ends {
                 sources,
                 ends,
                 open,
                 aborted,
+                unwritten,
             }),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the ends of the remote partitions; retrying");
@@ -168,6 +185,23 @@ impl Aligned {
             .iter()
             .any(|g| g.kind.breaks_alignment() && g.topic == topic && g.partition == partition);
         let mut recorded = broke_before;
+        if found.unwritten.contains(&(remote.clone(), partition)) && !broke_before {
+            // The previous writer was fenced after its transaction wrapping the record at
+            // end - 1 took the partition, before the record reached it: the transaction's
+            // marker holds the record's offset. Copied again (at `end`): misaligned.
+            let gap = continuity::found_now(
+                topic,
+                partition,
+                (GapKind::Misaligned, end.saturating_sub(1), end),
+            );
+            tracing::warn!(%topic, partition, offset = end - 1,
+                "the previous writer was fenced before the record of its last transaction reached the target, whose marker took the record's offset; copying it again, translated");
+            self.write_gap(&gap);
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.wrap_failed = Some(end.saturating_sub(1));
+            }
+            recorded = true;
+        }
         if found.aborted.contains(&(remote, partition)) && !broke_before {
             // The previous writer died inside the transaction wrapping the record at
             // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.

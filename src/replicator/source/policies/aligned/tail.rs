@@ -24,6 +24,12 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// (remote topic, partition) -> (offset of the first record found, whether it is a filler).
 type FirstRecords = HashMap<(String, i32), (i64, bool)>;
 
+/// A topic's partition.
+type Key = (String, i32);
+
+/// A remote partition, the source partition it copies, and where the remote one ends.
+pub type Copy = (Key, Key, i64);
+
 /// Of `ends` ((remote topic, partition) -> log end), the partitions whose record at end - 2 is
 /// a copy whose wrapping transaction was aborted.
 pub fn aborted_wraps(
@@ -47,6 +53,45 @@ pub fn aborted_wraps(
                 && visible.get(key).is_none_or(|v| v.0 != *at)
         })
         .map(|(key, _)| key)
+        .collect())
+}
+
+/// Of `ends` ((remote topic, partition) -> log end, with the source partition it copies), the
+/// partitions whose last offset (end - 1) holds no record where the source has a visible one.
+/// A writer fenced after its transaction wrapping a record took the partition, but before the
+/// record reached it, leaves the marker of an empty transaction at the record's offset: the
+/// record was never copied, and alignment broke there. (Anywhere else a marker or an aborted
+/// filler on the target stands for an offset the source's `read_committed` readers skip too.)
+pub fn unwritten_wraps(
+    (target, source): (&ClientConfig, &ClientConfig),
+    ends: &[Copy],
+) -> Result<HashSet<(String, i32)>, KafkaError> {
+    let last: Vec<((String, i32), i64)> = ends
+        .iter()
+        .filter(|(_, _, end)| *end >= 1)
+        .map(|(remote, _, end)| (remote.clone(), end - 1))
+        .collect();
+    if last.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let records = first_records(target, "read_uncommitted", &last)?;
+    let markers: Vec<(&Key, &Key, i64)> = ends
+        .iter()
+        .filter(|(remote, _, end)| *end >= 1 && records.get(remote).is_none_or(|r| r.0 != end - 1))
+        .map(|(remote, source, end)| (remote, source, end - 1))
+        .collect();
+    if markers.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let at: Vec<((String, i32), i64)> = markers
+        .iter()
+        .map(|(_, source, offset)| ((*source).clone(), *offset))
+        .collect();
+    let visible = first_records(source, "read_committed", &at)?;
+    Ok(markers
+        .into_iter()
+        .filter(|(_, source, offset)| visible.get(*source).is_some_and(|v| v.0 == *offset))
+        .map(|(remote, _, _)| remote.clone())
         .collect())
 }
 
@@ -90,11 +135,11 @@ fn still_open(
 /// that end before one arrives are left out. One partition at a time: the end-of-partition
 /// event names a partition number only.
 fn first_records(
-    target: &ClientConfig,
+    cluster: &ClientConfig,
     isolation: &str,
     from: &[((String, i32), i64)],
 ) -> Result<FirstRecords, KafkaError> {
-    let consumer: BaseConsumer = target
+    let consumer: BaseConsumer = cluster
         .clone()
         .set("group.id", "mirrorflow-aligned-tail")
         .set("enable.auto.commit", "false")
