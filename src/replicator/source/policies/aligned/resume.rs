@@ -184,40 +184,31 @@ impl Aligned {
             .gaps()
             .iter()
             .any(|g| g.kind.breaks_alignment() && g.topic == topic && g.partition == partition);
-        let mut recorded = broke_before;
-        if found.unwritten.contains(&(remote.clone(), partition)) && !broke_before {
-            // The previous writer was fenced after its transaction wrapping the record at
-            // end - 1 took the partition, before the record reached it: the transaction's
-            // marker holds the record's offset. Copied again (at `end`): misaligned.
-            let gap = continuity::found_now(
-                topic,
-                partition,
-                (GapKind::Misaligned, end.saturating_sub(1), end),
-            );
-            tracing::warn!(%topic, partition, offset = end - 1,
-                "the previous writer was fenced before the record of its last transaction reached the target, whose marker took the record's offset; copying it again, translated");
-            self.write_gap(&gap);
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.wrap_failed = Some(end.saturating_sub(1));
-            }
-            recorded = true;
+        let key = (remote, partition);
+        // Two ends the previous writer's fencing can leave, where the record of its last
+        // wrapping transaction is not at its source offset; copied again (at `end`), the
+        // partition goes on misaligned.
+        let lost = if broke_before {
+            None
+        } else if found.aborted.contains(&key) {
+            // The record at end - 2 is on the target, aborted.
+            Some((
+                end.saturating_sub(2),
+                "the previous writer's last record was aborted by fencing; copying it again, translated",
+            ))
+        } else if found.unwritten.contains(&key) {
+            // The record never reached it: the transaction's marker holds its offset, end - 1.
+            Some((
+                end.saturating_sub(1),
+                "the previous writer was fenced before the record of its last transaction reached the target, whose marker took the record's offset; copying it again, translated",
+            ))
+        } else {
+            None
+        };
+        if let Some((at, why)) = lost {
+            self.copy_wrap_again(idx, (topic, partition), at, end, why);
         }
-        if found.aborted.contains(&(remote, partition)) && !broke_before {
-            // The previous writer died inside the transaction wrapping the record at
-            // end - 2: it is aborted on the target. Copied again (at `end`): misaligned.
-            let gap = continuity::found_now(
-                topic,
-                partition,
-                (GapKind::Misaligned, end.saturating_sub(2), end),
-            );
-            tracing::warn!(%topic, partition, offset = end - 2,
-                "the previous writer's last record was aborted by fencing; copying it again, translated");
-            self.write_gap(&gap);
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.wrap_failed = Some(end.saturating_sub(2));
-            }
-            recorded = true;
-        }
+        let recorded = broke_before || lost.is_some();
         if !recorded {
             self.settle_failed_wrap(idx, topic, partition, end);
         }
@@ -234,6 +225,25 @@ impl Aligned {
             self.align_log_start(idx, end, bounds.start, stored.is_some())
         } else {
             self.resume_aligned(idx, end)
+        }
+    }
+
+    /// The record of the previous writer's last wrapping transaction, at source offset `at`,
+    /// is not there on the target (`why`): the break from `at` to the target's `end` is
+    /// recorded, and the record is copied again, translated.
+    fn copy_wrap_again(
+        &mut self,
+        idx: usize,
+        (topic, partition): (&str, i32),
+        at: i64,
+        end: i64,
+        why: &str,
+    ) {
+        let gap = continuity::found_now(topic, partition, (GapKind::Misaligned, at, end));
+        tracing::warn!(%topic, partition, offset = at, "{why}");
+        self.write_gap(&gap);
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.wrap_failed = Some(at);
         }
     }
 
