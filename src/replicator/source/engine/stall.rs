@@ -50,6 +50,11 @@ pub struct Copied {
     pub next: i64,
     /// What the policy knows of why it does not move, e.g. what it waits for.
     pub reason: Option<String>,
+    /// The copy holds nothing read back and no write of it failed: it moves when the source
+    /// consumer gives it records, so where the consumer has read, the copy is (what lies
+    /// between were transaction markers or aborted records), and a consumer refused batches
+    /// is the reason it stands.
+    pub waits_on_reader: bool,
 }
 
 /// A partition that stopped, or started again.
@@ -210,7 +215,7 @@ impl Refused {
 /// `copied` with `refused` as the reason of the partitions whose policy knows none.
 pub fn explained(mut copied: Vec<Copied>, refused: Option<&str>) -> Vec<Copied> {
     if let Some(why) = refused {
-        for c in copied.iter_mut().filter(|c| c.reason.is_none()) {
+        for c in copied.iter_mut().filter(|c| c.waits_on_reader) {
             c.reason = Some(why.to_string());
         }
     }
@@ -336,19 +341,21 @@ pub fn tracked<P>(slots: &super::slots::SlotTable<super::tracked::TrackedSlot<P>
     slots
         .iter()
         .map(|(_, s)| {
+            let reason = match s.last_fault.as_deref() {
+                Some(fault) => Some(format!(
+                    "its last write failed ({fault}); it is copied again from its last stored position after a backoff"
+                )),
+                None => (!s.copying()).then(|| {
+                    "a write to the target failed; the partition is copied again from its last stored position after a backoff".to_string()
+                }),
+            };
             Copied {
                 topic: s.topic.clone(),
                 partition: s.partition,
                 remote: s.remote.to_string(),
                 next: s.progress.latest().map_or(-1, |f| f.next),
-                reason: match s.last_fault.as_deref() {
-                    Some(fault) => Some(format!(
-                        "its last write failed ({fault}); it is copied again from its last stored position after a backoff"
-                    )),
-                    None => (!s.copying()).then(|| {
-                        "a write to the target failed; the partition is copied again from its last stored position after a backoff".to_string()
-                    }),
-                },
+                waits_on_reader: reason.is_none(),
+                reason,
             }
         })
         .collect()
@@ -380,7 +387,7 @@ pub fn caught_up_by_reading(
     mut copied: Vec<Copied>,
     read: &HashMap<(String, i32), i64>,
 ) -> Vec<Copied> {
-    for c in copied.iter_mut().filter(|c| c.reason.is_none()) {
+    for c in copied.iter_mut().filter(|c| c.waits_on_reader) {
         if let Some(&at) = read.get(&(c.topic.clone(), c.partition)) {
             c.next = c.next.max(at);
         }
@@ -415,6 +422,7 @@ mod tests {
             remote: "a.t".into(),
             next,
             reason: reason.map(String::from),
+            waits_on_reader: reason.is_none(),
         };
         let read: HashMap<(String, i32), i64> = [(("t".to_string(), 0), 809)].into();
         // The consumer read past the commit marker at 808: the copy is there too.
@@ -440,6 +448,7 @@ mod tests {
             remote: "a.t".into(),
             next,
             reason: Some("waiting".into()),
+            waits_on_reader: false,
         }
     }
 
@@ -533,6 +542,7 @@ mod refused_tests {
             remote: "a.t".into(),
             next: 40,
             reason: reason.map(String::from),
+            waits_on_reader: reason.is_none(),
         }
     }
 

@@ -38,6 +38,7 @@ mod hanging;
 mod ownership;
 mod pending;
 pub mod plan;
+mod restart;
 mod resume;
 mod settle;
 mod tail;
@@ -202,6 +203,13 @@ impl AlignedSlot {
             remote: self.remote.to_string(),
             next,
             reason: Some(reason),
+            // Translated, or aligned with nothing held or waiting: records past `next` that
+            // the consumer read were markers or aborted ones.
+            waits_on_reader: match self.state {
+                State::Translated => true,
+                State::Aligned => self.held.is_none() && self.pending.is_none(),
+                State::Preparing { .. } => false,
+            },
         }
     }
 }
@@ -685,5 +693,52 @@ impl Aligned {
     fn write_gap(&mut self, gap: &Gap) {
         self.shared
             .record_gap(&self.producer, gap, None, GapWrite::Flush);
+    }
+}
+
+#[cfg(test)]
+mod stall_tests {
+    use super::*;
+    use crate::replicator::source::engine::stall::caught_up_by_reading;
+
+    /// The consumer read past a commit marker at 1339 after the last record, at 1338.
+    fn seen_after_the_last_marker(state: State, held: bool) -> i64 {
+        let (mut slots, idx, _) = settle::tests::table(&[]);
+        let slot = slots.get_mut(idx).expect("the partition");
+        slot.state = state;
+        slot.latest = Some(Frontier {
+            next: 1339,
+            downstream: 1339,
+        });
+        if held {
+            slot.held = Some(
+                OwnedMessage::new(
+                    None,
+                    None,
+                    "t".into(),
+                    rdkafka::Timestamp::NotAvailable,
+                    0,
+                    1339,
+                    None,
+                )
+                .hold(),
+            );
+        }
+        let read: HashMap<(String, i32), i64> = [(("t".to_string(), 0), 1340)].into();
+        caught_up_by_reading(vec![slot.copied()], &read)[0].next
+    }
+
+    #[test]
+    fn a_copy_with_nothing_in_hand_is_where_the_consumer_read() {
+        // Translated after a break, the partition's copy ends before the source's trailing
+        // marker: the consumer read past it, so the partition is not stalled.
+        assert_eq!(seen_after_the_last_marker(State::Translated, false), 1340);
+        assert_eq!(seen_after_the_last_marker(State::Aligned, false), 1340);
+        // A record held back is not copied, wherever the consumer read.
+        assert_eq!(seen_after_the_last_marker(State::Aligned, true), 1339);
+        let preparing = State::Preparing {
+            retry_at: Instant::now(),
+        };
+        assert_eq!(seen_after_the_last_marker(preparing, false), 1339);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::restart::{self, Restart, Tail};
 use super::write::{SetOpaque, filler, filler_headers};
 use super::*;
 use crate::kafka::log_bounds::LogBounds;
@@ -185,53 +186,53 @@ impl Aligned {
             .iter()
             .any(|g| g.kind.breaks_alignment() && g.topic == topic && g.partition == partition);
         let key = (remote, partition);
-        // Two ends the previous writer's fencing can leave, where the record of its last
-        // wrapping transaction is not at its source offset; copied again (at `end`), the
-        // partition goes on misaligned.
-        let lost = if broke_before {
-            None
-        } else if found.aborted.contains(&key) {
-            // The record at end - 2 is on the target, aborted.
-            Some((
-                end.saturating_sub(2),
-                "the previous writer's last record was aborted by fencing; copying it again, translated",
-            ))
+        let tail = if found.aborted.contains(&key) {
+            Tail::AbortedWrap
         } else if found.unwritten.contains(&key) {
-            // The record never reached it: the transaction's marker holds its offset, end - 1.
-            Some((
-                end.saturating_sub(1),
-                "the previous writer was fenced before the record of its last transaction reached the target, whose marker took the record's offset; copying it again, translated",
-            ))
+            Tail::UnwrittenWrap
         } else {
-            None
+            Tail::Clean
         };
-        if let Some((at, why)) = lost {
-            self.copy_wrap_again(idx, (topic, partition), at, end, why);
-        }
-        let recorded = broke_before || lost.is_some();
-        if !recorded {
-            self.settle_failed_wrap(idx, topic, partition, end);
-        }
-        let slot = self.slots.get(idx)?;
-        if broke_before || slot.wrap_failed.is_some() {
-            self.resume_translated(idx, stored, *bounds, end)
-        } else if end > bounds.end || (stored.is_none() && end > 0) {
-            // Records the flow did not write (no position of ours, yet a non-empty remote
-            // partition: never deleted to make room, even below the source's log start), or
-            // a source that went back under them.
-            self.misaligned_at_start(idx, bounds.start, end);
-            self.resume_translated(idx, stored, *bounds, end)
-        } else if end < bounds.start {
-            self.align_log_start(idx, end, bounds.start, stored.is_some())
-        } else {
-            self.resume_aligned(idx, end)
+        let decision = restart::decide(&restart::Found {
+            broke_before,
+            tail,
+            wrap_failed: self.slots.get(idx)?.wrap_failed,
+            end,
+            source: *bounds,
+            stored: stored.is_some(),
+        });
+        match decision {
+            Restart::CopyAgain { from, why } => {
+                self.copy_again(idx, (topic, partition), from, end, why);
+                self.resume_translated(idx, stored, *bounds, end)
+            }
+            Restart::Translated { .. } => self.resume_translated(idx, stored, *bounds, end),
+            Restart::MisalignedAtStart => {
+                self.forget_failed_wrap(idx);
+                self.misaligned_at_start(idx, bounds.start, end);
+                self.resume_translated(idx, stored, *bounds, end)
+            }
+            Restart::AlignLogStart => {
+                self.forget_failed_wrap(idx);
+                self.align_log_start(idx, end, bounds.start, stored.is_some())
+            }
+            Restart::Aligned => {
+                self.forget_failed_wrap(idx);
+                self.resume_aligned(idx, end)
+            }
         }
     }
 
-    /// The record of the previous writer's last wrapping transaction, at source offset `at`,
-    /// is not there on the target (`why`): the break from `at` to the target's `end` is
-    /// recorded, and the record is copied again, translated.
-    fn copy_wrap_again(
+    /// A failed wrap that took no offset on the target: nothing of it is to be copied again.
+    fn forget_failed_wrap(&mut self, idx: usize) {
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.wrap_failed = None;
+        }
+    }
+
+    /// Records from source offset `at` on are not visible on the target (`why`): the break
+    /// from `at` to the target's `end` is recorded, and they are copied again, translated.
+    fn copy_again(
         &mut self,
         idx: usize,
         (topic, partition): (&str, i32),
@@ -240,34 +241,11 @@ impl Aligned {
         why: &str,
     ) {
         let gap = continuity::found_now(topic, partition, (GapKind::Misaligned, at, end));
-        tracing::warn!(%topic, partition, offset = at, "{why}");
+        tracing::warn!(%topic, partition, offset = at, target_end = end, "{why}");
         self.write_gap(&gap);
         if let Some(slot) = self.slots.get_mut(idx) {
             slot.wrap_failed = Some(at);
         }
-    }
-
-    /// A transaction wrapping the record at `o` failed (`wrap_failed`), and the previous
-    /// writer's fencing left no aborted wrap at the end. If nothing of it reached the target
-    /// (the end is still `o`: a timeout while the broker was away), the partition is aligned
-    /// as before and the wrap is written again. Otherwise its offsets are taken: the
-    /// partition goes on translated, and the break is recorded (it was not before: a
-    /// partition must never be misaligned without its `Misaligned` gap).
-    fn settle_failed_wrap(&mut self, idx: usize, topic: &str, partition: i32, end: i64) {
-        let Some(slot) = self.slots.get_mut(idx) else {
-            return;
-        };
-        let Some(at) = slot.wrap_failed else {
-            return;
-        };
-        if end == at {
-            slot.wrap_failed = None;
-            return;
-        }
-        tracing::warn!(%topic, partition, offset = at, target_end = end,
-            "a failed transaction of the aligned copy took offsets on the target; copying on, translated");
-        let gap = continuity::found_now(topic, partition, (GapKind::Misaligned, at, end));
-        self.write_gap(&gap);
     }
 
     pub(super) fn resume_aligned(&mut self, idx: usize, next: i64) -> Option<Offset> {

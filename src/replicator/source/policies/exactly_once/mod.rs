@@ -149,6 +149,7 @@ impl Delivery for ExactlyOnce {
                 reason: s.failed.as_ref().map(|_| {
                     "a transaction of the partition failed; it is copied again from its last committed position".to_string()
                 }),
+                waits_on_reader: s.failed.is_none(),
             })
             .collect()
     }
