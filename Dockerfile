@@ -47,7 +47,7 @@ WORKDIR /src
 # Only what the build reads, so a change elsewhere (tests, docs, charts) keeps this layer cached.
 # Cargo loads every workspace member's manifest (and --locked checks Cargo.lock against all of
 # them), so the other members' manifests come in with empty sources: they are never compiled.
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY bench/driver/Cargo.toml bench/driver/
 COPY e2e/tests/Cargo.toml e2e/tests/
 COPY benches benches
@@ -67,7 +67,7 @@ RUN mkdir -p bench/driver/src e2e/tests/src \
 # cached).
 RUN --mount=type=cache,id=mirrorflow-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=mirrorflow-target,target=/src/target \
-    find crates src benches -type f -exec touch {} + \
+    find build.rs crates src benches -type f -exec touch {} + \
     && OPENSSL_LIB_DIR="/usr/lib/$(gcc -print-multiarch)" \
         cargo build --release --locked -p mirrorflow --bin mirrorflow \
     && mkdir -p /out && objcopy --strip-debug target/release/mirrorflow /out/mirrorflow \

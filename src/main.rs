@@ -234,9 +234,9 @@ fn replicate(
 }
 
 fn main() -> anyhow::Result<()> {
-    // librdkafka's reads of gzip batches go to the bounded inflater: this reference is what
-    // makes the linker take it over librdkafka's own.
-    std::hint::black_box(mirrorflow_rdkafka_ext::gzip::linked());
+    // librdkafka's reads of compressed batches go to the bounded inflaters: this reference is
+    // what makes the linker take them (with build.rs's `--wrap`s) over librdkafka's own.
+    std::hint::black_box(mirrorflow_rdkafka_ext::inflater::linked());
     // Invoked as `kubectl-mirrorflow` (kubectl's plugin lookup), help and errors say
     // `kubectl mirrorflow`.
     let mut command = Cli::command();
@@ -374,4 +374,15 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
     }
     shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_binary_links_librdkafka_to_the_bounded_inflaters() {
+        assert!(
+            mirrorflow_rdkafka_ext::inflater::wrapped_here(),
+            "librdkafka's lz4, zstd and snappy inflaters are its own: build.rs's --wrap flags did not apply"
+        );
+    }
 }

@@ -44,9 +44,21 @@ impl std::fmt::Display for Side {
     }
 }
 
-/// A consumer's error for a batch it cannot read (one that does not decode, or a gzip batch
-/// past the binary's inflate bound): librdkafka reports it without its partition and tries
-/// the batch again, so the partition's reading stops there.
+/// Why a consumer cannot read a batch ([`is_unreadable_batch`]): the binary's inflaters keep the
+/// reason of the last one they refused; librdkafka's own error says only its class.
+pub fn unreadable_reason(e: &KafkaError) -> String {
+    match (
+        e.rdkafka_error_code(),
+        mirrorflow_rdkafka_ext::inflater::refused().1,
+    ) {
+        (Some(RDKafkaErrorCode::BadCompression), Some(why)) => why.to_string(),
+        _ => format!("the consumer reports '{e}'"),
+    }
+}
+
+/// A consumer's error for a batch it cannot read (one that does not decode, or a batch past
+/// the binary's inflate bound): librdkafka reports it without its partition and tries the
+/// batch again, so the partition's reading stops there.
 pub fn is_unreadable_batch(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),

@@ -28,6 +28,11 @@ pub const MAX_RECORDED: usize = 64;
 /// written by the source loop's stall watch, read by the status for its reason.
 pub const STALLED_MARK: &str = " copies nothing: stalled ";
 
+/// The words by which a refusal record says an internal topic a loop follows holds a batch the
+/// replicator cannot read (not a topic change refused): written by the followers
+/// ([`crate::replicator::reach::Reachability::hold`]), read by the status for its reason.
+pub const UNREADABLE_MARK: &str = " holds a batch the replicator cannot read";
+
 /// A remote topic the clusters would not keep in line with its source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

@@ -250,6 +250,8 @@ where
         // The offset after the last record read.
         let mut next_offset = 0i64;
         let mut pending = PendingMarks::default();
+        // Held at a batch it cannot read ([`Reachability::hold`]), until a record comes.
+        let mut held = false;
         while !shutdown.is_cancelled() {
             if let Some(marks) = &marks {
                 let ends = |within| {
@@ -262,6 +264,9 @@ where
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
                     reach.ok();
+                    if std::mem::take(&mut held) {
+                        reach.release(&topic);
+                    }
                     let offset = m.offset();
                     next_offset = offset.saturating_add(1);
                     if let Some(event) = on_record(&m)
@@ -293,6 +298,7 @@ where
                     }
                 }
                 Some(Err(e)) => {
+                    held |= crate::kafka::is_unreadable_batch(&e);
                     let go_on =
                         on_follow_error(&e, what, &consumer, &topic, &reach, &mut next_offset);
                     if !go_on {
@@ -342,11 +348,8 @@ fn on_follow_error(
         *next_offset = 0;
     } else if crate::kafka::is_unreadable_batch(e) {
         // librdkafka tries the batch again: following stops here until it can be read (a
-        // gzip bomb is refused at every try, without inflating again).
-        reach.refused(
-            &format!("{what}: reading a batch of {topic} (the follower waits at it)"),
-            e,
-        );
+        // bomb is refused at every try, without inflating again).
+        reach.hold(what, topic, &crate::kafka::unreadable_reason(e));
     } else {
         tracing::debug!(topic = %topic, error = %e, "{what}: consumer error");
     }

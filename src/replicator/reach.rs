@@ -13,6 +13,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::metrics::Metrics;
+use super::source::engine::lock;
+use super::source::engine::stall::{Stops, no_stops};
+use crate::kafka::refusals::{Refusal, UNREADABLE_MARK, truncated};
 
 pub use crate::kafka::{Side, is_unreachable};
 
@@ -21,16 +24,22 @@ pub struct Cluster {
     side: Side,
     down: AtomicBool,
     metrics: Metrics,
+    stops: Stops,
 }
 
 /// Both clusters of the flow.
 pub struct Clusters {
     pub source: Arc<Cluster>,
     pub target: Arc<Cluster>,
+    /// What stopped, by remote (or followed internal) topic and partition, for the refusal
+    /// record the source loop's discovery writes: the copy's stalls and stops, and the
+    /// internal topics a loop cannot read on ([`Reachability::hold`]).
+    pub stops: Stops,
 }
 
 impl Clusters {
     pub fn new(metrics: &Metrics) -> Self {
+        let stops = no_stops();
         let cluster = |side: Side| {
             metrics
                 .cluster_unreachable
@@ -40,11 +49,13 @@ impl Clusters {
                 side,
                 down: AtomicBool::new(false),
                 metrics: metrics.clone(),
+                stops: stops.clone(),
             })
         };
         Clusters {
             source: cluster(Side::Source),
             target: cluster(Side::Target),
+            stops,
         }
     }
 
@@ -100,6 +111,42 @@ impl Reachability {
     pub fn refused(&self, what: &str, e: &dyn std::fmt::Display) {
         self.count("kafka");
         tracing::warn!(loop_name = self.loop_name, cluster = %self.side(), error = %e, "{what} failed");
+    }
+
+    /// `what` (a loop following partition 0 of `topic`) is refused a batch there again and
+    /// again (`why`): librdkafka holds the partition at it, so the loop goes on with what it
+    /// read before. Recorded until [`Self::release`], so the status names the topic and the fix.
+    pub fn hold(&self, what: &str, topic: &str, why: &str) {
+        self.count("refused_batch");
+        let message = format!(
+            "{topic}{UNREADABLE_MARK} ({why}): {what} waits at it and goes on with what it read before; librdkafka tries the batch again and never skips it. Delete the topic's records up to past the batch (kafka-delete-records on the {} cluster), or have its writer write it again",
+            self.side()
+        );
+        tracing::error!(loop_name = self.loop_name, cluster = %self.side(), topic, "{message}");
+        lock(&self.cluster.stops)
+            .entry((topic.to_string(), 0))
+            .or_insert_with(|| Refusal {
+                topic: topic.to_string(),
+                detected_ms: crate::clock::now_ms(),
+                message: truncated(message),
+            });
+    }
+
+    /// `topic` is read on again: its [`Self::hold`] is taken out.
+    pub fn release(&self, topic: &str) {
+        let mut stops = lock(&self.cluster.stops);
+        let key = (topic.to_string(), 0);
+        if stops
+            .get(&key)
+            .is_some_and(|r| r.message.contains(UNREADABLE_MARK))
+        {
+            stops.remove(&key);
+            tracing::info!(
+                loop_name = self.loop_name,
+                topic,
+                "read on past the refused batch"
+            );
+        }
     }
 
     /// The cluster could not be reached doing `what`.

@@ -742,3 +742,47 @@ fn refused_group_offsets_and_principals_are_named_not_authorized() {
         ready.message
     );
 }
+
+#[test]
+fn an_internal_topic_the_replicator_cannot_read_on_is_named_with_its_fix() {
+    let metrics = crate::replicator::metrics::Metrics::new().expect("metrics");
+    let clusters = crate::replicator::reach::Clusters::new(&metrics);
+    let reach = crate::replicator::reach::Reachability::new(&clusters.source, "checkpoint");
+    reach.hold(
+        "offset syncs",
+        "mm2-offset-syncs.B.internal",
+        "gzip records inflate to more than 33554432 bytes",
+    );
+    let mut o = healthy();
+    o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
+        &clusters.stops,
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    for condition in [REPLICATING, FAILOVER_READY] {
+        let c = cond(&s, condition);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::INTERNAL_TOPIC_REFUSED),
+            "{condition}"
+        );
+        for part in [
+            "mm2-offset-syncs.B.internal holds a batch the replicator cannot read",
+            "more than 33554432 bytes",
+            "offset syncs waits at it",
+            "kafka-delete-records on the source cluster",
+        ] {
+            assert!(
+                c.message.contains(part),
+                "{condition}: {part} not in {}",
+                c.message
+            );
+        }
+    }
+    // Read on past it: the record is taken out, and the flow is replicating again.
+    reach.release("mm2-offset-syncs.B.internal");
+    o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
+        &clusters.stops,
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(cond(&s, REPLICATING).status, "True");
+}

@@ -106,11 +106,11 @@ fn replicating(
         // Also in Observe mode (and the CLI's measurement): a flow of this project recorded
         // them in the positions topic of this source alias on this target.
         (None, _) if !refused.is_empty() => {
-            let stalled = refused
-                .first()
-                .is_some_and(|r| r.message.contains(crate::kafka::refusals::STALLED_MARK));
-            let why = if stalled {
+            let says = |mark: &str| refused.first().is_some_and(|r| r.message.contains(mark));
+            let why = if says(crate::kafka::refusals::STALLED_MARK) {
                 reason::PARTITION_STALLED
+            } else if says(crate::kafka::refusals::UNREADABLE_MARK) {
+                reason::INTERNAL_TOPIC_REFUSED
             } else {
                 reason::TOPIC_CHANGES_REFUSED
             };

@@ -10,15 +10,15 @@
 //! falls back to DescribeGroups for classic groups, so one call answers for both kinds.
 //!
 //! [`heap`] gives the memory freed by librdkafka and the operator back to the system;
-//! [`gzip`] replaces librdkafka's gzip inflater with a bounded one.
+//! [`inflater`] replaces librdkafka's inflaters (gzip, lz4, zstd, snappy) with bounded ones.
 //!
 //! This is the workspace's only unsafe code. Every pointer read comes from librdkafka and is
 //! copied into owned values before the event that owns it is destroyed; every object created
 //! here is destroyed on every path by a guard.
 
 pub mod acls;
-pub mod gzip;
 pub mod heap;
+pub mod inflater;
 pub mod offsets;
 
 use std::ffi::{CStr, CString, c_char, c_int};

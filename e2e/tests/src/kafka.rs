@@ -110,17 +110,38 @@ pub async fn wait_for_topic(bootstrap: &str, topic: &str, timeout: Duration) -> 
     .await
 }
 
-/// Bytes of zeros in each record of [`produce_gzip_bomb`].
+/// Deletes records of partition 0 of `topic` before `offset` (what retention does to a
+/// partition's log start; what kafka-delete-records does).
+pub async fn delete_records_before(bootstrap: &str, topic: &str, offset: i64) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))?;
+    let out = admin(bootstrap)?
+        .delete_records(&tpl, &AdminOptions::new())
+        .await?;
+    for e in out.elements() {
+        e.error()
+            .map_err(|e| anyhow::anyhow!("deleting records of {topic}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Bytes of zeros in each record of [`produce_bomb`].
 pub const BOMB_RECORD_BYTES: usize = 1 << 20;
 
-/// Writes a decompression bomb to partition 0 of `topic`: one gzip batch (linger and batch
-/// size far above what it needs) of one record of [`BOMB_RECORD_BYTES`] zeros per key, about
-/// 1,400 times smaller on the broker than inflated. The producer buffers it all first: a test
-/// that measures its own memory writes it from a child process.
-pub async fn produce_gzip_bomb(bootstrap: &str, topic: &str, keys: &[Vec<u8>]) -> Result<()> {
+/// Writes a decompression bomb to partition 0 of `topic`: one batch compressed with `codec`
+/// (linger and batch size far above what it needs) of one record of [`BOMB_RECORD_BYTES`]
+/// zeros per key, about 1,400 (gzip) or 250 (lz4) times smaller on the broker than inflated.
+/// The producer buffers it all first: a test that measures its own memory writes it from a
+/// child process.
+pub async fn produce_bomb(
+    bootstrap: &str,
+    topic: &str,
+    keys: &[Vec<u8>],
+    codec: &str,
+) -> Result<()> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("compression.type", "gzip")
+        .set("compression.type", codec)
         .set("linger.ms", "5000")
         .set("batch.size", "400000000")
         .set("message.max.bytes", "1000000000")

@@ -20,7 +20,6 @@ use mirrorflow_e2e::operator::{
     condition, install_operator, patch_flow_spec, roll_flow_spec, wait_for_event, wait_for_flow,
 };
 use mirrorflow_e2e::{World, eventually, kafka, run, run_with_input, unique};
-use rdkafka::admin::AdminOptions;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -91,20 +90,6 @@ async fn copied(bootstrap: &str, topic: &str, n: usize, timeout: Duration) -> Re
         bail!("{} so far", v.len())
     })
     .await
-}
-
-/// Deletes records before `offset` (what retention does to a partition's log start).
-async fn delete_records_before(bootstrap: &str, topic: &str, offset: i64) -> Result<()> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))?;
-    let out = kafka::admin(bootstrap)?
-        .delete_records(&tpl, &AdminOptions::new())
-        .await?;
-    for e in out.elements() {
-        e.error()
-            .map_err(|e| anyhow::anyhow!("deleting records of {topic}: {e}"))?;
-    }
-    Ok(())
 }
 
 fn gap<'a>(mf: &'a MirrorFlow, topic: &str, reason: &str) -> Option<&'a GapStatus> {
@@ -189,7 +174,7 @@ spec:
         (20..50).map(|i| format!("{truncated}-{i}")),
     )
     .await?;
-    delete_records_before(&src, &truncated, 40).await?;
+    kafka::delete_records_before(&src, &truncated, 40).await?;
     patch_flow_spec(&ns, "flow", r#"{"sourceLoop":{"enabled":true}}"#)?;
     let mf = wait_for_flow(
         &flows,
@@ -470,7 +455,7 @@ spec:
     };
     ready("FailoverReady True").await?;
 
-    delete_records_before(&src, &topic, 30).await?;
+    kafka::delete_records_before(&src, &topic, 30).await?;
     kafka::delete_topic_under_writer(&tgt, &remote).await?;
     wait_for_flow(
         &flows,

@@ -59,7 +59,7 @@ async fn bomb_producer() -> Result<()> {
     let keys: Vec<Vec<u8>> = (0..RECORDS)
         .map(|i| positions::encode_key(&format!("bomb-{i}"), 0))
         .collect();
-    kafka::produce_gzip_bomb(&bootstrap, &topic, &keys).await
+    kafka::produce_bomb(&bootstrap, &topic, &keys, "gzip").await
 }
 
 fn produce_bomb(bootstrap: &str, topic: &str) -> Result<()> {

@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail, ensure};
 use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
 use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, http_get};
+use mirrorflow_e2e::switchover::end_offsets;
 use mirrorflow_e2e::{World, eventually, kafka, unique};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -172,6 +173,31 @@ impl Mirror {
         Ok(out)
     }
 
+    /// Waits for the exact checkpoint of `group` on partition 0 at upstream offset `up` (its
+    /// downstream offset `up` + [`SHIFT`], which only a sync written for it gives).
+    async fn wait_exact_checkpoint(&self, group: &str, up: i64, r: &Replicator) -> Result<()> {
+        let exact = up + SHIFT;
+        eventually(
+            &format!("checkpoint {group} p0 up {up} down {exact}"),
+            Duration::from_secs(30),
+            || async {
+                Ok(self
+                    .checkpoints(group)?
+                    .into_iter()
+                    .find(|c| c.upstream_offset == up && c.downstream_offset == exact)
+                    .map(|_| ()))
+            },
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "checkpoints: {:?}\n{}",
+                self.checkpoints(group),
+                r.log_text()
+            )
+        })
+    }
+
     /// Waits for a checkpoint of `group` on `partition` with this upstream offset.
     async fn wait_checkpoint(&self, group: &str, partition: i32, up: i64) -> Result<Checkpoint> {
         eventually(
@@ -242,6 +268,18 @@ fn committed(
 }
 
 /// Value of a metric sample whose name and labels start with `prefix`.
+/// Waits until the checkpoint loop counted an error of `kind`.
+async fn wait_counted(r: &Replicator, kind: &str) -> Result<()> {
+    let sample = format!(r#"mirrorflow_errors_total{{kind="{kind}",loop="checkpoint"}}"#);
+    eventually(
+        &format!("{kind} counted"),
+        Duration::from_secs(30),
+        || async { Ok(metric_sample(r, &sample).filter(|n| *n >= 1.0).map(|_| ())) },
+    )
+    .await
+    .with_context(|| r.log_text())
+}
+
 fn metric_sample(r: &Replicator, prefix: &str) -> Option<f64> {
     let body = http_get(&r.metrics_addr, "/metrics").ok()?;
     body.lines()
@@ -471,6 +509,52 @@ async fn checkpoints_stay_monotonic_across_a_restart_and_a_rewind_emits_a_new_on
     Ok(())
 }
 
+/// A batch of the offset-syncs topic the replicator cannot read (a gzip bomb: 40 MiB of zeros
+/// in a few tens of KB) holds the checkpoint loop's follower there: counted, and recorded for
+/// the status with the fix (the status's unit tests show the condition), while the loop goes
+/// on with the syncs read before it. Done as the message says (the records deleted up to past
+/// the batch), the follower reads on, and a sync written after the batch translates a commit
+/// exactly.
+#[tokio::test]
+async fn an_unreadable_batch_of_offset_syncs_holds_the_follower_until_deleted() -> Result<()> {
+    let m = Mirror::new("cp-bomb", 1).await?;
+    let r = m.start(NO_HEARTBEATS).await?;
+    let group = unique("app");
+    let before = m.mirror(0, 5).await?;
+    commit(
+        &m.world.source_bootstrap,
+        &group,
+        &m.topic,
+        &[(0, before.end)],
+    )?;
+    m.wait_checkpoint(&group, 0, before.end).await?;
+    let syncs = format!("mm2-offset-syncs.{}.internal", m.target_alias);
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("bomb-{i}").into_bytes()).collect();
+    kafka::produce_bomb(&m.world.source_bootstrap, &syncs, &keys, "gzip").await?;
+    let past_bomb = end_offsets(&m.world.source_bootstrap, &syncs, 1)?
+        .first()
+        .copied()
+        .context("the offset-syncs topic's end")?;
+    wait_counted(&r, "refused_batch").await?;
+    ensure!(
+        r.log_text()
+            .contains(&format!("{syncs} holds a batch the replicator cannot read")),
+        "the hold is not named: {}",
+        r.log_text()
+    );
+    // Written after the batch: not read while the follower is held there.
+    let after = m.mirror(0, 5).await?;
+    commit(
+        &m.world.source_bootstrap,
+        &group,
+        &m.topic,
+        &[(0, after.end)],
+    )?;
+    kafka::delete_records_before(&m.world.source_bootstrap, &syncs, past_bomb).await?;
+    m.wait_exact_checkpoint(&group, after.end, &r).await?;
+    Ok(())
+}
+
 /// The offset-syncs topic deleted and created again under the checkpoint loop: the follower's
 /// position lies past the new topic's end, and it reads the new topic from its start (counting
 /// the loss) where librdkafka's default would jump to the end and skip the syncs written there
@@ -502,33 +586,14 @@ async fn a_recreated_offset_syncs_topic_is_followed_from_its_start() -> Result<(
     // by the old topic's syncs, which still hold (the records they describe are there): a
     // conservative checkpoint one past the last old sync. The exact one must follow, and it
     // can only come from the recreated topic's syncs.
-    let exact = range.end + SHIFT;
-    eventually(
-        &format!("checkpoint {group} p0 up {} down {exact}", range.end),
-        Duration::from_secs(30),
-        || async {
-            Ok(m.checkpoints(&group)?
-                .into_iter()
-                .find(|c| c.upstream_offset == range.end && c.downstream_offset == exact)
-                .map(|_| ()))
-        },
-    )
-    .await
-    .with_context(|| format!("checkpoints: {:?}\n{}", m.checkpoints(&group), r.log_text()))?;
+    m.wait_exact_checkpoint(&group, range.end, &r).await?;
     for cp in m.checkpoints(&group)? {
         assert!(
             cp.downstream_offset <= cp.upstream_offset + SHIFT,
             "a checkpoint past the records its group consumed: {cp:?}"
         );
     }
-    let lost = r#"mirrorflow_errors_total{kind="position_lost",loop="checkpoint"}"#;
-    eventually(
-        "the lost position counted",
-        Duration::from_secs(20),
-        || async { Ok(metric_sample(&r, lost).filter(|n| *n >= 1.0).map(|_| ())) },
-    )
-    .await
-    .with_context(|| r.log_text())?;
+    wait_counted(&r, "position_lost").await?;
     Ok(())
 }
 

@@ -106,7 +106,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
         producer_config: clients::producer(&flow.target_client, refresh),
         target_admin: &target_admin,
         limits: RemoteLimits::default(),
-        stops: stall::no_stops(),
+        stops: ctx.clusters.stops.clone(),
         shutdown: &shutdown,
     };
     // One read serves the recorder (the refusals a previous run left, so those fixed meanwhile

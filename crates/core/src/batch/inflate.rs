@@ -53,66 +53,107 @@ pub fn inflate(
     compressed: &[u8],
     limit: usize,
 ) -> Result<Cow<'_, [u8]>, InflateError> {
+    if codec == Codec::None {
+        if compressed.len() > limit {
+            return Err(too_large(codec.name(), limit));
+        }
+        return Ok(Cow::Borrowed(compressed));
+    }
+    let mut out = Vec::new();
+    inflate_into(codec, compressed, limit, &mut |bytes| {
+        out.extend_from_slice(bytes);
+        true
+    })?;
+    Ok(Cow::Owned(out))
+}
+
+/// `compressed` inflated with `codec`, handed to `sink` a part at a time as it comes out, and
+/// refused once more than `limit` bytes came out: for a reader that keeps the records in
+/// memory of its own (the binary's inflaters for librdkafka grow one `malloc`ed block). `sink`
+/// answers false when it cannot take a part (no memory). Returns the bytes inflated.
+pub fn inflate_into(
+    codec: Codec,
+    compressed: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
     let name = codec.name();
     match codec {
-        Codec::None if compressed.len() > limit => {
-            Err(InflateError::TooLarge { codec: name, limit })
-        }
-        Codec::None => Ok(Cow::Borrowed(compressed)),
-        Codec::Gzip => read_capped(flate2::read::MultiGzDecoder::new(compressed), name, limit),
-        Codec::Snappy => snappy(compressed, limit),
-        Codec::Lz4 => read_capped(lz4_flex::frame::FrameDecoder::new(compressed), name, limit),
-        Codec::Zstd => zstd(compressed, limit),
+        Codec::None if compressed.len() > limit => Err(too_large(name, limit)),
+        Codec::None if !sink(compressed) => Err(InflateError::NoMemory { codec: name }),
+        Codec::None => Ok(compressed.len()),
+        Codec::Gzip => stream_capped(
+            flate2::read::MultiGzDecoder::new(compressed),
+            name,
+            limit,
+            sink,
+        ),
+        Codec::Snappy => match compressed.strip_prefix(&XERIAL_MAGIC) {
+            Some(_) => {
+                let blocks = compressed
+                    .get(XERIAL_HEADER_LEN..)
+                    .ok_or(corrupt("snappy", "the xerial header is cut short"))?;
+                xerial_blocks_into(blocks, limit, sink)
+            }
+            None => snappy_block(compressed, limit, sink),
+        },
+        Codec::Lz4 => stream_capped(
+            lz4_flex::frame::FrameDecoder::new(compressed),
+            name,
+            limit,
+            sink,
+        ),
+        Codec::Zstd => zstd(compressed, limit, sink),
     }
+}
+
+/// Gzip records, every member as Kafka's own reader takes them ([`inflate_into`]).
+pub fn gunzip_into(
+    compressed: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
+    inflate_into(Codec::Gzip, compressed, limit, sink)
+}
+
+/// xerial snappy-java's length-prefixed raw snappy blocks, after the stream's header (which
+/// librdkafka takes off before it asks for them), into `sink` ([`inflate_into`]).
+pub fn xerial_blocks_into(
+    mut blocks: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
+    let mut total = 0usize;
+    while let Some((len, rest)) = blocks.split_first_chunk::<4>() {
+        let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
+        let (block, rest) = rest
+            .split_at_checked(len)
+            .ok_or(corrupt("snappy", "a xerial block is cut short"))?;
+        let n = snappy_block(block, limit.saturating_sub(total), sink)
+            .map_err(|e| at_limit(e, "snappy", limit))?;
+        total = total.saturating_add(n);
+        blocks = rest;
+    }
+    if !blocks.is_empty() {
+        return Err(corrupt("snappy", "a xerial block length is cut short"));
+    }
+    Ok(total)
 }
 
 fn too_large(codec: &'static str, limit: usize) -> InflateError {
     InflateError::TooLarge { codec, limit }
 }
 
+/// A part's refusal against what was left of the limit, named with the whole limit.
+fn at_limit(e: InflateError, codec: &'static str, limit: usize) -> InflateError {
+    match e {
+        InflateError::TooLarge { .. } => too_large(codec, limit),
+        other => other,
+    }
+}
+
 fn corrupt(codec: &'static str, what: &'static str) -> InflateError {
     InflateError::Corrupt { codec, what }
-}
-
-/// Everything `reader` yields, refused once it passes `limit`.
-fn read_capped(
-    reader: impl Read,
-    codec: &'static str,
-    limit: usize,
-) -> Result<Cow<'static, [u8]>, InflateError> {
-    let mut out = Vec::new();
-    append_capped(reader, codec, limit, &mut out)?;
-    Ok(Cow::Owned(out))
-}
-
-fn append_capped(
-    reader: impl Read,
-    codec: &'static str,
-    limit: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), InflateError> {
-    stream_capped(reader, codec, limit, &mut |bytes| {
-        out.extend_from_slice(bytes);
-        true
-    })
-    .map(|_| ())
-}
-
-/// Gzip records (every member, as Kafka's own reader takes them) handed to `sink` a chunk at a
-/// time as they come out, refused once they pass `limit`: for a reader that keeps them in
-/// memory of its own (the binary's gzip inflater for librdkafka grows one `malloc`ed block).
-/// `sink` answers false when it cannot take a chunk (no memory). Returns the bytes inflated.
-pub fn gunzip_into(
-    compressed: &[u8],
-    limit: usize,
-    sink: &mut dyn FnMut(&[u8]) -> bool,
-) -> Result<usize, InflateError> {
-    stream_capped(
-        flate2::read::MultiGzDecoder::new(compressed),
-        "gzip",
-        limit,
-        sink,
-    )
 }
 
 fn stream_capped(
@@ -140,70 +181,52 @@ fn stream_capped(
     }
 }
 
-/// Kafka's snappy records: xerial framing (Kafka's Java clients), or one raw snappy block
-/// (librdkafka and others), as Kafka's own reader accepts both.
-fn snappy(compressed: &[u8], limit: usize) -> Result<Cow<'static, [u8]>, InflateError> {
-    let mut out = Vec::new();
-    match compressed.strip_prefix(&XERIAL_MAGIC) {
-        Some(_) => {
-            let mut blocks = compressed
-                .get(XERIAL_HEADER_LEN..)
-                .ok_or(corrupt("snappy", "the xerial header is cut short"))?;
-            while let Some((len, rest)) = blocks.split_first_chunk::<4>() {
-                let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
-                let (block, rest) = rest
-                    .split_at_checked(len)
-                    .ok_or(corrupt("snappy", "a xerial block is cut short"))?;
-                snappy_block(block, limit, &mut out)?;
-                blocks = rest;
-            }
-            if !blocks.is_empty() {
-                return Err(corrupt("snappy", "a xerial block length is cut short"));
-            }
-        }
-        None => snappy_block(compressed, limit, &mut out)?,
-    }
-    Ok(Cow::Owned(out))
+/// The length a raw snappy block declares it inflates to (the block is not read further).
+pub fn snappy_block_len(block: &[u8]) -> Result<usize, InflateError> {
+    snap::raw::decompress_len(block)
+        .map_err(|_| corrupt("snappy", "a block's length does not decode"))
 }
 
-/// One raw snappy block appended to `out`; its declared length is checked before it is
-/// allocated.
-fn snappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), InflateError> {
-    let len = snap::raw::decompress_len(block)
-        .map_err(|_| corrupt("snappy", "a block's length does not decode"))?;
-    let at = out.len();
-    if at.saturating_add(len) > limit {
+/// One raw snappy block into `sink`; its declared length is checked before it is allocated.
+fn snappy_block(
+    block: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
+    let len = snappy_block_len(block)?;
+    if len > limit {
         return Err(too_large("snappy", limit));
     }
-    out.resize(at + len, 0);
+    let mut out = vec![0u8; len];
     let written = snap::raw::Decoder::new()
-        .decompress(block, &mut out[at..])
+        .decompress(block, &mut out)
         .map_err(|_| corrupt("snappy", "a block does not decode"))?;
-    out.truncate(at + written);
-    Ok(())
+    if !sink(&out[..written]) {
+        return Err(InflateError::NoMemory { codec: "snappy" });
+    }
+    Ok(written)
 }
 
 /// zstd frames one after another; each frame's window is checked before a decoder keeps one.
-fn zstd(compressed: &[u8], limit: usize) -> Result<Cow<'static, [u8]>, InflateError> {
-    let mut out = Vec::new();
+fn zstd(
+    compressed: &[u8],
+    limit: usize,
+    sink: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<usize, InflateError> {
+    let mut total = 0usize;
     let mut rest = compressed;
     while !rest.is_empty() {
         let window = zstd_window(rest)?;
         if window > ZSTD_MAX_WINDOW.max(u64::try_from(limit).unwrap_or(u64::MAX)) {
             return Err(too_large("zstd", limit));
         }
-        let mut frame =
-            ruzstd::decoding::StreamingDecoder::new_with_max_window_size(&mut rest, window)
-                .map_err(|_| corrupt("zstd", "a frame header does not decode"))?;
-        let left = limit.saturating_sub(out.len());
-        let mut part = Vec::new();
-        append_capped(&mut frame, "zstd", left, &mut part).map_err(|e| match e {
-            InflateError::TooLarge { .. } => too_large("zstd", limit),
-            other => other,
-        })?;
-        out.extend_from_slice(&part);
+        let frame = ruzstd::decoding::StreamingDecoder::new_with_max_window_size(&mut rest, window)
+            .map_err(|_| corrupt("zstd", "a frame header does not decode"))?;
+        let n = stream_capped(frame, "zstd", limit.saturating_sub(total), sink)
+            .map_err(|e| at_limit(e, "zstd", limit))?;
+        total = total.saturating_add(n);
     }
-    Ok(Cow::Owned(out))
+    Ok(total)
 }
 
 /// The window size a zstd frame header asks for (RFC 8878 3.1.1.1): from the window

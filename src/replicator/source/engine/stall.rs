@@ -180,7 +180,7 @@ pub const REFUSED_STALL_AFTER: Duration = Duration::from_secs(15);
 const REFUSED_EXPLAINS_FOR: Duration = Duration::from_secs(60);
 
 /// The last batch the source consumer reported it could not read (librdkafka's error names
-/// neither the partition nor, but for the binary's gzip inflater, why): librdkafka tries such
+/// neither the partition nor why; the binary's inflaters keep the why): librdkafka tries such
 /// a batch again and again, so its partition stops there, and the stall watch, which finds
 /// the partition, gives it this reason, sooner.
 #[derive(Debug, Default)]
@@ -191,14 +191,7 @@ pub struct Refused {
 impl Refused {
     /// The consumer reported `error`, a batch it cannot read ([`crate::kafka::is_unreadable_batch`]).
     pub fn note(&mut self, error: &rdkafka::error::KafkaError, now: Instant) {
-        let inflater = mirrorflow_rdkafka_ext::gzip::refused().1;
-        let why = match (error.rdkafka_error_code(), inflater) {
-            (Some(rdkafka::types::RDKafkaErrorCode::BadCompression), Some(gzip)) => {
-                gzip.to_string()
-            }
-            _ => format!("the source consumer reports '{error}'"),
-        };
-        self.last = Some((now, why));
+        self.last = Some((now, crate::kafka::unreadable_reason(error)));
     }
 
     /// The reason a partition that does not move is given, while a refusal is recent.

@@ -29,7 +29,7 @@ use super::{Stop, Token};
 /// How far one batch's records may inflate to be written anew: one batch at a time is, so a
 /// replica holds at most about twice this for it. The same bound as librdkafka's reads of
 /// records have in this process.
-pub const REWRITE_INFLATE_LIMIT: usize = mirrorflow_rdkafka_ext::gzip::INFLATE_LIMIT;
+pub const REWRITE_INFLATE_LIMIT: usize = mirrorflow_rdkafka_ext::inflater::INFLATE_LIMIT;
 /// A remote topic's `max.message.bytes` before discovery has read it: Kafka's default.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
 

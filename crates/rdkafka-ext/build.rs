@@ -1,0 +1,12 @@
+//! The crate's tests read batches through librdkafka as the binary does: linked with the same
+//! `--wrap`s, so librdkafka's lz4, zstd and snappy reads come to this crate's inflaters.
+
+include!("src/inflater/symbols.rs");
+
+fn main() {
+    for symbol in WRAPPED {
+        println!("cargo::rustc-link-arg-tests=-Wl,--wrap={symbol}");
+    }
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed=src/inflater/symbols.rs");
+}
