@@ -280,7 +280,9 @@ fn frontier_after(
         Err(Ended::MarkerUnseen(_)) => {}
         Err(Ended::Failed(_)) => {
             if step == Step::Wrapped {
-                part.wrap_failed = Some(wrapped.unwrap_or(first));
+                // The earliest record without a visible copy is where copying starts again.
+                let at = wrapped.unwrap_or(first);
+                part.wrap_failed = Some(part.wrap_failed.map_or(at, |w| w.min(at)));
             }
         }
     }
