@@ -25,6 +25,7 @@
 //! partition. Refusals are noted ([`refused`]): that error names no partition and no reason.
 
 pub mod gzip;
+pub mod native;
 pub mod wrapped;
 
 use std::collections::VecDeque;

@@ -5,13 +5,14 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
 
-use mirrorflow_core::batch::Codec;
-use mirrorflow_core::batch::inflate::{
-    InflateError, inflate_into, snappy_block_len, xerial_blocks_into,
-};
+use mirrorflow_core::batch::inflate::{InflateError, snappy_block_len, xerial_blocks_into};
 use rdkafka::types::RDKafkaRespErr;
 
+use super::native::{lz4_into, zstd_into};
 use super::{INFLATE_LIMIT, into_block, note_refused};
+
+/// A streaming decoder: input, limit, sink; the bytes inflated.
+type Decoder = fn(&[u8], usize, &mut dyn FnMut(&[u8]) -> bool) -> Result<usize, InflateError>;
 
 /// `len` bytes at `ptr`, or `None` for a null pointer.
 ///
@@ -25,12 +26,12 @@ unsafe fn input<'a>(ptr: *const c_char, len: usize) -> Option<&'a [u8]> {
     Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }
 
-/// A block inflated with `codec` put where librdkafka's lz4 and zstd inflaters put theirs.
+/// A block inflated by `decode` put where librdkafka's lz4 and zstd inflaters put theirs.
 ///
 /// # Safety
 /// `inbuf` points to `inlen` readable bytes; `outbuf` and `outlenp` are writable.
 unsafe fn into_out(
-    codec: Codec,
+    decode: Decoder,
     inbuf: *const c_char,
     inlen: usize,
     outbuf: *mut *mut c_void,
@@ -45,9 +46,7 @@ unsafe fn into_out(
     let Some(input) = (unsafe { input(inbuf, inlen) }) else {
         return RDKafkaRespErr::RD_KAFKA_RESP_ERR__BAD_COMPRESSION;
     };
-    match into_block(input, |input, sink| {
-        inflate_into(codec, input, INFLATE_LIMIT, sink)
-    }) {
+    match into_block(input, |input, sink| decode(input, INFLATE_LIMIT, sink)) {
         Some((block, n)) => {
             // SAFETY: the caller's contract: writable pointers.
             unsafe {
@@ -91,7 +90,7 @@ pub unsafe extern "C" fn __wrap_rd_kafka_lz4_decompress(
         return RDKafkaRespErr::RD_KAFKA_RESP_ERR__BAD_COMPRESSION;
     }
     // SAFETY: the caller's contract, passed on.
-    unsafe { into_out(Codec::Lz4, inbuf, inlen, outbuf, outlenp) }
+    unsafe { into_out(lz4_into, inbuf, inlen, outbuf, outlenp) }
 }
 
 /// librdkafka's zstd inflater (rdkafka_zstd.c): one or more zstd frames.
@@ -108,7 +107,7 @@ pub unsafe extern "C" fn __wrap_rd_kafka_zstd_decompress(
     outlenp: *mut usize,
 ) -> RDKafkaRespErr {
     // SAFETY: the caller's contract, passed on.
-    unsafe { into_out(Codec::Zstd, inbuf, inlen, outbuf, outlenp) }
+    unsafe { into_out(zstd_into, inbuf, inlen, outbuf, outlenp) }
 }
 
 /// librdkafka's snappy-java inflater (snappy.c): the length-prefixed blocks after the xerial
@@ -219,6 +218,7 @@ unsafe fn write_errstr(errstr: *mut c_char, size: usize, text: &str) {
 mod tests {
     use super::*;
     use crate::inflater::refused;
+    use mirrorflow_core::batch::Codec;
     use std::io::Write;
 
     const FRAMED: usize = super::super::FIRST_BLOCK;
@@ -312,6 +312,17 @@ mod tests {
             assert_eq!(inflate(codec, 1, &pack(&bomb)), bad, "{codec:?}");
             assert!(refused().0 > before, "{codec:?}: noted");
             assert_eq!(inflate(codec, 1, b"not compressed"), bad, "{codec:?}");
+            let mut cut = pack(&data);
+            cut.truncate(cut.len() / 2);
+            assert_eq!(inflate(codec, 1, &cut), bad, "{codec:?}: cut short");
+            // Frames one after another are all read (a batch holds one; libzstd takes more).
+            let mut two = pack(b"first ");
+            two.extend(pack(b"second"));
+            assert_eq!(
+                inflate(codec, 1, &two),
+                Ok(b"first second".to_vec()),
+                "{codec:?}"
+            );
             let limit = vec![3u8; INFLATE_LIMIT];
             let full = inflate(codec, 1, &pack(&limit)).map(|v| v.len());
             assert_eq!(
