@@ -22,7 +22,7 @@ IMAGE_DIR="$MF_CACHE/image"
 # Everything the image is built from (relative to the repository root): the input hash covers
 # these, and image_check_inputs refuses a Dockerfile that COPYs anything else (it would not
 # trigger a rebuild). .dockerignore lets exactly these into the build context.
-IMAGE_INPUTS=(Dockerfile .dockerignore Cargo.toml Cargo.lock crates src benches bench/driver/Cargo.toml
+IMAGE_INPUTS=(Dockerfile .dockerignore Cargo.toml Cargo.lock build.rs crates src benches bench/driver/Cargo.toml
   e2e/tests/Cargo.toml)
 
 image_setup() {
