@@ -122,14 +122,17 @@ impl Reachability {
             "{topic}{UNREADABLE_MARK} ({why}): {what} waits at it and goes on with what it read before; librdkafka tries the batch again and never skips it. Delete the topic's records up to past the batch (kafka-delete-records on the {} cluster), or have its writer write it again",
             self.side()
         );
-        tracing::error!(loop_name = self.loop_name, cluster = %self.side(), topic, "{message}");
-        lock(&self.cluster.stops)
-            .entry((topic.to_string(), 0))
-            .or_insert_with(|| Refusal {
+        // librdkafka reports the same batch about every half second: logged once per hold.
+        if let std::collections::btree_map::Entry::Vacant(entry) =
+            lock(&self.cluster.stops).entry((topic.to_string(), 0))
+        {
+            tracing::error!(loop_name = self.loop_name, cluster = %self.side(), topic, "{message}");
+            entry.insert(Refusal {
                 topic: topic.to_string(),
                 detected_ms: crate::clock::now_ms(),
                 message: truncated(message),
             });
+        }
     }
 
     /// `topic` is read on again: its [`Self::hold`] is taken out.
@@ -198,6 +201,44 @@ impl Reachability {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hold_is_recorded_once_until_released_and_leaves_other_stops_alone() {
+        let m = Metrics::new().unwrap();
+        let clusters = Clusters::new(&m);
+        let r = Reachability::new(&clusters.source, "checkpoint");
+        r.hold(
+            "offset syncs",
+            "syncs",
+            "gzip records inflate to more than 1 bytes",
+        );
+        let first = lock(&clusters.stops).clone();
+        // Reported again (librdkafka tries every half second): the same record, counted.
+        r.hold(
+            "offset syncs",
+            "syncs",
+            "gzip records inflate to more than 1 bytes",
+        );
+        assert_eq!(*lock(&clusters.stops), first);
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            m.errors
+                .with_label_values(&["checkpoint", "refused_batch"])
+                .get(),
+            2
+        );
+        // A stop of the copy under the same key is not the follower's to take out.
+        let stalled = Refusal {
+            topic: "a.t".into(),
+            detected_ms: 1,
+            message: "partition 0 of t copies nothing: stalled at 5".into(),
+        };
+        lock(&clusters.stops).insert(("a.t".into(), 0), stalled);
+        r.release("a.t");
+        r.release("syncs");
+        let left: Vec<String> = lock(&clusters.stops).keys().map(|k| k.0.clone()).collect();
+        assert_eq!(left, vec!["a.t".to_string()]);
+    }
 
     #[test]
     fn one_state_per_cluster_whichever_loop_reports() {

@@ -468,8 +468,9 @@ pub fn run<P: Delivery>(
                 // librdkafka tries the batch again: its partition stops there, and the stall
                 // watch names it with this reason.
                 count_error(&ctx, "refused_batch");
-                tracing::warn!(error = %e, "the source consumer cannot read a batch");
-                chores.refused.note(&e, Instant::now());
+                if chores.refused.note(&e, Instant::now()) {
+                    tracing::warn!(error = %e, "the source consumer cannot read a batch (counted in errors_total{{kind=\"refused_batch\"}}; logged again after a minute without one)");
+                }
             }
             Some(Err(e)) => {
                 count_error(&ctx, "consume");

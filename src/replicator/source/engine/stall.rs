@@ -190,8 +190,12 @@ pub struct Refused {
 
 impl Refused {
     /// The consumer reported `error`, a batch it cannot read ([`crate::kafka::is_unreadable_batch`]).
-    pub fn note(&mut self, error: &rdkafka::error::KafkaError, now: Instant) {
+    /// Whether it is news: no refusal was noted within [`REFUSED_EXPLAINS_FOR`] (librdkafka
+    /// reports the same batch about every half second, for as long as it stays).
+    pub fn note(&mut self, error: &rdkafka::error::KafkaError, now: Instant) -> bool {
+        let news = self.reason(now).is_none();
         self.last = Some((now, crate::kafka::unreadable_reason(error)));
+        news
     }
 
     /// The reason a partition that does not move is given, while a refusal is recent.
@@ -552,7 +556,9 @@ mod refused_tests {
         assert!(!crate::kafka::is_unreadable_batch(
             &KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure)
         ));
-        refused.note(&undecodable, t0);
+        assert!(refused.note(&undecodable, t0), "the first refusal is news");
+        // Tried again half a second later: not news (logged once), the reason kept.
+        assert!(!refused.note(&undecodable, t0 + Duration::from_millis(500)));
         let why = refused.reason(t0 + Duration::from_secs(5)).expect("recent");
         for part in [
             "refused a batch",
@@ -562,7 +568,12 @@ mod refused_tests {
             assert!(why.contains(part), "{part} not in {why}");
         }
         // Only as long as the consumer keeps being refused (it tries every half second).
-        assert_eq!(refused.reason(t0 + REFUSED_EXPLAINS_FOR), None);
+        let later = t0 + Duration::from_millis(500) + REFUSED_EXPLAINS_FOR;
+        assert_eq!(refused.reason(later), None);
+        assert!(
+            refused.note(&undecodable, later),
+            "news again after a quiet minute"
+        );
 
         // The policy's own reason stands; a partition without one gets the refusal.
         let copied = explained(vec![held(None), held(Some("a write failed"))], Some(&why));
