@@ -135,7 +135,9 @@ fn into_block(
             Ok(_) => block.finish(),
             Err(error) => {
                 block.release();
-                note_refused(Some(error), Some(fingerprint));
+                // Memory may be there at the next try: only what the bytes decide is final.
+                let final_ = !matches!(error, InflateError::NoMemory { .. });
+                note_refused(Some(error), final_.then_some(fingerprint));
                 None
             }
         }
@@ -210,5 +212,41 @@ impl Block {
         // SAFETY: null or a block of this allocator, freed once (the pointer is cleared).
         unsafe { libc::free(self.ptr.cast()) };
         self.ptr = null_mut();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Two tries of the same bytes with a decoder failing with `error`: how often it ran.
+    fn runs_over_two_tries(input: &[u8], error: InflateError) -> u32 {
+        let runs = Cell::new(0);
+        for _ in 0..2 {
+            let out = into_block(input, |_, _| {
+                runs.set(runs.get() + 1);
+                Err(error.clone())
+            });
+            assert!(out.is_none());
+        }
+        runs.get()
+    }
+
+    #[test]
+    fn only_what_the_bytes_decide_is_refused_again_without_decoding() {
+        let too_large = InflateError::TooLarge {
+            codec: "lz4",
+            limit: 1,
+        };
+        assert_eq!(runs_over_two_tries(b"first batch", too_large), 1);
+        let corrupt = InflateError::Corrupt {
+            codec: "lz4",
+            what: "test",
+        };
+        assert_eq!(runs_over_two_tries(b"second batch", corrupt), 1);
+        // No memory this time says nothing of the next try.
+        let no_memory = InflateError::NoMemory { codec: "lz4" };
+        assert_eq!(runs_over_two_tries(b"third batch", no_memory), 2);
     }
 }
