@@ -143,5 +143,6 @@ pub const TARGET_NOT_AUTHORIZED: &str = "TargetNotAuthorized";
 pub const ALIAS_NAMES_TWO_CLUSTERS: &str = "AliasNamesTwoClusters";
 /// A target topic the probe follows (positions, checkpoints, heartbeats) holds what the flow's
 /// replicators never write (a batch inflating past the probe's cap, too many entries): the
-/// probe stopped reading it, so the status it needs from it is unknown.
+/// probe stopped reading it, so the status it needs from it is unknown. On `Replicating`: a
+/// topic a replicator's loop follows (the offset syncs) holds a batch it cannot read on.
 pub const INTERNAL_TOPIC_REFUSED: &str = "InternalTopicRefused";
