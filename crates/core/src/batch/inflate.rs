@@ -27,7 +27,7 @@ pub enum InflateError {
         codec: &'static str,
         what: &'static str,
     },
-    /// Only from [`gunzip_into`], whose sink may run out of memory.
+    /// Only from [`inflate_into`], whose sink may run out of memory.
     #[error("{codec} records: no memory to inflate them into")]
     NoMemory { codec: &'static str },
 }
@@ -105,15 +105,6 @@ pub fn inflate_into(
         ),
         Codec::Zstd => zstd(compressed, limit, sink),
     }
-}
-
-/// Gzip records, every member as Kafka's own reader takes them ([`inflate_into`]).
-pub fn gunzip_into(
-    compressed: &[u8],
-    limit: usize,
-    sink: &mut dyn FnMut(&[u8]) -> bool,
-) -> Result<usize, InflateError> {
-    inflate_into(Codec::Gzip, compressed, limit, sink)
 }
 
 /// xerial snappy-java's length-prefixed raw snappy blocks, after the stream's header (which

@@ -8,7 +8,8 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 
-use mirrorflow_core::batch::inflate::gunzip_into;
+use mirrorflow_core::batch::Codec;
+use mirrorflow_core::batch::inflate::inflate_into;
 
 use super::{INFLATE_LIMIT, into_block};
 
@@ -31,7 +32,9 @@ pub unsafe extern "C" fn rd_gz_decompress(
     }
     // SAFETY: the caller's contract: `len` readable bytes at `compressed`.
     let input = unsafe { std::slice::from_raw_parts(compressed.cast::<u8>(), len) };
-    match into_block(input, |input, sink| gunzip_into(input, INFLATE_LIMIT, sink)) {
+    match into_block(input, |input, sink| {
+        inflate_into(Codec::Gzip, input, INFLATE_LIMIT, sink)
+    }) {
         Some((block, n)) => {
             // SAFETY: the caller's contract: a writable u64.
             unsafe { *decompressed_lenp = n as u64 };
