@@ -18,6 +18,7 @@
 //! several such loops, each a consumer of the group with a policy of its own ([`workers`]).
 
 pub mod fenced;
+pub mod hanging;
 pub mod rebalance;
 pub mod send;
 pub mod slots;

@@ -13,8 +13,8 @@
 //! copied on translated and the break recorded ([`GapKind::OpenTransaction`]: the status names
 //! the administrator's fix).
 
-use super::write::{filler, filler_headers};
 use super::*;
+use crate::replicator::source::engine::hanging::abort_fillers;
 
 /// Closing attempts before the open transaction is taken for someone else's.
 const CLOSE_ATTEMPTS: u32 = 3;
@@ -84,22 +84,7 @@ impl Aligned {
     fn abort_one_filler(&mut self, idx: usize) -> Result<(), String> {
         let slot = self.slots.get(idx).ok_or("no partition")?;
         let txn = slot.txn.as_ref().ok_or("no producer")?;
-        let (remote, partition) = (&*slot.remote, slot.partition);
-        txn.begin_transaction().map_err(|e| e.to_string())?;
-        let headers = filler_headers();
-        let written = send::send_waiting(
-            txn,
-            filler(remote, partition, &headers, None),
-            &self.shared.shutdown,
-            Some(Instant::now() + CALL_TIMEOUT),
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|()| super::write::settle(txn, CALL_TIMEOUT));
-        let mut reports = Vec::new();
-        txn.context().take(&mut reports);
-        let aborted = txn
-            .abort_transaction(CALL_TIMEOUT)
-            .map_err(|e| e.to_string());
-        written.and(aborted)
+        let remote = [(slot.remote.to_string(), slot.partition)];
+        abort_fillers(txn, &remote, &self.shared.shutdown, CALL_TIMEOUT)
     }
 }

@@ -48,8 +48,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
+use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use self::pending::{Hold, Pending};
@@ -69,7 +69,7 @@ use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
 /// key.
-pub const FILLER_HEADER: &str = "mirrorflow.filler";
+pub use crate::replicator::source::engine::hanging::FILLER_HEADER;
 /// How long a partition's newest record is held back once nothing more arrives, before the
 /// consumer's position decides how it is written (once it reached the high watermark). Longer
 /// than a fetch round (`fetch.wait.max.ms`, 100 ms by default), so a commit marker right after
@@ -81,9 +81,6 @@ const MAX_LOG_START_FILL: i64 = 20_000_000;
 /// The first limit of a watermark look-up ([`Patience`]).
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const MARKER_POLL: Duration = Duration::from_millis(1);
-/// How long one wait for a transactional producer's acknowledgements polls
-/// ([`write::settle`]).
-const SETTLE_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);

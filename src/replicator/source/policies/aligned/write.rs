@@ -173,49 +173,7 @@ impl Aligned {
     }
 }
 
-/// Waits until every record given to `producer` is acknowledged (its reports are then in its
-/// context). Not `flush`: rust-rdkafka's `flush` polls in rounds of 100 ms however soon the
-/// acknowledgement arrives, and a transaction per commit marker of the source paid those
-/// 100 ms each: a transactional topic was copied at about ten markers a second, one partition
-/// after another in the consumer's queue, so most partitions looked stalled for minutes.
-pub(super) fn settle(producer: &BaseProducer<AckContext>, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "{} writes unacknowledged after {timeout:?}",
-                producer.in_flight_count()
-            ));
-        }
-        producer.poll(SETTLE_POLL);
-    }
-    Ok(())
-}
-
-pub(super) fn filler_headers() -> OwnedHeaders {
-    OwnedHeaders::new().insert(Header {
-        key: FILLER_HEADER,
-        value: Some(&[] as &[u8]),
-    })
-}
-
-/// A filler of `remote`'s partition: the filler key (a compacted topic refuses records
-/// without one), no value, the filler header.
-pub(super) fn filler<'a>(
-    remote: &'a str,
-    partition: i32,
-    headers: &OwnedHeaders,
-    timestamp: Option<i64>,
-) -> send::Record<'a> {
-    let record: send::Record<'a> = BaseRecord::with_opaque_to(remote, 0)
-        .partition(partition)
-        .key(FILLER_HEADER.as_bytes())
-        .headers(headers.clone());
-    match timestamp {
-        Some(ts) => record.timestamp(ts),
-        None => record,
-    }
-}
+pub(super) use crate::replicator::source::engine::hanging::{filler, filler_headers, settle};
 
 /// The opaque of the fillers that align a remote partition's log start: no slot's, and told
 /// apart from the positions' [`UNOWNED`] so a failed one is counted as what it is.

@@ -38,6 +38,7 @@
 //! safe by the argument above, and stops once the group moves the partition away.
 
 mod end;
+mod hanging;
 mod ownership;
 pub mod txn;
 
@@ -135,6 +136,9 @@ pub struct ExactlyOnce {
     producer_base: ClientConfig,
     slots: SlotTable<TxSlot>,
     limits: RemoteLimits,
+    /// A `read_uncommitted` client of the target, for the remote partitions' high watermarks
+    /// ([`hanging`]); made at the first preparation.
+    target_watermarks: Option<rdkafka::consumer::BaseConsumer>,
 }
 
 impl Delivery for ExactlyOnce {
@@ -322,6 +326,7 @@ impl ExactlyOnce {
             producer_base,
             slots: SlotTable::default(),
             limits,
+            target_watermarks: None,
         }
     }
 
@@ -406,15 +411,26 @@ impl ExactlyOnce {
         if inited.is_empty() {
             return Vec::new();
         }
-        // After fencing: every position a previous writer committed is in the topic now.
-        if self.shared.read_positions().is_err() {
+        // After fencing: every position a previous writer committed is in the topic now, and
+        // whatever is still open where it wrote stays open for good unless ended here.
+        let open_remotes = self.open_remotes(&inited);
+        let read = self.shared.read_positions();
+        let positions_topic = self.shared.positions_topic.clone();
+        let stopped = (read.as_ref().err())
+            .and_then(crate::replicator::source::engine::hanging::stopped_at_open_transaction)
+            .map(|_| positions_topic.as_str());
+        let closed = self.close_hanging(hanging::closings(&inited, &open_remotes, stopped));
+        if read.is_err() {
             for (topic, partition, _) in &inited {
-                if let Some(slot) = self.slots.find_mut(topic, *partition) {
+                if let Some(slot) = self.slots.find_mut(topic, *partition)
+                    && !closed.contains(&(topic.clone(), *partition))
+                {
                     slot.prepare_after(Instant::now());
                 }
             }
             return Vec::new();
         }
+        inited.retain(|(topic, partition, _)| !closed.contains(&(topic.clone(), *partition)));
         // Stored positions are checked against both logs before anything is read.
         let resumes = continuity::resume_all(&self.shared.positions, &self.shared.probe, &inited);
         let mut ready = Vec::new();
