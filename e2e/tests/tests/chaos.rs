@@ -659,27 +659,32 @@ async fn chaos(mode: Mode, scale: bool) -> Result<Tally> {
     eprintln!("chaos: comparing source and target");
     let tally = compare(&run)?;
     // Every replica that ran, also those scaled away (logs survive restarts: appended).
-    let fenced: usize = run
-        .ports
-        .keys()
-        .map(|i| {
-            let log = std::env::temp_dir()
-                .join("mirrorflow-e2e")
-                .join(format!("{}-{i}", run.name))
-                .join("replicator.log");
-            std::fs::read_to_string(log)
-                .unwrap_or_default()
-                .matches("fenced: another writer")
-                .count()
-        })
-        .sum();
+    let reported = |what: &str| -> usize {
+        run.ports
+            .keys()
+            .map(|i| {
+                let log = std::env::temp_dir()
+                    .join("mirrorflow-e2e")
+                    .join(format!("{}-{i}", run.name))
+                    .join("replicator.log");
+                std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .matches(what)
+                    .count()
+            })
+            .sum()
+    };
+    let fenced = reported("fenced: another writer");
+    // Transactions the target's restart left open for good, ended by their partitions'
+    // producers (exactly-once).
+    let hanging = reported("ended the transaction left open: aborted");
     let label = match mode {
         Mode::AtLeastOnce => "at-least-once",
         Mode::ExactlyOnce => "exactly-once",
     };
     println!(
         "chaos[{label}]: {} source records over {} partitions, lost {}, duplicated {} ({:.3}%), foreign {}; \
-         {kills} replica SIGKILLs, zombie (SIGSTOP 10 s, SIGCONT): {zombie} ({fenced} fenced writes reported), target restart {:?}, source restart {:?}, scaling:{}; \
+         {kills} replica SIGKILLs, zombie (SIGSTOP 10 s, SIGCONT): {zombie} ({fenced} fenced writes reported), {hanging} hanging transactions ended, target restart {:?}, source restart {:?}, scaling:{}; \
          {} commits asked, {} checkpoints ({} backwards, {} skipping); faults over {:?}, total {:?}",
         tally.source,
         TOPICS as i32 * PARTITIONS,

@@ -223,9 +223,19 @@ impl Shared {
             }
             Err(e) => {
                 count_error(&self.ctx, "positions");
-                tracing::warn!(error = %e, "reading the positions topic failed; retrying");
-                self.target_health
-                    .unreachable("reading the positions topic", &e);
+                match hanging::stopped_at_open_transaction(&e) {
+                    // The cluster answers: a transaction is open there. Each fenced partition's
+                    // producer ends its own ([`hanging`]); one no replica owns stays until an
+                    // administrator ends it.
+                    Some(at) => tracing::warn!(error = %e, topic = %self.positions_topic,
+                        "reading the positions topic stops at a transaction open at offset {at}; the partition whose writer left it ends it when it is prepared again; if it stays, end it with kafka-transactions.sh abort --topic {} --partition 0 --start-offset {at}",
+                        self.positions_topic),
+                    None => {
+                        tracing::warn!(error = %e, "reading the positions topic failed; retrying");
+                        self.target_health
+                            .unreachable("reading the positions topic", &e);
+                    }
+                }
                 Err(e)
             }
         }

@@ -111,7 +111,7 @@ impl ExactlyOnce {
                 continue;
             }
             tracing::warn!(%topic, partition, ends = ?partitions,
-                "a transaction is open where the partition's fenced writer wrote (a hanging transaction: its markers were lost, as when the target broker restarts while it ends); ending it with an aborted filler of the partition's producer, then copying again from the position committed before it");
+                "a transaction is open where the partition's fenced writer wrote (a hanging transaction: its markers were lost, as when the target broker restarts while it ends; or a newer owner's, and this producer is fenced); ending it with an aborted filler of the partition's producer, then copying again from the position committed before it");
             self.count_error("hanging_transaction");
             let shutdown = self.shared.shutdown.clone();
             let Some(slot) = self.slots.find_mut(&topic, partition) else {
@@ -121,10 +121,15 @@ impl ExactlyOnce {
                 .producer
                 .as_ref()
                 .map(|producer| abort_fillers(producer, &partitions, &shutdown, CALL_TIMEOUT));
-            if let Some(Err(e)) = ended {
-                tracing::warn!(%topic, partition, error = %e, "ending the open transaction failed; the partition's producer is replaced and it is tried again");
-                // A producer in doubt is replaced: the next one's init fences it.
-                slot.producer = None;
+            match ended {
+                Some(Ok(())) => tracing::info!(%topic, partition, ends = ?partitions,
+                    "ended the transaction left open: aborted"),
+                Some(Err(e)) => {
+                    tracing::warn!(%topic, partition, error = %e, "ending the open transaction failed; the partition's producer is replaced and it is tried again");
+                    // A producer in doubt is replaced: the next one's init fences it.
+                    slot.producer = None;
+                }
+                None => {}
             }
             slot.prepare_after(Instant::now());
             closed.insert((topic, partition));
