@@ -72,12 +72,9 @@ impl Aligned {
             );
             self.write_gap(&gap);
         }
-        self.resume_translated(
-            idx,
-            self.shared.positions.get(&topic, partition),
-            bounds,
-            high,
-        )
+        let from = self.slots.get_mut(idx).and_then(|s| s.wrap_failed.take());
+        let stored = self.shared.positions.get(&topic, partition);
+        self.resume_translated(idx, stored, bounds, high, from)
     }
 
     /// One filler in a transaction of the partition's producer, aborted.

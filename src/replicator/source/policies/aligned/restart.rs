@@ -46,7 +46,8 @@ pub(super) enum Restart {
     /// Records from source offset `from` on are not visible on the target, whose end is past
     /// it: the break (`from`, end) is recorded and the copy goes on translated from `from`.
     CopyAgain { from: i64, why: &'static str },
-    /// Translated already: from `from` when a wrap failed, else from the stored position.
+    /// Translated already: from `from` when a wrap failed (copied again), else from the stored
+    /// position.
     Translated { from: Option<i64> },
     /// The remote partition holds records the flow did not write, or more than the source:
     /// it cannot be aligned.

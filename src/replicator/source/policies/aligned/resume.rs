@@ -196,56 +196,35 @@ impl Aligned {
         let decision = restart::decide(&restart::Found {
             broke_before,
             tail,
-            wrap_failed: self.slots.get(idx)?.wrap_failed,
+            // Weighed here and settled by the decision, whichever it is.
+            wrap_failed: self.slots.get_mut(idx)?.wrap_failed.take(),
             end,
             source: *bounds,
             stored: stored.is_some(),
         });
         match decision {
             Restart::CopyAgain { from, why } => {
-                self.copy_again(idx, (topic, partition), from, end, why);
-                self.resume_translated(idx, stored, *bounds, end)
+                self.copy_again((topic, partition), from, end, why);
+                self.resume_translated(idx, stored, *bounds, end, Some(from))
             }
-            Restart::Translated { .. } => self.resume_translated(idx, stored, *bounds, end),
+            Restart::Translated { from } => self.resume_translated(idx, stored, *bounds, end, from),
             Restart::MisalignedAtStart => {
-                self.forget_failed_wrap(idx);
                 self.misaligned_at_start(idx, bounds.start, end);
-                self.resume_translated(idx, stored, *bounds, end)
+                self.resume_translated(idx, stored, *bounds, end, None)
             }
             Restart::AlignLogStart => {
-                self.forget_failed_wrap(idx);
                 self.align_log_start(idx, end, bounds.start, stored.is_some())
             }
-            Restart::Aligned => {
-                self.forget_failed_wrap(idx);
-                self.resume_aligned(idx, end)
-            }
-        }
-    }
-
-    /// A failed wrap that took no offset on the target: nothing of it is to be copied again.
-    fn forget_failed_wrap(&mut self, idx: usize) {
-        if let Some(slot) = self.slots.get_mut(idx) {
-            slot.wrap_failed = None;
+            Restart::Aligned => self.resume_aligned(idx, end),
         }
     }
 
     /// Records from source offset `at` on are not visible on the target (`why`): the break
-    /// from `at` to the target's `end` is recorded, and they are copied again, translated.
-    fn copy_again(
-        &mut self,
-        idx: usize,
-        (topic, partition): (&str, i32),
-        at: i64,
-        end: i64,
-        why: &str,
-    ) {
+    /// from `at` to the target's `end` is recorded (they are copied again, translated).
+    fn copy_again(&mut self, (topic, partition): (&str, i32), at: i64, end: i64, why: &str) {
         let gap = continuity::found_now(topic, partition, (GapKind::Misaligned, at, end));
         tracing::warn!(%topic, partition, offset = at, target_end = end, "{why}");
         self.write_gap(&gap);
-        if let Some(slot) = self.slots.get_mut(idx) {
-            slot.wrap_failed = Some(at);
-        }
     }
 
     pub(super) fn resume_aligned(&mut self, idx: usize, next: i64) -> Option<Offset> {
@@ -268,19 +247,20 @@ impl Aligned {
         Some(Offset::Offset(next))
     }
 
-    /// Copying on with translated offsets, from the stored position checked against both logs
-    /// (or from a record whose wrapping transaction failed).
+    /// Copying on with translated offsets, from the stored position checked against both logs,
+    /// or `from` (the first record without a visible copy) when records are copied again.
     pub(super) fn resume_translated(
         &mut self,
         idx: usize,
         stored: Option<Frontier>,
         bounds: crate::kafka::log_bounds::LogBounds,
         end: i64,
+        from: Option<i64>,
     ) -> Option<Offset> {
         let config = self.shared.sync_config;
         let slot = self.slots.get_mut(idx)?;
         let resume = continuity::resume(stored, Some(bounds), Some(end));
-        let offset = match (slot.wrap_failed.take(), resume.offset) {
+        let offset = match (from, resume.offset) {
             (Some(o), _) => Offset::Offset(o.max(bounds.start)),
             (None, o) => o,
         };
@@ -321,7 +301,7 @@ impl Aligned {
         if count > MAX_LOG_START_FILL {
             self.misaligned_at_start(idx, start, end);
             let bounds = crate::kafka::log_bounds::LogBounds { start, end: start };
-            return self.resume_translated(idx, None, bounds, end);
+            return self.resume_translated(idx, None, bounds, end, None);
         }
         tracing::info!(%topic, partition, fillers = count, "aligning the remote partition with the source's log start");
         let headers = filler_headers();
