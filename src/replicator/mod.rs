@@ -15,6 +15,7 @@ pub mod claim;
 pub mod context;
 pub mod health;
 pub mod heartbeat;
+pub mod holds;
 pub mod kafka_io;
 pub mod last_words;
 pub mod metrics;
@@ -64,6 +65,9 @@ pub async fn run(
     }
     if spec.checkpoints.enabled {
         tasks.spawn(checkpoint::run(ctx.clone(), shutdown.clone()));
+        if !spec.source_loop.enabled {
+            tasks.spawn(holds::run(ctx.clone(), shutdown.clone()));
+        }
     }
     if spec.heartbeats.enabled {
         tasks.spawn(heartbeat::run(ctx.clone(), shutdown.clone()));

@@ -10,6 +10,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use mirrorflow::kafka::positions::{PositionReader, positions_topic};
+use mirrorflow::kafka::refusals::UNREADABLE_MARK;
 use mirrorflow::mm2::{Checkpoint, Heartbeat, OffsetSync, TopicPartition};
 use mirrorflow_e2e::kafka::commit;
 use mirrorflow_e2e::replicator::{Replicator, http_get};
@@ -95,6 +97,37 @@ impl Mirror {
     }
 
     /// Starts a replicator for this flow and waits until it is ready.
+    /// Waits (30 s) until the flow's refusal record names `topic` as holding a batch the
+    /// replicator cannot read (`held`; its message returned), or no longer does.
+    async fn unreadable_recorded(&self, topic: &str, held: bool) -> Result<String> {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &self.world.target_bootstrap);
+        let mut reader = PositionReader::new(
+            &client,
+            positions_topic(&self.source_alias),
+            &unique("holds"),
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            reader.read_to_end(Duration::from_secs(10))?;
+            let found = reader
+                .refusals()
+                .values()
+                .find(|r| r.topic == topic && r.message.contains(UNREADABLE_MARK))
+                .map(|r| r.message.clone());
+            match (found, held) {
+                (Some(message), true) => return Ok(message),
+                (None, false) => return Ok(String::new()),
+                (found, _) if Instant::now() >= deadline => {
+                    bail!(
+                        "after 30 s the refusal record holds {found:?} for {topic} (want held: {held})"
+                    )
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+
     async fn start(&self, extra: &str) -> Result<Replicator> {
         let port = free_port()?;
         let r = Replicator::start(
@@ -542,6 +575,13 @@ async fn an_unreadable_batch_of_offset_syncs_holds_the_follower_until_deleted() 
         "the hold is not named: {}",
         r.log_text()
     );
+    // The source loop does not run here (checkpoints only): the hold reaches the operator
+    // through the positions topic's refusal record all the same.
+    let held = m.unreadable_recorded(&syncs, true).await?;
+    ensure!(
+        held.contains("kafka-delete-records"),
+        "the record names no fix: {held}"
+    );
     // Written after the batch: not read while the follower is held there.
     let after = m.mirror(0, 5).await?;
     commit(
@@ -552,6 +592,8 @@ async fn an_unreadable_batch_of_offset_syncs_holds_the_follower_until_deleted() 
     )?;
     kafka::delete_records_before(&m.world.source_bootstrap, &syncs, past_bomb).await?;
     m.wait_exact_checkpoint(&group, after.end, &r).await?;
+    // Read on past it: the record is taken out.
+    m.unreadable_recorded(&syncs, false).await?;
     Ok(())
 }
 
