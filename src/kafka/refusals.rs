@@ -33,6 +33,10 @@ pub const STALLED_MARK: &str = " copies nothing: stalled ";
 /// ([`crate::replicator::reach::Reachability::hold`]), read by the status for its reason.
 pub const UNREADABLE_MARK: &str = " holds a batch the replicator cannot read";
 
+/// The words by which a status message says an internal topic is held by a transaction left
+/// open at its end (the operator's probe finds it; `InternalTopicRefused` on `Replicating`).
+pub const HELD_MARK: &str = " is held by an open transaction";
+
 /// A remote topic the clusters would not keep in line with its source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

@@ -580,6 +580,13 @@ impl Cluster {
         }
     }
 
+    /// A transaction open at the end of the positions topic `topic`, followed before: its
+    /// offset and for how long the reads found it there. Only the own connections look (the
+    /// librdkafka fallback reads the stable end only).
+    pub fn open_transaction(&self, topic: &str) -> Option<(i64, Duration)> {
+        self.own.as_ref()?.lock().ok()?.open_transaction(topic)
+    }
+
     /// [`Self::follow`] with the librdkafka client, for clusters the own connections cannot
     /// speak to. librdkafka inflates batches without a limit, so answers are bounded by
     /// `receive.message.max.bytes` only ([`probe_config`]).

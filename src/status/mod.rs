@@ -382,6 +382,9 @@ pub struct Observation {
     /// A target topic the probe stopped reading because it broke a bound (a batch inflating
     /// past the cap, too many entries): the message naming it and what to do.
     pub unreadable_topic: Option<String>,
+    /// The positions topic held by a transaction left open at its end: the message naming it
+    /// and what to do.
+    pub held_topic: Option<String>,
 }
 
 pub(crate) fn secs(d: Duration) -> String {

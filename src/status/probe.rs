@@ -104,6 +104,9 @@ pub struct ClusterObservation {
     /// A target topic the probe stopped reading because it broke a bound
     /// ([`super::tails`]): the message naming it.
     pub unreadable_topic: Option<String>,
+    /// The positions topic held by a transaction left open at its end: the message naming it
+    /// ([`observe::held_message`]).
+    pub held_topic: Option<String>,
 }
 
 impl ClusterObservation {
@@ -127,6 +130,7 @@ impl ClusterObservation {
         obs.conflict = self.conflict;
         obs.refusals = self.refusals;
         obs.unreadable_topic = self.unreadable_topic;
+        obs.held_topic = self.held_topic;
     }
 }
 

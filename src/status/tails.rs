@@ -167,6 +167,9 @@ pub(super) struct Tail {
     pub(super) refused: Option<TailRefusal>,
     /// Group-partitions in a checkpoints tail (its map is two levels deep).
     checkpoints: usize,
+    /// A positions tail whose stable end stays before the topic's high watermark: a
+    /// transaction open there (its first offset), seen first when.
+    open_since: Option<(i64, Instant)>,
 }
 
 impl Tail {
@@ -178,7 +181,24 @@ impl Tail {
             state: kind.empty(),
             refused: None,
             checkpoints: 0,
+            open_since: None,
         }
+    }
+
+    /// The topic ends at `stable` for `read_committed` readers, with records past it (`open`)
+    /// or not, seen `now`: how long a transaction has been open at the same offset.
+    pub(super) fn note_open(&mut self, stable: i64, open: bool, now: Instant) {
+        self.open_since = match self.open_since {
+            _ if !open => None,
+            Some((at, since)) if at == stable => Some((at, since)),
+            _ => Some((stable, now)),
+        };
+    }
+
+    /// The offset of a transaction open at the tail's end, and for how long it has been.
+    pub(super) fn open_transaction(&self, now: Instant) -> Option<(i64, Duration)> {
+        self.open_since
+            .map(|(at, since)| (at, now.saturating_duration_since(since)))
     }
 
     /// Folds the record at `offset` (`headers`: its checkpoint translation and verification
@@ -480,6 +500,16 @@ impl OwnTails {
 
     /// Partition 0's first offset and the end a `read_committed` reader reaches.
     fn bounds(&mut self, topic: &str) -> Result<(i64, i64), TailError> {
+        self.bounds_and_high(topic, false)
+            .map(|(low, stable, _)| (low, stable))
+    }
+
+    /// [`Self::bounds`], and the high watermark when `high` (one request more).
+    fn bounds_and_high(
+        &mut self,
+        topic: &str,
+        high: bool,
+    ) -> Result<(i64, i64, Option<i64>), TailError> {
         let cluster = self.fetcher()?.cluster_mut();
         let metadata = cluster
             .metadata(&[topic])
@@ -490,16 +520,22 @@ impl OwnTails {
             .find(|t| t.name == topic && !t.error.is_error())
             .ok_or(TailError::Unavailable)?;
         // One partition may be asked once per request.
-        let mut offset = |at: i64| -> Result<i64, TailError> {
+        let mut offset = |at: i64, isolation| -> Result<i64, TailError> {
             let listed = cluster
-                .list_offsets(t, &[(0, at)], Isolation::ReadCommitted)
+                .list_offsets(t, &[(0, at)], isolation)
                 .map_err(|_| TailError::Unavailable)?;
             match listed.as_slice() {
                 [l] if !l.error.is_error() && l.offset >= 0 => Ok(l.offset),
                 _ => Err(TailError::Unavailable),
             }
         };
-        Ok((offset(EARLIEST)?, offset(LATEST)?))
+        let low = offset(EARLIEST, Isolation::ReadCommitted)?;
+        let stable = offset(LATEST, Isolation::ReadCommitted)?;
+        let high = match high {
+            true => Some(offset(LATEST, Isolation::ReadUncommitted)?),
+            false => None,
+        };
+        Ok((low, stable, high))
     }
 
     /// Reads `topic` from where the last read stopped to its current end (a first read
@@ -510,7 +546,10 @@ impl OwnTails {
         kind: TailKind,
         deadline: Instant,
     ) -> Result<&TailState, TailError> {
-        let (low, high) = self.bounds(topic)?;
+        // Positions are written in transactions by exactly-once copies: one left open for good
+        // holds the topic's stable end, which the status names ([`Self::open_transaction`]).
+        let positions = kind == TailKind::Positions;
+        let (low, high, uncommitted) = self.bounds_and_high(topic, positions)?;
         let start = match kind {
             TailKind::Heartbeats => low.max(high - 1),
             _ => low,
@@ -522,6 +561,8 @@ impl OwnTails {
                 self.tails.insert(topic.to_owned(), Tail::new(kind, start));
             }
         }
+        let open = uncommitted.is_some_and(|h| h > high);
+        self.tail(topic)?.note_open(high, open, Instant::now());
         let next = self.tail(topic)?.next;
         if let Some(r) = &self.tail(topic)?.refused {
             return Err(TailError::Refused(r.clone()));
@@ -540,6 +581,12 @@ impl OwnTails {
             }
         }
         Ok(&self.tail(topic)?.state)
+    }
+
+    /// A transaction open at the end of `topic` (a positions topic followed before): its
+    /// offset and how long it has been open there, as far as the reads saw.
+    pub(super) fn open_transaction(&self, topic: &str) -> Option<(i64, Duration)> {
+        self.tails.get(topic)?.open_transaction(Instant::now())
     }
 
     fn tail(&mut self, topic: &str) -> Result<&mut Tail, TailError> {

@@ -786,3 +786,30 @@ fn an_internal_topic_the_replicator_cannot_read_on_is_named_with_its_fix() {
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     assert_eq!(cond(&s, REPLICATING).status, "True");
 }
+
+#[test]
+fn a_positions_topic_held_by_an_open_transaction_stops_replicating_with_its_fix() {
+    let mut o = healthy();
+    o.held_topic = Some(format!(
+        "mirrorflow-positions.a.internal{}: a transaction has been open at offset 13 for 61s; kafka-transactions.sh abort --topic mirrorflow-positions.a.internal --partition 0 --start-offset 13",
+        crate::kafka::refusals::HELD_MARK
+    ));
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    for condition in [REPLICATING, FAILOVER_READY] {
+        let c = cond(&s, condition);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reason::INTERNAL_TOPIC_REFUSED),
+            "{condition}"
+        );
+        assert!(
+            c.message.contains("held by an open transaction"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("--start-offset 13"), "{}", c.message);
+    }
+    o.held_topic = None;
+    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(cond(&s, REPLICATING).status, "True");
+}

@@ -103,6 +103,13 @@ fn replicating(
     refused.sort_by(|a, b| (a.detected_ms, &a.topic).cmp(&(b.detected_ms, &b.topic)));
     match (unreachable, obs.replication_lag) {
         (Some((r, m)), _) => verdict(REPLICATING, false, r, m.clone()),
+        // What the replicators wrote after it is invisible: the lag shown stands still.
+        (None, _) if obs.held_topic.is_some() => verdict(
+            REPLICATING,
+            false,
+            reason::INTERNAL_TOPIC_REFUSED,
+            obs.held_topic.clone().unwrap_or_default(),
+        ),
         // Also in Observe mode (and the CLI's measurement): a flow of this project recorded
         // them in the positions topic of this source alias on this target.
         (None, _) if !refused.is_empty() => {

@@ -279,7 +279,39 @@ pub(super) fn follow_positions(
     out.gaps = read.as_ref().map(|r| r.gaps.clone());
     out.refusals = read.as_ref().map(|r| r.refusals.clone());
     out.conflict = read.as_ref().and_then(|r| r.conflict.clone());
+    out.held_topic = target
+        .open_transaction(topic)
+        .and_then(|(at, open_for)| held_message(flow, topic, at, open_for));
     read.map(|r| r.positions)
+}
+
+/// A transaction open at the positions topic's end at least this long (and twice the flow's
+/// own transaction timeout) is taken for one left open for good.
+const HELD_AFTER: Duration = Duration::from_secs(60);
+
+/// What the status says of a transaction open at `at` of the positions topic `topic` for
+/// `open_for`: `None` while it may still end by itself. Every position, refusal and break
+/// written after it is invisible to `read_committed` readers, this probe's included, until it
+/// ends: the copy's progress as the status shows it stands still.
+pub(super) fn held_message(
+    flow: &Flow,
+    topic: &str,
+    at: i64,
+    open_for: Duration,
+) -> Option<String> {
+    let own_timeout = flow
+        .target_client
+        .get("transaction.timeout.ms")
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    if open_for < HELD_AFTER.max(own_timeout.saturating_mul(2)) {
+        return None;
+    }
+    Some(format!(
+        "{topic}{}: a transaction has been open at offset {at} for {}s, so what the replicators wrote there since (positions, breaks, refusals) is not visible and the copy's progress shown here stands still. An exactly-once replicator ends one its own partition left when it prepares that partition again (restart the replicator pods); one no partition of the flow owns stays until ended: kafka-transactions.sh --bootstrap-server <target> abort --topic {topic} --partition 0 --start-offset {at}",
+        crate::kafka::refusals::HELD_MARK,
+        open_for.as_secs()
+    ))
 }
 
 /// The time of the newest replicated heartbeat in `topic`.

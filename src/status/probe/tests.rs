@@ -751,3 +751,30 @@ fn authorization_errors_are_told_apart_from_credentials() {
         Some(ClusterFault::Authentication(_))
     ));
 }
+
+#[test]
+fn a_positions_topic_held_longer_than_a_transaction_can_last_is_named_with_its_fix() {
+    let f = flow("");
+    let topic = "mirrorflow-positions.a.internal";
+    assert_eq!(
+        observe::held_message(&f, topic, 13, Duration::from_secs(59)),
+        None,
+        "a transaction may still end by itself"
+    );
+    let m = observe::held_message(&f, topic, 13, Duration::from_secs(61)).expect("held");
+    for part in [
+        "mirrorflow-positions.a.internal is held by an open transaction",
+        "open at offset 13 for 61s",
+        "kafka-transactions.sh",
+        "--topic mirrorflow-positions.a.internal --partition 0 --start-offset 13",
+    ] {
+        assert!(m.contains(part), "{part} not in {m}");
+    }
+    // A flow whose own transactions may last 2 minutes: held after twice that.
+    let mut patient = flow("");
+    patient
+        .target_client
+        .set("transaction.timeout.ms", "120000");
+    assert!(observe::held_message(&patient, topic, 13, Duration::from_secs(200)).is_none());
+    assert!(observe::held_message(&patient, topic, 13, Duration::from_secs(241)).is_some());
+}

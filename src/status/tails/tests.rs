@@ -233,3 +233,25 @@ fn the_probe_configuration_gives_the_same_security_to_the_own_connections() {
     );
     assert!(OwnTails::new(&unknown, false, None).is_none());
 }
+
+#[test]
+fn a_transaction_is_open_for_as_long_as_the_stable_end_stays_at_the_same_offset() {
+    let mut tail = Tail::new(TailKind::Positions, 0);
+    let t0 = Instant::now();
+    tail.note_open(13, true, t0);
+    tail.note_open(13, true, t0 + Duration::from_secs(30));
+    assert_eq!(
+        tail.open_transaction(t0 + Duration::from_secs(90)),
+        Some((13, Duration::from_secs(90))),
+        "seen first at t0, still at 13"
+    );
+    // The stable end moved (that transaction ended, another is open): counted anew.
+    tail.note_open(20, true, t0 + Duration::from_secs(95));
+    assert_eq!(
+        tail.open_transaction(t0 + Duration::from_secs(100)),
+        Some((20, Duration::from_secs(5)))
+    );
+    // Nothing past the stable end: nothing open.
+    tail.note_open(25, false, t0 + Duration::from_secs(101));
+    assert_eq!(tail.open_transaction(t0 + Duration::from_secs(200)), None);
+}
