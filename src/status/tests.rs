@@ -757,27 +757,15 @@ fn an_internal_topic_the_replicator_cannot_read_on_is_named_with_its_fix() {
     o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
         &clusters.stops,
     ));
-    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
-    for condition in [REPLICATING, FAILOVER_READY] {
-        let c = cond(&s, condition);
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_str()),
-            ("False", reason::INTERNAL_TOPIC_REFUSED),
-            "{condition}"
-        );
-        for part in [
+    assert_internal_topic_refused(
+        &o,
+        &[
             "mm2-offset-syncs.B.internal holds a batch the replicator cannot read",
             "more than 33554432 bytes",
             "offset syncs waits at it",
             "kafka-delete-records on the source cluster",
-        ] {
-            assert!(
-                c.message.contains(part),
-                "{condition}: {part} not in {}",
-                c.message
-            );
-        }
-    }
+        ],
+    );
     // Read on past it: the record is taken out, and the flow is replicating again.
     reach.release("mm2-offset-syncs.B.internal");
     o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
@@ -794,7 +782,16 @@ fn a_positions_topic_held_by_an_open_transaction_stops_replicating_with_its_fix(
         "mirrorflow-positions.a.internal{}: a transaction has been open at offset 13 for 61s; kafka-transactions.sh abort --topic mirrorflow-positions.a.internal --partition 0 --start-offset 13",
         crate::kafka::refusals::HELD_MARK
     ));
+    assert_internal_topic_refused(&o, &["held by an open transaction", "--start-offset 13"]);
+    o.held_topic = None;
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
+    assert_eq!(cond(&s, REPLICATING).status, "True");
+}
+
+/// `Replicating` and `FailoverReady` are False with `InternalTopicRefused`, and their message
+/// holds every one of `parts`.
+fn assert_internal_topic_refused(o: &Observation, parts: &[&str]) {
+    let s = status(None, o, &FailoverReadinessSpec::default(), None, &now());
     for condition in [REPLICATING, FAILOVER_READY] {
         let c = cond(&s, condition);
         assert_eq!(
@@ -802,14 +799,12 @@ fn a_positions_topic_held_by_an_open_transaction_stops_replicating_with_its_fix(
             ("False", reason::INTERNAL_TOPIC_REFUSED),
             "{condition}"
         );
-        assert!(
-            c.message.contains("held by an open transaction"),
-            "{}",
-            c.message
-        );
-        assert!(c.message.contains("--start-offset 13"), "{}", c.message);
+        for part in parts {
+            assert!(
+                c.message.contains(part),
+                "{condition}: {part} not in {}",
+                c.message
+            );
+        }
     }
-    o.held_topic = None;
-    let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
-    assert_eq!(cond(&s, REPLICATING).status, "True");
 }
