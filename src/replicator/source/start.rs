@@ -302,8 +302,15 @@ impl Plan<'_> {
         let (consumer, health) = (&self.source_consumer, &self.health.source);
         match self.mode {
             CopyMode::ExactlyOnce => {
-                let policy =
-                    ExactlyOnce::new(shared, self.producer_config.clone(), self.limits.clone());
+                let target_watermarks = clients::watermarks(&self.flow().target_client)
+                    .create()
+                    .context("creating the target watermark client")?;
+                let policy = ExactlyOnce::new(
+                    shared,
+                    self.producer_config.clone(),
+                    self.limits.clone(),
+                    target_watermarks,
+                );
                 engine::spawn(policy, consumer, health, copy, loops);
             }
             CopyMode::Aligned => {

@@ -12,11 +12,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rdkafka::consumer::BaseConsumer;
-
 use super::*;
 use crate::kafka::log_bounds::log_bounds;
-use crate::replicator::source::clients;
 use crate::replicator::source::engine::hanging::abort_fillers;
 
 /// A partition (topic, number).
@@ -69,26 +66,10 @@ fn open_at(
 
 impl ExactlyOnce {
     /// The remote partitions of `fenced` with a transaction open at their end.
-    pub(super) fn open_remotes(
-        &mut self,
-        fenced: &[(String, i32, String)],
-    ) -> HashSet<(String, i32)> {
+    pub(super) fn open_remotes(&self, fenced: &[(String, i32, String)]) -> HashSet<(String, i32)> {
         let remotes: Vec<(String, i32)> = fenced.iter().map(|(_, p, r)| (r.clone(), *p)).collect();
-        if self.target_watermarks.is_none() {
-            let config = clients::watermarks(&self.shared.ctx.flow.target_client);
-            match config.create::<BaseConsumer>() {
-                Ok(c) => self.target_watermarks = Some(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot create the target watermark client; open transactions on the remote partitions are not looked for");
-                    return HashSet::new();
-                }
-            }
-        }
-        let Some(uncommitted) = self.target_watermarks.as_ref() else {
-            return HashSet::new();
-        };
         let stable = self.shared.probe.target_ends(&remotes);
-        let high = match log_bounds(uncommitted, &remotes, WATERMARK_TIMEOUT) {
+        let high = match log_bounds(&self.target_watermarks, &remotes, WATERMARK_TIMEOUT) {
             Ok(bounds) => bounds.into_iter().map(|(k, b)| (k, b.end)).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the remote partitions' high watermarks; open transactions there are looked for at the next preparation");

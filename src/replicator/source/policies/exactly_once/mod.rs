@@ -137,8 +137,8 @@ pub struct ExactlyOnce {
     slots: SlotTable<TxSlot>,
     limits: RemoteLimits,
     /// A `read_uncommitted` client of the target, for the remote partitions' high watermarks
-    /// ([`hanging`]); made at the first preparation.
-    target_watermarks: Option<rdkafka::consumer::BaseConsumer>,
+    /// ([`hanging`]).
+    target_watermarks: rdkafka::consumer::BaseConsumer,
 }
 
 impl Delivery for ExactlyOnce {
@@ -320,13 +320,18 @@ impl Delivery for ExactlyOnce {
 
 impl ExactlyOnce {
     /// `producer_base`: the target producer's settings without a transactional id.
-    pub fn new(shared: Shared, producer_base: ClientConfig, limits: RemoteLimits) -> Self {
+    pub fn new(
+        shared: Shared,
+        producer_base: ClientConfig,
+        limits: RemoteLimits,
+        target_watermarks: rdkafka::consumer::BaseConsumer,
+    ) -> Self {
         ExactlyOnce {
             shared,
             producer_base,
             slots: SlotTable::default(),
             limits,
-            target_watermarks: None,
+            target_watermarks,
         }
     }
 
