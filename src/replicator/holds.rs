@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::Context;
-use super::source::engine::stall::stops_now;
+use super::context::Context;
 use super::source::refused::{RefusalRecorder, read_previous};
+use super::stops::stops_now;
 use crate::kafka::positions::{PositionReader, positions_topic};
 
 /// How often the holds are recorded: about a discovery round's default.

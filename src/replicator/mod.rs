@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod patience;
 pub mod reach;
 pub mod source;
+pub mod stops;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,8 +13,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::metrics::Metrics;
-use super::source::engine::lock;
-use super::source::engine::stall::{Stops, no_stops};
+
+use super::stops::{Stops, lock, no_stops};
 use crate::kafka::refusals::{Refusal, UNREADABLE_MARK, truncated};
 
 pub use crate::kafka::{Side, is_unreachable};

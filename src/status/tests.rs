@@ -754,9 +754,7 @@ fn an_internal_topic_the_replicator_cannot_read_on_is_named_with_its_fix() {
         "gzip records inflate to more than 33554432 bytes",
     );
     let mut o = healthy();
-    o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
-        &clusters.stops,
-    ));
+    o.refusals = Some(crate::replicator::stops::stops_now(&clusters.stops));
     assert_internal_topic_refused(
         &o,
         &[
@@ -768,9 +766,7 @@ fn an_internal_topic_the_replicator_cannot_read_on_is_named_with_its_fix() {
     );
     // Read on past it: the record is taken out, and the flow is replicating again.
     reach.release("mm2-offset-syncs.B.internal");
-    o.refusals = Some(crate::replicator::source::engine::stall::stops_now(
-        &clusters.stops,
-    ));
+    o.refusals = Some(crate::replicator::stops::stops_now(&clusters.stops));
     let s = status(None, &o, &FailoverReadinessSpec::default(), None, &now());
     assert_eq!(cond(&s, REPLICATING).status, "True");
 }

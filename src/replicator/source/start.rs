@@ -12,11 +12,12 @@ use rdkafka::producer::BaseProducer;
 use tokio_util::sync::CancellationToken;
 
 use super::discovery::Discovery;
+use super::engine;
+use super::engine::delivery::Delivery;
 use super::engine::send::AckContext;
-use super::engine::stall::{self, Stops};
+use super::engine::shared::{self, Shared};
 use super::engine::subscription::Subscription;
 use super::engine::workers::Worker;
-use super::engine::{self, Delivery, Shared};
 use super::limits::{self, RemoteLimits};
 use super::policies::aligned::{self, Aligned};
 use super::policies::at_least_once::{self, AtLeastOnce};
@@ -30,6 +31,7 @@ use crate::kafka::positions::{self, PositionReader};
 use crate::replicator::backoff::Backoff;
 use crate::replicator::context::Context;
 use crate::replicator::reach::{Reachability, Side};
+use crate::replicator::stops::{self, Stops};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -406,7 +408,7 @@ async fn discover(
                     count("discovery");
                     tracing::warn!(error = %e, "the cluster refused a topic change; retrying next round");
                 }
-                let stopped = stall::stops_now(&plan.stops);
+                let stopped = stops::stops_now(&plan.stops);
                 if let Err(e) = recorder.round(&round.refused, stopped).await {
                     count("refusal_record");
                     tracing::warn!(error = %e, "could not record the refused topic changes for the operator; retrying next round");
@@ -519,7 +521,7 @@ fn note_admin_error(ctx: &Context, e: &AdminError, health: &Reachability) {
     if e.is_unreachable() {
         health.unreachable("topic discovery", e);
     } else {
-        engine::count_error(ctx, "discovery");
+        shared::count_error(ctx, "discovery");
         tracing::warn!(error = %e, "topic discovery failed; retrying");
     }
 }

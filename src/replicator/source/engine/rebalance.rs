@@ -10,10 +10,10 @@ use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::Shared;
-use super::lock;
+use super::shared::{self, Shared};
 use super::slots::{Keyed, SlotTable};
 use crate::replicator::context::Context;
+use crate::replicator::stops::lock;
 
 /// What a copier does when its assignment changes.
 pub trait Owner {
@@ -36,14 +36,11 @@ pub trait Owner {
     }
 
     fn count_error(&self, kind: &str) {
-        super::count_error(self.context(), kind);
+        shared::count_error(self.context(), kind);
     }
     /// After a failed rebalance everything is given up; whether as lost (exactly-once: the
     /// next owner's fencing settles open transactions) or in good order (positions stored).
     const FAILED_REBALANCE_IS_LOST: bool;
-    /// Partitions are paused as soon as they are assigned: the copier fetches them itself and
-    /// uses the consumer for the group's assignment only.
-    const PAUSE_ASSIGNED: bool = false;
     /// The delivery mode, as log lines name it.
     const MODE: &str;
 
@@ -78,18 +75,20 @@ pub trait Owner {
 /// How many topics an assignment's log line names.
 const ASSIGNMENT_TOPICS_LOGGED: usize = 8;
 
+/// Applies a rebalance; `pause` pauses what is assigned (a policy that fetches it itself).
 pub fn rebalance<C: ConsumerContext, O: Owner>(
     owner: &Mutex<O>,
     consumer: &BaseConsumer<C>,
     err: RDKafkaRespErr,
     tpl: &mut TopicPartitionList,
+    pause: bool,
 ) {
     let outcome = match err {
         RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
             lock(owner).assigned(tpl);
             // Before `poll` returns: no fetch of them has started yet.
             match take(consumer, tpl) {
-                Ok(()) if O::PAUSE_ASSIGNED => consumer.pause(tpl),
+                Ok(()) if pause => consumer.pause(tpl),
                 other => other,
             }
         }

@@ -10,8 +10,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
 use tokio_util::sync::CancellationToken;
 
-use super::lock;
 use crate::replicator::reach::Reachability;
+use crate::replicator::stops::lock;
 
 /// Bound on the delivery-report events one [`serve_reports`] serves, so a steady stream of
 /// them cannot keep the loop from consuming.

@@ -6,56 +6,21 @@
 //! says which partition or why.
 //!
 //! The judgement is pure ([`StallWatch::observe`]); the copy thread feeds it every
-//! [`CHECK_EVERY`] with the policy's copied positions ([`super::Delivery::copied`]) and
+//! [`CHECK_EVERY`] with the policy's copied positions ([`Delivery::copied`]) and
 //! the source's ends ([`check`]).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::Delivery;
-use super::lock;
+use super::delivery::{Copied, Delivery};
+use super::shared::Shared;
 use crate::kafka::refusals::{Refusal, STALLED_MARK, truncated};
-
-/// Why each stopped partition stopped, by remote topic and partition, for the source loop's
-/// refusal record (one record per remote topic, naming each of its stopped partitions): what
-/// the operator shows in `Replicating`. Filled by the stall watch and by the policies that stop
-/// a partition they cannot copy; read by the discovery loop, which writes it.
-pub type Stops = Arc<Mutex<BTreeMap<(String, i32), Refusal>>>;
-
-/// The stops recorded so far, for the discovery loop's refusal record (which joins those of
-/// one remote topic into one).
-pub fn stops_now(stops: &Stops) -> Vec<Refusal> {
-    lock(stops).values().cloned().collect()
-}
-
-/// A place for stops, empty.
-pub fn no_stops() -> Stops {
-    Arc::new(Mutex::new(BTreeMap::new()))
-}
+use crate::replicator::stops::{Stops, lock};
 
 /// How long a partition may copy nothing while the source has records beyond it.
 pub const STALL_AFTER: Duration = Duration::from_secs(60);
 /// How often the copy thread looks.
 pub const CHECK_EVERY: Duration = Duration::from_secs(10);
-
-/// Where a policy's copy of one partition stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copied {
-    pub topic: String,
-    pub partition: i32,
-    /// The remote topic (the refusal record is kept per remote topic).
-    pub remote: String,
-    /// The next source offset to copy (-1 when not known yet).
-    pub next: i64,
-    /// What the policy knows of why it does not move, e.g. what it waits for.
-    pub reason: Option<String>,
-    /// The copy holds nothing read back and no write of it failed: it moves when the source
-    /// consumer gives it records, so where the consumer has read, the copy is (what lies
-    /// between were transaction markers or aborted records), and a consumer refused batches
-    /// is the reason it stands.
-    pub waits_on_reader: bool,
-}
 
 /// A partition that stopped, or started again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,7 +221,7 @@ pub fn check<P: Delivery>(
 }
 
 /// Where the source ends for each of `copied`'s partitions, as far as a quick look tells.
-fn source_ends(shared: &super::Shared, copied: &[Copied]) -> HashMap<(String, i32), i64> {
+fn source_ends(shared: &Shared, copied: &[Copied]) -> HashMap<(String, i32), i64> {
     if copied.is_empty() {
         return HashMap::new();
     }
@@ -274,13 +239,7 @@ fn source_ends(shared: &super::Shared, copied: &[Copied]) -> HashMap<(String, i3
 
 /// A stalled partition logged, counted, shown in the metrics and recorded in `stops`, unless a
 /// stop of the policy's own already stands for it.
-fn name_stall(
-    shared: &super::Shared,
-    stops: &Stops,
-    copied: &Copied,
-    source_end: i64,
-    since: Duration,
-) {
+fn name_stall(shared: &Shared, stops: &Stops, copied: &Copied, source_end: i64, since: Duration) {
     let metrics = &shared.ctx.metrics;
     let text = message(copied, source_end, since);
     tracing::error!(topic = %copied.topic, partition = copied.partition,
@@ -300,13 +259,7 @@ fn name_stall(
 }
 
 /// A partition moving again (or no longer owned): its stall's own entry and metric removed.
-fn clear_stall(
-    shared: &super::Shared,
-    stops: &Stops,
-    copied: &[Copied],
-    remote: &str,
-    partition: i32,
-) {
+fn clear_stall(shared: &Shared, stops: &Stops, copied: &[Copied], remote: &str, partition: i32) {
     let metrics = &shared.ctx.metrics;
     let key = (remote.to_string(), partition);
     let mut stops = lock(stops);
@@ -397,7 +350,7 @@ fn clear_metric_of_remote(
     metrics: &crate::replicator::metrics::Metrics,
     remote: &str,
     partition: i32,
-    shared: &super::Shared,
+    shared: &Shared,
 ) {
     let flow = &shared.ctx.flow;
     if let Some(topic) = flow.policy.upstream_topic(remote) {

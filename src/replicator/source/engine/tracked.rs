@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use prometheus::local::{LocalHistogram, LocalIntCounter};
 use rdkafka::producer::{BaseProducer, Producer};
 
-use super::Shared;
 use super::send::{self, AckContext};
+use super::shared::Shared;
 use super::slots::{Keyed, Slot, SlotTable, opaque, unpack};
 use crate::kafka::positions;
 use crate::mm2::OffsetSync;
@@ -164,7 +164,7 @@ pub fn persist<P>(
         // Serves callbacks, which only queue reports: the slot stays valid.
         if let Err(e) = send::send_waiting(producer, record, &shared.shutdown, deadline) {
             progress.store_failed();
-            super::count_error(&shared.ctx, "positions");
+            super::shared::count_error(&shared.ctx, "positions");
             let (topic, partition) = slot.key();
             tracing::warn!(%topic, partition, error = %e,
                 "cannot store the source position now; retrying");

@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::lock;
 use crate::clock::now_ms;
 use crate::replicator::context::Context;
 use crate::replicator::health::Loop;
+use crate::replicator::stops::lock;
 
 /// What a replica's copy loops report together.
 struct Crew {

@@ -60,12 +60,13 @@ use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::backoff::Backoff;
 use crate::replicator::patience::Patience;
 use crate::replicator::source::continuity::{self};
+use crate::replicator::source::engine::delivery::{CopiesRecords, Delivery, PolledRecords, Source};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, Ack, AckContext, Offered, serve_reports};
+use crate::replicator::source::engine::shared::{GapWrite, Shared};
 use crate::replicator::source::engine::slots::{
     InFlightQueue, Slot, SlotTable, UNOWNED, opaque, unpack,
 };
-use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
 /// key.
@@ -167,7 +168,7 @@ impl AlignedSlot {
     }
 
     /// Where its copy stands, and what it waits for, for the stall watch.
-    fn copied(&self) -> crate::replicator::source::engine::stall::Copied {
+    fn copied(&self) -> crate::replicator::source::engine::delivery::Copied {
         let next = match (self.latest, self.state) {
             (Some(l), _) => l.next,
             (None, State::Aligned) => self.next_target,
@@ -194,7 +195,7 @@ impl AlignedSlot {
                     .to_string()
             }
         };
-        crate::replicator::source::engine::stall::Copied {
+        crate::replicator::source::engine::delivery::Copied {
             topic: self.topic.clone(),
             partition: self.partition,
             remote: self.remote.to_string(),
@@ -251,19 +252,13 @@ pub struct Parts {
 }
 
 impl Delivery for Aligned {
-    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::delivery::Copied> {
         self.slots.iter().map(|(_, s)| s.copied()).collect()
     }
 
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
-
-    fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        let Some((idx, _)) = self.slots.lookup(m.topic(), m.partition()) else {
-            return;
-        };
-        self.copy_record(idx, m);
-    }
+    type Feed = PolledRecords;
 
     fn busy(&self) -> bool {
         self.deferred || self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
@@ -324,19 +319,28 @@ impl Delivery for Aligned {
         }
     }
 
-    /// The source deleted records before they were read: prepared again, which aligns the
-    /// partition with the new log start and records what was lost.
-    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
-        for idx in self.slots.indices() {
-            self.prepare_again(idx, Duration::ZERO);
-        }
-    }
-
     fn stop(&mut self) {
         self.drain(DRAIN_TIMEOUT);
         self.persist();
         if let Err(e) = self.producer.flush(DRAIN_TIMEOUT) {
             tracing::warn!(error = %e, "flushing source positions failed");
+        }
+    }
+}
+
+impl CopiesRecords for Aligned {
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        let Some((idx, _)) = self.slots.lookup(m.topic(), m.partition()) else {
+            return;
+        };
+        self.copy_record(idx, m);
+    }
+
+    /// The source deleted records before they were read: prepared again, which aligns the
+    /// partition with the new log start and records what was lost.
+    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
+        for idx in self.slots.indices() {
+            self.prepare_again(idx, Duration::ZERO);
         }
     }
 }

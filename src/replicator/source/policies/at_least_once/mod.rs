@@ -21,13 +21,14 @@ use self::acks::{Cause, Fault, InFlight, Slot, Tally, opaque, settle};
 use crate::kafka::positions::{self, Gap};
 use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::source::continuity;
+use crate::replicator::source::engine::delivery::{CopiesRecords, Delivery, PolledRecords, Source};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{
     self, Ack, AckContext, Landed, Offered, SendError, serve_reports,
 };
+use crate::replicator::source::engine::shared::{GapWrite, Shared};
 use crate::replicator::source::engine::slots::SlotTable;
 use crate::replicator::source::engine::tracked::{self, CopyMeters};
-use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 use crate::replicator::source::limits::{self, Admit, RemoteLimits};
 use crate::replicator::source::progress::{Frontier, Progress};
 
@@ -73,14 +74,77 @@ pub struct Parts {
 }
 
 impl Delivery for AtLeastOnce {
-    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::delivery::Copied> {
         crate::replicator::source::engine::stall::tracked(&self.slots)
     }
 
     /// Positions are stored about every second.
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+    type Feed = PolledRecords;
 
+    /// An atomic read in librdkafka: cheap enough for every poll.
+    fn busy(&self) -> bool {
+        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
+    }
+
+    fn service(&mut self, consumer: &Source<Self>) {
+        serve_reports(&self.producer);
+        self.service_acks();
+        self.retry_faults(consumer);
+        self.meters.copy.flush();
+    }
+
+    fn commit(&mut self, consumer: &Source<Self>) {
+        self.service(consumer);
+        self.persist(&self.slots.indices());
+    }
+
+    /// Writes the tail sync of every owned partition that went idle with acknowledged records
+    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
+    fn idle_syncs(&mut self) {
+        for (idx, generation, sync) in tracked::idle_syncs(&self.shared, &mut self.slots) {
+            self.write_sync(idx, generation, &sync);
+        }
+    }
+
+    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
+    /// was deleted, and discovery created it again) among those not written to right now
+    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
+    fn check_targets(&mut self) {
+        let quiet = |s: &Slot| s.in_flight.is_empty();
+        for (idx, from, to) in tracked::rewound_targets(&self.shared, &self.slots, quiet) {
+            self.target_rewound(idx, from, to);
+        }
+    }
+
+    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
+    /// enough for the group to give its partitions to another replica before this one hears of
+    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
+    /// become an offset sync: every partition forgets what is in flight and is copied again
+    /// from its last committable position (only duplicates if it was not taken away).
+    fn stalled(&mut self, stalled: Duration) {
+        let idxs = self.slots.indices();
+        if idxs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?stalled,
+            partitions = idxs.len(),
+            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
+        );
+        for idx in idxs {
+            self.fault(idx, Cause::Stalled);
+        }
+    }
+
+    /// Finish writes, store every position.
+    fn stop(&mut self) {
+        self.persist_and_wait(&self.slots.indices());
+    }
+}
+
+impl CopiesRecords for AtLeastOnce {
     /// Copies one source record.
     fn copy(&mut self, m: &BorrowedMessage<'_>) {
         let Some((idx, slot)) = self.slots.lookup(m.topic(), m.partition()) else {
@@ -142,41 +206,6 @@ impl Delivery for AtLeastOnce {
         }
     }
 
-    /// An atomic read in librdkafka: cheap enough for every poll.
-    fn busy(&self) -> bool {
-        self.producer.in_flight_count() > 0 || self.syncs.in_flight_count() > 0
-    }
-
-    fn service(&mut self, consumer: &Source<Self>) {
-        serve_reports(&self.producer);
-        self.service_acks();
-        self.retry_faults(consumer);
-        self.meters.copy.flush();
-    }
-
-    fn commit(&mut self, consumer: &Source<Self>) {
-        self.service(consumer);
-        self.persist(&self.slots.indices());
-    }
-
-    /// Writes the tail sync of every owned partition that went idle with acknowledged records
-    /// after its last sync ([`Progress::idle_sync`]); one cheap check per partition.
-    fn idle_syncs(&mut self) {
-        for (idx, generation, sync) in tracked::idle_syncs(&self.shared, &mut self.slots) {
-            self.write_sync(idx, generation, &sync);
-        }
-    }
-
-    /// Finds remote partitions that end before the newest acknowledged copy (the remote topic
-    /// was deleted, and discovery created it again) among those not written to right now
-    /// (written ones notice from their acknowledgements). One ListOffsets per broker.
-    fn check_targets(&mut self) {
-        let quiet = |s: &Slot| s.in_flight.is_empty();
-        for (idx, from, to) in tracked::rewound_targets(&self.shared, &self.slots, quiet) {
-            self.target_rewound(idx, from, to);
-        }
-    }
-
     /// The consumer stopped on a partition whose next offset is outside its log
     /// (`auto.offset.reset=error`): find which, record the break and go on past it.
     fn offsets_out_of_range(&mut self, consumer: &Source<Self>) {
@@ -216,31 +245,6 @@ impl Delivery for AtLeastOnce {
             self.restart(idx, Some(start), &gap);
         }
         self.retry_faults(consumer);
-    }
-
-    /// The copy thread did not run for `stalled` (the process was frozen, or starved), long
-    /// enough for the group to give its partitions to another replica before this one hears of
-    /// it. Copies acknowledged from now on may have landed among the new owner's, so none may
-    /// become an offset sync: every partition forgets what is in flight and is copied again
-    /// from its last committable position (only duplicates if it was not taken away).
-    fn stalled(&mut self, stalled: Duration) {
-        let idxs = self.slots.indices();
-        if idxs.is_empty() {
-            return;
-        }
-        tracing::warn!(
-            ?stalled,
-            partitions = idxs.len(),
-            "the copy thread stalled past half the session timeout; copying again from the last committable positions"
-        );
-        for idx in idxs {
-            self.fault(idx, Cause::Stalled);
-        }
-    }
-
-    /// Finish writes, store every position.
-    fn stop(&mut self) {
-        self.persist_and_wait(&self.slots.indices());
     }
 }
 

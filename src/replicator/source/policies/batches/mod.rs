@@ -3,7 +3,7 @@
 //!
 //! The source group still decides who copies what: librdkafka's consumer joins it as in the
 //! other policies, but every partition it is given is paused at once, so it fetches nothing.
-//! A [`fetch::FetchThread`] fetches the owned partitions' batches `read_committed` from their
+//! A [`FetchThread`] fetches the owned partitions' batches `read_committed` from their
 //! leaders ([`mirrorflow_conn::Fetcher`]: aborted transactions and markers left out), and the
 //! copy thread hands them to a [`Writer`], which restamps each one for its own idempotent
 //! producer and writes it to the remote partition's leader. Compressed records are never
@@ -27,12 +27,10 @@
 //! request carries one batch per partition, so a partition written a record at a time would
 //! otherwise cost a request (and an append on the target) per small batch.
 
-pub mod fetch;
 mod merge;
 mod ownership;
 mod prepare;
 mod settle;
-mod timing;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -44,10 +42,8 @@ use mirrorflow_conn::fetcher::{PartitionTrouble, Trouble};
 use mirrorflow_conn::writer::{Item, Progress as Written};
 use mirrorflow_conn::{FetchLimits, Writer};
 use mirrorflow_core::protocol::ErrorCode;
-use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, Producer};
 
-use self::fetch::{Command, FetchThread, Tagged};
 use self::prepare::{Prepared, Ready, Reason, Target};
 use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
@@ -55,14 +51,17 @@ use crate::kafka::refusals::Refusal;
 use crate::mm2::{OffsetSync, TopicPartition};
 use crate::replicator::backoff::Backoff;
 use crate::replicator::source::continuity;
-use crate::replicator::source::engine::lock;
+use crate::replicator::source::engine::delivery::{Delivery, FetchedBatches, Source};
+use crate::replicator::source::engine::fetcher::{Command, FetchThread, Tagged};
 use crate::replicator::source::engine::send::{Ack, AckContext, serve_reports};
+use crate::replicator::source::engine::shared::{GapWrite, Shared};
 use crate::replicator::source::engine::slots::{SlotTable, opaque, unpack};
-use crate::replicator::source::engine::stall::Stops;
+use crate::replicator::source::engine::timing;
 use crate::replicator::source::engine::tracked::{self, CopyMeters, Fault, TrackedSlot, Tracking};
-use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 use crate::replicator::source::limits::RemoteLimits;
 use crate::replicator::source::progress::{Frontier, Progress};
+use crate::replicator::stops::Stops;
+use crate::replicator::stops::lock;
 
 /// How long one [`Delivery::service`] call moves batches before the consumer is polled again
 /// (rebalances wait at most that long).
@@ -210,16 +209,13 @@ impl Batches {
 }
 
 impl Delivery for Batches {
-    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::delivery::Copied> {
         crate::replicator::source::engine::stall::tracked(&self.slots)
     }
 
     const COMMIT_EVERY: Duration = Duration::from_secs(1);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
-
-    /// Owned partitions are paused in the consumer: a record polled anyway (fetched before
-    /// the pause) is copied by the batch fetcher too, so it is dropped here.
-    fn copy(&mut self, _m: &BorrowedMessage<'_>) {}
+    type Feed = FetchedBatches;
 
     fn busy(&self) -> bool {
         !self.slots.is_empty()
@@ -232,7 +228,7 @@ impl Delivery for Batches {
         if self.busy() {
             Duration::ZERO
         } else {
-            crate::replicator::source::engine::IDLE_POLL
+            crate::replicator::source::engine::delivery::IDLE_POLL
         }
     }
 
@@ -302,10 +298,6 @@ impl Delivery for Batches {
             self.restart(idx, start, (GapKind::TargetRewound, from, to));
         }
     }
-
-    /// The consumer never fetches (its partitions are paused); the batch fetcher reports an
-    /// offset out of range itself ([`Self::take`]).
-    fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {}
 
     /// See [`super::at_least_once`]: nothing written after a freeze may become an offset sync.
     fn stalled(&mut self, stalled: Duration) {
@@ -747,7 +739,7 @@ impl Batches {
     }
 
     fn count_error(&self, kind: &str) {
-        crate::replicator::source::engine::count_error(&self.shared.ctx, kind);
+        crate::replicator::source::engine::shared::count_error(&self.shared.ctx, kind);
     }
 }
 

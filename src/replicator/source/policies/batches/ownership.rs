@@ -1,6 +1,6 @@
 //! Partitions coming and going: the engine's skeleton for policies that resume from stored
 //! positions ([`stored`]), with this policy's slot. The consumer fetches none of them (the
-//! engine pauses what this policy is assigned, [`Owner::PAUSE_ASSIGNED`]); the fetching thread
+//! engine pauses what this policy is assigned, [`FetchedBatches`]); the fetching thread
 //! does, from the slot's first retry.
 
 use rdkafka::{Offset, TopicPartitionList};
@@ -92,6 +92,5 @@ impl Owner for Batches {
     }
 
     const FAILED_REBALANCE_IS_LOST: bool = false;
-    const PAUSE_ASSIGNED: bool = true;
     const MODE: &str = "batches";
 }

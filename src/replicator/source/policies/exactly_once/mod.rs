@@ -55,10 +55,11 @@ use crate::kafka::positions::{self, Frontier, Gap};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
 use crate::replicator::backoff::{Backoff, Retry};
 use crate::replicator::source::continuity::{self};
+use crate::replicator::source::engine::delivery::{CopiesRecords, Delivery, PolledRecords, Source};
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, AckContext};
+use crate::replicator::source::engine::shared::{GapWrite, Shared};
 use crate::replicator::source::engine::slots::{Slot, SlotTable};
-use crate::replicator::source::engine::{Delivery, GapWrite, Shared, Source};
 use crate::replicator::source::limits::{self, RemoteLimits};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -142,10 +143,10 @@ pub struct ExactlyOnce {
 }
 
 impl Delivery for ExactlyOnce {
-    fn copied(&self) -> Vec<crate::replicator::source::engine::stall::Copied> {
+    fn copied(&self) -> Vec<crate::replicator::source::engine::delivery::Copied> {
         self.slots
             .iter()
-            .map(|(_, s)| crate::replicator::source::engine::stall::Copied {
+            .map(|(_, s)| crate::replicator::source::engine::delivery::Copied {
                 topic: s.topic.clone(),
                 partition: s.partition,
                 remote: s.remote.to_string(),
@@ -161,64 +162,7 @@ impl Delivery for ExactlyOnce {
     /// How often each partition's transaction is committed: the latency of exactly-once copies.
     const COMMIT_EVERY: Duration = Duration::from_millis(500);
     const IDLE_CHECK_EVERY: Duration = Duration::from_millis(100);
-
-    /// Copies one source record into its partition's open transaction.
-    fn copy(&mut self, m: &BorrowedMessage<'_>) {
-        let Some(Slot {
-            remote,
-            backoff,
-            own: slot,
-            ..
-        }) = self.slots.find_mut(m.topic(), m.partition())
-        else {
-            return;
-        };
-        if !slot.phase.ready() || slot.failed.is_some() || slot.rewind.pending() {
-            // Not positioned yet, or the transaction will be aborted and the partition
-            // rewound: this record is copied later.
-            return;
-        }
-        let Some(producer) = slot.producer.as_ref() else {
-            return;
-        };
-        if !slot.open() {
-            if let Err(e) = producer.begin_transaction() {
-                // Only a broken producer refuses to begin: replace it (init, read, seek).
-                tracing::warn!(topic = %m.topic(), partition = m.partition(), error = %e,
-                    "cannot begin a transaction; preparing the partition again");
-                slot.producer = None;
-                slot.prepare_at(Instant::now() + backoff.next_delay());
-                return;
-            }
-            slot.phase = Phase::Open;
-        }
-        if let Some(r) = slot.refused.as_mut()
-            && r.offset == m.offset()
-        {
-            // Refused before: this transaction passes it and records the gap (see `end`).
-            r.passed = true;
-            return;
-        }
-        let Ok(opaque) = usize::try_from(m.offset()) else {
-            return;
-        };
-        if let Some(limit) = slot.capped_by {
-            let wire = limits::message_size(m);
-            if wire.saturating_add(limits::BATCH_OVERHEAD) > limit {
-                slot.large.push((m.offset(), wire));
-            }
-        }
-        let (record, bytes) = send::forward(m, remote, opaque);
-        if let Err(error) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
-            slot.failed = Some(TxFailure::Produce {
-                remote: remote.to_string(),
-                error,
-            });
-            return;
-        }
-        slot.records += 1;
-        slot.bytes += bytes as u64;
-    }
+    type Feed = PolledRecords;
 
     fn busy(&self) -> bool {
         self.slots.iter().any(|(_, s)| s.open())
@@ -296,6 +240,76 @@ impl Delivery for ExactlyOnce {
         }
     }
 
+    // No `stalled`: a replica that froze past its session can commit nothing the next owner
+    // did not see, because the next owner's `init_transactions` fenced it.
+
+    /// Commits every open transaction.
+    fn stop(&mut self) {
+        for (topic, partition) in self.slots.keys() {
+            self.end(&topic, partition, true);
+        }
+    }
+}
+
+impl CopiesRecords for ExactlyOnce {
+    /// Copies one source record into its partition's open transaction.
+    fn copy(&mut self, m: &BorrowedMessage<'_>) {
+        let Some(Slot {
+            remote,
+            backoff,
+            own: slot,
+            ..
+        }) = self.slots.find_mut(m.topic(), m.partition())
+        else {
+            return;
+        };
+        if !slot.phase.ready() || slot.failed.is_some() || slot.rewind.pending() {
+            // Not positioned yet, or the transaction will be aborted and the partition
+            // rewound: this record is copied later.
+            return;
+        }
+        let Some(producer) = slot.producer.as_ref() else {
+            return;
+        };
+        if !slot.open() {
+            if let Err(e) = producer.begin_transaction() {
+                // Only a broken producer refuses to begin: replace it (init, read, seek).
+                tracing::warn!(topic = %m.topic(), partition = m.partition(), error = %e,
+                    "cannot begin a transaction; preparing the partition again");
+                slot.producer = None;
+                slot.prepare_at(Instant::now() + backoff.next_delay());
+                return;
+            }
+            slot.phase = Phase::Open;
+        }
+        if let Some(r) = slot.refused.as_mut()
+            && r.offset == m.offset()
+        {
+            // Refused before: this transaction passes it and records the gap (see `end`).
+            r.passed = true;
+            return;
+        }
+        let Ok(opaque) = usize::try_from(m.offset()) else {
+            return;
+        };
+        if let Some(limit) = slot.capped_by {
+            let wire = limits::message_size(m);
+            if wire.saturating_add(limits::BATCH_OVERHEAD) > limit {
+                slot.large.push((m.offset(), wire));
+            }
+        }
+        let (record, bytes) = send::forward(m, remote, opaque);
+        if let Err(error) = send::send_waiting(producer, record, &self.shared.shutdown, None) {
+            slot.failed = Some(TxFailure::Produce {
+                remote: remote.to_string(),
+                error,
+            });
+            return;
+        }
+        slot.records += 1;
+        slot.bytes += bytes as u64;
+    }
+
     /// Every owned partition is prepared again, which checks its committed position against
     /// both logs and records the break.
     fn offsets_out_of_range(&mut self, _consumer: &Source<Self>) {
@@ -304,16 +318,6 @@ impl Delivery for ExactlyOnce {
             if let Some(slot) = self.slots.find_mut(&topic, partition) {
                 slot.prepare_at(Instant::now());
             }
-        }
-    }
-
-    // No `stalled`: a replica that froze past its session can commit nothing the next owner
-    // did not see, because the next owner's `init_transactions` fenced it.
-
-    /// Commits every open transaction.
-    fn stop(&mut self) {
-        for (topic, partition) in self.slots.keys() {
-            self.end(&topic, partition, true);
         }
     }
 }

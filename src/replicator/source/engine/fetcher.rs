@@ -1,5 +1,6 @@
-//! The batch copy's fetching thread: a [`Fetcher`] on the source, moved by the copy thread's
-//! commands, handing each round on through a bounded channel.
+//! The engine's second feed ([`super::delivery::FetchedBatches`]): a thread that fetches whole
+//! batches with a [`Fetcher`] on the source, moved by the copy thread's commands, handing each
+//! round on through a bounded channel.
 //!
 //! Fetching has a thread of its own so that a round waiting for the source (a far region, a
 //! leader that holds the fetch for `max_wait`) and a write waiting for the target overlap
