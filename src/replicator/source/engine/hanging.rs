@@ -15,6 +15,7 @@
 //! held (copies, the position past them, offset syncs) is invisible together, and the copy
 //! goes on from the position committed before it.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
@@ -108,9 +109,51 @@ pub fn stopped_at_open_transaction(error: &ReadError) -> Option<i64> {
     }
 }
 
+/// What a partition whose high watermark was not read counts as: the caller's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// Open until known: its copy waits (aligned offsets resume at the end of the log).
+    Open,
+    /// Not open: the next look decides (exactly-once resumes at its committed position).
+    Closed,
+}
+
+/// Of `stable` (each partition's end for `read_committed` readers: its last stable offset),
+/// the partitions a transaction holds open at their end, each with its high watermark (`high`):
+/// one past the stable end. The two ends come from two requests, so a watermark before the
+/// stable end (the log was cut between them) tells as little as none: both count as `unread`
+/// says, open (with the stable end) or not.
+pub fn open_at_end<'a>(
+    stable: impl IntoIterator<Item = (&'a (String, i32), &'a i64)>,
+    high: &HashMap<(String, i32), i64>,
+    unread: Unread,
+) -> HashMap<(String, i32), i64> {
+    stable
+        .into_iter()
+        .filter_map(|(key, &end)| match high.get(key) {
+            Some(&h) if h == end => None,
+            Some(&h) if h > end => Some((key.clone(), h)),
+            _ => (unread == Unread::Open).then(|| (key.clone(), end)),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_is_open_while_its_high_watermark_is_past_its_stable_end() {
+        let key = |p: i32| ("remote".to_string(), p);
+        // Closed (ends agree), open (a record past the stable end), not read, read before
+        // the stable end (the log was cut between the two requests).
+        let stable: HashMap<_, _> = [(key(0), 22), (key(1), 22), (key(2), 7), (key(3), 9)].into();
+        let high: HashMap<_, _> = [(key(0), 22), (key(1), 23), (key(3), 4)].into();
+        let waits = open_at_end(&stable, &high, Unread::Open);
+        assert_eq!(waits, [(key(1), 23), (key(2), 7), (key(3), 9)].into());
+        let goes_on = open_at_end(&stable, &high, Unread::Closed);
+        assert_eq!(goes_on, [(key(1), 23)].into());
+    }
 
     #[test]
     fn only_a_read_short_of_records_that_are_there_waits_on_a_transaction() {

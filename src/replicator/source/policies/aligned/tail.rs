@@ -16,8 +16,9 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::FILLER_HEADER;
-use crate::kafka::log_bounds::{LogBounds, log_bounds};
+use crate::kafka::log_bounds::log_bounds;
 use crate::replicator::patience::Patience;
+use crate::replicator::source::engine::hanging::{Unread, open_at_end};
 
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -112,23 +113,12 @@ pub fn open_transactions(
     let high = patience.ask(super::CALL_TIMEOUT, |limit| {
         log_bounds(uncommitted, &keys, limit)
     })?;
-    Ok(still_open(stable, &high))
-}
-
-/// The partitions of `stable` whose high watermark is not their stable end, with it (or with
-/// the stable end when the watermark is unknown: open until known).
-fn still_open(
-    stable: &[((String, i32), i64)],
-    high: &HashMap<(String, i32), LogBounds>,
-) -> HashMap<(String, i32), i64> {
-    stable
-        .iter()
-        .filter_map(|(key, end)| match high.get(key) {
-            Some(b) if b.end == *end => None,
-            Some(b) => Some((key.clone(), b.end)),
-            None => Some((key.clone(), *end)),
-        })
-        .collect()
+    let high = high.into_iter().map(|(k, b)| (k, b.end)).collect();
+    Ok(open_at_end(
+        stable.iter().map(|(k, e)| (k, e)),
+        &high,
+        Unread::Open,
+    ))
 }
 
 /// The first record at or after each offset: (its offset, whether it is a filler); partitions
@@ -170,31 +160,4 @@ fn first_records(
         }
     }
     Ok(found)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(p: i32) -> (String, i32) {
-        ("remote".to_string(), p)
-    }
-
-    #[test]
-    fn a_partition_is_open_while_its_high_watermark_is_past_its_stable_end_or_unknown() {
-        let stable = [(key(0), 22), (key(1), 22), (key(2), 7)];
-        let high = HashMap::from([
-            (key(0), LogBounds { start: 0, end: 22 }),
-            (key(1), LogBounds { start: 0, end: 23 }),
-        ]);
-        let open = still_open(&stable, &high);
-        assert_eq!(open.get(&key(0)), None, "closed: both ends agree");
-        assert_eq!(open.get(&key(1)), Some(&23), "a record past the stable end");
-        assert_eq!(
-            open.get(&key(2)),
-            Some(&7),
-            "no high watermark read: not judged"
-        );
-        assert_eq!(open.len(), 2);
-    }
 }

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::*;
 use crate::kafka::log_bounds::log_bounds;
-use crate::replicator::source::engine::hanging::abort_fillers;
+use crate::replicator::source::engine::hanging::{Unread, abort_fillers, open_at_end};
 
 /// A partition (topic, number).
 type Key = (String, i32);
@@ -50,20 +50,6 @@ pub fn closings(
         .collect()
 }
 
-/// Of `stable` (where each partition ends for `read_committed` readers), those whose high
-/// watermark (`high`) is past it: a transaction is open there. A partition either end of which
-/// is unknown is not taken for open (the next preparation looks again).
-fn open_at(
-    stable: &HashMap<(String, i32), i64>,
-    high: &HashMap<(String, i32), i64>,
-) -> HashSet<(String, i32)> {
-    stable
-        .iter()
-        .filter(|(key, end)| high.get(*key).is_some_and(|h| h > end))
-        .map(|(key, _)| key.clone())
-        .collect()
-}
-
 impl ExactlyOnce {
     /// The remote partitions of `fenced` with a transaction open at their end.
     pub(super) fn open_remotes(&self, fenced: &[(String, i32, String)]) -> HashSet<(String, i32)> {
@@ -76,7 +62,9 @@ impl ExactlyOnce {
                 HashMap::new()
             }
         };
-        open_at(&stable, &high)
+        open_at_end(&stable, &high, Unread::Closed)
+            .into_keys()
+            .collect()
     }
 
     /// Ends what [`closings`] names, each with its partition's producer, and prepares those
@@ -156,18 +144,5 @@ mod tests {
     #[test]
     fn nothing_open_closes_nothing() {
         assert!(closings(&fenced(), &HashSet::new(), None).is_empty());
-    }
-
-    #[test]
-    fn open_means_a_high_watermark_past_the_stable_end_both_known() {
-        let stable: HashMap<_, _> = [
-            (("a".to_string(), 0), 5),
-            (("a".to_string(), 1), 5),
-            (("a".to_string(), 2), 5),
-        ]
-        .into();
-        let high: HashMap<_, _> = [(("a".to_string(), 0), 7), (("a".to_string(), 1), 5)].into();
-        let open = open_at(&stable, &high);
-        assert_eq!(open, [("a".to_string(), 0)].into());
     }
 }
