@@ -34,6 +34,9 @@ pub struct Resume {
     pub gap: Option<(GapKind, i64, i64)>,
 }
 
+/// Where partitions end, by topic and partition (one missing: not known).
+pub type Ends = HashMap<(String, i32), i64>;
+
 /// Where each of `partitions` (source topic, partition, remote topic) resumes: its stored
 /// position checked against both logs ([`resume`]), with one ListOffsets per cluster for all
 /// of them. The positions must have been read to their end first. A partition without a stored
@@ -45,14 +48,24 @@ pub fn resume_all(
     probe: &LogProbe,
     partitions: &[(String, i32, String)],
 ) -> Vec<Resume> {
-    let stored: Vec<&(String, i32, String)> = partitions
+    let remotes: Vec<(String, i32)> = partitions
         .iter()
         .filter(|(t, p, _)| positions.get(t, *p).is_some())
+        .map(|(_, p, r)| (r.clone(), *p))
         .collect();
+    resume_all_at(positions, probe, partitions, &probe.target_ends(&remotes))
+}
+
+/// [`resume_all`], the remote partitions' ends read already (`target_ends`: where each ends
+/// for `read_committed` readers; one missing is unknown).
+pub fn resume_all_at(
+    positions: &crate::kafka::positions::PositionReader,
+    probe: &LogProbe,
+    partitions: &[(String, i32, String)],
+    target_ends: &Ends,
+) -> Vec<Resume> {
     let sources: Vec<(String, i32)> = partitions.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
-    let remotes: Vec<(String, i32)> = stored.iter().map(|(_, p, r)| (r.clone(), *p)).collect();
     let bounds = probe.source(&sources);
-    let target_ends = probe.target_ends(&remotes);
     partitions
         .iter()
         .map(|(topic, partition, remote)| {
@@ -212,7 +225,7 @@ impl LogProbe {
     }
 
     /// End offsets of target partitions.
-    pub fn target_ends(&self, partitions: &[(String, i32)]) -> HashMap<(String, i32), i64> {
+    pub fn target_ends(&self, partitions: &[(String, i32)]) -> Ends {
         self.ends_within(partitions, PROBE_TIMEOUT)
     }
 

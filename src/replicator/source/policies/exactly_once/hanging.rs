@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::*;
 use crate::kafka::log_bounds::log_bounds;
+use crate::replicator::source::continuity::Ends;
 use crate::replicator::source::engine::hanging::{Unread, abort_fillers, open_at_end};
 
 /// A partition (topic, number).
@@ -51,8 +52,13 @@ pub fn closings(
 }
 
 impl ExactlyOnce {
-    /// The remote partitions of `fenced` with a transaction open at their end.
-    pub(super) fn open_remotes(&self, fenced: &[(String, i32, String)]) -> HashSet<(String, i32)> {
+    /// The remote partitions of `fenced` with a transaction open at their end, and where each
+    /// ends for `read_committed` readers (what resuming them checks stored positions against:
+    /// only their own fenced producer writes there, so it holds until they copy again).
+    pub(super) fn open_remotes(
+        &self,
+        fenced: &[(String, i32, String)],
+    ) -> (HashSet<(String, i32)>, Ends) {
         let remotes: Vec<(String, i32)> = fenced.iter().map(|(_, p, r)| (r.clone(), *p)).collect();
         let stable = self.shared.probe.target_ends(&remotes);
         let high = match log_bounds(&self.target_watermarks, &remotes, WATERMARK_TIMEOUT) {
@@ -62,9 +68,10 @@ impl ExactlyOnce {
                 HashMap::new()
             }
         };
-        open_at_end(&stable, &high, Unread::Closed)
+        let open = open_at_end(&stable, &high, Unread::Closed)
             .into_keys()
-            .collect()
+            .collect();
+        (open, stable)
     }
 
     /// Ends what [`closings`] names, each with its partition's producer, and prepares those

@@ -422,7 +422,7 @@ impl ExactlyOnce {
         }
         // After fencing: every position a previous writer committed is in the topic now, and
         // whatever is still open where it wrote stays open for good unless ended here.
-        let open_remotes = self.open_remotes(&inited);
+        let (open_remotes, target_ends) = self.open_remotes(&inited);
         let read = self.shared.read_positions();
         let positions_topic = self.shared.positions_topic.clone();
         let stopped = (read.as_ref().err())
@@ -440,8 +440,14 @@ impl ExactlyOnce {
             return Vec::new();
         }
         inited.retain(|(topic, partition, _)| !closed.contains(&(topic.clone(), *partition)));
-        // Stored positions are checked against both logs before anything is read.
-        let resumes = continuity::resume_all(&self.shared.positions, &self.shared.probe, &inited);
+        // Stored positions are checked against both logs before anything is read (the remote
+        // ends read above: the closed partitions left, nothing wrote to the others since).
+        let resumes = continuity::resume_all_at(
+            &self.shared.positions,
+            &self.shared.probe,
+            &inited,
+            &target_ends,
+        );
         let mut ready = Vec::new();
         for ((topic, partition, _), r) in inited.into_iter().zip(resumes) {
             if let Some((kind, from, to)) = r.gap {
