@@ -452,7 +452,7 @@ fn batch_connections(
     window: clients::FetchWindow,
 ) -> anyhow::Result<(
     mirrorflow_conn::Cluster,
-    mirrorflow_conn::Writer<batches::Token>,
+    mirrorflow_conn::Writer<batches::prepare::Token>,
 )> {
     let security = flow.own_security.clone();
     let options = |frame: usize| mirrorflow_conn::Options {

@@ -35,12 +35,14 @@
 //! Never silently misaligned.
 
 mod hanging;
+mod held;
 mod ownership;
 mod pending;
 pub mod plan;
 mod restart;
 mod resume;
 mod settle;
+mod slot;
 mod tail;
 mod write;
 
@@ -52,8 +54,9 @@ use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use self::pending::{Hold, Pending};
+use self::held::{Hold, Pending};
 use self::plan::Step;
+use self::slot::{AlignedPart, AlignedSlot, InFlight, LOG_START_FILLER, State};
 use crate::kafka::admin::Admin;
 use crate::kafka::positions::{self, Frontier, Gap, GapKind};
 use crate::mm2::{OffsetSync, SyncPolicy, TopicPartition};
@@ -64,13 +67,10 @@ use crate::replicator::source::engine::delivery::{CopiesRecords, Delivery, Polle
 use crate::replicator::source::engine::rebalance::{self, Owner};
 use crate::replicator::source::engine::send::{self, Ack, AckContext, Offered, serve_reports};
 use crate::replicator::source::engine::shared::{GapWrite, Shared};
-use crate::replicator::source::engine::slots::{
-    InFlightQueue, Slot, SlotTable, UNOWNED, opaque, unpack,
-};
+use crate::replicator::source::engine::slots::{Slot, SlotTable, opaque, unpack};
 
 /// The header every filler carries, for `read_uncommitted` readers (value: empty); also its
 /// key.
-pub use crate::replicator::source::engine::hanging::FILLER_HEADER;
 /// How long a partition's newest record is held back once nothing more arrives, before the
 /// consumer's position decides how it is written (once it reached the high watermark). Longer
 /// than a fetch round (`fetch.wait.max.ms`, 100 ms by default), so a commit marker right after
@@ -85,132 +85,6 @@ const MARKER_POLL: Duration = Duration::from_millis(1);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
-
-/// Where a partition's copying is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Not copying: (re)prepared at `retry_at` (fence, read where the target ends, seek).
-    Preparing { retry_at: Instant },
-    /// Copying with target offsets equal to source offsets.
-    Aligned,
-    /// Alignment broke: copying on with translated offsets.
-    Translated,
-}
-
-/// A plain write not acknowledged yet.
-#[derive(Debug, Clone, Copy)]
-struct InFlight {
-    /// Its source offset; -1 for a filler.
-    source: i64,
-    /// The target offset it must land on; -1 when any will do (translated).
-    expected: i64,
-    bytes: u64,
-}
-
-/// What this policy keeps of an owned partition besides the engine's part.
-pub struct AlignedPart {
-    transactional_id: String,
-    txn: Option<BaseProducer<AckContext>>,
-    state: State,
-    /// The target offset the next write lands on (aligned: the next source offset).
-    next_target: i64,
-    /// The newest record read, not written yet; it belongs at `next_target`.
-    held: Option<OwnedMessage>,
-    read_at: Instant,
-    in_flight: InFlightQueue<InFlight>,
-    sync: SyncPolicy,
-    /// After the newest acknowledged record (next source offset, its target offset).
-    latest: Option<Frontier>,
-    stored: Option<Frontier>,
-    /// A transaction wrapping this source offset failed: the record may be aborted on the
-    /// target, so the partition resumes there, translated.
-    wrap_failed: Option<i64>,
-    /// Tries to end a transaction left open at the remote partition's end ([`hanging`]).
-    open_closes: u32,
-    /// A transaction planned and not written yet, with the records read after it.
-    pending: Option<Pending>,
-    /// How long a look-up of the partition's marker waits (run off the copy thread, so the
-    /// partition's own).
-    marker_patience: Patience,
-}
-
-impl AlignedPart {
-    fn new(transactional_id: String, state: State, sync: SyncPolicy) -> Self {
-        AlignedPart {
-            transactional_id,
-            txn: None,
-            state,
-            next_target: 0,
-            held: None,
-            read_at: Instant::now(),
-            in_flight: InFlightQueue::default(),
-            sync,
-            latest: None,
-            stored: None,
-            wrap_failed: None,
-            open_closes: 0,
-            pending: None,
-            marker_patience: Patience::new(WATERMARK_TIMEOUT, CALL_TIMEOUT),
-        }
-    }
-}
-
-/// One owned source partition.
-pub type AlignedSlot = Slot<AlignedPart>;
-
-impl AlignedSlot {
-    fn copying(&self) -> bool {
-        !matches!(self.state, State::Preparing { .. })
-    }
-
-    fn tp(&self) -> TopicPartition {
-        TopicPartition::new(self.topic.clone(), self.partition)
-    }
-
-    /// Where its copy stands, and what it waits for, for the stall watch.
-    fn copied(&self) -> crate::replicator::source::engine::delivery::Copied {
-        let next = match (self.latest, self.state) {
-            (Some(l), _) => l.next,
-            (None, State::Aligned) => self.next_target,
-            (None, _) => -1,
-        };
-        let reason = match (self.state, &self.held) {
-            (State::Aligned, _) if self.pending.is_some() => format!(
-                "aligned mode waits to write a transaction of the partition, beside those of other partitions ({} records read after it wait with it)",
-                self.pending.as_ref().map_or(0, |p| p.backlog.len())
-            ),
-            (State::Preparing { .. }, _) => format!(
-                "aligned mode prepares the partition again and again (fencing the previous writer of {}, reading where the remote partition ends); see the replicator's warnings",
-                self.transactional_id
-            ),
-            (State::Aligned, Some(h)) => format!(
-                "aligned mode holds the record at source offset {} back until the offset after it is known, and the source consumer has not reached the source's high watermark (a source transaction still open after it, or the consumer busy with other partitions)",
-                h.offset()
-            ),
-            (State::Aligned, None) => {
-                "aligned mode waits for the next record from the source consumer (busy with other partitions' records, or not fetching)".to_string()
-            }
-            (State::Translated, _) => {
-                "aligned mode (translated after a break) waits for the next record from the source consumer"
-                    .to_string()
-            }
-        };
-        crate::replicator::source::engine::delivery::Copied {
-            topic: self.topic.clone(),
-            partition: self.partition,
-            remote: self.remote.to_string(),
-            next,
-            reason: Some(reason),
-            // Translated, or aligned with nothing held or waiting: records past `next` that
-            // the consumer read were markers or aborted ones.
-            waits_on_reader: match self.state {
-                State::Translated => true,
-                State::Aligned => self.held.is_none() && self.pending.is_none(),
-                State::Preparing { .. } => false,
-            },
-        }
-    }
-}
 
 /// The aligned policy: what the copy thread mutates.
 pub struct Aligned {

@@ -28,6 +28,7 @@ impl FencedPositions for Aligned {
                 TopicPartition::new(topic.to_string(), partition),
                 self.shared.sync_config,
             ),
+            Patience::new(WATERMARK_TIMEOUT, CALL_TIMEOUT),
         );
         Slot::new(
             topic.to_string(),

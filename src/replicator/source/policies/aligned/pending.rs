@@ -11,21 +11,17 @@
 //! takes a few round trips (its writes, the commit, its marker seen on the target): one after
 //! another, a transactional topic was copied at that pace for the whole replica.
 //!
-//! What is queued is bounded, per partition ([`BACKLOG_RECORDS`], [`BACKLOG_BYTES`]) and for
+//! What is queued is bounded, per partition ([`super::held::BACKLOG_RECORDS`], [`super::held::BACKLOG_BYTES`]) and for
 //! the copy loop ([`QUEUED_BYTES`]): past a bound, the waiting transactions are written at
 //! once, so the source consumer is held back as it was when every transaction was written
 //! where it was planned.
 
 use std::collections::VecDeque;
 
+use super::held::size;
 use super::write::{Ended, Writing, write_in_transaction};
 use super::*;
-use crate::replicator::source::engine::send::CopyHeaders;
 
-/// The most records a partition queues behind its waiting transaction.
-const BACKLOG_RECORDS: usize = 4096;
-/// The most bytes (keys and values) a partition queues behind its waiting transaction.
-const BACKLOG_BYTES: usize = 8 << 20;
 /// The most bytes the copy loop's partitions queue behind their transactions together.
 const QUEUED_BYTES: usize = 16 << 20;
 /// How long one [`Aligned::run_pending`] goes on writing rounds of transactions before the
@@ -33,69 +29,6 @@ const QUEUED_BYTES: usize = 16 << 20;
 const RUN_FOR: Duration = Duration::from_millis(500);
 /// The most transactions written at once (a thread each).
 const SIDE_BY_SIDE: usize = 32;
-
-/// A transaction planned for a partition and not written yet, with what was read for the
-/// partition since (copied after it, in order).
-pub(super) struct Pending {
-    step: Step,
-    /// The record a [`Step::Wrapped`] commits.
-    held: Option<OwnedMessage>,
-    /// The fillers' timestamp.
-    timestamp: Option<i64>,
-    pub(super) backlog: VecDeque<OwnedMessage>,
-    backlog_bytes: usize,
-}
-
-impl Pending {
-    fn new(step: Step, held: Option<OwnedMessage>, timestamp: Option<i64>) -> Self {
-        Pending {
-            step,
-            held,
-            timestamp,
-            backlog: VecDeque::new(),
-            backlog_bytes: 0,
-        }
-    }
-
-    /// Queues a record read after the transaction; true once the queue is full.
-    fn queue(&mut self, m: OwnedMessage) -> bool {
-        self.backlog_bytes = self.backlog_bytes.saturating_add(size(&m));
-        self.backlog.push_back(m);
-        self.full()
-    }
-
-    fn full(&self) -> bool {
-        self.backlog.len() >= BACKLOG_RECORDS || self.backlog_bytes >= BACKLOG_BYTES
-    }
-
-    /// Every record it keeps, in source order: the one it wraps, then those read after.
-    pub(super) fn into_records(self) -> impl Iterator<Item = OwnedMessage> {
-        self.held.into_iter().chain(self.backlog)
-    }
-}
-
-fn size(m: &OwnedMessage) -> usize {
-    m.key()
-        .map_or(0, <[u8]>::len)
-        .saturating_add(m.payload().map_or(0, <[u8]>::len))
-}
-
-/// A record the copy can keep past the poll that returned it.
-pub(super) trait Hold: Message<Headers: CopyHeaders> {
-    fn hold(&self) -> OwnedMessage;
-}
-
-impl Hold for BorrowedMessage<'_> {
-    fn hold(&self) -> OwnedMessage {
-        self.detach()
-    }
-}
-
-impl Hold for OwnedMessage {
-    fn hold(&self) -> OwnedMessage {
-        self.clone()
-    }
-}
 
 /// One transaction written: its partition (slot, generation), the target offset it started
 /// at, and how it ended.
@@ -271,46 +204,5 @@ impl Aligned {
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(offset: i64, bytes: usize) -> OwnedMessage {
-        OwnedMessage::new(
-            Some(vec![0; bytes]),
-            None,
-            "t".into(),
-            rdkafka::Timestamp::NotAvailable,
-            0,
-            offset,
-            None,
-        )
-    }
-
-    #[test]
-    fn a_queue_is_full_at_its_count_or_its_bytes_and_keeps_source_order() {
-        let mut pending = Pending::new(Step::Wrapped, Some(record(9, 1)), None);
-        assert!(!pending.queue(record(11, 10)));
-        assert!(!pending.queue(record(12, 10)));
-        let order: Vec<i64> = pending.into_records().map(|m| m.offset()).collect();
-        assert_eq!(
-            order,
-            [9, 11, 12],
-            "the wrapped record first, then those read after"
-        );
-
-        let mut by_count = Pending::new(Step::Aborted(2), None, None);
-        let full: Vec<bool> = (0..BACKLOG_RECORDS as i64)
-            .map(|o| by_count.queue(record(o, 0)))
-            .collect();
-        assert_eq!(full.iter().filter(|f| **f).count(), 1);
-        assert_eq!(full.last(), Some(&true));
-
-        let mut by_bytes = Pending::new(Step::Aborted(2), None, None);
-        assert!(!by_bytes.queue(record(1, BACKLOG_BYTES - 1)));
-        assert!(by_bytes.queue(record(2, 1)));
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{AlignedSlot, write};
+use super::slot::{AlignedSlot, LOG_START_FILLER};
 use crate::kafka::positions::Frontier;
 use crate::mm2::OffsetSync;
 use crate::replicator::source::engine::send::Ack;
@@ -37,12 +37,10 @@ pub(super) fn settle(slots: &mut SlotTable<AlignedSlot>, acks: &[Ack], now: Dura
         if is_position {
             if ack.result.is_err() {
                 // The fill itself is checked afterwards by the remote partition's end.
-                settled
-                    .errors
-                    .push(match ack.opaque == write::LOG_START_FILLER {
-                        true => "log_start_filler",
-                        false => "positions",
-                    });
+                settled.errors.push(match ack.opaque == LOG_START_FILLER {
+                    true => "log_start_filler",
+                    false => "positions",
+                });
             }
             continue;
         }
@@ -88,9 +86,10 @@ pub(super) mod tests {
     use super::*;
     use crate::mm2::{SyncPolicy, SyncPolicyConfig, TopicPartition};
     use crate::replicator::backoff::Backoff;
+    use crate::replicator::patience::Patience;
     use crate::replicator::source::engine::send::Landed;
     use crate::replicator::source::engine::slots::{InFlightQueue, Slot, UNOWNED, opaque};
-    use crate::replicator::source::policies::aligned::{AlignedPart, InFlight, State};
+    use crate::replicator::source::policies::aligned::slot::{AlignedPart, InFlight, State};
 
     /// One aligned partition `t-0` with `in_flight` written and unanswered.
     pub(in crate::replicator::source::policies::aligned) fn table(
@@ -108,6 +107,7 @@ pub(super) mod tests {
             "t".into(),
             State::Aligned,
             SyncPolicy::new(TopicPartition::new("t", 0), config),
+            Patience::new(Duration::from_secs(2), Duration::from_secs(30)),
         );
         part.in_flight = queue;
         let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
@@ -236,7 +236,7 @@ pub(super) mod tests {
                     };
                     vec![
                         failed(opaque(0, 1, true)),
-                        failed(write::LOG_START_FILLER),
+                        failed(LOG_START_FILLER),
                         failed(UNOWNED),
                     ]
                 },

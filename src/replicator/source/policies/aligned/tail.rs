@@ -15,10 +15,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::FILLER_HEADER;
 use crate::kafka::log_bounds::log_bounds;
 use crate::replicator::patience::Patience;
-use crate::replicator::source::engine::hanging::{Unread, open_at_end};
+use crate::replicator::source::engine::hanging::{FILLER_HEADER, Unread, open_at_end};
 
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -175,10 +175,6 @@ impl Aligned {
 
 pub(super) use crate::replicator::source::engine::hanging::{filler, filler_headers, settle};
 
-/// The opaque of the fillers that align a remote partition's log start: no slot's, and told
-/// apart from the positions' [`UNOWNED`] so a failed one is counted as what it is.
-pub(super) const LOG_START_FILLER: usize = UNOWNED - 1;
-
 /// Opaques of records built without one.
 pub(super) trait SetOpaque {
     fn set_opaque(self, idx: usize, generation: u32) -> Self;

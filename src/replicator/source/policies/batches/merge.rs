@@ -27,8 +27,7 @@ use std::sync::Arc;
 use mirrorflow_core::batch::rewrite::merge;
 use mirrorflow_core::batch::{self, Batch};
 
-use super::Token;
-use super::prepare::{DEFAULT_MAX_MESSAGE_BYTES, Ready, Target, written_anew};
+use super::prepare::{DEFAULT_MAX_MESSAGE_BYTES, Ready, Target, Token, written_anew};
 
 /// A batch is small, and merged with the small batches that follow it, when it holds fewer
 /// than [`SMALL_BATCH_RECORDS`] records in fewer than [`SMALL_BATCH`] bytes on the wire: its

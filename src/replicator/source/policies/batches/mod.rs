@@ -29,7 +29,7 @@
 
 mod merge;
 mod ownership;
-mod prepare;
+pub mod prepare;
 mod settle;
 
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ use mirrorflow_conn::{FetchLimits, Writer};
 use mirrorflow_core::protocol::ErrorCode;
 use rdkafka::producer::{BaseProducer, Producer};
 
-use self::prepare::{Prepared, Ready, Reason, Target};
+use self::prepare::{Prepared, Ready, Reason, Stop, Target, Token};
 use crate::kafka::log_bounds::LogBounds;
 use crate::kafka::positions::{Gap, GapKind};
 use crate::kafka::refusals::Refusal;
@@ -95,26 +95,6 @@ fn too_large_for_long(
 }
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// What the writer carries for each batch.
-#[derive(Debug, Clone, Copy)]
-pub struct Token {
-    idx: usize,
-    generation: u32,
-    /// The source offset of its first record.
-    base: i64,
-    records: i64,
-    bytes: u64,
-    max_timestamp: i64,
-    read_at: Instant,
-}
-
-/// A partition that cannot go on as it is.
-#[derive(Debug, PartialEq)]
-struct Stop {
-    offset: i64,
-    message: String,
-}
 
 /// What this policy keeps of an owned partition besides the engine's and the tracking's parts.
 #[derive(Debug, Default)]

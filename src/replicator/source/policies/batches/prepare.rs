@@ -18,13 +18,32 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use mirrorflow_core::batch::rewrite::{
     Refused, RewriteError, Rewritten, rewrite_range_before_refusal,
 };
 use mirrorflow_core::batch::{self, Batch, NotWhole};
 
-use super::{Stop, Token};
+/// What the writer carries for each batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Token {
+    pub(super) idx: usize,
+    pub(super) generation: u32,
+    /// The source offset of its first record.
+    pub(super) base: i64,
+    pub(super) records: i64,
+    pub(super) bytes: u64,
+    pub(super) max_timestamp: i64,
+    pub(super) read_at: Instant,
+}
+
+/// A partition that cannot go on as it is.
+#[derive(Debug, PartialEq)]
+pub struct Stop {
+    pub(super) offset: i64,
+    pub(super) message: String,
+}
 
 /// How far one batch's records may inflate to be written anew: one batch at a time is, so a
 /// replica holds at most about twice this for it. The same bound as librdkafka's reads of

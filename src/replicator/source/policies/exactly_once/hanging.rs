@@ -74,9 +74,20 @@ impl ExactlyOnce {
         (open, stable)
     }
 
-    /// Ends what [`closings`] names, each with its partition's producer, and prepares those
-    /// partitions again; the partitions closed.
-    pub(super) fn close_hanging(&mut self, closings: Vec<Closing>) -> HashSet<(String, i32)> {
+    /// Ends the transactions [`closings`] finds open for the partitions of `fenced` (on their
+    /// remote partitions in `open_remotes`; on the positions topic when its read `stopped` at
+    /// one), each with its partition's producer, and prepares those partitions again; the
+    /// partitions closed.
+    pub(super) fn end_hanging(
+        &mut self,
+        fenced: &[(String, i32, String)],
+        open_remotes: &HashSet<(String, i32)>,
+        stopped: Option<&str>,
+    ) -> HashSet<(String, i32)> {
+        self.close_hanging(closings(fenced, open_remotes, stopped))
+    }
+
+    fn close_hanging(&mut self, closings: Vec<Closing>) -> HashSet<(String, i32)> {
         let mut closed = HashSet::new();
         for ((topic, partition), partitions) in closings {
             if self

@@ -428,7 +428,7 @@ impl ExactlyOnce {
         let stopped = (read.as_ref().err())
             .and_then(crate::replicator::source::engine::hanging::stopped_at_open_transaction)
             .map(|_| positions_topic.as_str());
-        let closed = self.close_hanging(hanging::closings(&inited, &open_remotes, stopped));
+        let closed = self.end_hanging(&inited, &open_remotes, stopped);
         if read.is_err() {
             for (topic, partition, _) in &inited {
                 if let Some(slot) = self.slots.find_mut(topic, *partition)
