@@ -184,60 +184,78 @@ pub fn settle(
         let Some(sent) = slot.pop_in_flight() else {
             continue;
         };
-        match ack.result {
-            Ok(landed)
-                if slot
-                    .progress
-                    .latest()
-                    .is_some_and(|l| l.downstream >= 0 && landed.offset <= l.downstream) =>
-            {
-                // Target offsets only grow within a partition's log: this one is a new log
-                // (the remote topic was deleted and created again) or lost records.
-                let from = slot.progress.latest().map_or(0, |l| l.downstream + 1);
-                out.rewound.push((idx, from, landed.offset));
-            }
-            Ok(landed) => {
-                out.delivered = true;
-                // Recovered: the next fault waits the shortest delay again, not the longest
-                // one an earlier outage reached.
-                slot.backoff.reset();
-                slot.last_fault = None;
-                tally.delivered(&sent, landed);
-                if let Some(sync) = slot.progress.acknowledged(sent.offset, landed.offset, now) {
-                    out.syncs.push((idx, generation, sync));
-                }
-            }
-            Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge))
-                if sent.alone =>
-            {
-                out.rejected.push(Rejected {
-                    idx,
-                    offset: sent.offset,
-                    bytes: sent.bytes,
-                    limit: slot.limit,
-                });
-            }
-            Err(error) => {
-                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-                    // A batch was refused: its records go alone next time, so the one that
-                    // cannot fit (if any) is found instead of refused again forever.
-                    let last = slot.in_flight.back().map_or(sent.offset, |f| f.offset);
-                    slot.alone_until = slot.alone_until.max(last);
-                    // The limit may have been lowered since it was read.
-                    slot.limit = None;
-                }
-                out.faults.push((
-                    idx,
-                    Cause::Delivery {
-                        offset: sent.offset,
-                        remote: slot.remote.clone(),
-                        error,
-                    },
-                ));
-            }
-        }
+        answered(
+            &mut out,
+            (idx, generation),
+            slot,
+            sent,
+            ack.result,
+            (now, tally),
+        );
     }
     out
+}
+
+/// What the target's answer to one record write (`sent`, of partition `idx` at `generation`)
+/// does to its slot.
+fn answered(
+    out: &mut Settled,
+    (idx, generation): (usize, u32),
+    slot: &mut Slot,
+    sent: InFlight,
+    result: Result<Landed, KafkaError>,
+    (now, tally): (Duration, &mut impl Tally),
+) {
+    match result {
+        Ok(landed)
+            if slot
+                .progress
+                .latest()
+                .is_some_and(|l| l.downstream >= 0 && landed.offset <= l.downstream) =>
+        {
+            // Target offsets only grow within a partition's log: this one is a new log
+            // (the remote topic was deleted and created again) or lost records.
+            let from = slot.progress.latest().map_or(0, |l| l.downstream + 1);
+            out.rewound.push((idx, from, landed.offset));
+        }
+        Ok(landed) => {
+            out.delivered = true;
+            // Recovered: the next fault waits the shortest delay again, not the longest
+            // one an earlier outage reached.
+            slot.backoff.reset();
+            slot.last_fault = None;
+            tally.delivered(&sent, landed);
+            if let Some(sync) = slot.progress.acknowledged(sent.offset, landed.offset, now) {
+                out.syncs.push((idx, generation, sync));
+            }
+        }
+        Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)) if sent.alone => {
+            out.rejected.push(Rejected {
+                idx,
+                offset: sent.offset,
+                bytes: sent.bytes,
+                limit: slot.limit,
+            });
+        }
+        Err(error) => {
+            if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+                // A batch was refused: its records go alone next time, so the one that
+                // cannot fit (if any) is found instead of refused again forever.
+                let last = slot.in_flight.back().map_or(sent.offset, |f| f.offset);
+                slot.alone_until = slot.alone_until.max(last);
+                // The limit may have been lowered since it was read.
+                slot.limit = None;
+            }
+            out.faults.push((
+                idx,
+                Cause::Delivery {
+                    offset: sent.offset,
+                    remote: slot.remote.clone(),
+                    error,
+                },
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -322,6 +322,13 @@ impl CopiesRecords for ExactlyOnce {
     }
 }
 
+/// Partitions fenced and settled, ready to resume ([`ExactlyOnce::resume`]): (source topic,
+/// partition, remote topic), and where their remote partitions end for `read_committed` readers.
+struct Fenced {
+    partitions: Vec<(String, i32, String)>,
+    target_ends: continuity::Ends,
+}
+
 impl ExactlyOnce {
     /// `producer_base`: the target producer's settings without a transactional id.
     pub fn new(
@@ -382,6 +389,20 @@ impl ExactlyOnce {
     /// writer), then reads the positions topic to its end. Returns the partitions now ready
     /// with the offset to start from.
     fn prepare(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, Offset)> {
+        let fenced = self.fence(keys);
+        if fenced.is_empty() {
+            return Vec::new();
+        }
+        match self.settle_fenced(fenced) {
+            Some(settled) => self.resume(settled),
+            None => Vec::new(),
+        }
+    }
+
+    /// The partitions of `keys` whose producer is ready, a new one created and initialised
+    /// (which aborts what the previous writer left open and fences it) where there was none:
+    /// (source topic, partition, remote topic). The others are prepared again later.
+    fn fence(&mut self, keys: &[(String, i32)]) -> Vec<(String, i32, String)> {
         let mut inited = Vec::new();
         for (topic, partition) in keys {
             let health = self.shared.target_health.clone();
@@ -417,9 +438,14 @@ impl ExactlyOnce {
             }
             inited.push((topic.clone(), *partition, slot.remote.to_string()));
         }
-        if inited.is_empty() {
-            return Vec::new();
-        }
+        inited
+    }
+
+    /// After fencing: the transactions the fenced writers left open for good are ended (those
+    /// partitions are prepared again), and the positions topic is read to its end. The
+    /// partitions to resume with where their remote partitions end; `None` when the read
+    /// failed (all are prepared again).
+    fn settle_fenced(&mut self, mut inited: Vec<(String, i32, String)>) -> Option<Fenced> {
         // After fencing: every position a previous writer committed is in the topic now, and
         // whatever is still open where it wrote stays open for good unless ended here.
         let (open_remotes, target_ends) = self.open_remotes(&inited);
@@ -437,11 +463,25 @@ impl ExactlyOnce {
                     slot.prepare_after(Instant::now());
                 }
             }
-            return Vec::new();
+            return None;
         }
         inited.retain(|(topic, partition, _)| !closed.contains(&(topic.clone(), *partition)));
+        Some(Fenced {
+            partitions: inited,
+            target_ends,
+        })
+    }
+
+    /// Where each settled partition resumes: its committed position checked against both logs
+    /// (a break found is recorded with the position past it before anything is copied).
+    fn resume(&mut self, fenced: Fenced) -> Vec<(String, i32, Offset)> {
+        let Fenced {
+            partitions: inited,
+            target_ends,
+        } = fenced;
         // Stored positions are checked against both logs before anything is read (the remote
-        // ends read above: the closed partitions left, nothing wrote to the others since).
+        // ends read when settling: the closed partitions left, nothing wrote to the others
+        // since).
         let resumes = continuity::resume_all_at(
             &self.shared.positions,
             &self.shared.probe,
