@@ -16,7 +16,7 @@ use super::engine;
 use super::engine::delivery::Delivery;
 use super::engine::send::AckContext;
 use super::engine::shared::{self, Shared};
-use super::engine::subscription::Subscription;
+use super::engine::subscription::{Subscription, Subscriptions};
 use super::engine::workers::Worker;
 use super::limits::{self, RemoteLimits};
 use super::policies::aligned::{self, Aligned};
@@ -121,20 +121,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     )
     .context("creating the refusal recorder")?;
     let (subscribe, subscriptions) = tokio::sync::watch::channel(None);
-    let mut loops = engine::Loops::new();
-    let mut first_positions = Some(positions);
-    for worker in Worker::crew(plan.fetch.consumers) {
-        let positions = match first_positions.take() {
-            Some(read) => read,
-            None => plan.positions_reader()?,
-        };
-        let copy = engine::CopyLoop {
-            subscriptions: subscriptions.clone(),
-            ctx: ctx.clone(),
-            shutdown: shutdown.clone(),
-        };
-        plan.start_copy_loop(worker, positions, copy, &mut loops)?;
-    }
+    let mut loops = plan.start_copy_loops(positions, &subscriptions)?;
     let discovery = Discovery::new(
         flow.clone(),
         source_admin.clone(),
@@ -156,6 +143,33 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
     result?;
     tracing::info!("source loop stopped");
     Ok(())
+}
+
+impl Plan<'_> {
+    /// Starts a copy loop per consumer of the fetch plan, each following discovery's
+    /// `subscriptions`; the first resumes from `positions` (read already), the others read
+    /// their own.
+    fn start_copy_loops(
+        &self,
+        positions: PositionReader,
+        subscriptions: &Subscriptions,
+    ) -> anyhow::Result<engine::Loops> {
+        let mut loops = engine::Loops::new();
+        let mut first_positions = Some(positions);
+        for worker in Worker::crew(self.fetch.consumers) {
+            let positions = match first_positions.take() {
+                Some(read) => read,
+                None => self.positions_reader()?,
+            };
+            let copy = engine::CopyLoop {
+                subscriptions: subscriptions.clone(),
+                ctx: self.ctx.clone(),
+                shutdown: self.shutdown.clone(),
+            };
+            self.start_copy_loop(worker, positions, copy, &mut loops)?;
+        }
+        Ok(loops)
+    }
 }
 
 /// Creates the positions topic (target) and the offset-syncs topic (where the flow keeps it)
