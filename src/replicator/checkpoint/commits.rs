@@ -18,7 +18,7 @@ use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Event;
+use super::events::Event;
 use super::state::{Commit, group_wanted};
 use crate::mm2::consumer_offsets::{self, Record};
 use crate::mm2::{NameFilter, TopicPartition};

@@ -9,6 +9,7 @@
 //! only while the group has no members, which backs up the state check. A share group's start
 //! offsets are set instead ([`share`]).
 
+mod pass;
 mod share;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+pub use self::pass::ShareTarget;
+use self::pass::{DueGroup, OwnTarget};
 use super::sync_state::{GroupSyncStatus, TargetGroup, active_on_target, before_target, plan};
 use crate::mm2::TopicPartition;
 use crate::replicator::kafka_io::{Reachability, is_unreachable};
@@ -115,15 +118,6 @@ const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 type PassResults = Vec<(String, Option<GroupSyncStatus>)>;
 
-/// A group a pass syncs: its latest checkpoints, its partitions without a translation, and
-/// whether it is a share group.
-struct DueGroup {
-    group: String,
-    checkpoints: BTreeMap<TopicPartition, i64>,
-    uncovered: usize,
-    share: bool,
-}
-
 /// One pass's requests, on a thread of their own. librdkafka's synchronous commit can wait
 /// without end for a group's coordinator (a commit in flight while a broker restarted never
 /// returned, in the project's chaos test), so the loop never waits on a pass: it takes the
@@ -181,75 +175,6 @@ async fn finished(pass: &mut Option<Pass>) -> PassResults {
         // A thread that ended without sending (a panic) leaves its groups unattempted.
         Some(p) => (&mut p.results).await.unwrap_or_default(),
         None => std::future::pending().await,
-    }
-}
-
-/// The target as the project's own connections reach it, for share groups (librdkafka has no
-/// call for their start offsets); `None` when they do not speak its security settings.
-#[derive(Debug, Clone)]
-pub struct ShareTarget {
-    pub bootstrap: String,
-    pub security: mirrorflow_conn::Security,
-    pub client_id: String,
-}
-
-impl ShareTarget {
-    /// A connection to the target (nothing is connected yet).
-    pub fn cluster(
-        &self,
-        timeout: Duration,
-    ) -> Result<mirrorflow_conn::Cluster, mirrorflow_conn::ConnError> {
-        let options = mirrorflow_conn::Options {
-            client_id: self.client_id.clone(),
-            timeout,
-            max_frame: 8 << 20,
-            // Replicators run in the flow's namespace; their egress is the NetworkPolicy's.
-            address_check: None,
-        };
-        mirrorflow_conn::Cluster::new(&self.bootstrap, self.security.clone(), options)
-    }
-
-    /// `flow`'s target, with its principal.
-    pub fn of(flow: &crate::flow::Flow) -> ShareTarget {
-        ShareTarget {
-            bootstrap: flow.spec.target.bootstrap_servers.clone(),
-            security: flow.own_security.target.clone(),
-            client_id: format!("mirrorflow-{}-group-sync", flow.name.replace('/', ".")),
-        }
-    }
-}
-
-/// The project's own connection to the target for one pass: made at its first use and kept
-/// for every group after (a handshake per group was one TLS and SASL exchange each).
-pub(super) struct OwnTarget {
-    target: ShareTarget,
-    cluster: Option<mirrorflow_conn::Cluster>,
-}
-
-impl OwnTarget {
-    fn new(target: ShareTarget) -> Self {
-        OwnTarget {
-            target,
-            cluster: None,
-        }
-    }
-
-    /// The pass's connection; `None` (reported as `what`) when it cannot be made.
-    pub(super) fn get(
-        &mut self,
-        reach: &Reachability,
-        what: &str,
-    ) -> Option<&mut mirrorflow_conn::Cluster> {
-        if self.cluster.is_none() {
-            match self.target.cluster(REQUEST_TIMEOUT) {
-                Ok(c) => self.cluster = Some(c),
-                Err(e) => {
-                    reach.refused(what, &e);
-                    return None;
-                }
-            }
-        }
-        self.cluster.as_mut()
     }
 }
 
@@ -322,7 +247,7 @@ pub async fn run(
                     continue;
                 }
                 let client = target.clone();
-                let mut own = OwnTarget::new(share_target.clone());
+                let mut own = OwnTarget::new(share_target.clone(), REQUEST_TIMEOUT);
                 let reach_pass = reach.clone();
                 let sync = move |due: &DueGroup| {
                     if due.share {

@@ -6,7 +6,8 @@ use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, commits, share_groups, verify};
+use super::events::Event;
+use super::{commits, share_groups, verify};
 use crate::api::OffsetSyncsLocation;
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{Checkpoint, TopicPartition};
@@ -58,7 +59,13 @@ pub(super) fn start(
         tracing::info!("checkpoint verification is off (spec.checkpoints.verifyInterval: 0s)");
         return Ok(None);
     }
-    Ok(verify::spawn(flow, events))
+    // The verifier reports through the loop's channel without knowing its events.
+    let report = move |verified| {
+        events
+            .blocking_send(Event::Verified(Box::new(verified)))
+            .is_ok()
+    };
+    Ok(verify::spawn(flow, Box::new(report)))
 }
 
 /// Where the topic followers send their events, and when they stop.

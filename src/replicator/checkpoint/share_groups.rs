@@ -22,8 +22,8 @@ use mirrorflow_conn::{Cluster, ListingBounds, Options, Security};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Event;
 use super::commits::CONSUMER_OFFSETS;
+use super::events::Event;
 use super::state::{Commit, group_wanted};
 use crate::mm2::{NameFilter, TopicPartition};
 use crate::replicator::metrics::Metrics;

@@ -1,7 +1,19 @@
 //! The checkpoint loop's I/O around [`Core`]: checkpoint writes, metrics, readiness and the
 //! group sync task's channel.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+
+use super::core::{Core, Due};
+use super::group_sync::GroupView;
+use super::verify;
+use crate::mm2::TopicPartition;
+use crate::replicator::context::Context;
+use crate::replicator::kafka_io::{AckedProducer, Reachability};
 
 /// The loop's I/O around [`Core`]: checkpoint writes, metrics, readiness and the group sync
 /// task's channel.

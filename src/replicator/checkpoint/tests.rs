@@ -1,13 +1,20 @@
 //! The checkpoint loop's decisions ([`Core`]), driven by the events its readers send.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
+use super::core::Due;
+use super::group_sync::GroupView;
+use super::state::Commit;
 use super::*;
-use crate::mm2::PrefixPolicy;
+use crate::kafka::checkpoints::Exactness;
+use crate::mm2::{Checkpoint, OffsetSync, PrefixPolicy, SyncOrigin, TopicPartition};
 
+mod exactness;
 mod ownership;
+mod verify;
 
 const COMMITTED_MS: i64 = 1_000;
 

@@ -7,7 +7,7 @@
 use super::super::sync_state::{
     GroupSyncStatus, TargetGroup, active_on_target, before_target, plan,
 };
-use super::{DueGroup, OwnTarget};
+use super::pass::{DueGroup, OwnTarget};
 use crate::mm2::TopicPartition;
 use crate::replicator::kafka_io::Reachability;
 

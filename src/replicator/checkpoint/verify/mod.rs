@@ -17,10 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-use tokio::sync::mpsc;
-
 use self::read::{ReadFailure, Reader, Span, Window};
-use super::Event;
 use crate::flow::Flow;
 use crate::kafka::checkpoints::Exactness;
 use crate::mm2::{Checkpoint, TopicPartition};
@@ -65,6 +62,9 @@ pub struct Verified {
     pub read_bytes: (u64, u64),
 }
 
+/// Hands a job done to the checkpoint loop; false once the loop is gone.
+pub type Report = Box<dyn Fn(Verified) -> bool + Send>;
+
 /// The loop's end of the verifier thread.
 pub struct Verifier {
     jobs: SyncSender<Job>,
@@ -108,7 +108,7 @@ fn replica_count(replicas: i32) -> u32 {
 /// Starts the verifier thread for `flow`, on the project's own connections with the flow's
 /// principal ([`crate::flow::OwnSecurity`]: the replicator's rules, a token endpoint on the
 /// pod's own loopback allowed as librdkafka's client beside them allows it).
-pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
+pub fn spawn(flow: &Flow, report: Report) -> Option<Verifier> {
     let (source, target) = (
         flow.own_security.source.clone(),
         flow.own_security.target.clone(),
@@ -130,7 +130,7 @@ pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
         .name("verifier".into())
         .spawn(move || {
             let _in = span.enter();
-            run(&mut readers, &rx, &events, &counter);
+            run(&mut readers, &rx, &report, &counter);
         });
     match spawned {
         Ok(_) => Some(Verifier { jobs, in_flight }),
@@ -144,7 +144,7 @@ pub fn spawn(flow: &Flow, events: mpsc::Sender<Event>) -> Option<Verifier> {
 fn run(
     (source, target): &mut (Reader, Reader),
     jobs: &Receiver<Job>,
-    events: &mpsc::Sender<Event>,
+    report: &Report,
     in_flight: &AtomicUsize,
 ) {
     while let Ok(job) = jobs.recv() {
@@ -166,14 +166,11 @@ fn run(
             outcome,
         };
         // The loop ended: nobody wants the rest.
-        if events
-            .blocking_send(Event::Verified(Box::new(Verified {
-                job,
-                verification,
-                read_bytes,
-            })))
-            .is_err()
-        {
+        if !report(Verified {
+            job,
+            verification,
+            read_bytes,
+        }) {
             return;
         }
     }
@@ -252,62 +249,6 @@ fn judge_reads(
         before: target.records.iter().rfind(|(o, _)| *o < down).copied(),
     };
     classify(&around, allowed_reread(job), source.from)
-}
-
-impl super::Core<'_> {
-    /// The checkpoints that may be verified: this replica's groups' latest checkpoints that
-    /// are at the group's commit (one behind it is about to be replaced), as (group, target
-    /// partition) with the source partition.
-    pub(in crate::replicator::checkpoint) fn verify_candidates(
-        &self,
-    ) -> Vec<(sampler::Pair, TopicPartition)> {
-        let mut out = Vec::new();
-        for (group, commits) in self.commits.groups() {
-            for (source, commit) in commits {
-                let Some(target) = self.naming.target_partition(source) else {
-                    continue;
-                };
-                if self
-                    .tracker
-                    .last(group, &target)
-                    .is_some_and(|(up, _)| up == commit.offset)
-                {
-                    out.push(((group.clone(), target), source.clone()));
-                }
-            }
-        }
-        out
-    }
-
-    /// The job that verifies the latest checkpoint of `group` on `target`, if it is still at
-    /// the commit on `source`.
-    pub(in crate::replicator::checkpoint) fn verify_job(
-        &self,
-        group: &str,
-        target: &TopicPartition,
-        source: &TopicPartition,
-    ) -> Option<Job> {
-        let commit = self.commits.get(group, source)?;
-        let (up, down) = self.tracker.last(group, target)?;
-        if up != commit.offset {
-            return None;
-        }
-        let exactness = match self.conservative.max_replay(group, target) {
-            Some(max_replay) => Exactness::Conservative { max_replay },
-            None => Exactness::Exact,
-        };
-        Some(Job {
-            source: source.clone(),
-            checkpoint: Checkpoint {
-                group: group.to_owned(),
-                topic_partition: target.clone(),
-                upstream_offset: up,
-                downstream_offset: down,
-                metadata: commit.metadata.clone(),
-            },
-            exactness,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -429,63 +370,6 @@ mod tests {
                 Outcome::Unverifiable(want)
             );
         }
-    }
-
-    #[test]
-    fn only_checkpoints_at_their_commit_are_verified_and_a_job_says_what_it_may_re_read() {
-        use crate::mm2::{Filters, PrefixPolicy};
-        use crate::replicator::checkpoint::state::{Commit, Naming};
-        use crate::replicator::checkpoint::{Core, Event};
-        let policy = PrefixPolicy::default();
-        let filters =
-            Filters::new(&[".*"], &[] as &[&str], &[".*"], &[] as &[&str]).expect("valid filters");
-        let mut c = Core::new(Naming {
-            policy: &policy,
-            filters: &filters,
-            source_alias: "A",
-            target_alias: "B",
-        });
-        for e in [
-            Event::CheckpointsLoaded,
-            Event::SyncsLoaded,
-            Event::Assigned(vec![0]),
-            Event::CaughtUp(0),
-        ] {
-            c.handle(e);
-        }
-        let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-        let (a0, a1) = (TopicPartition::new("A.t", 0), TopicPartition::new("A.t", 1));
-        for (group, tp, offset) in [("g", &t0, 60), ("h", &t1, 30)] {
-            c.handle(Event::Commit {
-                co_partition: 0,
-                group: group.into(),
-                tp: tp.clone(),
-                commit: Some(Commit {
-                    offset,
-                    metadata: "m".into(),
-                    commit_timestamp_ms: 1,
-                    live: false,
-                }),
-            });
-        }
-        let cp = |group: &str, tp: &TopicPartition, up, down| Checkpoint {
-            group: group.into(),
-            topic_partition: tp.clone(),
-            upstream_offset: up,
-            downstream_offset: down,
-            metadata: "m".into(),
-        };
-        let at = std::time::UNIX_EPOCH;
-        let by_5 = Exactness::Conservative { max_replay: 5 };
-        c.written(&t0, &cp("g", &a0, 60, 67), by_5, at);
-        // Behind its group's commit: about to be replaced, not verified.
-        c.written(&t1, &cp("h", &a1, 20, 27), Exactness::Exact, at);
-        let candidates = c.verify_candidates();
-        assert_eq!(candidates, [(("g".to_string(), a0.clone()), t0.clone())]);
-        let job = c.verify_job("g", &a0, &t0).expect("at the commit");
-        assert_eq!(job.checkpoint, cp("g", &a0, 60, 67));
-        assert_eq!(job.exactness, by_5);
-        assert!(c.verify_job("h", &a1, &t1).is_none());
     }
 
     #[test]
