@@ -5,10 +5,10 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::*;
-use crate::mm2::{Filters, OffsetSync, PrefixPolicy, SyncOrigin};
+use crate::mm2::{OffsetSync, SyncOrigin};
 use crate::replicator::checkpoint::core::{Core, Due};
 use crate::replicator::checkpoint::events::Event;
-use crate::replicator::checkpoint::state::{Commit, Naming};
+use crate::replicator::checkpoint::state::Commit;
 
 fn sync(up: i64, down: i64) -> Event {
     Event::Sync(
@@ -67,15 +67,8 @@ fn commit_60() -> Event {
 
 /// `read_back`: the checkpoint of `g` on `A.t-0` in the topic at start.
 fn run(read_back: Option<Written>, steps: &[Step]) {
-    let policy = PrefixPolicy::default();
-    let filters =
-        Filters::new(&[".*"], &[] as &[&str], &[".*"], &[] as &[&str]).expect("valid filters");
-    let mut c = Core::new(Naming {
-        policy: &policy,
-        filters: &filters,
-        source_alias: "A",
-        target_alias: "B",
-    });
+    let n = names();
+    let mut c = core(&n);
     if let Some((up, down, exactness)) = read_back {
         let cp = Checkpoint {
             group: "g".into(),

@@ -4,19 +4,10 @@ use super::*;
 
 #[test]
 fn only_checkpoints_at_their_commit_are_verified_and_a_job_says_what_it_may_re_read() {
-    use crate::mm2::{Filters, PrefixPolicy};
-    use crate::replicator::checkpoint::core::Core;
     use crate::replicator::checkpoint::events::Event;
-    use crate::replicator::checkpoint::state::{Commit, Naming};
-    let policy = PrefixPolicy::default();
-    let filters =
-        Filters::new(&[".*"], &[] as &[&str], &[".*"], &[] as &[&str]).expect("valid filters");
-    let mut c = Core::new(Naming {
-        policy: &policy,
-        filters: &filters,
-        source_alias: "A",
-        target_alias: "B",
-    });
+    use crate::replicator::checkpoint::state::Commit;
+    let n = names();
+    let mut c = core(&n);
     for e in [
         Event::CheckpointsLoaded,
         Event::SyncsLoaded,
