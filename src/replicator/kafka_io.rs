@@ -224,101 +224,173 @@ where
     F: FnMut(&BorrowedMessage<'_>) -> Option<E> + Send + 'static,
 {
     std::thread::spawn(move || {
-        let patience = Patience::new(Duration::from_secs(2), FOLLOWER_LOOK_UP_MOST);
-        // The end to reach before announcing `loaded`; found before assigning so records
-        // written meanwhile do not delay readiness.
-        let Some(end) = end_to_load(&consumer, &topic, &reach, &patience, &shutdown) else {
+        let follower = Follower {
+            what,
+            topic,
+            reach,
+            tx,
+            loaded,
+            patience: Patience::new(Duration::from_secs(2), FOLLOWER_LOOK_UP_MOST),
+            next_offset: 0,
+            held: false,
+            last_probe: Instant::now(),
+        };
+        follower.run(&consumer, start, marks, &mut on_record, &shutdown);
+    })
+}
+
+/// A follower thread's state ([`follow_partition`]), beside its consumer (whose records
+/// borrow it while they are handled).
+struct Follower<E> {
+    what: &'static str,
+    topic: String,
+    reach: Arc<Reachability>,
+    tx: mpsc::Sender<E>,
+    /// Sent once the partition's end as of the start is reached.
+    loaded: Option<E>,
+    patience: Patience,
+    /// The offset after the last record read.
+    next_offset: i64,
+    /// Held at a batch it cannot read ([`Reachability::hold`]), until a record comes.
+    held: bool,
+    last_probe: Instant,
+}
+
+impl<E> Follower<E> {
+    fn run(
+        mut self,
+        consumer: &BaseConsumer<QuietEof>,
+        start: Offset,
+        marks: Option<EndMarks<E>>,
+        on_record: &mut impl FnMut(&BorrowedMessage<'_>) -> Option<E>,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(end) = self.start(consumer, start, shutdown) else {
             return;
         };
-        let mut tpl = TopicPartitionList::new();
-        if let Err(e) = tpl
-            .add_partition_offset(&topic, 0, start)
-            .and_then(|()| consumer.assign(&tpl))
-        {
-            // Never announced as loaded, so the loop never turns ready on half its input.
-            tracing::error!(topic = %topic, error = %e, "cannot assign {what}; not following it");
-            return;
-        }
-        let mut loaded = loaded;
-        if end.is_none()
-            && let Some(event) = loaded.take()
-            && tx.blocking_send(event).is_err()
-        {
-            return;
-        }
-        let mut last_probe = Instant::now();
-        // The offset after the last record read.
-        let mut next_offset = 0i64;
         let mut pending = PendingMarks::default();
-        // Held at a batch it cannot read ([`Reachability::hold`]), until a record comes.
-        let mut held = false;
         while !shutdown.is_cancelled() {
             if let Some(marks) = &marks {
+                let (topic, patience) = (&self.topic, &self.patience);
                 let ends = |within| {
-                    patience.ask(within, |limit| consumer.fetch_watermarks(&topic, 0, limit))
+                    patience.ask(within, |limit| consumer.fetch_watermarks(topic, 0, limit))
                 };
-                if pending.answer(marks, ends, next_offset, &tx).is_err() {
+                if pending
+                    .answer(marks, ends, self.next_offset, &self.tx)
+                    .is_err()
+                {
                     return;
                 }
             }
-            match consumer.poll(Duration::from_millis(200)) {
-                Some(Ok(m)) => {
-                    reach.ok();
-                    if std::mem::take(&mut held) {
-                        reach.release(&topic);
-                    }
-                    let offset = m.offset();
-                    next_offset = offset.saturating_add(1);
-                    if let Some(event) = on_record(&m)
-                        && tx.blocking_send(event).is_err()
-                    {
-                        return;
-                    }
-                    if end.is_some_and(|end| offset + 1 >= end)
-                        && let Some(event) = loaded.take()
-                        && tx.blocking_send(event).is_err()
-                    {
-                        return;
-                    }
-                }
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    reach.ok();
-                    // At the end the position may be past the last record read: transaction
-                    // markers (an MM2 writing checkpoints with exactly-once support) are
-                    // never delivered, and a mark's end would stay out of reach.
-                    if marks.is_some()
-                        && let Some(position) = position_in(&consumer, &topic)
-                    {
-                        next_offset = next_offset.max(position);
-                    }
-                    if let Some(event) = loaded.take()
-                        && tx.blocking_send(event).is_err()
-                    {
-                        return;
-                    }
-                }
+            let go_on = match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => self.record(&m, end, on_record),
+                Some(Err(KafkaError::PartitionEOF(_))) => self.at_end(consumer, marks.is_some()),
                 Some(Err(e)) => {
-                    held |= crate::kafka::is_unreadable_batch(&e);
-                    let go_on =
-                        on_follow_error(&e, what, &consumer, &topic, &reach, &mut next_offset);
-                    if !go_on {
-                        return;
-                    }
+                    self.held |= crate::kafka::is_unreadable_batch(&e);
+                    let (what, topic) = (self.what, self.topic.as_str());
+                    on_follow_error(
+                        &e,
+                        what,
+                        consumer,
+                        topic,
+                        &self.reach,
+                        &mut self.next_offset,
+                    )
                 }
-                None => {}
+                None => true,
+            };
+            if !go_on {
+                return;
             }
-            // An idle partition yields no record to prove the cluster is back: ask it.
-            if reach.is_down() && last_probe.elapsed() > Duration::from_secs(2) {
-                last_probe = Instant::now();
-                let asked = patience.ask(FOLLOWER_LOOK_UP_MOST, |limit| {
-                    consumer.fetch_watermarks(&topic, 0, limit)
-                });
-                if asked.is_ok() {
-                    reach.ok();
-                }
+            self.probe_if_down(consumer);
+        }
+    }
+
+    /// Finds the end to reach before `loaded` (before assigning, so records written meanwhile
+    /// do not delay readiness), assigns the partition at `start`, and sends `loaded` at once
+    /// when there is nothing to load. The end (`None`: nothing to load); `None` when following
+    /// cannot start.
+    fn start(
+        &mut self,
+        consumer: &BaseConsumer<QuietEof>,
+        start: Offset,
+        shutdown: &CancellationToken,
+    ) -> Option<Option<i64>> {
+        let topic = &self.topic;
+        let end = end_to_load(consumer, topic, &self.reach, &self.patience, shutdown)?;
+        let mut tpl = TopicPartitionList::new();
+        if let Err(e) = tpl
+            .add_partition_offset(topic, 0, start)
+            .and_then(|()| consumer.assign(&tpl))
+        {
+            // Never announced as loaded, so the loop never turns ready on half its input.
+            tracing::error!(topic = %topic, error = %e, "cannot assign {}; not following it", self.what);
+            return None;
+        }
+        if end.is_none() && !self.send_loaded() {
+            return None;
+        }
+        Some(end)
+    }
+
+    /// A record read: mapped into the channel, and `loaded` sent when it reaches `end`. False
+    /// once the receiver is gone.
+    fn record(
+        &mut self,
+        m: &BorrowedMessage<'_>,
+        end: Option<i64>,
+        on_record: &mut impl FnMut(&BorrowedMessage<'_>) -> Option<E>,
+    ) -> bool {
+        self.reach.ok();
+        if std::mem::take(&mut self.held) {
+            self.reach.release(&self.topic);
+        }
+        let offset = m.offset();
+        self.next_offset = offset.saturating_add(1);
+        if let Some(event) = on_record(m)
+            && self.tx.blocking_send(event).is_err()
+        {
+            return false;
+        }
+        if end.is_some_and(|end| offset.saturating_add(1) >= end) {
+            return self.send_loaded();
+        }
+        true
+    }
+
+    /// The end of the partition reached: `loaded` is due. With marks to answer, the position
+    /// counts as read: at the end it may be past the last record read (transaction markers,
+    /// as an MM2 writing checkpoints with exactly-once support leaves them, are never
+    /// delivered, and a mark's end would stay out of reach). False once the receiver is gone.
+    fn at_end(&mut self, consumer: &BaseConsumer<QuietEof>, marks: bool) -> bool {
+        self.reach.ok();
+        if marks && let Some(position) = position_in(consumer, &self.topic) {
+            self.next_offset = self.next_offset.max(position);
+        }
+        self.send_loaded()
+    }
+
+    /// Sends `loaded` unless it was sent; false once the receiver is gone.
+    fn send_loaded(&mut self) -> bool {
+        match self.loaded.take() {
+            Some(event) => self.tx.blocking_send(event).is_ok(),
+            None => true,
+        }
+    }
+
+    /// An idle partition yields no record to prove the cluster is back: it is asked.
+    fn probe_if_down(&mut self, consumer: &BaseConsumer<QuietEof>) {
+        if self.reach.is_down() && self.last_probe.elapsed() > Duration::from_secs(2) {
+            self.last_probe = Instant::now();
+            let topic = &self.topic;
+            let asked = self.patience.ask(FOLLOWER_LOOK_UP_MOST, |limit| {
+                consumer.fetch_watermarks(topic, 0, limit)
+            });
+            if asked.is_ok() {
+                self.reach.ok();
             }
         }
-    })
+    }
 }
 
 /// A follower's consumer error handled; false when following cannot go on.
