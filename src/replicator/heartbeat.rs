@@ -19,6 +19,7 @@ use super::health::heartbeat_write_timeout;
 use crate::clock::now_ms;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rdkafka::Offset;
 use rdkafka::message::Message;
@@ -33,7 +34,6 @@ use crate::mm2::Heartbeat;
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let flow = &ctx.flow;
-    let (source, target) = (flow.source_alias(), flow.target_alias());
     let topic = flow.policy.heartbeats_topic().to_owned();
     let interval = flow.spec.heartbeats.interval.as_duration();
     let rf = flow.spec.source_loop.replication_factor;
@@ -47,52 +47,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             return Ok(());
         }
     }
-    let timeout = heartbeat_write_timeout(interval);
-    let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<AckedProducer> {
-        Ok(AckedProducer::new(
-            client
-                .clone()
-                .set("acks", "all")
-                .set("linger.ms", "0")
-                .set("message.timeout.ms", timeout.as_millis().to_string()),
-        )?)
-    };
-    let emitters = [
-        Emitter {
-            producer: producer(&flow.target_client)?,
-            heartbeat_source: source.to_owned(),
-            heartbeat_target: target.to_owned(),
-            reach: target_reach.clone(),
-        },
-        Emitter {
-            producer: producer(&flow.source_client)?,
-            heartbeat_source: target.to_owned(),
-            heartbeat_target: source.to_owned(),
-            reach: source_reach.clone(),
-        },
-    ];
-
+    let emitters = emitters(&ctx, interval, (&source_reach, &target_reach))?;
     let readers = shutdown.child_token();
     let _stop_readers = readers.clone().drop_guard();
-    let (tx, mut newest) = mpsc::channel::<i64>(64);
-    let (want_source, want_target) = (target.to_owned(), source.to_owned());
-    follow_partition(
-        "the replicated heartbeats",
-        assign_only_consumer(&flow.target_client)?,
-        flow.policy.format_remote_topic(source, &topic),
-        // The newest few are enough to know the lag now.
-        Offset::OffsetTail(8),
-        target_reach.clone(),
-        tx,
-        None,
-        None,
-        move |m| {
-            let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
-            (hb.source_alias == want_source && hb.target_alias == want_target)
-                .then_some(hb.timestamp_ms)
-        },
-        readers.clone(),
-    );
+    let mut newest = follow_replicated(&ctx, &topic, &target_reach, readers)?;
 
     let mut newest_ms: Option<i64> = None;
     let mut tick = tokio::time::interval(interval);
@@ -126,6 +84,75 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) -> anyhow::Resu
             }
         }
     }
+}
+
+/// The two emitters: heartbeats to the target (this flow's direction) and to the source (the
+/// reverse one, as MirrorMaker 2 writes them), each acknowledged within
+/// [`heartbeat_write_timeout`] of `interval`.
+fn emitters(
+    ctx: &Context,
+    interval: Duration,
+    (source_reach, target_reach): (&Arc<Reachability>, &Arc<Reachability>),
+) -> anyhow::Result<[Emitter; 2]> {
+    let flow = &ctx.flow;
+    let (source, target) = (flow.source_alias(), flow.target_alias());
+    let timeout = heartbeat_write_timeout(interval);
+    let producer = |client: &rdkafka::ClientConfig| -> anyhow::Result<AckedProducer> {
+        Ok(AckedProducer::new(
+            client
+                .clone()
+                .set("acks", "all")
+                .set("linger.ms", "0")
+                .set("message.timeout.ms", timeout.as_millis().to_string()),
+        )?)
+    };
+    Ok([
+        Emitter {
+            producer: producer(&flow.target_client)?,
+            heartbeat_source: source.to_owned(),
+            heartbeat_target: target.to_owned(),
+            reach: target_reach.clone(),
+        },
+        Emitter {
+            producer: producer(&flow.source_client)?,
+            heartbeat_source: target.to_owned(),
+            heartbeat_target: source.to_owned(),
+            reach: source_reach.clone(),
+        },
+    ])
+}
+
+/// Follows the source's heartbeats as replicated to the target (`<source alias>.<topic>`):
+/// the timestamps of those this flow's direction wrote, newest few first, until `readers` is
+/// cancelled.
+fn follow_replicated(
+    ctx: &Context,
+    topic: &str,
+    target_reach: &Arc<Reachability>,
+    readers: CancellationToken,
+) -> anyhow::Result<mpsc::Receiver<i64>> {
+    let flow = &ctx.flow;
+    let (source, target) = (flow.source_alias(), flow.target_alias());
+    let (tx, newest) = mpsc::channel::<i64>(64);
+    let (want_source, want_target) = (target.to_owned(), source.to_owned());
+    follow_partition(
+        "the replicated heartbeats",
+        assign_only_consumer(&flow.target_client)?,
+        flow.policy.format_remote_topic(source, topic),
+        // The newest few are enough to know the lag now.
+        Offset::OffsetTail(8),
+        target_reach.clone(),
+        tx,
+        None,
+        None,
+        move |m| {
+            let hb = Heartbeat::decode(m.key()?, m.payload()?).ok()?;
+            (hb.source_alias == want_source && hb.target_alias == want_target)
+                .then_some(hb.timestamp_ms)
+        },
+        readers,
+    );
+    Ok(newest)
 }
 
 struct Emitter {
