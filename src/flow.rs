@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rdkafka::ClientConfig;
 
+mod bounds;
 pub mod placement;
 mod selection;
 mod validate;
@@ -46,6 +47,9 @@ pub enum FlowError {
         field: &'static str,
         message: String,
     },
+    /// Past a bound of the CRD's schema, which a flow file meets no apiserver to hold it to.
+    #[error("{field}: {message}")]
+    OutOfBounds { field: String, message: String },
     #[error(transparent)]
     Client(#[from] kafka::ConfigError),
 }
@@ -157,6 +161,8 @@ pub fn load_file(path: &Path) -> Result<FlowFile, FlowError> {
     // The apiserver prunes unknown fields; a file has no apiserver, so a misspelt field
     // (`heartbeat:` for `heartbeats:`) would silently fall back to a default.
     let parse_spec = |spec: serde_yaml::Value, prefix: &str| -> Result<MirrorFlowSpec, FlowError> {
+        // The schema's bounds, which the apiserver would hold a resource to.
+        let written = serde_json::to_value(&spec).unwrap_or(serde_json::Value::Null);
         let mut unknown = Vec::new();
         let spec: MirrorFlowSpec =
             serde_ignored::deserialize(spec, |p| unknown.push(p.to_string())).map_err(
@@ -165,13 +171,18 @@ pub fn load_file(path: &Path) -> Result<FlowFile, FlowError> {
                     source,
                 },
             )?;
-        match unknown.first() {
-            Some(field) => Err(FlowError::UnknownField {
+        if let Some(field) = unknown.first() {
+            return Err(FlowError::UnknownField {
                 path: shown.clone(),
                 field: format!("{prefix}{field}"),
-            }),
-            None => Ok(spec),
+            });
         }
+        bounds::check(&written)
+            .map_err(|b| FlowError::OutOfBounds {
+                field: b.field,
+                message: b.message,
+            })
+            .map(|()| spec)
     };
     match value {
         serde_yaml::Value::Mapping(mut resource) if resource.contains_key("spec") => {
